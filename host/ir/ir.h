@@ -1,0 +1,167 @@
+// The host's graph IR: what ONNX import produces, what plugins edit through the host API,
+// and what ONNX export writes. Weights are tensors over shared buffers, so copying a graph
+// (one per AR/CL variant) never copies weight bytes; mmapped external data is a buffer too.
+#pragma once
+
+#include <npuforge/plugin.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace nf::ir {
+
+using DType = nf_dtype;
+
+// Size of one element in bytes; 0 for strings and sub-byte types.
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+// Bytes that a tensor views: owned or a read-only file mapping.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual const uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual bool writable() const { return false; }
+  uint8_t* mutable_data() { return const_cast<uint8_t*>(data()); }
+};
+
+class OwnedBuffer final : public Buffer {
+ public:
+  explicit OwnedBuffer(size_t n) : bytes_(n) {}
+  explicit OwnedBuffer(std::vector<uint8_t> b) : bytes_(std::move(b)) {}
+  const uint8_t* data() const override { return bytes_.data(); }
+  size_t size() const override { return bytes_.size(); }
+  bool writable() const override { return true; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// A whole file mapped read-only; tensors keep it alive through shared_ptr.
+class MappedFile final : public Buffer {
+ public:
+  // Throws std::runtime_error with the path and reason.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile() override;
+  const uint8_t* data() const override { return static_cast<const uint8_t*>(addr_); }
+  size_t size() const override { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* addr_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct Tensor {
+  DType dtype = NF_DTYPE_UNDEFINED;
+  std::vector<int64_t> dims;
+  std::shared_ptr<Buffer> buffer;  // null only for an empty tensor
+  size_t offset = 0;               // into buffer
+  std::vector<std::string> strings; // dtype STRING only
+
+  int64_t numel() const;
+  size_t nbytes() const;  // numel * dtype_size (sub-byte types packed two per byte)
+  const void* data() const { return buffer ? buffer->data() + offset : nullptr; }
+  // Writable bytes; copies to an owned buffer first unless this tensor owns them alone.
+  void* mutable_data();
+  template <class T> const T* as() const { return static_cast<const T*>(data()); }
+  template <class T> T* mutable_as() { return static_cast<T*>(mutable_data()); }
+
+  static Tensor zeros(DType dtype, std::vector<int64_t> dims);
+  template <class T>
+  static Tensor from(DType dtype, std::vector<int64_t> dims, const std::vector<T>& values) {
+    Tensor t = zeros(dtype, std::move(dims));
+    std::copy(values.begin(), values.end(), t.mutable_as<T>());
+    return t;
+  }
+};
+
+// What the host API hands to plugins as nf_tensor*: a ref-counted box around a Tensor.
+struct TensorRef {
+  Tensor tensor;
+  int refs = 1;
+};
+
+struct Graph;
+
+struct Attribute {
+  nf_attr_type type = NF_ATTR_UNDEFINED;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  std::vector<std::string> strings;
+  std::shared_ptr<TensorRef> t;     // TENSOR
+  std::shared_ptr<Graph> g;         // GRAPH (If/Loop/Scan bodies)
+};
+
+struct Node {
+  std::string op_type;
+  std::string domain;  // "" = ai.onnx
+  std::string name;
+  std::vector<std::string> inputs;   // "" = omitted optional input
+  std::vector<std::string> outputs;
+  std::map<std::string, Attribute> attrs;
+};
+
+// A dimension: fixed (value >= 0) or symbolic (value < 0, param may name it).
+struct Dim {
+  int64_t value = -1;
+  std::string param;
+};
+
+struct ValueType {
+  DType dtype = NF_DTYPE_UNDEFINED;
+  std::optional<std::vector<Dim>> shape;  // nullopt: rank unknown
+};
+
+struct Graph {
+  std::string name;
+  std::vector<std::unique_ptr<Node>> nodes;  // pointers stay stable for nf_node handles
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::map<std::string, ValueType> types;    // inputs, outputs and value_info
+  std::map<std::string, std::shared_ptr<TensorRef>> initializers;
+  std::map<std::string, int64_t> opsets;     // domain -> version
+  std::string doc;
+
+  // Deep copy of structure; initializer buffers are shared.
+  std::unique_ptr<Graph> clone() const;
+  // Kahn's algorithm; stable for nodes already in order. Throws on a cycle.
+  void sort();
+  Node* producer(const std::string& value) const;
+  const Tensor* initializer(const std::string& name) const;
+};
+
+// Encoding of one tensor; owns its arrays, exposes them as nf_encoding.
+struct Encoding {
+  nf_encoding view{};
+  std::vector<float> scale;
+  std::vector<int32_t> offset;
+  std::vector<int32_t> per_block_int_scale;
+
+  static Encoding from(const nf_encoding& e);
+  Encoding() = default;
+  Encoding(const Encoding& o) { *this = o; }
+  Encoding& operator=(const Encoding& o);
+  void relink();  // points view's arrays at our vectors
+};
+
+struct ModelSet {
+  std::vector<std::unique_ptr<Graph>> graphs;
+  std::map<std::string, std::string> metadata;  // key -> JSON text
+  std::map<std::string, Encoding> encodings;    // tensor name -> encoding
+
+  Graph* find(const std::string& name) const;
+  std::unique_ptr<ModelSet> clone() const;
+};
+
+}  // namespace nf::ir
