@@ -115,6 +115,8 @@ std::unique_ptr<Graph> Graph::clone() const {
   // A new box per initializer so graphs can replace weights independently; bytes are shared.
   for (const auto& [k, v] : initializers) g->initializers[k] = std::make_shared<TensorRef>(TensorRef{v->tensor, 1});
   g->opsets = opsets;
+  g->ir_version = ir_version;
+  g->producer = producer;
   g->doc = doc;
   return g;
 }

@@ -131,6 +131,8 @@ struct Graph {
   std::map<std::string, ValueType> types;    // inputs, outputs and value_info
   std::map<std::string, std::shared_ptr<TensorRef>> initializers;
   std::map<std::string, int64_t> opsets;     // domain -> version
+  int64_t ir_version = 8;                    // ONNX IR version to write back
+  std::string producer;                      // producer_name of the source file
   std::string doc;
 
   // Deep copy of structure; initializer buffers are shared.
