@@ -116,7 +116,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   for (const auto& [k, v] : initializers) g->initializers[k] = std::make_shared<TensorRef>(TensorRef{v->tensor, 1});
   g->opsets = opsets;
   g->ir_version = ir_version;
-  g->producer = producer;
+  g->producer_name = producer_name;
   g->doc = doc;
   return g;
 }

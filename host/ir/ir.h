@@ -132,7 +132,7 @@ struct Graph {
   std::map<std::string, std::shared_ptr<TensorRef>> initializers;
   std::map<std::string, int64_t> opsets;     // domain -> version
   int64_t ir_version = 8;                    // ONNX IR version to write back
-  std::string producer;                      // producer_name of the source file
+  std::string producer_name;                 // producer_name of the source file
   std::string doc;
 
   // Deep copy of structure; initializer buffers are shared.
