@@ -113,7 +113,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   g->outputs = outputs;
   g->types = types;
   // A new box per initializer so graphs can replace weights independently; bytes are shared.
-  for (const auto& [k, v] : initializers) g->initializers[k] = std::make_shared<TensorRef>(TensorRef{v->tensor, 1});
+  for (const auto& [k, v] : initializers) g->initializers[k] = make_tensor_ref(v->tensor);
   g->opsets = opsets;
   g->ir_version = ir_version;
   g->producer_name = producer_name;

@@ -83,11 +83,16 @@ struct Tensor {
   }
 };
 
-// What the host API hands to plugins as nf_tensor*: a ref-counted box around a Tensor.
-struct TensorRef {
+// What the host API hands to plugins as nf_tensor*: a box around a Tensor. C++ owners
+// hold shared_ptr<TensorRef>; references taken through the ABI (tensor_retain) keep the
+// box alive through `abi_keep` until the last tensor_release.
+struct TensorRef : std::enable_shared_from_this<TensorRef> {
+  explicit TensorRef(Tensor t = {}) : tensor(std::move(t)) {}
   Tensor tensor;
-  int refs = 1;
+  int abi_refs = 0;
+  std::shared_ptr<TensorRef> abi_keep;
 };
+inline std::shared_ptr<TensorRef> make_tensor_ref(Tensor t) { return std::make_shared<TensorRef>(std::move(t)); }
 
 struct Graph;
 

@@ -7,7 +7,7 @@ using namespace nf::ir;
 TEST(Graph, CloneSharesWeightBytesButNotBoxes) {
   Graph g;
   g.name = "g";
-  auto t = std::make_shared<TensorRef>(TensorRef{Tensor::from<float>(NF_DTYPE_FLOAT32, {2}, {1.f, 2.f}), 1});
+  auto t = make_tensor_ref(Tensor::from<float>(NF_DTYPE_FLOAT32, {2}, {1.f, 2.f}));
   g.initializers["w"] = t;
   auto c = g.clone();
   EXPECT_EQ(c->initializer("w")->data(), g.initializer("w")->data());
