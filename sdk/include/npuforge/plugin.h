@@ -194,7 +194,8 @@ typedef struct nf_host_api {
   const char* (*graph_output)(const nf_graph* g, size_t index);
   nf_status* (*graph_set_inputs)(nf_graph* g, const char* const* names, size_t n);
   nf_status* (*graph_set_outputs)(nf_graph* g, const char* const* names, size_t n);
-  /* Value types. dims < 0 are symbolic; dim_params[i] names them (may be NULL or ""). */
+  /* Value types (of inputs, outputs, value_info or initializers); returns nonzero when
+   * unknown. dims < 0 are symbolic; *dims stays valid until the next call on this thread. */
   int (*graph_value_type)(const nf_graph* g, const char* value, nf_dtype* dtype, size_t* rank,
                           const int64_t** dims);
   const char* (*graph_value_dim_param)(const nf_graph* g, const char* value, size_t axis);
@@ -290,6 +291,9 @@ typedef struct nf_backend_api {
    * backend does not estimate. */
   nf_status* (*estimate)(const char* options_json, const char* artifacts_dir, const char* workload_json,
                          nf_json_sink sink, void* user);
+  /* Optional (NULL if unsupported): a session over an in-memory model set without
+   * compiling, for calibration and `npuforge run MODEL.onnx`. `ms` outlives the session. */
+  nf_status* (*open_model_set)(const char* options_json, nf_model_set* ms, nf_context* ctx, nf_session** out);
 } nf_backend_api;
 
 /* speculative decoder: one `step` proposes a tree, scores it through the runner, accepts
@@ -337,17 +341,18 @@ typedef nf_status* (*nf_entry_fn)(uint32_t host_abi_version, const nf_host_api* 
 
 /* Layouts of ABI 1, pinned: a change here breaks every shipped plugin. */
 static_assert(offsetof(nf_host_api, status_create) == 8, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 672, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
 static_assert(offsetof(nf_backend_api, compile) == 8, "nf_backend_api layout");
-static_assert(sizeof(nf_backend_api) == 48, "nf_backend_api layout");
+static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 static_assert(sizeof(nf_transform_api) == 16, "nf_transform_api layout");
 static_assert(sizeof(nf_quant_api) == 16, "nf_quant_api layout");
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_backend_api) == 48, "nf_backend_api layout");
+_Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 
 #endif /* NPUFORGE_PLUGIN_H */

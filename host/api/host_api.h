@@ -1,0 +1,66 @@
+// The host side of the plugin ABI: the nf_host_api table over the IR, and the C++ shapes
+// of the handles the host owns (status, context, runner, calibration).
+#pragma once
+
+#include <npuforge/plugin.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "ir/ir.h"
+
+struct nf_status {
+  std::string message;
+};
+
+// One plugin call's context. progress returns true when the user asked to cancel.
+struct nf_context {
+  std::string plugin;  // "transform arcl": prefix of log lines
+  std::function<bool(uint64_t done, uint64_t total, const std::string& what)> progress;
+};
+
+// Implemented by the host's runner (host/runner); reached by decoders through the ABI.
+struct nf_runner {
+  virtual ~nf_runner() = default;
+  virtual size_t vocab_size() const = 0;
+  virtual size_t max_rows() const = 0;
+  virtual size_t n_past() const = 0;
+  virtual void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) = 0;
+  virtual void commit(const int32_t* rows, size_t n) = 0;
+  virtual nf_tensor* last_output(const char* name) = 0;
+};
+
+// Implemented by the host's calibration (host/calibration); reached by quant recipes.
+struct nf_calibration {
+  virtual ~nf_calibration() = default;
+  virtual size_t batch_count() const = 0;
+  virtual void run(nf::ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) = 0;
+};
+
+namespace nf::host {
+
+const nf_host_api* host_api();
+
+// Handle conversions: the ABI's opaque types are the IR's objects.
+inline nf_model_set* handle(ir::ModelSet* ms) { return reinterpret_cast<nf_model_set*>(ms); }
+inline ir::ModelSet* unwrap(nf_model_set* ms) { return reinterpret_cast<ir::ModelSet*>(ms); }
+inline const ir::ModelSet* unwrap(const nf_model_set* ms) { return reinterpret_cast<const ir::ModelSet*>(ms); }
+inline nf_graph* handle(ir::Graph* g) { return reinterpret_cast<nf_graph*>(g); }
+inline ir::Graph* unwrap(nf_graph* g) { return reinterpret_cast<ir::Graph*>(g); }
+inline nf_tensor* handle(ir::TensorRef* t) { return reinterpret_cast<nf_tensor*>(t); }
+inline ir::TensorRef* unwrap(nf_tensor* t) { return reinterpret_cast<ir::TensorRef*>(t); }
+inline const ir::TensorRef* unwrap(const nf_tensor* t) { return reinterpret_cast<const ir::TensorRef*>(t); }
+
+// A new ABI reference to a tensor (the caller of the ABI releases it).
+nf_tensor* new_tensor_handle(ir::Tensor t);
+// Takes over one ABI reference: the returned shared_ptr owns it.
+std::shared_ptr<ir::TensorRef> adopt_tensor_handle(nf_tensor* t);
+
+// Turns a returned status into an exception with the plugin's message.
+struct PluginError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void throw_if_error(nf_status* st, const std::string& prefix);
+
+}  // namespace nf::host
