@@ -1,0 +1,63 @@
+// Linear layers with pre-packed constant weights: y[M,N] = x[M,K] * W[K,N] (+ bias).
+// Weights are stored transposed ([N, K]: one output channel a row) so decode (M = 1) is a
+// GEMV that streams every weight byte exactly once. Formats:
+//   F32   plain floats;
+//   Int8  signed 8-bit values, one scale (and optional zero) per block of `block_size`
+//         inputs — per-channel is block_size = K;
+//   Int4  signed 4-bit values packed two per byte, blockwise scales along K.
+// Dequantized weight: w = (q + zero) * scale. Activations stay fp32 (weight-only
+// quantization), so results equal fp32 math over the dequantized weights up to rounding.
+#pragma once
+
+#include "npuforge/kernels/tensor.h"
+
+#include <vector>
+
+namespace nf::kernels {
+
+enum class WeightFormat { F32, Int8, Int4 };
+
+struct PackedWeight {
+  WeightFormat format = WeightFormat::F32;
+  int64_t K = 0, N = 0;
+  int64_t block_size = 0;  // along K (Int8/Int4); K for per-channel
+  int64_t n_blocks = 0;    // ceil(K / block_size)
+  std::vector<float> f32;      // F32: [N, K]
+  std::vector<int8_t> q8;      // Int8: [N, K]
+  // Int4: [N, row_bytes]. Each 32-element chunk of a row is 16 bytes: byte j holds element
+  // j in its low nibble and element 16 + j in its high nibble, as q + 8. A partial last
+  // chunk is padded with q = 0.
+  std::vector<uint8_t> q4;
+  int64_t row_bytes = 0;
+  std::vector<float> scales;   // [N, n_blocks]
+  std::vector<float> zeros;    // [N, n_blocks]; empty when every zero is 0 (symmetric)
+
+  size_t weight_bytes() const;  // bytes a GEMV streams (values + scales)
+};
+
+// W is row-major [K, N] (ONNX MatMul's B) unless `w_is_nk` (Gemm with transB): [N, K].
+PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk = false);
+// Symmetric weight-only quantization: int8 per channel (block_size 0) or blockwise, int4
+// blockwise; scale = max|w| / qmax of each block.
+PackedWeight quantize_int8(const float* w, int64_t K, int64_t N, int64_t block_size = 0, bool w_is_nk = false);
+PackedWeight quantize_int4(const float* w, int64_t K, int64_t N, int64_t block_size = 32, bool w_is_nk = false);
+// Quantizes with given scales/zeros ([N, n_blocks], zeros may be null): q = clamp(round(w /
+// scale) - zero) to the signed `bits` range; bits <= 4 packs Int4, else Int8.
+PackedWeight quantize_with(const float* w, int64_t K, int64_t N, int bits, int64_t block_size,
+                           const float* scales, const float* zeros, bool w_is_nk = false);
+// The fp32 [K, N] matrix the packed weight stands for.
+std::vector<float> dequantize(const PackedWeight& w);
+
+// y[M, N] = x[M, K] * W + bias (bias may be null). Small M runs the streaming GEMV kernels
+// over `threads` threads; large M dequantizes tiles and calls OpenBLAS.
+void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int threads);
+// x [..., K] -> [..., N].
+Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int threads);
+
+// Kernel selection: AVX2+FMA when the CPU has it, else portable scalar code. Tests force
+// scalar to check both paths.
+bool cpu_has_avx2();
+void force_scalar(bool on);
+bool using_simd();
+
+}  // namespace nf::kernels

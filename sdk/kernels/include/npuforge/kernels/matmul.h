@@ -1,0 +1,15 @@
+// fp32 matrix products through OpenBLAS: ONNX MatMul (batched, broadcast, 1-D rules) and Gemm.
+#pragma once
+
+#include "npuforge/kernels/tensor.h"
+
+namespace nf::kernels {
+
+// ONNX MatMul on float32 (any numeric dtype through a plain loop).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// ONNX Gemm: alpha * op(A) * op(B) + beta * C, C unidirectionally broadcast to [M, N].
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b);
+// Row-major C[M,N] = A[M,K] * op(B) with B stored [K,N] (trans_b false) or [N,K] (true).
+void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b);
+
+}  // namespace nf::kernels

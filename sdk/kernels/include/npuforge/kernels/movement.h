@@ -1,0 +1,29 @@
+// Data movement and indexing: Transpose, Concat, Split, Slice, Gather*, Scatter*, Expand,
+// Tile, Trilu, Range, Pad. Any dtype; bytes are moved, not interpreted.
+#pragma once
+
+#include "npuforge/kernels/tensor.h"
+
+namespace nf::kernels {
+
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
+Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis);
+std::vector<Tensor> split(const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes);
+// ONNX Slice: per listed axis, start/end clamped like Python with steps (may be negative).
+Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+             const std::vector<int64_t>& axes, const std::vector<int64_t>& steps);
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis);
+Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis);
+enum class ScatterReduce { None, Add, Mul, Max, Min };
+Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
+                        ScatterReduce reduction);
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, ScatterReduce reduction);
+Tensor expand(const Tensor& x, const Dims& shape);
+Tensor tile(const Tensor& x, const std::vector<int64_t>& repeats);
+// Keeps the upper (or lower) triangle of the last two dims, shifted by diagonal k.
+Tensor trilu(const Tensor& x, int64_t k, bool upper);
+Tensor range(const Tensor& start, const Tensor& limit, const Tensor& delta);
+// Constant-mode Pad with ONNX pads layout [begin..., end...] (negative pads crop).
+Tensor pad_constant(const Tensor& x, const std::vector<int64_t>& pads, const Tensor* value);
+
+}  // namespace nf::kernels

@@ -1,0 +1,213 @@
+// Packing and quantization of linear weights, and the dispatch between the streaming GEMV
+// kernels (small M: decode) and tiled dequantize + OpenBLAS GEMM (large M: prefill).
+#include "npuforge/kernels/linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "gemv.h"
+#include "npuforge/kernels/matmul.h"
+#include "npuforge/kernels/parallel.h"
+
+namespace nf::kernels {
+namespace {
+
+std::atomic<bool> g_force_scalar{false};
+
+// Element (n, k) of the source matrix in either layout.
+inline float at(const float* w, int64_t K, int64_t N, bool nk, int64_t n, int64_t k) {
+  return nk ? w[n * K + k] : w[k * N + n];
+}
+
+void check_dims(int64_t K, int64_t N, int64_t block_size) {
+  if (K <= 0 || N <= 0) throw KernelError("linear: empty weight");
+  if (block_size <= 0) throw KernelError("linear: block size must be positive");
+}
+
+PackedWeight layout(WeightFormat f, int64_t K, int64_t N, int64_t block_size) {
+  PackedWeight p;
+  p.format = f;
+  p.K = K;
+  p.N = N;
+  p.block_size = std::min(block_size, K);
+  p.n_blocks = (K + p.block_size - 1) / p.block_size;
+  p.scales.assign(static_cast<size_t>(N * p.n_blocks), 0.f);
+  if (f == WeightFormat::Int8) p.q8.assign(static_cast<size_t>(N * K), 0);
+  if (f == WeightFormat::Int4) {
+    p.row_bytes = (K + 31) / 32 * 16;
+    p.q4.assign(static_cast<size_t>(N * p.row_bytes), 0x88);  // q = 0 in both nibbles
+  }
+  return p;
+}
+
+void store(PackedWeight& p, int64_t n, int64_t k, int q) {
+  if (p.format == WeightFormat::Int8) {
+    p.q8[n * p.K + k] = static_cast<int8_t>(q);
+    return;
+  }
+  uint8_t& b = p.q4[n * p.row_bytes + (k / 32) * 16 + (k % 32 & 15)];
+  uint8_t v = static_cast<uint8_t>(q + 8);
+  b = (k % 32) < 16 ? static_cast<uint8_t>((b & 0xf0) | v) : static_cast<uint8_t>((b & 0x0f) | (v << 4));
+}
+
+int load(const PackedWeight& p, int64_t n, int64_t k) {
+  if (p.format == WeightFormat::Int8) return p.q8[n * p.K + k];
+  uint8_t b = p.q4[n * p.row_bytes + (k / 32) * 16 + (k % 32 & 15)];
+  return ((k % 32) < 16 ? (b & 15) : (b >> 4)) - 8;
+}
+
+PackedWeight quantize_sym(WeightFormat f, const float* w, int64_t K, int64_t N, int64_t block_size, bool nk) {
+  check_dims(K, N, block_size);
+  PackedWeight p = layout(f, K, N, block_size);
+  const int qmax = f == WeightFormat::Int8 ? 127 : 7, qmin = f == WeightFormat::Int8 ? -127 : -8;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      int64_t k0 = b * p.block_size, k1 = std::min(K, k0 + p.block_size);
+      float amax = 0;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(at(w, K, N, nk, n, k)));
+      float scale = amax > 0 ? amax / qmax : 1.f;
+      p.scales[n * p.n_blocks + b] = scale;
+      for (int64_t k = k0; k < k1; ++k) {
+        float q = std::nearbyint(at(w, K, N, nk, n, k) / scale);
+        store(p, n, k, static_cast<int>(std::clamp(q, float(qmin), float(qmax))));
+      }
+    }
+  return p;
+}
+
+}  // namespace
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+void force_scalar(bool on) { g_force_scalar = on; }
+bool using_simd() { return cpu_has_avx2() && !g_force_scalar; }
+
+size_t PackedWeight::weight_bytes() const {
+  return f32.size() * 4 + q8.size() + q4.size() + scales.size() * 4 + zeros.size() * 4;
+}
+
+PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk) {
+  check_dims(K, N, 1);
+  PackedWeight p;
+  p.K = K;
+  p.N = N;
+  p.f32.resize(static_cast<size_t>(K * N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) p.f32[n * K + k] = at(w, K, N, w_is_nk, n, k);
+  return p;
+}
+
+PackedWeight quantize_int8(const float* w, int64_t K, int64_t N, int64_t block_size, bool w_is_nk) {
+  return quantize_sym(WeightFormat::Int8, w, K, N, block_size > 0 ? block_size : K, w_is_nk);
+}
+
+PackedWeight quantize_int4(const float* w, int64_t K, int64_t N, int64_t block_size, bool w_is_nk) {
+  return quantize_sym(WeightFormat::Int4, w, K, N, block_size > 0 ? block_size : K, w_is_nk);
+}
+
+PackedWeight quantize_with(const float* w, int64_t K, int64_t N, int bits, int64_t block_size, const float* scales,
+                           const float* zeros, bool w_is_nk) {
+  if (bits < 2 || bits > 8) throw KernelError("linear: weight bit width " + std::to_string(bits) + " not in 2..8");
+  check_dims(K, N, block_size);
+  PackedWeight p = layout(bits <= 4 ? WeightFormat::Int4 : WeightFormat::Int8, K, N, block_size);
+  const int qmin = -(1 << (bits - 1)), qmax = (1 << (bits - 1)) - 1;
+  bool any_zero = false;
+  std::vector<float> z(p.scales.size(), 0.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      size_t i = static_cast<size_t>(n * p.n_blocks + b);
+      float scale = scales[i], zero = zeros ? zeros[i] : 0.f;
+      if (!(scale > 0)) throw KernelError("linear: non-positive quantization scale");
+      p.scales[i] = scale;
+      z[i] = zero;
+      any_zero |= zero != 0;
+      int64_t k0 = b * p.block_size, k1 = std::min(K, k0 + p.block_size);
+      for (int64_t k = k0; k < k1; ++k) {
+        float q = std::nearbyint(at(w, K, N, w_is_nk, n, k) / scale) - zero;
+        store(p, n, k, static_cast<int>(std::clamp(q, float(qmin), float(qmax))));
+      }
+    }
+  if (any_zero) p.zeros = std::move(z);
+  return p;
+}
+
+std::vector<float> dequantize(const PackedWeight& p) {
+  std::vector<float> w(static_cast<size_t>(p.K * p.N));
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t k = 0; k < p.K; ++k) {
+      float v;
+      if (p.format == WeightFormat::F32) v = p.f32[n * p.K + k];
+      else {
+        size_t i = static_cast<size_t>(n * p.n_blocks + k / p.block_size);
+        v = (static_cast<float>(load(p, n, k)) + (p.zeros.empty() ? 0.f : p.zeros[i])) * p.scales[i];
+      }
+      w[k * p.N + n] = v;
+    }
+  return w;
+}
+
+void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int threads) {
+  const int64_t K = w.K, N = w.N;
+  if (M <= 0) return;
+  const bool simd = using_simd();
+  // Decode and short batches: stream the weights once, rows of x reuse each weight row.
+  constexpr int64_t kGemvMaxRows = 4;
+  if (M <= kGemvMaxRows) {
+    std::vector<float> xsum;
+    if (!w.zeros.empty()) {
+      xsum.assign(static_cast<size_t>(M * w.n_blocks), 0.f);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) xsum[m * w.n_blocks + k / w.block_size] += x[m * K + k];
+    }
+    parallel_for(N, threads, 16, [&](int64_t n0, int64_t n1) {
+      switch (w.format) {
+        case WeightFormat::F32: detail::gemv_f32(x, M, w, bias, y, n0, n1, simd); break;
+        case WeightFormat::Int8: detail::gemv_int8(x, M, xsum.data(), w, bias, y, n0, n1, simd); break;
+        case WeightFormat::Int4: detail::gemv_int4(x, M, xsum.data(), w, bias, y, n0, n1, simd); break;
+      }
+    });
+    return;
+  }
+  // Prefill: fp32 GEMM against the packed [N, K] rows, dequantizing tiles of output channels
+  // for the integer formats so the scratch stays small.
+  if (w.format == WeightFormat::F32) {
+    sgemm(x, w.f32.data(), y, M, N, K, true);
+  } else {
+    const int64_t tile = std::min<int64_t>(N, 256);
+    std::vector<float> wt(static_cast<size_t>(tile * K)), yt(static_cast<size_t>(M * tile));
+    for (int64_t n0 = 0; n0 < N; n0 += tile) {
+      int64_t nt = std::min(tile, N - n0);
+      parallel_for(nt, threads, 8, [&](int64_t a, int64_t b) {
+        for (int64_t n = a; n < b; ++n) {
+          size_t base = static_cast<size_t>((n0 + n) * w.n_blocks);
+          for (int64_t k = 0; k < K; ++k) {
+            size_t i = base + static_cast<size_t>(k / w.block_size);
+            wt[n * K + k] = (static_cast<float>(load(w, n0 + n, k)) + (w.zeros.empty() ? 0.f : w.zeros[i])) * w.scales[i];
+          }
+        }
+      });
+      sgemm(x, wt.data(), yt.data(), M, nt, K, true);
+      for (int64_t m = 0; m < M; ++m) std::copy(yt.begin() + m * nt, yt.begin() + (m + 1) * nt, y + m * N + n0);
+    }
+  }
+  if (bias)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
+Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int threads) {
+  if (x.dtype() != NF_DTYPE_FLOAT32) throw KernelError("MatMul: packed weights need a float32 input");
+  if (x.rank() < 1 || x.dims().back() != w.K)
+    throw KernelError("MatMul: input " + dims_str(x.dims()) + " does not match weight [" + std::to_string(w.K) + "," +
+                      std::to_string(w.N) + "]");
+  Dims out = x.dims();
+  out.back() = w.N;
+  Tensor y(NF_DTYPE_FLOAT32, out);
+  linear(x.data<float>(), x.numel() / w.K, w, bias, y.data<float>(), threads);
+  return y;
+}
+
+}  // namespace nf::kernels

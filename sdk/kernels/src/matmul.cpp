@@ -1,0 +1,96 @@
+// ONNX MatMul and Gemm in fp32 over OpenBLAS; other dtypes through a plain triple loop.
+#include "npuforge/kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "npuforge/kernels/elementwise.h"
+
+namespace nf::kernels {
+
+void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(c, c + m * n, 0.f);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.f, a, static_cast<int>(k), b,
+              static_cast<int>(trans_b ? k : n), 0.f, c, static_cast<int>(n));
+}
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  if (a_in.dtype() != b_in.dtype()) throw KernelError("MatMul: input dtypes differ");
+  if (a_in.rank() == 0 || b_in.rank() == 0) throw KernelError("MatMul: scalar input");
+  // 1-D operands: promote, multiply, then drop the added axis (numpy rules).
+  bool a_vec = a_in.rank() == 1, b_vec = b_in.rank() == 1;
+  Tensor a = a_vec ? a_in.reshaped({1, a_in.dim(0)}) : a_in;
+  Tensor b = b_vec ? b_in.reshaped({b_in.dim(0), 1}) : b_in;
+  const Dims &da = a.dims(), &db = b.dims();
+  int64_t M = da[da.size() - 2], K = da.back(), N = db.back();
+  if (db[db.size() - 2] != K)
+    throw KernelError("MatMul: shapes " + dims_str(a_in.dims()) + " and " + dims_str(b_in.dims()) + " do not match");
+  Dims ba(da.begin(), da.end() - 2), bb(db.begin(), db.end() - 2);
+  Dims batch = broadcast_shape(ba, bb, "MatMul");
+  Dims out = batch;
+  out.push_back(M);
+  out.push_back(N);
+  auto sa = broadcast_strides(ba, batch), sb = broadcast_strides(bb, batch);
+  int64_t nbatch = numel(batch);
+  Tensor y(a.dtype(), out);
+  dispatch(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<int64_t> idx(batch.size(), 0);
+    for (int64_t i = 0; i < nbatch; ++i) {
+      int64_t ia = 0, ib = 0;
+      for (size_t d = 0; d < batch.size(); ++d) ia += idx[d] * sa[d], ib += idx[d] * sb[d];
+      const T* pa = a.data<T>() + ia * M * K;
+      const T* pb = b.data<T>() + ib * K * N;
+      T* py = y.data<T>() + i * M * N;
+      if constexpr (std::is_same_v<T, float>) {
+        sgemm(pa, pb, py, M, N, K, false);
+      } else {
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            T s{};
+            for (int64_t k = 0; k < K; ++k) s = static_cast<T>(s + pa[m * K + k] * pb[k * N + n]);
+            py[m * N + n] = s;
+          }
+      }
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++idx[d] < batch[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+  Dims final_dims = batch;
+  if (!a_vec) final_dims.push_back(M);
+  if (!b_vec) final_dims.push_back(N);
+  return y.reshaped(final_dims);
+}
+
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b) {
+  if (a.dtype() != NF_DTYPE_FLOAT32 || b.dtype() != NF_DTYPE_FLOAT32) throw KernelError("Gemm: only float32 is supported");
+  if (a.rank() != 2 || b.rank() != 2) throw KernelError("Gemm: inputs must be 2-D");
+  int64_t M = trans_a ? a.dim(1) : a.dim(0), K = trans_a ? a.dim(0) : a.dim(1);
+  int64_t Kb = trans_b ? b.dim(1) : b.dim(0), N = trans_b ? b.dim(0) : b.dim(1);
+  if (K != Kb) throw KernelError("Gemm: shapes " + dims_str(a.dims()) + " and " + dims_str(b.dims()) + " do not match");
+  Tensor y = Tensor::zeros(NF_DTYPE_FLOAT32, {M, N});
+  float* py = y.data<float>();
+  if (c && beta != 0.f) {
+    Tensor cf = cast(*c, NF_DTYPE_FLOAT32);
+    Dims bc = broadcast_shape(cf.dims(), {M, N}, "Gemm");
+    if (bc != Dims{M, N}) throw KernelError("Gemm: C " + dims_str(c->dims()) + " does not broadcast to the output");
+    auto st = broadcast_strides(cf.dims(), {M, N});
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) py[m * N + n] = beta * cf.data<float>()[m * st[0] + n * st[1]];
+  }
+  if (M && N && K)
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.data<float>(),
+                static_cast<int>(a.dim(1)), b.data<float>(), static_cast<int>(b.dim(1)), 1.f, py, static_cast<int>(N));
+  return y;
+}
+
+}  // namespace nf::kernels
