@@ -48,7 +48,8 @@ class Config:
         self.num_experts_per_tok = d.get("num_experts_per_tok", 0) or 0
         self.model_type = d.get("model_type", "llama")
         rs = d.get("rope_scaling")
-        if rs and rs.get("rope_type", rs.get("type")) not in (None, "default"):
+        self.rope_scaling = rs
+        if rs and rs.get("rope_type", rs.get("type")) not in (None, "default", "llama3"):
             raise ValueError(f"rope_scaling {rs} is not supported by these test models")
 
 
@@ -67,9 +68,20 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, dim, theta):
+    def __init__(self, dim, theta, rope_scaling=None):
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "llama3":
+            # HF _compute_llama3_parameters
+            factor = rope_scaling["factor"]
+            lf, hf = rope_scaling["low_freq_factor"], rope_scaling["high_freq_factor"]
+            old = rope_scaling["original_max_position_embeddings"]
+            wavelen = 2 * math.pi / inv_freq
+            inv_l = torch.where(wavelen > old / lf, inv_freq / factor, inv_freq)
+            smooth = (old / wavelen - lf) / (hf - lf)
+            smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+            medium = ~(wavelen < old / hf) & ~(wavelen > old / lf)
+            inv_freq = torch.where(medium, smoothed, inv_l)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, position_ids):
@@ -236,7 +248,7 @@ class DecoderLM(nn.Module):
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList([DecoderLayer(c) for _ in range(c.num_hidden_layers)])
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.rotary = RotaryEmbedding(c.head_dim, c.rope_theta)
+        self.rotary = RotaryEmbedding(c.head_dim, c.rope_theta, c.rope_scaling)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         if c.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

@@ -171,7 +171,7 @@ def train(model, data, steps, lr=2e-3, warmup=100, min_lr=1e-4):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=1700)
+    ap.add_argument("--steps", type=int, default=1100)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-train", action="store_true", help="reuse model.pt, redo outputs")
     ap.add_argument("--bench", type=int, default=0, help="time N training steps and exit")
