@@ -1,0 +1,236 @@
+// `npuforge inspect`: what a decoder graph is, from names and shapes real exporters write.
+//
+// parameters / parameter_bytes: numeric initializers. layers: distinct N in
+// past_key_values.N / present.N, else in name prefixes like /model/layers.N/. kv_heads and
+// head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from the q
+// projection's output size / head_dim.
+#include "onnx/internal.h"
+
+#include <cctype>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+using nlohmann::json;
+
+namespace nf::onnx_io {
+
+namespace {
+
+bool starts_with(const std::string& s, std::string_view p) { return s.rfind(p, 0) == 0; }
+
+bool is_kv_input(const std::string& n) {
+  return starts_with(n, "past_key_values") || starts_with(n, "past_key") || starts_with(n, "past_value") ||
+         starts_with(n, "past.");
+}
+bool is_kv_output(const std::string& n) { return starts_with(n, "present"); }
+
+// Numbers that follow any of `keys` and a '.', '_' or '/' in s (e.g. "layers.12/" -> 12).
+void collect_indices(const std::string& s, std::initializer_list<std::string_view> keys, std::set<int64_t>& out) {
+  for (auto key : keys) {
+    for (size_t pos = s.find(key); pos != std::string::npos; pos = s.find(key, pos + 1)) {
+      // The key must start a name component.
+      if (pos > 0 && std::isalnum(static_cast<unsigned char>(s[pos - 1]))) continue;
+      size_t i = pos + key.size();
+      if (i >= s.size() || (s[i] != '.' && s[i] != '_' && s[i] != '/')) continue;
+      size_t j = ++i;
+      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j])) && j - i < 9) ++j;
+      if (j == i || (j < s.size() && std::isalnum(static_cast<unsigned char>(s[j])))) continue;
+      out.insert(std::stoll(s.substr(i, j - i)));
+    }
+  }
+}
+
+json shape_json(const ir::ValueType* vt) {
+  if (!vt || !vt->shape) return nullptr;
+  json s = json::array();
+  for (const auto& d : *vt->shape) {
+    if (d.value >= 0) s.push_back(d.value);
+    else s.push_back(d.param.empty() ? "?" : d.param);
+  }
+  return s;
+}
+
+json value_json(const ir::Graph& g, const std::string& name) {
+  auto it = g.types.find(name);
+  const ir::ValueType* vt = it == g.types.end() ? nullptr : &it->second;
+  return {{"name", name}, {"dtype", ir::dtype_name(vt ? vt->dtype : NF_DTYPE_UNDEFINED)}, {"shape", shape_json(vt)}};
+}
+
+// Output features of a linear layer's weight, given how the node uses it.
+int64_t linear_out_features(const ir::Node& n, const ir::Tensor& w) {
+  if (w.dims.size() < 2) return -1;
+  if (n.op_type == "MatMul") return w.dims.back();
+  if (n.op_type == "Gemm") {
+    auto it = n.attrs.find("transB");
+    return (it != n.attrs.end() && it->second.i) ? w.dims[0] : w.dims[1];
+  }
+  return w.dims[0];  // Conv and torch layout [out, in]
+}
+
+// (output features, fused qkv?) of the first q projection found, or -1.
+std::pair<int64_t, bool> q_projection(const ir::Graph& g) {
+  for (bool fused : {false, true}) {
+    const char* key = fused ? "qkv_proj" : "q_proj";
+    for (const auto& n : g.nodes) {
+      if (n->name.find(key) == std::string::npos) continue;
+      if (n->op_type != "MatMul" && n->op_type != "Gemm" && n->op_type != "Conv") continue;
+      for (const auto& in : n->inputs)
+        if (const ir::Tensor* w = g.initializer(in)) return {linear_out_features(*n, *w), fused};
+    }
+    for (const auto& [name, ref] : g.initializers)
+      if (name.find(std::string(key) + ".weight") != std::string::npos && ref->tensor.dims.size() == 2)
+        return {ref->tensor.dims[0], fused};
+  }
+  return {-1, false};
+}
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > (v < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+std::string shape_text(const json& s) {
+  if (s.is_null()) return "?";
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += s[i].is_string() ? s[i].get<std::string>() : std::to_string(s[i].get<int64_t>());
+  }
+  return r + "]";
+}
+
+}  // namespace
+
+json inspect(const ir::Graph& g) {
+  json r;
+  int64_t params = 0, bytes = 0;
+  for (const auto& [name, ref] : g.initializers) {
+    const ir::Tensor& t = ref->tensor;
+    if (t.dtype == NF_DTYPE_STRING || t.dtype == NF_DTYPE_BOOL || t.dtype == NF_DTYPE_UNDEFINED) continue;
+    params += t.numel();
+    bytes += static_cast<int64_t>(t.nbytes());
+  }
+  r["parameters"] = params;
+  r["parameter_bytes"] = bytes;
+
+  json kv_in = json::array(), kv_out = json::array(), inputs = json::array(), outputs = json::array();
+  std::set<int64_t> kv_layers;
+  for (const auto& name : g.inputs) {
+    if (g.initializers.count(name)) continue;  // old exports list weights as inputs
+    inputs.push_back(value_json(g, name));
+    if (is_kv_input(name)) {
+      kv_in.push_back(name);
+      collect_indices(name, {"past_key_values", "past"}, kv_layers);
+    }
+  }
+  for (const auto& name : g.outputs) {
+    outputs.push_back(value_json(g, name));
+    if (is_kv_output(name)) {
+      kv_out.push_back(name);
+      collect_indices(name, {"present"}, kv_layers);
+    }
+  }
+  if (kv_layers.empty()) {
+    for (const auto& n : g.nodes) collect_indices(n->name, {"layers", "layer", "h", "blocks"}, kv_layers);
+    for (const auto& [name, _] : g.initializers) collect_indices(name, {"layers", "layer", "h", "blocks"}, kv_layers);
+  }
+  r["layers"] = kv_layers.size();
+
+  // KV input [batch, kv_heads, past, head_dim] (HF layout).
+  int64_t kv_heads = -1, head_dim = -1;
+  for (const auto& name : kv_in) {
+    auto it = g.types.find(name.get<std::string>());
+    if (it == g.types.end() || !it->second.shape || it->second.shape->size() != 4) continue;
+    const auto& s = *it->second.shape;
+    if (s[1].value > 0 && s[3].value > 0) {
+      kv_heads = s[1].value;
+      head_dim = s[3].value;
+      break;
+    }
+  }
+  if (kv_heads > 0) {
+    r["kv_heads"] = kv_heads;
+    r["head_dim"] = head_dim;
+    auto [q_out, fused] = q_projection(g);
+    if (q_out > 0 && q_out % head_dim == 0) {
+      int64_t heads = q_out / head_dim - (fused ? 2 * kv_heads : 0);
+      if (heads > 0) r["heads"] = heads;
+    }
+  }
+  r["kv_inputs"] = kv_in;
+  r["kv_outputs"] = kv_out;
+  r["inputs"] = inputs;
+  r["outputs"] = outputs;
+  json opset = json::object();
+  for (const auto& [domain, v] : g.opsets) opset[domain.empty() ? "ai.onnx" : domain] = v;
+  r["opset"] = opset;
+  std::map<std::string, int64_t> ops;
+  for (const auto& n : g.nodes) ++ops[n->domain.empty() ? n->op_type : n->domain + "::" + n->op_type];
+  r["ops"] = ops;
+  r["nodes"] = g.nodes.size();
+  return r;
+}
+
+std::string format_inspect(const json& info) {
+  std::ostringstream o;
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << "  " << k << std::string(k.size() < 16 ? 16 - k.size() : 1, ' ') << v << "\n";
+  };
+  auto num = [&](const char* k) { return info.contains(k) ? with_commas(info[k].get<int64_t>()) : std::string("?"); };
+  o << "Model\n";
+  row("parameters", num("parameters") + " (" + human_bytes(info.value("parameter_bytes", 0.0)) + ")");
+  row("layers", num("layers"));
+  if (info.contains("heads") || info.contains("kv_heads")) {
+    row("heads", num("heads"));
+    row("kv_heads", num("kv_heads"));
+    row("head_dim", num("head_dim"));
+  }
+  row("nodes", num("nodes"));
+  std::string opsets;
+  if (info.contains("opset"))
+    for (const auto& [d, v] : info["opset"].items()) opsets += (opsets.empty() ? "" : ", ") + d + " " + v.dump();
+  row("opset", opsets.empty() ? "?" : opsets);
+
+  auto values = [&](const char* title, const char* key) {
+    if (!info.contains(key) || info[key].empty()) return;
+    size_t w = 4, dw = 5;
+    for (const auto& v : info[key]) {
+      w = std::max(w, v.value("name", "").size());
+      dw = std::max(dw, v.value("dtype", "").size());
+    }
+    o << title << "\n";
+    for (const auto& v : info[key]) {
+      std::string name = v.value("name", ""), dtype = v.value("dtype", "");
+      o << "  " << name << std::string(w - name.size() + 2, ' ') << dtype << std::string(dw - dtype.size() + 2, ' ')
+        << shape_text(v.contains("shape") ? v["shape"] : json()) << "\n";
+    }
+  };
+  values("Inputs", "inputs");
+  values("Outputs", "outputs");
+  if (info.contains("ops") && !info["ops"].empty()) {
+    // Most frequent first.
+    std::vector<std::pair<int64_t, std::string>> ops;
+    size_t w = 2;
+    for (const auto& [op, n] : info["ops"].items()) {
+      ops.emplace_back(-n.get<int64_t>(), op);
+      w = std::max(w, op.size());
+    }
+    std::sort(ops.begin(), ops.end());
+    o << "Ops\n";
+    for (const auto& [n, op] : ops) o << "  " << op << std::string(w - op.size() + 2, ' ') << -n << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace nf::onnx_io

@@ -1,0 +1,72 @@
+// Shared pieces of the ONNX import/export implementation (not part of the public API).
+#pragma once
+
+#include "onnx/onnx_io.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+
+namespace nf::onnx_io::detail {
+
+// Makes text safe for a one-line message: control characters become spaces, long text is cut.
+std::string one_line(std::string_view s, size_t max_len = 200);
+// Throws ModelError("<origin>: <reason>") as one line.
+[[noreturn]] void fail(const std::string& origin, const std::string& reason);
+
+// ---- import ---------------------------------------------------------------------------
+struct ImportContext {
+  std::string origin;    // path shown in errors
+  std::string base_dir;  // external data must resolve inside this folder
+  // Canonical path -> mapping, so each external-data file is mapped once.
+  std::map<std::string, std::shared_ptr<ir::MappedFile>> files;
+};
+
+// Parses a serialized ModelProto (any size up to the 2 GB protobuf limit) and converts it.
+std::unique_ptr<ir::Graph> parse_and_import(std::string_view bytes, ImportContext& ctx);
+std::unique_ptr<ir::Graph> parse_and_import_file(const std::string& path, ImportContext& ctx);
+// Canonical form of a folder (or the folder itself if it cannot be resolved).
+std::string canonical_dir(const std::string& dir);
+
+// ---- export ---------------------------------------------------------------------------
+// Appends tensor bytes to one data file at 64-byte aligned offsets, writing each distinct
+// (buffer, offset, size) view once. Writes to "<path>.tmp" and renames on commit(), so a
+// file that is currently mapped by the graph being saved is never truncated under it.
+class DataWriter {
+ public:
+  DataWriter(std::string path, std::string location);
+  ~DataWriter();
+  DataWriter(const DataWriter&) = delete;
+  DataWriter& operator=(const DataWriter&) = delete;
+
+  uint64_t put(const ir::Tensor& t);  // offset of the tensor's bytes in the file
+  const std::string& location() const { return location_; }
+  uint64_t size() const { return size_; }
+  void commit();
+
+ private:
+  std::string path_, tmp_, location_;
+  std::ofstream out_;
+  uint64_t size_ = 0;
+  bool committed_ = false;
+  std::map<std::tuple<const ir::Buffer*, size_t, size_t>, uint64_t> written_;
+};
+
+struct ExportPolicy {
+  std::string origin;               // path shown in errors
+  DataWriter* data = nullptr;       // null: everything inline
+  size_t initializer_threshold = 1024;  // initializers of at least this many bytes go to data
+  size_t attribute_threshold = 1024;    // same for tensors in attributes (Constant nodes)
+};
+
+void export_model(const ir::Graph& g, const ExportPolicy& policy, onnx::ModelProto* model);
+// Serializes to "<path>.tmp" and renames; refuses protos over the 2 GB protobuf limit.
+void write_model_file(const onnx::ModelProto& model, const std::string& path);
+
+}  // namespace nf::onnx_io::detail

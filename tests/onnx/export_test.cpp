@@ -1,0 +1,135 @@
+#include "test_util.h"
+
+#include <cstdlib>
+
+using namespace nf;
+using namespace nf::onnx_test;
+using onnx_io::load_model;
+using onnx_io::save_model;
+using onnx_io::SaveOptions;
+
+namespace {
+
+onnx::ModelProto parse(const std::string& path) {
+  onnx::ModelProto m;
+  std::string bytes = read_file(path);
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  return m;
+}
+
+std::string external_value(const onnx::TensorProto& t, const std::string& key) {
+  for (const auto& e : t.external_data())
+    if (e.key() == key) return e.value();
+  return "";
+}
+
+// onnx.checker from Debian's python (onnx 1.12); empty string when it passes.
+bool have_python_onnx() { return std::system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") == 0; }
+int run_checker(const std::string& path) {
+  std::string cmd = "/usr/bin/python3 -c 'import onnx,sys; onnx.checker.check_model(sys.argv[1], full_check=True)' '" +
+                    path + "'";
+  return std::system(cmd.c_str());
+}
+
+}  // namespace
+
+TEST(Export, RoundTripKeepsStructureAndEveryWeightByte) {
+  TempDir d;
+  for (const char* name : {"tiny_decoder.onnx", "tiny_decoder_ext.onnx", "typed_fields.onnx"}) {
+    auto a = load_model((data_dir() / name).string());
+    save_model(*a, d / name);
+    auto b = load_model(d / name);
+    EXPECT_TRUE(same_graph(*a, *b)) << name;
+    EXPECT_EQ(a->opsets, b->opsets);
+    EXPECT_EQ(a->ir_version, b->ir_version);
+    EXPECT_EQ(a->producer_name, b->producer_name);
+    // Inline only, too.
+    SaveOptions inline_all;
+    inline_all.external_data_file = "";
+    save_model(*a, d / "inline.onnx", inline_all);
+    EXPECT_FALSE(fs::exists(d.path / "inline.onnx.data"));
+    EXPECT_TRUE(same_graph(*a, *load_model(d / "inline.onnx"))) << name;
+  }
+}
+
+TEST(Export, LargeTensorsGoToAlignedExternalData) {
+  TempDir d;
+  auto g = load_model((data_dir() / "tiny_decoder.onnx").string());
+  save_model(*g, d / "model.onnx");
+  ASSERT_TRUE(fs::exists(d.path / "model.onnx.data"));
+  auto m = parse(d / "model.onnx");
+  size_t external = 0, external_bytes = 0;
+  for (const auto& t : m.graph().initializer()) {
+    size_t n = g->initializer(t.name())->nbytes();
+    if (n >= 1024) {
+      external_bytes += n;
+      ASSERT_EQ(t.data_location(), onnx::TensorProto::EXTERNAL) << t.name();
+      EXPECT_FALSE(t.has_raw_data());
+      EXPECT_EQ(external_value(t, "location"), "model.onnx.data");
+      EXPECT_EQ(std::stoull(external_value(t, "offset")) % 64, 0u) << t.name();
+      EXPECT_EQ(std::stoull(external_value(t, "length")), n);
+      ++external;
+    } else {
+      EXPECT_NE(t.data_location(), onnx::TensorProto::EXTERNAL) << t.name();
+      EXPECT_EQ(t.raw_data().size(), n);
+    }
+  }
+  EXPECT_EQ(external, 16u);  // embedding, 14 projections, lm_head
+  // The proto holds no weight bytes beyond the small ones.
+  EXPECT_LT(fs::file_size(d.path / "model.onnx") + 40000, read_file(data_dir() / "tiny_decoder.onnx").size());
+  EXPECT_GE(fs::file_size(d.path / "model.onnx.data"), external_bytes);
+  EXPECT_LE(fs::file_size(d.path / "model.onnx.data"), external_bytes + 64 * external);
+
+  // A custom file name and a threshold.
+  SaveOptions o;
+  o.external_data_file = "w.bin";
+  o.external_threshold = 5000;
+  save_model(*g, d / "other.onnx", o);
+  auto m2 = parse(d / "other.onnx");
+  for (const auto& t : m2.graph().initializer())
+    EXPECT_EQ(t.data_location() == onnx::TensorProto::EXTERNAL, g->initializer(t.name())->nbytes() >= 5000);
+  EXPECT_TRUE(same_graph(*g, *load_model(d / "other.onnx")));
+}
+
+TEST(Export, SharedWeightViewsAreWrittenOnce) {
+  TempDir d;
+  ir::Graph g;
+  g.name = "shared";
+  auto w = std::make_shared<ir::TensorRef>();
+  w->tensor = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1024});
+  g.initializers["a"] = w;
+  g.initializers["b"] = ir::make_tensor_ref(w->tensor);
+  g.inputs = {};
+  g.outputs = {"a", "b"};
+  save_model(g, d / "m.onnx");
+  EXPECT_EQ(fs::file_size(d.path / "m.onnx.data"), 4096u);
+}
+
+TEST(Export, OverwritingTheLoadedModelKeepsItsBytes) {
+  // The data file being rewritten is mapped by the graph: it must be replaced, not truncated.
+  TempDir d;
+  auto g = load_model((data_dir() / "tiny_decoder.onnx").string());
+  save_model(*g, d / "m.onnx");
+  auto mapped = load_model(d / "m.onnx");
+  save_model(*mapped, d / "m.onnx");
+  EXPECT_TRUE(same_graph(*g, *mapped));
+  EXPECT_TRUE(same_graph(*g, *load_model(d / "m.onnx")));
+}
+
+TEST(Export, OnnxCheckerAcceptsOutput) {
+  if (!have_python_onnx()) GTEST_SKIP() << "/usr/bin/python3 has no onnx";
+  TempDir d;
+  for (const char* name : {"tiny_decoder.onnx", "typed_fields.onnx"}) {
+    auto g = load_model((data_dir() / name).string());
+    save_model(*g, d / name);
+    EXPECT_EQ(run_checker(d / name), 0) << name;
+  }
+}
+
+TEST(Export, RefusesDataFileOutsideModelFolder) {
+  TempDir d;
+  auto g = load_model((data_dir() / "typed_fields.onnx").string());
+  SaveOptions o;
+  o.external_data_file = "../x.bin";
+  EXPECT_MODEL_ERROR(save_model(*g, d / "m.onnx", o), d / "m.onnx", "plain file name");
+}

@@ -1,0 +1,63 @@
+#include "test_util.h"
+
+using namespace nf;
+using namespace nf::onnx_test;
+using nlohmann::json;
+
+TEST(Inspect, TinyDecoderCounts) {
+  TempDir d;
+  // Through an export, as `npuforge inspect` would see a saved model.
+  auto src = onnx_io::load_model((data_dir() / "tiny_decoder.onnx").string());
+  onnx_io::save_model(*src, d / "m.onnx");
+  json info = onnx_io::inspect(*onnx_io::load_model(d / "m.onnx"));
+  EXPECT_EQ(info["parameters"], 19616);  // embedding 64x32, 2 layers of 7744, norm 32, lm_head 32x64
+  EXPECT_EQ(info["parameter_bytes"], 19616 * 4);
+  EXPECT_EQ(info["layers"], 2);
+  EXPECT_EQ(info["kv_heads"], 2);
+  EXPECT_EQ(info["head_dim"], 8);
+  EXPECT_EQ(info["heads"], 4);
+  EXPECT_EQ(info["kv_inputs"], json({"past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key",
+                                     "past_key_values.1.value"}));
+  EXPECT_EQ(info["kv_outputs"].size(), 4u);
+  EXPECT_EQ(info["inputs"].size(), 7u);
+  EXPECT_EQ(info["inputs"][0], json({{"name", "input_ids"}, {"dtype", "int64"}, {"shape", {"batch_size", "sequence_length"}}}));
+  EXPECT_EQ(info["inputs"][3]["shape"], json({"batch_size", 2, "past_sequence_length", 8}));
+  EXPECT_EQ(info["outputs"][0]["name"], "logits");
+  EXPECT_EQ(info["opset"], json({{"ai.onnx", 17}}));
+  EXPECT_EQ(info["ops"]["MatMul"], 19);
+  EXPECT_EQ(info["ops"]["Constant"], 166);
+  EXPECT_EQ(info["nodes"], 467);
+
+  std::string text = onnx_io::format_inspect(info);
+  EXPECT_NE(text.find("parameters      19,616 (76.6 KiB)"), std::string::npos) << text;
+  EXPECT_NE(text.find("past_key_values.0.key"), std::string::npos);
+  EXPECT_NE(text.find("[batch_size, 2, past_sequence_length, 8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("heads           4"), std::string::npos) << text;
+}
+
+TEST(Inspect, LayersFromNamePrefixesWithoutKv) {
+  auto g = onnx_io::load_model((data_dir() / "tiny_decoder.onnx").string());
+  // Drop the KV IO: layers must come from names like /layers.N/ alone.
+  g->inputs.resize(3);
+  g->outputs.resize(1);
+  json info = onnx_io::inspect(*g);
+  EXPECT_EQ(info["layers"], 2);
+  EXPECT_FALSE(info.contains("heads"));
+  EXPECT_TRUE(info["kv_inputs"].empty());
+}
+
+TEST(Inspect, FusedQkvAndEmptyGraph) {
+  ir::Graph g;
+  g.inputs = {"past_key_values.0.key"};
+  g.types["past_key_values.0.key"] = {NF_DTYPE_FLOAT32, std::vector<ir::Dim>{{-1, "b"}, {2, ""}, {-1, "p"}, {16, ""}}};
+  auto w = std::make_shared<ir::TensorRef>();
+  w->tensor = ir::Tensor::zeros(NF_DTYPE_FLOAT16, {64, (8 + 2 * 2) * 16});
+  g.initializers["W"] = w;
+  g.nodes.push_back(std::make_unique<ir::Node>(ir::Node{"MatMul", "", "/layers.0/attn/qkv_proj/MatMul", {"x", "W"}, {"y"}, {}}));
+  json info = onnx_io::inspect(g);
+  EXPECT_EQ(info["heads"], 8);
+  EXPECT_EQ(info["kv_heads"], 2);
+  EXPECT_EQ(info["layers"], 1);
+  EXPECT_EQ(info["parameter_bytes"], 64 * 192 * 2);
+  EXPECT_FALSE(onnx_io::format_inspect(onnx_io::inspect(ir::Graph{})).empty());
+}
