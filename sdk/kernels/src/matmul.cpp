@@ -20,16 +20,17 @@ void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64
               static_cast<int>(trans_b ? k : n), 0.f, c, static_cast<int>(n));
 }
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
   if (a_in.dtype() != b_in.dtype()) throw KernelError("MatMul: input dtypes differ");
   if (a_in.rank() == 0 || b_in.rank() == 0) throw KernelError("MatMul: scalar input");
   // 1-D operands: promote, multiply, then drop the added axis (numpy rules).
   bool a_vec = a_in.rank() == 1, b_vec = b_in.rank() == 1;
+  if (trans_b && b_vec) throw KernelError("MatMul: transposed 1-D operand");
   Tensor a = a_vec ? a_in.reshaped({1, a_in.dim(0)}) : a_in;
   Tensor b = b_vec ? b_in.reshaped({b_in.dim(0), 1}) : b_in;
   const Dims &da = a.dims(), &db = b.dims();
-  int64_t M = da[da.size() - 2], K = da.back(), N = db.back();
-  if (db[db.size() - 2] != K)
+  int64_t M = da[da.size() - 2], K = da.back(), N = trans_b ? db[db.size() - 2] : db.back();
+  if ((trans_b ? db.back() : db[db.size() - 2]) != K)
     throw KernelError("MatMul: shapes " + dims_str(a_in.dims()) + " and " + dims_str(b_in.dims()) + " do not match");
   Dims ba(da.begin(), da.end() - 2), bb(db.begin(), db.end() - 2);
   Dims batch = broadcast_shape(ba, bb, "MatMul");
@@ -49,12 +50,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       const T* pb = b.data<T>() + ib * K * N;
       T* py = y.data<T>() + i * M * N;
       if constexpr (std::is_same_v<T, float>) {
-        sgemm(pa, pb, py, M, N, K, false);
+        sgemm(pa, pb, py, M, N, K, trans_b);
       } else {
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
             T s{};
-            for (int64_t k = 0; k < K; ++k) s = static_cast<T>(s + pa[m * K + k] * pb[k * N + n]);
+            for (int64_t k = 0; k < K; ++k) s = static_cast<T>(s + pa[m * K + k] * pb[trans_b ? n * K + k : k * N + n]);
             py[m * N + n] = s;
           }
       }

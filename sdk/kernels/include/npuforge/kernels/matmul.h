@@ -5,8 +5,9 @@
 
 namespace nf::kernels {
 
-// ONNX MatMul on float32 (any numeric dtype through a plain loop).
-Tensor matmul(const Tensor& a, const Tensor& b);
+// ONNX MatMul on float32 (any numeric dtype through a plain loop). trans_b multiplies by b
+// with its last two dims swapped, so a graph's Transpose -> MatMul needs no copy.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b = false);
 // ONNX Gemm: alpha * op(A) * op(B) + beta * C, C unidirectionally broadcast to [M, N].
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b);
 // Row-major C[M,N] = A[M,K] * op(B) with B stored [K,N] (trans_b false) or [N,K] (true).

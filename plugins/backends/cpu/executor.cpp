@@ -1,0 +1,293 @@
+#include "executor.h"
+
+#include <npuforge/kernels/conv.h>
+#include <npuforge/kernels/elementwise.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "weights.h"
+
+namespace nf::cpu {
+
+SessionOptions SessionOptions::parse(const nlohmann::json& j) {
+  SessionOptions o;
+  if (!j.is_object()) return o;
+  if (j.contains("threads")) o.threads = j["threads"].get<int>();
+  if (j.contains("weight_dtype")) o.weight_dtype = j["weight_dtype"].get<std::string>();
+  if (j.contains("block_size")) o.block_size = j["block_size"].get<int64_t>();
+  if (j.contains("use_encodings")) o.use_encodings = j["use_encodings"].get<bool>();
+  if (o.threads < 0) throw Error("cpu backend: option threads must be >= 0");
+  if (o.weight_dtype != "float32" && o.weight_dtype != "int8" && o.weight_dtype != "int4")
+    throw Error("cpu backend: option weight_dtype must be float32, int8 or int4, not '" + o.weight_dtype + "'");
+  if (o.block_size <= 0) throw Error("cpu backend: option block_size must be positive");
+  return o;
+}
+
+nlohmann::json SessionOptions::to_json() const {
+  return {{"threads", threads}, {"weight_dtype", weight_dtype}, {"block_size", block_size}, {"use_encodings", use_encodings}};
+}
+
+k::Tensor from_host(const Tensor& t) {
+  nf_dtype dt = t.dtype();
+  if (k::dtype_size(dt) == 0) throw Error(std::string("dtype ") + k::dtype_name(dt) + " is not supported");
+  auto holder = std::make_shared<Tensor>(t);
+  const void* data = holder->data();
+  return k::Tensor::borrow(dt, t.dims(), data, std::shared_ptr<const void>(holder, data));
+}
+
+Tensor to_host(const k::Tensor& t) {
+  Tensor h = Tensor::create(t.dtype(), t.dims());
+  if (t.nbytes()) std::memcpy(h.mutable_data(), t.raw(), t.nbytes());
+  return h;
+}
+
+namespace {
+
+bool is_onnx_domain(std::string_view d) { return d.empty() || d == "ai.onnx"; }
+
+std::string unsupported(std::string_view op, std::string_view domain, std::string_view node) {
+  std::string full = domain.empty() || domain == "ai.onnx" ? std::string(op) : std::string(domain) + "::" + std::string(op);
+  return "cpu backend: operator '" + full + "' (node " + std::string(node) + ") is not supported";
+}
+
+Attr copy_attr(const Node& node, const std::string& name) {
+  Attr a;
+  a.type = host().node_attr_type(node.get(), name.c_str());
+  switch (a.type) {
+    case NF_ATTR_INT: a.i = node.attr_int(name.c_str(), 0); break;
+    case NF_ATTR_FLOAT: a.f = node.attr_float(name.c_str(), 0); break;
+    case NF_ATTR_STRING: a.s = node.attr_string(name.c_str(), ""); break;
+    case NF_ATTR_INTS: a.ints = node.attr_ints(name.c_str()); break;
+    case NF_ATTR_FLOATS: a.floats = node.attr_floats(name.c_str()); break;
+    case NF_ATTR_TENSOR: {
+      Tensor t = node.attr_tensor(name.c_str());
+      // Copied: attribute tensors are small and the node may change after prepare.
+      if (t) a.t = from_host(t).clone();
+      break;
+    }
+    default: break;  // graphs and strings lists: no claimed op uses them
+  }
+  return a;
+}
+
+}  // namespace
+
+void check_supported(Graph g) {
+  for (const Node& n : g.nodes())
+    if (!is_onnx_domain(n.domain()) || !find_op(std::string(n.op_type())))
+      throw Error(unsupported(n.op_type(), n.domain(), n.name()));
+}
+
+int GraphPlan::slot(const std::string& value) {
+  auto [it, added] = slots_.emplace(value, static_cast<int>(slot_names_.size()));
+  if (added) {
+    slot_names_.push_back(value);
+    constants_.emplace_back();
+    initializer_of_.emplace_back();
+  }
+  return it->second;
+}
+
+GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts) : graph_name_(g.name()), opts_(opts) {
+  g.sort();
+  for (const std::string& name : g.initializer_names()) {
+    Tensor t = g.initializer(name);
+    if (!t || t.dtype() == NF_DTYPE_STRING) continue;
+    int s = slot(name);
+    constants_[s] = from_host(t);
+    initializer_of_[s] = name;
+  }
+  for (const std::string& name : g.inputs()) {
+    if (slots_.count(name) && !constants_[slots_[name]].empty_handle()) continue;  // initializer with a default
+    Input in{name, slot(name), {}};
+    g.value_type(name, &in.type);
+    inputs_.push_back(in);
+  }
+  outputs_ = g.outputs();
+  const int64_t opset = g.opset("");
+  for (const Node& node : g.nodes()) {
+    NodeDef d;
+    d.op = node.op_type();
+    d.name = node.name();
+    if (!is_onnx_domain(node.domain()) || !(d.fn = find_op(d.op))) throw Error(unsupported(d.op, node.domain(), d.name));
+    d.opset = opset > 0 ? opset : 17;
+    for (const std::string& v : node.inputs()) d.in.push_back(v.empty() ? -1 : slot(v));
+    for (const std::string& v : node.outputs()) d.out.push_back(v.empty() ? -1 : slot(v));
+    for (size_t i = 0; i < host().node_attr_count(node.get()); ++i) {
+      std::string an = host().node_attr_name(node.get(), i);
+      d.attrs[an] = copy_attr(node, an);
+    }
+    nodes_.push_back(std::move(d));
+  }
+  fold_constants();
+  pack_weights(ms);
+  fuse_transposed_matmuls();
+  plan_frees();
+}
+
+// Runs every node whose inputs are all constant once, here, and keeps its outputs.
+void GraphPlan::fold_constants() {
+  std::vector<NodeDef> kept;
+  RunCtx ctx{opts_.threads};
+  for (NodeDef& n : nodes_) {
+    bool all_const = std::all_of(n.in.begin(), n.in.end(), [&](int s) { return s < 0 || !constants_[s].empty_handle(); });
+    if (!all_const) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    std::vector<const k::Tensor*> in;
+    for (int s : n.in) in.push_back(s < 0 ? nullptr : &constants_[s]);
+    std::vector<k::Tensor> out(n.out.size());
+    try {
+      n.fn(n, in, out, ctx);
+    } catch (const std::exception& e) {
+      throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
+    }
+    for (size_t i = 0; i < n.out.size(); ++i)
+      if (n.out[i] >= 0) constants_[n.out[i]] = out[i];
+  }
+  nodes_ = std::move(kept);
+}
+
+// MatMul / Gemm with a constant 2-D float weight: pack it once (fp32, int8, int4 or the
+// weight's encoding) so each run streams the packed rows.
+void GraphPlan::pack_weights(ModelSet ms) {
+  for (NodeDef& n : nodes_) {
+    if ((n.op != "MatMul" && n.op != "Gemm") || n.in.size() < 2 || n.in[1] < 0) continue;
+    const k::Tensor& w = constants_[n.in[1]];
+    if (w.empty_handle() || w.dtype() != NF_DTYPE_FLOAT32 || w.rank() != 2 || w.numel() == 0) continue;
+    bool nk = false;
+    k::Tensor bias;
+    if (n.op == "Gemm") {
+      if (n.i("transA", 0) != 0 || n.f("alpha", 1.f) != 1.f) continue;
+      nk = n.i("transB", 0) != 0;
+      int64_t N = nk ? w.dim(0) : w.dim(1);
+      if (n.in.size() > 2 && n.in[2] >= 0) {
+        const k::Tensor& c = constants_[n.in[2]];
+        // Only a per-column bias folds into the product; anything else stays a plain Gemm.
+        if (c.empty_handle() || n.f("beta", 1.f) != 1.f || c.numel() != N || c.dtype() != NF_DTYPE_FLOAT32 ||
+            (c.rank() == 2 && c.dim(0) != 1) || c.rank() > 2)
+          continue;
+        bias = c;
+      }
+    }
+    const std::string& wname = initializer_of_[n.in[1]];
+    const nf_encoding* enc = wname.empty() ? nullptr : ms.encoding(wname);
+    auto st = std::make_shared<LinearState>();
+    st->w = pack_weight(wname.empty() ? slot_names_[n.in[1]] : wname, w, nk, enc, opts_);
+    st->bias = bias;
+    n.linear = st;
+    n.in.resize(1);  // the packed copy replaces the weight (and bias) inputs
+  }
+}
+
+// MatMul(A, Transpose(B, swap last two)) reads B transposed in the GEMM instead of copying
+// it: this is attention's Q * K^T, and B is the whole key cache.
+void GraphPlan::fuse_transposed_matmuls() {
+  std::map<int, int> uses;
+  for (const NodeDef& n : nodes_)
+    for (int s : n.in)
+      if (s >= 0) ++uses[s];
+  for (const std::string& o : outputs_) ++uses[slot(o)];
+  std::map<int, size_t> producer;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int s : nodes_[i].out)
+      if (s >= 0) producer[s] = i;
+  std::set<size_t> dropped;
+  for (NodeDef& n : nodes_) {
+    if (n.op != "MatMul" || n.linear || n.in.size() < 2 || n.in[1] < 0 || uses[n.in[1]] != 1) continue;
+    auto p = producer.find(n.in[1]);
+    if (p == producer.end()) continue;
+    const NodeDef& t = nodes_[p->second];
+    std::vector<int64_t> perm = t.ints("perm");
+    size_t r = perm.size();
+    if (t.op != "Transpose" || r < 2) continue;
+    bool swap_last = perm[r - 1] == static_cast<int64_t>(r - 2) && perm[r - 2] == static_cast<int64_t>(r - 1);
+    for (size_t i = 0; i + 2 < r; ++i) swap_last &= perm[i] == static_cast<int64_t>(i);
+    if (!swap_last) continue;
+    n.in[1] = t.in[0];
+    n.trans_b = true;
+    dropped.insert(p->second);
+  }
+  std::vector<NodeDef> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!dropped.count(i)) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+}
+
+void GraphPlan::plan_frees() {
+  std::vector<int> last(slot_names_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int s : nodes_[i].in)
+      if (s >= 0) last[s] = static_cast<int>(i);
+  for (const std::string& o : outputs_) last[slot(o)] = static_cast<int>(nodes_.size());  // never freed
+  frees_after_.assign(nodes_.size(), {});
+  for (size_t s = 0; s < last.size(); ++s)
+    if (last[s] >= 0 && last[s] < static_cast<int>(nodes_.size()) && constants_[s].empty_handle())
+      frees_after_[last[s]].push_back(static_cast<int>(s));
+}
+
+void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inputs, size_t n_inputs,
+                    const char* const* output_names, nf_tensor** outputs, size_t n_outputs) const {
+  std::vector<k::Tensor> slots = constants_;
+  std::vector<bool> bound(inputs_.size(), false);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    std::string name = input_names[i];
+    auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const Input& in) { return in.name == name; });
+    if (it == inputs_.end()) throw Error("cpu backend: graph '" + graph_name_ + "' has no input '" + name + "'");
+    Tensor t = Tensor::borrow(const_cast<nf_tensor*>(inputs[i]));
+    const ValueType& vt = it->type;
+    if (vt.dtype != NF_DTYPE_UNDEFINED && t.dtype() != vt.dtype)
+      throw Error("cpu backend: input '" + name + "' is " + k::dtype_name(t.dtype()) + ", expected " + k::dtype_name(vt.dtype));
+    std::vector<int64_t> dims = t.dims();
+    bool shape_ok = vt.dims.empty() && vt.dtype == NF_DTYPE_UNDEFINED ? true : dims.size() == vt.dims.size();
+    for (size_t d = 0; shape_ok && d < dims.size(); ++d) shape_ok = vt.dims[d] < 0 || vt.dims[d] == dims[d];
+    if (!shape_ok)
+      throw Error("cpu backend: input '" + name + "' has shape " + k::dims_str(dims) + ", expected " + k::dims_str(vt.dims));
+    slots[it->slot] = from_host(t);
+    bound[it - inputs_.begin()] = true;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (!bound[i]) throw Error("cpu backend: graph '" + graph_name_ + "': input '" + inputs_[i].name + "' is missing");
+
+  // Requested values outlive their last use (callers may ask for intermediate activations).
+  std::vector<bool> keep(slots.size(), false);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    auto it = slots_.find(output_names[i]);
+    if (it == slots_.end())
+      throw Error("cpu backend: graph '" + graph_name_ + "' has no value '" + std::string(output_names[i]) + "'");
+    keep[it->second] = true;
+  }
+
+  RunCtx ctx{opts_.threads};
+  std::vector<const k::Tensor*> in;
+  std::vector<k::Tensor> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const NodeDef& n = nodes_[i];
+    in.clear();
+    for (int s : n.in) in.push_back(s < 0 ? nullptr : &slots[s]);
+    out.assign(n.out.size(), k::Tensor());
+    try {
+      n.fn(n, in, out, ctx);
+    } catch (const std::exception& e) {
+      throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
+    }
+    for (size_t o = 0; o < n.out.size(); ++o)
+      if (n.out[o] >= 0) slots[n.out[o]] = std::move(out[o]);
+    for (int s : frees_after_[i])
+      if (!keep[s]) slots[s] = k::Tensor();
+  }
+
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const k::Tensor& t = slots[slots_.at(output_names[i])];
+    if (t.empty_handle())
+      throw Error("cpu backend: graph '" + graph_name_ + "': value '" + std::string(output_names[i]) + "' was not computed");
+    result.push_back(to_host(t));
+  }
+  for (size_t i = 0; i < n_outputs; ++i) outputs[i] = result[i].release();
+}
+
+}  // namespace nf::cpu

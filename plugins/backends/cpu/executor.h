@@ -1,0 +1,67 @@
+// Execution plan of one graph: nodes in topological order over numbered value slots,
+// initializers and constant-only subgraphs folded at prepare time, constant MatMul/Gemm
+// weights pre-packed, and slots freed after their last use. Shapes are inferred while
+// running, since decoder graphs have dynamic dims.
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops.h"
+
+namespace nf::cpu {
+
+struct SessionOptions {
+  int threads = 0;                      // 0 = all cores
+  std::string weight_dtype = "float32";  // float32 | int8 | int4
+  int64_t block_size = 32;               // int4 block along the input dim
+  bool use_encodings = true;
+
+  static SessionOptions parse(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+};
+
+// Checks that every node of the graph is an operator this backend runs.
+void check_supported(Graph g);
+
+class GraphPlan {
+ public:
+  GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts);
+  // Runs with named inputs; returns new host tensors for the named outputs.
+  void run(const char* const* input_names, const nf_tensor* const* inputs, size_t n_inputs,
+           const char* const* output_names, nf_tensor** outputs, size_t n_outputs) const;
+
+ private:
+  int slot(const std::string& value);
+  void fold_constants();
+  void fuse_transposed_matmuls();
+  void pack_weights(ModelSet ms);
+  void plan_frees();
+
+  struct Input {
+    std::string name;
+    int slot;
+    ValueType type;
+  };
+  std::string graph_name_;
+  SessionOptions opts_;
+  std::vector<NodeDef> nodes_;
+  std::map<std::string, int> slots_;
+  std::vector<std::string> slot_names_;
+  std::vector<k::Tensor> constants_;        // per slot; empty handle when computed at run time
+  std::vector<std::string> initializer_of_;  // per slot: the initializer name, if any
+  std::vector<Input> inputs_;
+  std::vector<std::string> outputs_;
+  std::vector<std::vector<int>> frees_after_;  // per node: slots whose last use it is
+};
+
+// The kernels' view of a host tensor (zero-copy; keeps a reference to it).
+k::Tensor from_host(const Tensor& t);
+// A new host tensor holding a copy of a kernel tensor.
+Tensor to_host(const k::Tensor& t);
+
+}  // namespace nf::cpu

@@ -1,0 +1,62 @@
+// The cpu backend's operators: a node definition copied out of the host graph once (so
+// running never calls back into the host for attributes), and one function per ONNX op.
+#pragma once
+
+#include <npuforge/kernels/linear.h>
+#include <npuforge/kernels/tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nf::cpu {
+
+namespace k = nf::kernels;
+
+struct Attr {
+  nf_attr_type type = NF_ATTR_UNDEFINED;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  k::Tensor t;
+};
+
+struct NodeDef;
+struct RunCtx {
+  int threads = 0;
+};
+// Computes a node: inputs are null for omitted optional inputs; outputs come sized to the
+// node's output count and the function fills the ones it produces.
+using OpFn = void (*)(const NodeDef& n, const std::vector<const k::Tensor*>& in, std::vector<k::Tensor>& out,
+                      const RunCtx& ctx);
+
+// Prepared state of a MatMul/Gemm whose weight is constant.
+struct LinearState {
+  k::PackedWeight w;
+  k::Tensor bias;  // Gemm C as [N] when foldable into the product, else empty
+};
+
+struct NodeDef {
+  std::string op, name;
+  int64_t opset = 0;
+  std::vector<int> in, out;  // value slots; -1 = omitted
+  std::map<std::string, Attr> attrs;
+  OpFn fn = nullptr;
+  std::shared_ptr<LinearState> linear;  // set by the planner for packed weights
+  bool trans_b = false;                 // MatMul reads B through a folded Transpose
+
+  bool has(const char* a) const { return attrs.count(a) != 0; }
+  int64_t i(const char* a, int64_t dflt) const;
+  float f(const char* a, float dflt) const;
+  std::string s(const char* a, const std::string& dflt) const;
+  std::vector<int64_t> ints(const char* a, std::vector<int64_t> dflt = {}) const;
+};
+
+// The operator table (one place: ops.cpp). Null when the op is not supported.
+OpFn find_op(const std::string& op_type);
+std::vector<std::string> supported_ops();
+
+}  // namespace nf::cpu

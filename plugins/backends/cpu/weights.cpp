@@ -1,0 +1,74 @@
+#include "weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace nf::cpu {
+namespace {
+
+[[noreturn]] void bad(const std::string& name, const std::string& why) {
+  throw Error("cpu backend: encoding of weight '" + name + "': " + why);
+}
+
+// Kernel grid from an encoding: w = (q + zero) * scale with q signed in `bits` bits. AIMET's
+// real = (q_u + offset) * scale with q_u unsigned gives zero = offset + 2^(bits-1);
+// symmetric encodings are the signed grid around 0 (zero = 0) in either convention.
+k::PackedWeight from_encoding(const std::string& name, const k::Tensor& w, bool nk, const nf_encoding& e) {
+  const int64_t K = nk ? w.dim(1) : w.dim(0), N = nk ? w.dim(0) : w.dim(1);
+  const int out_axis = nk ? 0 : 1, k_axis = 1 - out_axis;
+  const int bits = e.enc_type == NF_ENC_LPBQ ? e.compressed_bw : e.bw;
+  int64_t block = K;
+  size_t need = 1;
+  if (e.enc_type != NF_ENC_PER_TENSOR) {
+    if (e.axis != out_axis)
+      bad(name, "channel axis " + std::to_string(e.axis) + " is not the output axis " + std::to_string(out_axis));
+    need = static_cast<size_t>(N);
+  }
+  if (e.enc_type == NF_ENC_PER_BLOCK || e.enc_type == NF_ENC_LPBQ) {
+    if (e.block_axis != k_axis) bad(name, "block axis " + std::to_string(e.block_axis) + " is not the input axis");
+    block = e.block_size;
+    if (block <= 0) bad(name, "block size must be positive");
+  }
+  const int64_t nb = (K + block - 1) / block;
+  if (e.enc_type == NF_ENC_PER_BLOCK) need *= static_cast<size_t>(nb);
+  if (e.num_scales != need) bad(name, std::to_string(e.num_scales) + " scales, expected " + std::to_string(need));
+  if (e.enc_type == NF_ENC_LPBQ && e.num_block_ints != static_cast<size_t>(N * nb))
+    bad(name, std::to_string(e.num_block_ints) + " per-block int scales, expected " + std::to_string(N * nb));
+
+  std::vector<float> scales(static_cast<size_t>(N * nb)), zeros(scales.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      size_t i = static_cast<size_t>(n * nb + b);
+      size_t src = e.enc_type == NF_ENC_PER_TENSOR ? 0 : e.enc_type == NF_ENC_PER_BLOCK ? i : static_cast<size_t>(n);
+      float s = e.scale[src];
+      if (e.enc_type == NF_ENC_LPBQ) s *= static_cast<float>(e.per_block_int_scale[i]);
+      scales[i] = s;
+      zeros[i] = e.is_sym ? 0.f : static_cast<float>(e.offset[src] + (1 << (bits - 1)));
+    }
+  if (bits <= 8) return k::quantize_with(w.data<float>(), K, N, bits, block, scales.data(), zeros.data(), nk);
+  // Wider than the integer kernels: same grid, applied to fp32 weights.
+  std::vector<float> fq(static_cast<size_t>(K * N));
+  const float qmin = -std::ldexp(1.f, bits - 1), qmax = std::ldexp(1.f, bits - 1) - 1;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t kk = 0; kk < K; ++kk) {
+      size_t i = static_cast<size_t>(n * nb + kk / block);
+      float v = nk ? w.data<float>()[n * K + kk] : w.data<float>()[kk * N + n];
+      float q = std::clamp(std::nearbyint(v / scales[i]) - zeros[i], qmin, qmax);
+      fq[n * K + kk] = (q + zeros[i]) * scales[i];
+    }
+  return k::pack_f32(fq.data(), K, N, true);
+}
+
+}  // namespace
+
+k::PackedWeight pack_weight(const std::string& name, const k::Tensor& w, bool nk, const nf_encoding* enc,
+                            const SessionOptions& opts) {
+  const int64_t K = nk ? w.dim(1) : w.dim(0), N = nk ? w.dim(0) : w.dim(1);
+  if (enc && opts.use_encodings && !enc->is_float) return from_encoding(name, w, nk, *enc);
+  if (opts.weight_dtype == "int8") return k::quantize_int8(w.data<float>(), K, N, 0, nk);
+  if (opts.weight_dtype == "int4") return k::quantize_int4(w.data<float>(), K, N, opts.block_size, nk);
+  return k::pack_f32(w.data<float>(), K, N, nk);
+}
+
+}  // namespace nf::cpu
