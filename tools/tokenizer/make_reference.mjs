@@ -196,6 +196,33 @@ const TEXTS = [
   'x'.repeat(300), 'ab'.repeat(100) + ' ' + '12'.repeat(50),
 ];
 
+// Random strings (fixed seed) from the places where regex engines and Unicode tables tend to
+// differ: Unicode spaces, combining marks, non-ASCII digits, contractions, CR/LF runs.
+function randomTexts(count) {
+  let seed = 12345;
+  const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const ranges = [[0x20, 0x7e], [0x20, 0x7e], [0x30, 0x39], [0xa0, 0x17f], [0x300, 0x36f], [0x370, 0x3ff],
+    [0x400, 0x4ff], [0x600, 0x6ff], [0x900, 0x97f], [0xe00, 0xe7f], [0x3040, 0x30ff], [0x4e00, 0x9fff],
+    [0xac00, 0xd7a3], [0xff00, 0xffef], [0x1f300, 0x1faff], [0x2000, 0x206f], [0x10000, 0x1ffff]];
+  const pieces = [' ', '  ', '\t', '\n', '\r\n', '\n\n', "'s", "'LL", "'Re", '’s', ' 123', '4567', '\u0085',
+    '\u1680', '\u2009', '\u202f', '\u3000', '\ufeff', '\u00ad', 'İ', 'ß', 'ﬁ', 'ª', 'Ⅻ', '½', '٣'];
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    let t = '';
+    const n = 1 + rand(24);
+    for (let k = 0; k < n; k++) {
+      if (rand(3) === 0) { t += pieces[rand(pieces.length)]; continue; }
+      const [lo, hi] = ranges[rand(ranges.length)];
+      const cp = lo + rand(hi - lo + 1);
+      if (cp >= 0xd800 && cp <= 0xdfff) continue;
+      t += String.fromCodePoint(cp);
+    }
+    out.push(t);
+  }
+  return out;
+}
+TEXTS.push(...randomTexts(200));
+
 function reference(tokPath, name, texts) {
   const tok = Tokenizer.fromFile(tokPath);
   const cases = [];
