@@ -200,7 +200,8 @@ const TEXTS = [
 // differ: Unicode spaces, combining marks, non-ASCII digits, contractions, CR/LF runs.
 function randomTexts(count) {
   let seed = 12345;
-  const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  // High bits only: the low bits of a power-of-two LCG repeat quickly.
+  const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return Math.floor(seed / 65536) % n; };
   const ranges = [[0x20, 0x7e], [0x20, 0x7e], [0x30, 0x39], [0xa0, 0x17f], [0x300, 0x36f], [0x370, 0x3ff],
     [0x400, 0x4ff], [0x600, 0x6ff], [0x900, 0x97f], [0xe00, 0xe7f], [0x3040, 0x30ff], [0x4e00, 0x9fff],
     [0xac00, 0xd7a3], [0xff00, 0xffef], [0x1f300, 0x1faff], [0x2000, 0x206f], [0x10000, 0x1ffff]];
