@@ -215,15 +215,22 @@ class Importer {
     return a;
   }
 
-  // dims -> element count and byte size, refusing negatives and overflow.
+  // dims -> element count and byte size, refusing negatives and overflow. The product of
+  // the nonzero dims is bounded too, so later numel() arithmetic in any order cannot overflow.
   std::pair<uint64_t, uint64_t> tensor_size(const onnx::TensorProto& tp, ir::DType dt) {
-    uint64_t numel = 1;
+    uint64_t nonzero = 1;
+    bool empty = false;
     for (int64_t d : tp.dims()) {
       if (d < 0) fail(ctx_.origin, "tensor '" + tp.name() + "' has a negative dimension");
-      if (d != 0 && numel > kMaxTensorBytes / static_cast<uint64_t>(d))
+      if (d == 0) {
+        empty = true;
+        continue;
+      }
+      if (nonzero > kMaxTensorBytes / static_cast<uint64_t>(d))
         fail(ctx_.origin, "tensor '" + tp.name() + "' is impossibly large");
-      numel *= static_cast<uint64_t>(d);
+      nonzero *= static_cast<uint64_t>(d);
     }
+    uint64_t numel = empty ? 0 : nonzero;
     uint64_t bytes = is_4bit(dt) ? (numel + 1) / 2 : numel * ir::dtype_size(dt);
     if (bytes > kMaxTensorBytes) fail(ctx_.origin, "tensor '" + tp.name() + "' is impossibly large");
     return {numel, bytes};
@@ -270,48 +277,46 @@ class Importer {
   // The typed repeated fields, with ONNX's packing rules: int32_data carries every type of
   // 16 bits or less (fp16/bf16 as bit patterns, 4-bit types two per element byte).
   void typed(const onnx::TensorProto& tp, uint64_t numel, uint64_t bytes, ir::Tensor& t) {
+    // Count first: the dims may lie, and nothing is allocated for a lie.
+    int have;
+    uint64_t need = numel;
+    switch (t.dtype) {
+      case NF_DTYPE_FLOAT32: have = tp.float_data_size(); break;
+      case NF_DTYPE_INT64: have = tp.int64_data_size(); break;
+      case NF_DTYPE_FLOAT64: have = tp.double_data_size(); break;
+      case NF_DTYPE_UINT32: case NF_DTYPE_UINT64: have = tp.uint64_data_size(); break;
+      case NF_DTYPE_UINT4: case NF_DTYPE_INT4: have = tp.int32_data_size(); need = bytes; break;
+      default: have = tp.int32_data_size();  // 8/16/32-bit ints, bool, fp16, bf16
+    }
+    if (static_cast<uint64_t>(have) != need) shape_lie(tp, static_cast<uint64_t>(have), need);
+    if (bytes == 0) return;
+
     auto buf = std::make_shared<ir::OwnedBuffer>(static_cast<size_t>(bytes));
     uint8_t* out = buf->mutable_data();
     size_t esize = ir::dtype_size(t.dtype);
-    auto check = [&](int have, uint64_t need) {
-      if (static_cast<uint64_t>(have) != need) shape_lie(tp, static_cast<uint64_t>(have), need);
-    };
     switch (t.dtype) {
-      case NF_DTYPE_FLOAT32:
-        check(tp.float_data_size(), numel);
-        if (numel) std::memcpy(out, tp.float_data().data(), bytes);
-        break;
-      case NF_DTYPE_INT64:
-        check(tp.int64_data_size(), numel);
-        if (numel) std::memcpy(out, tp.int64_data().data(), bytes);
-        break;
-      case NF_DTYPE_FLOAT64:
-        check(tp.double_data_size(), numel);
-        if (numel) std::memcpy(out, tp.double_data().data(), bytes);
-        break;
+      case NF_DTYPE_FLOAT32: std::memcpy(out, tp.float_data().data(), bytes); break;
+      case NF_DTYPE_INT64: std::memcpy(out, tp.int64_data().data(), bytes); break;
+      case NF_DTYPE_FLOAT64: std::memcpy(out, tp.double_data().data(), bytes); break;
       case NF_DTYPE_UINT32:
       case NF_DTYPE_UINT64:
-        check(tp.uint64_data_size(), numel);
-        for (uint64_t i = 0; i < numel; ++i) {
-          uint64_t v = tp.uint64_data(static_cast<int>(i));
-          std::memcpy(out + i * esize, &v, esize);  // little-endian: the low bytes
+        for (int i = 0; i < have; ++i) {
+          uint64_t v = tp.uint64_data(i);
+          std::memcpy(out + static_cast<size_t>(i) * esize, &v, esize);  // little-endian: the low bytes
         }
         break;
       case NF_DTYPE_UINT4:
-      case NF_DTYPE_INT4:
-        check(tp.int32_data_size(), bytes);
-        for (uint64_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(tp.int32_data(static_cast<int>(i)));
+      case NF_DTYPE_INT4:  // each int32 carries one byte of two packed values
+        for (int i = 0; i < have; ++i) out[i] = static_cast<uint8_t>(tp.int32_data(i));
         break;
-      default: {  // 8/16/32-bit ints, bool, fp16, bf16
-        check(tp.int32_data_size(), numel);
-        for (uint64_t i = 0; i < numel; ++i) {
-          int32_t v = tp.int32_data(static_cast<int>(i));
+      default:
+        for (int i = 0; i < have; ++i) {
+          int32_t v = tp.int32_data(i);
           if (t.dtype == NF_DTYPE_BOOL) v = v != 0;
-          std::memcpy(out + i * esize, &v, esize);
+          std::memcpy(out + static_cast<size_t>(i) * esize, &v, esize);
         }
-      }
     }
-    if (bytes > 0) t.buffer = std::move(buf);
+    t.buffer = std::move(buf);
   }
 
   static bool parse_u64(const std::string& s, uint64_t& v) {

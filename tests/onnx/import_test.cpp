@@ -324,6 +324,17 @@ TEST(Import, EveryTestModelLoads) {
       std::cout << m << ": " << info["nodes"] << " nodes, " << info["parameters"] << " parameters, " << info["layers"]
                 << " layers, loaded in " << ms << " ms\n";
       EXPECT_GT(g->nodes.size(), 0u);
+      // inspect agrees with the HF config the model was exported from.
+      fs::path cfg_path = e.path() / "config.json";
+      if (fs::exists(cfg_path)) {
+        auto cfg = nlohmann::json::parse(read_file(cfg_path));
+        EXPECT_EQ(info["layers"], cfg["num_hidden_layers"]) << m;
+        EXPECT_EQ(info["heads"], cfg["num_attention_heads"]) << m;
+        EXPECT_EQ(info["kv_heads"], cfg.value("num_key_value_heads", cfg["num_attention_heads"].get<int>())) << m;
+        if (cfg.contains("head_dim")) {
+          EXPECT_EQ(info["head_dim"], cfg["head_dim"]) << m;
+        }
+      }
       ++n;
     }
   if (n == 0) GTEST_SKIP() << "no tests/models/*/model.onnx yet";
