@@ -84,6 +84,10 @@ std::string actual_type(const json& v) {
 // Scalars shown as JSON text (one line, escaped), cut short if long.
 std::string preview(const json& v) {
   if (v.is_array() || v.is_object()) return actual_type(v);
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {  // JSON text would say null
+    double d = v.get<double>();
+    return std::string("number ") + (std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
+  }
   std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 40) {
     size_t cut = 37;
@@ -203,14 +207,16 @@ class Validator {
   void check_object(const json& schema, json& value, const Path& path) {
     static const json empty = json::object();
     const json& props = schema.contains("properties") ? schema["properties"] : empty;
+    // Defaults first: a required key that has a default is satisfied by it, and a second
+    // validation of the filled value gives the same answer as the first.
+    for (const auto& [key, prop] : props.items())
+      if (!value.contains(key) && prop.is_object() && prop.contains("default")) value[key] = prop["default"];
     if (schema.contains("required"))
       for (const auto& r : schema["required"]) {
         const auto key = r.get<std::string>();
         if (!value.contains(key))
           fail(path, "missing required " + names_.noun + " " + quote(path.key(key).display) + owner_suffix());
       }
-    for (const auto& [key, prop] : props.items())
-      if (!value.contains(key) && prop.is_object() && prop.contains("default")) value[key] = prop["default"];
 
     const json additional = schema.value("additionalProperties", json(true));
     std::vector<std::string> allowed;

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 using nlohmann::json;
 using namespace nf::manifest;
 
@@ -93,6 +96,19 @@ TEST(Schema, DefaultsAreFilledAtEveryLevel) {
   json value = {{"given", 5}};
   EXPECT_TRUE(check(schema, value).empty());
   EXPECT_EQ(value, (json{{"block_size", 64}, {"given", 5}, {"split", {{"embedding", true}}}}));
+}
+
+TEST(Schema, DefaultSatisfiesRequired) {
+  json s = json::parse(R"({"type": "object", "required": ["a"], "properties": {"a": {"default": 1}}})");
+  json v = json::object();
+  EXPECT_TRUE(check(s, v).empty());
+  EXPECT_EQ(v, (json{{"a", 1}}));
+}
+
+TEST(Schema, NonFiniteNumbersAreNamed) {
+  EXPECT_EQ(check({{"type", "integer"}}, std::numeric_limits<double>::infinity()),
+            Lines{": transform 'arcl' options must be integer, got number inf"});
+  EXPECT_EQ(check({{"type", "number"}}, std::nan("")), Lines{": transform 'arcl' options must be a finite number, got number nan"});
 }
 
 TEST(Schema, EnumSuggestsForStrings) {

@@ -1,0 +1,58 @@
+// toml++ 3.3 has undefined behaviour on some non-ASCII text where it looks for
+// whitespace; the manifest parser turns those places into errors before toml++ runs.
+#include "manifest/manifest.h"
+#include "manifest/toml_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+using namespace nf::manifest;
+
+namespace {
+std::string parse_error(std::string_view text) {
+  try {
+    parse_manifest_string(text, "manifest.toml");
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(TomlGuard, NonAsciiValueStringsAndCommentsAreFine) {
+  Manifest m = parse_manifest_string(
+      "# модель — コメント\n[model]\nonnx = \"модели/§.onnx\" # ﻟ\ntokenizer = '''\nﻟ'''\n"
+      "[targets.cpu]\nbackend = \"cpu\"\nlabels = [\n  [\"é\"], { note = \"ﻟ\" }]\nml = \"\"\"a\\\n  \\u00A7\"\"\"\"\n",
+      "m.toml");
+  EXPECT_EQ(std::filesystem::path(m.model_onnx).filename(), "§.onnx");
+  EXPECT_EQ(m.targets.at(0).second.options["labels"][0][0], "é");
+  EXPECT_EQ(m.targets.at(0).second.options["ml"], "a§\"");
+}
+
+TEST(TomlGuard, BareNonAsciiIsASyntaxError) {
+  // The fuzzer's first find: U+FEDF at the start of a line.
+  EXPECT_EQ(parse_error("[model]\n\xef\xbb\x9fmaximum\"mplugin"),
+            "manifest.toml:2:1: invalid TOML: unexpected character U+FEDF outside a quoted string or comment");
+  EXPECT_EQ(parse_error("[model]\nonnx = \"m\" é\n"),
+            "manifest.toml:2:12: invalid TOML: unexpected character U+00E9 outside a quoted string or comment");
+}
+
+TEST(TomlGuard, QuotedKeysMustBeAscii) {
+  EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n\"cl\xc3\xa9\" = 1\n"),
+            "manifest.toml:3:4: quoted keys must be ASCII (saw U+00E9)");
+  EXPECT_EQ(parse_error("a.'\xc3\xa9' = 1\n"), "manifest.toml:1:4: quoted keys must be ASCII (saw U+00E9)");
+  EXPECT_EQ(parse_error("[targets.\"\xc3\xa9\"]\n"), "manifest.toml:1:11: quoted keys must be ASCII (saw U+00E9)");
+}
+
+TEST(TomlGuard, LineEndingBackslashBeforeNonAscii) {
+  EXPECT_EQ(parse_error("[model]\nonnx = \"\"\"\\\n  \xc2\xa7\"\"\"\n"),
+            "manifest.toml:3:3: a line-ending backslash in a multi-line string must not be followed by non-ASCII "
+            "text; write U+00A7 as an escape (\\uXXXX)");
+}
+
+TEST(TomlGuard, MalformedUtf8IsLeftToToml) {
+  EXPECT_FALSE(find_unsupported_text("a = \"\xff\xfe\"\n"));
+  EXPECT_FALSE(find_unsupported_text("a = \"\xe2\x82\""));  // truncated sequence at the end
+  EXPECT_NE(parse_error("a = \"\xff\"\n"), "");
+}
