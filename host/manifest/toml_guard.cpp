@@ -43,22 +43,18 @@ class Scanner {
   std::optional<TextProblem> run() {
     while (i_ < s_.size()) {
       const char c = s_[i_];
+      const bool first_on_line = !seen_on_line_;
+      if (c != ' ' && c != '\t' && c != '\r' && c != '\n') seen_on_line_ = true;
       if (c == '#') {
         skip_comment();
       } else if (c == '"' || c == '\'') {
         if (auto p = string(c)) return p;
-      } else if (c == '[' || c == ']') {
-        // A '[' that opens a line outside any array starts a [table] header.
-        if (c == '[' && !seen_on_line_ && depth_ == 0) header_line_ = true;
-        else if (c == '[') ++depth_;
-        else if (depth_ > 0 && !header_line_) --depth_;
-        seen_on_line_ = true;
-        next();
       } else if (static_cast<unsigned char>(c) >= 0x80) {
-        return TextProblem{line_, col_, "invalid TOML: unexpected character " + describe(peek()) +
-                                            " outside a quoted string or comment"};
+        return unexpected();
+      } else if (value_pos_ && !is_terminator(c) && c != '=' && c != '[' && c != '{') {
+        if (auto p = bare_value()) return p;
       } else {
-        if (c != ' ' && c != '\t' && c != '\r' && c != '\n') seen_on_line_ = true;
+        punctuation(c, first_on_line);
         next();
       }
     }
@@ -71,7 +67,55 @@ class Scanner {
   int line_ = 1, col_ = 1;
   bool seen_on_line_ = false;  // a token before this point on the line
   bool header_line_ = false;   // the line is a [table] header: its strings are keys
-  int depth_ = 0;              // open value arrays ("x = [")
+  bool value_pos_ = false;     // after '=' or inside an array: a value comes next
+  std::string open_;           // unclosed '[' (arrays) and '{' (inline tables)
+
+  static bool is_terminator(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']' || c == '}' || c == '#';
+  }
+
+  TextProblem unexpected() const {
+    return {line_, col_, "invalid TOML: unexpected character " + describe(peek()) + " outside a quoted string or comment"};
+  }
+
+  // Keeps track of whether a key or a value comes next.
+  void punctuation(char c, bool first_on_line) {
+    switch (c) {
+      case '\n':
+        if (open_.empty()) value_pos_ = false;
+        break;
+      case '=': value_pos_ = true; break;
+      case ',': value_pos_ = open_.empty() || open_.back() == '['; break;
+      case '[':
+        if (first_on_line && open_.empty() && !value_pos_) {
+          header_line_ = true;
+        } else {
+          open_ += '[';
+          value_pos_ = true;
+        }
+        break;
+      case '{':
+        open_ += '{';
+        value_pos_ = false;
+        break;
+      case ']':
+      case '}':
+        if (!open_.empty()) open_.pop_back();
+        value_pos_ = !open_.empty() && open_.back() == '[';
+        break;
+      default: break;
+    }
+  }
+
+  // Numbers, booleans, dates, inf/nan: toml++ scans them up to a terminator, asking of
+  // every character (quotes included) whether it is whitespace.
+  std::optional<TextProblem> bare_value() {
+    while (i_ < s_.size() && !is_terminator(s_[i_])) {
+      if (static_cast<unsigned char>(s_[i_]) >= 0x80) return unexpected();
+      next();
+    }
+    return std::nullopt;
+  }
 
   char32_t peek() const {
     size_t j = i_;
@@ -116,9 +160,9 @@ class Scanner {
     return std::nullopt;
   }
 
-  // A string is a key in a [header] line or when '=' or '.' follows it.
+  // A string is a key in a [header] line, where no value is due, or before '=' or '.'.
   bool is_key() const {
-    if (header_line_) return true;
+    if (header_line_ || !value_pos_) return true;
     size_t j = i_;
     while (j < s_.size() && (s_[j] == ' ' || s_[j] == '\t')) ++j;
     return j < s_.size() && (s_[j] == '=' || s_[j] == '.');

@@ -38,6 +38,18 @@ TEST(TomlGuard, BareNonAsciiIsASyntaxError) {
             "manifest.toml:2:12: invalid TOML: unexpected character U+00E9 outside a quoted string or comment");
 }
 
+TEST(TomlGuard, NonAsciiRightAfterABareValue) {
+  // toml++ scans a number, date or boolean up to the next space, comma or bracket,
+  // quotes included. The fuzzer's second find.
+  EXPECT_EQ(parse_error("x = 1\"\xc3\xa9\"\n"),
+            "manifest.toml:1:7: invalid TOML: unexpected character U+00E9 outside a quoted string or comment");
+  EXPECT_EQ(parse_error("x = { a = [1, 1979-05-27T07:32:00\"\xc3\xa9\"] }\n"),
+            "manifest.toml:1:35: invalid TOML: unexpected character U+00E9 outside a quoted string or comment");
+  EXPECT_EQ(parse_error("[[transform]]\nplugin = 3\nlabels = [1,\n  \"\xc3\xa9\", true]\n"),
+            "manifest.toml:2:1: 'plugin' in [[transform]] #1 must be a string, got integer")
+      << "strings in arrays are values";
+}
+
 TEST(TomlGuard, QuotedKeysMustBeAscii) {
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n\"cl\xc3\xa9\" = 1\n"),
             "manifest.toml:3:4: quoted keys must be ASCII (saw U+00E9)");
