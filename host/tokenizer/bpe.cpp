@@ -10,6 +10,12 @@
 namespace nf::tokenizer_detail {
 
 namespace {
+const std::string_view kMetaspace = "\xE2\x96\x81";  // "▁"
+
+bool after_metaspace(std::string_view s, size_t pos) {
+  return pos >= kMetaspace.size() && s.substr(pos - kMetaspace.size(), kMetaspace.size()) == kMetaspace;
+}
+
 std::string string_or_empty(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -43,6 +49,15 @@ Bpe::Bpe(const nlohmann::json& model) {
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
 
+  cut_before_metaspace_ = prefix_.empty() && suffix_.empty() && vocab_.contains(kMetaspace) &&
+                         std::none_of(vocab_.begin(), vocab_.end(), [](const auto& entry) {
+                           const std::string& t = entry.first;
+                           for (size_t pos = t.find(kMetaspace, 1); pos != std::string::npos;
+                                pos = t.find(kMetaspace, pos + 1))
+                             if (!after_metaspace(t, pos)) return true;
+                           return false;
+                         });
+
   // Merges come as "a b" strings (older files) or as [a, b] pairs (newer ones, where a
   // token may itself contain a space). The rank is the position in the list.
   const auto& merges = model.at("merges");
@@ -75,7 +90,7 @@ Bpe::Bpe(const nlohmann::json& model) {
 }
 
 std::optional<int32_t> Bpe::find(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -89,10 +104,24 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
       return;
     }
   }
+  if (!cut_before_metaspace_) {
+    encode_cached(word, out);
+    return;
+  }
+  size_t start = 0;
+  for (size_t pos = word.find(kMetaspace, 1); pos != std::string_view::npos; pos = word.find(kMetaspace, pos + 1)) {
+    if (after_metaspace(word, pos)) continue;  // inside a run of "▁"s
+    encode_cached(word.substr(start, pos - start), out);
+    start = pos;
+  }
+  encode_cached(word.substr(start), out);
+}
+
+void Bpe::encode_cached(std::string_view word, std::vector<int32_t>& out) const {
   bool cacheable = word.size() <= kCacheMaxWord;
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
-    auto it = cache_.find(std::string(word));
+    auto it = cache_.find(word);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;

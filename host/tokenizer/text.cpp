@@ -7,6 +7,7 @@
 #include <unicode/unistr.h>
 
 #include <array>
+#include <memory>
 #include <stdexcept>
 
 namespace nf::tokenizer_detail {
@@ -136,10 +137,11 @@ Regex::Regex(const std::string& pattern) {
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
+void Regex::for_each(std::string_view text, const std::function<void(size_t, size_t)>& f) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  std::vector<std::pair<size_t, size_t>> out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> owner(
+      pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+  pcre2_match_data* md = owner.get();
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -148,7 +150,6 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     int rc = pcre2_match(code, subject, text.size(), pos, opts, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      pcre2_match_data_free(md);
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
       throw std::runtime_error(std::string("regex match failed: ") + reinterpret_cast<const char*>(msg));
@@ -156,14 +157,12 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];
     if (e > b) {
-      out.emplace_back(b, e);
+      f(b, e);
       pos = e;
     } else {  // empty match: step over one character
       pos = b < text.size() ? b + utf8_len(static_cast<unsigned char>(text[b])) : b + 1;
     }
   }
-  pcre2_match_data_free(md);
-  return out;
 }
 
 std::string unicode_normalize(std::string_view form, std::string_view text) {

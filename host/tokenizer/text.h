@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,8 +43,8 @@ class Regex {
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
-  // Non-empty matches, left to right, as [begin, end) byte offsets.
-  std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // Calls f(begin, end) for each non-empty match, left to right, as byte offsets.
+  void for_each(std::string_view text, const std::function<void(size_t, size_t)>& f) const;
 
  private:
   void* code_ = nullptr;  // pcre2_code_8, kept out of this header

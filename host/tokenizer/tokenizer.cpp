@@ -64,23 +64,23 @@ struct Pattern {
     else if (j.contains("String")) literal = j.at("String").get<std::string>();
     else throw std::runtime_error("pattern is neither String nor Regex");
   }
-  std::vector<std::pair<size_t, size_t>> find_all(std::string_view s) const {
-    if (regex) return regex->find_all(s);
-    std::vector<std::pair<size_t, size_t>> out;
-    if (literal.empty()) return out;
+  explicit Pattern(std::string lit) : literal(std::move(lit)) {}
+  // Calls f(begin, end) for each non-empty match, left to right.
+  void for_each(std::string_view s, const std::function<void(size_t, size_t)>& f) const {
+    if (regex) return regex->for_each(s, f);
+    if (literal.empty()) return;
     for (size_t pos = 0; (pos = s.find(literal, pos)) != std::string_view::npos; pos += literal.size())
-      out.emplace_back(pos, pos + literal.size());
-    return out;
+      f(pos, pos + literal.size());
   }
   std::string replace(std::string_view s, std::string_view with) const {
     if (!regex) return replace_all(s, literal, with);
     std::string out;
     size_t pos = 0;
-    for (auto [b, e] : regex->find_all(s)) {
+    regex->for_each(s, [&](size_t b, size_t e) {
       out.append(s.substr(pos, b - pos));
       out.append(with);
       pos = e;
-    }
+    });
     out.append(s.substr(pos));
     return out;
   }
@@ -104,51 +104,71 @@ SplitBehavior parse_behavior(const std::string& s) {
   throw std::runtime_error("unsupported split behavior '" + s + "'");
 }
 
-// HF NormalizedString::split: cut `s` at the matches, then keep, drop or attach the matches.
-void split_piece(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& matches,
-                 SplitBehavior behavior, bool invert, std::vector<Piece>& out) {
-  const std::string& s = piece.text;
-  struct Span {
-    size_t b, e;
-    bool match;
-  };
-  std::vector<Span> spans;
-  size_t pos = 0;
-  for (auto [b, e] : matches) {
-    if (b > pos) spans.push_back({pos, b, invert});
-    spans.push_back({b, e, !invert});
-    pos = e;
-  }
-  if (pos < s.size()) spans.push_back({pos, s.size(), invert});
+using Emit = std::function<void(Piece)>;
 
-  std::vector<std::pair<size_t, size_t>> parts;
-  bool attach_next = false;  // MergedWithNext: the previous match waits for the next part
-  for (size_t i = 0; i < spans.size(); ++i) {
-    const Span& sp = spans[i];
-    switch (behavior) {
+// HF NormalizedString::split: cuts a piece at the matches fed to it in order, then keeps,
+// drops or attaches the matches. Parts go out as soon as they are complete, so a long text
+// never becomes one big list of pieces.
+class Splitter {
+ public:
+  Splitter(const Piece& piece, SplitBehavior behavior, bool invert, const Emit& emit)
+      : piece_(piece), behavior_(behavior), invert_(invert), emit_(emit) {}
+  void match(size_t b, size_t e) {
+    if (b > pos_) span(pos_, b, invert_);
+    span(b, e, !invert_);
+    pos_ = e;
+  }
+  void finish() {
+    if (pos_ < piece_.text.size()) span(pos_, piece_.text.size(), invert_);
+    flush();
+  }
+
+ private:
+  void span(size_t b, size_t e, bool is_match) {
+    bool extend = false;
+    switch (behavior_) {
       case SplitBehavior::Removed:
-        if (!sp.match) parts.emplace_back(sp.b, sp.e);
+        if (is_match) return;
         break;
       case SplitBehavior::Isolated:
-        parts.emplace_back(sp.b, sp.e);
         break;
       case SplitBehavior::MergedWithPrevious:
-        if (sp.match && !parts.empty() && parts.back().second == sp.b) parts.back().second = sp.e;
-        else parts.emplace_back(sp.b, sp.e);
+        extend = is_match && has_part_;
         break;
       case SplitBehavior::MergedWithNext:
-        if (attach_next) parts.back().second = sp.e;
-        else parts.emplace_back(sp.b, sp.e);
-        attach_next = sp.match;
+        extend = last_was_match_ && has_part_;
         break;
       case SplitBehavior::Contiguous:
-        if (sp.match && i > 0 && spans[i - 1].match && parts.back().second == sp.b) parts.back().second = sp.e;
-        else parts.emplace_back(sp.b, sp.e);
+        extend = is_match && last_was_match_ && has_part_;
         break;
     }
+    last_was_match_ = is_match;
+    if (extend) {
+      end_ = e;
+      return;
+    }
+    flush();
+    begin_ = b, end_ = e, has_part_ = true;
   }
-  for (auto [b, e] : parts)
-    if (e > b) out.push_back({s.substr(b, e - b), piece.at_start && b == 0});
+  void flush() {
+    if (has_part_ && end_ > begin_) emit_({piece_.text.substr(begin_, end_ - begin_), piece_.at_start && begin_ == 0});
+    has_part_ = false;
+  }
+
+  const Piece& piece_;
+  SplitBehavior behavior_;
+  bool invert_;
+  const Emit& emit_;
+  size_t pos_ = 0;                  // end of the last span
+  size_t begin_ = 0, end_ = 0;      // the part being built
+  bool has_part_ = false;
+  bool last_was_match_ = false;
+};
+
+void split_piece(const Piece& piece, const Pattern& pattern, SplitBehavior behavior, bool invert, const Emit& emit) {
+  Splitter splitter(piece, behavior, invert, emit);
+  pattern.for_each(piece.text, [&](size_t b, size_t e) { splitter.match(b, e); });
+  splitter.finish();
 }
 
 }  // namespace
@@ -213,14 +233,14 @@ class AddedMatcher {
 };
 
 using Normalizer = std::function<std::string(std::string)>;
-using PreTokenizer = std::function<void(std::vector<Piece>&)>;
+using PreTokenizer = std::function<void(const Piece&, const Emit&)>;
 using Decoder = std::function<void(std::vector<std::string>&)>;
 
 struct Impl {
   std::unique_ptr<Bpe> model;
   std::vector<AddedToken> added;
   std::unordered_map<int32_t, const AddedToken*> added_by_id;
-  std::unordered_map<std::string, int32_t> added_by_content;
+  StringMap<int32_t> added_by_content;
   AddedMatcher raw_matcher;         // added tokens matched before normalization
   AddedMatcher normalized_matcher;  // ... and after it (normalized: true)
   std::vector<Normalizer> normalizers;
@@ -232,8 +252,8 @@ struct Impl {
   int32_t vocab_size = 0;
 
   std::optional<int32_t> token_to_id(std::string_view token) const {
-    if (auto it = added_by_content.find(std::string(token)); it != added_by_content.end()) return it->second;
-    if (auto it = model->vocab().find(std::string(token)); it != model->vocab().end()) return it->second;
+    if (auto it = added_by_content.find(token); it != added_by_content.end()) return it->second;
+    if (auto it = model->vocab().find(token); it != model->vocab().end()) return it->second;
     return std::nullopt;
   }
   std::string id_to_token(int32_t id) const {
@@ -245,11 +265,12 @@ struct Impl {
   void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
     std::string normalized(text);
     for (const auto& n : normalizers) normalized = n(std::move(normalized));
-    auto model_part = [&](std::string_view s, bool first) {
-      std::vector<Piece> pieces{{std::string(s), first}};
-      for (const auto& p : pre_tokenizers) p(pieces);
-      for (const auto& piece : pieces) model->encode_word(piece.text, out);
+    // Each pre-tokenizer passes its pieces straight on to the next, the last to the model.
+    std::function<void(size_t, Piece)> run = [&](size_t stage, Piece piece) {
+      if (stage == pre_tokenizers.size()) return model->encode_word(piece.text, out);
+      pre_tokenizers[stage](piece, [&](Piece next) { run(stage + 1, std::move(next)); });
     };
+    auto model_part = [&](std::string_view s, bool first) { run(0, Piece{std::string(s), first}); };
     if (normalized_matcher.empty()) {
       model_part(normalized, at_start);
       return;
@@ -327,14 +348,6 @@ void add_normalizer(Impl& impl, const json& j) {
   }
 }
 
-// Runs `split` on every piece and replaces the list with the result.
-void for_each_piece(std::vector<Piece>& pieces, const std::function<void(const Piece&, std::vector<Piece>&)>& split) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size() * 2);
-  for (const auto& p : pieces) split(p, out);
-  pieces = std::move(out);
-}
-
 void add_pre_tokenizer(Impl& impl, const json& j) {
   if (j.is_null()) return;
   std::string type = type_of(j);
@@ -344,28 +357,29 @@ void add_pre_tokenizer(Impl& impl, const json& j) {
     auto pattern = std::make_shared<Pattern>(j.at("pattern"));
     SplitBehavior behavior = parse_behavior(j.at("behavior").get<std::string>());
     bool invert = j.value("invert", false);
-    impl.pre_tokenizers.push_back([=](std::vector<Piece>& pieces) {
-      for_each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-        split_piece(p, pattern->find_all(p.text), behavior, invert, out);
-      });
-    });
+    impl.pre_tokenizers.push_back(
+        [=](const Piece& p, const Emit& emit) { split_piece(p, *pattern, behavior, invert, emit); });
   } else if (type == "ByteLevel") {
     bool prefix_space = j.value("add_prefix_space", true);
-    std::shared_ptr<Regex> regex;
-    if (j.value("use_regex", true)) regex = std::make_shared<Regex>(kGpt2Pattern);
-    impl.pre_tokenizers.push_back([=](std::vector<Piece>& pieces) {
-      for_each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-        Piece q = p;
-        if (prefix_space && !q.text.starts_with(' ')) q.text.insert(0, " ");
-        if (regex) split_piece(q, regex->find_all(q.text), SplitBehavior::Isolated, false, out);
-        else out.push_back(std::move(q));
-      });
+    std::shared_ptr<Pattern> regex;
+    if (j.value("use_regex", true)) regex = std::make_shared<Pattern>(json{{"Regex", kGpt2Pattern}});
+    impl.pre_tokenizers.push_back([=](const Piece& p, const Emit& emit) {
       // Every byte becomes its printable stand-in, so the vocab never sees raw bytes.
-      for (auto& p : pieces) {
+      Emit map_bytes = [&](Piece q) {
         std::string mapped;
-        mapped.reserve(p.text.size() * 2);
-        for (char c : p.text) mapped += byte_to_unicode(static_cast<uint8_t>(c));
-        p.text = std::move(mapped);
+        mapped.reserve(q.text.size() * 2);
+        for (char c : q.text) {
+          const std::string& u = byte_to_unicode(static_cast<uint8_t>(c));
+          mapped.push_back(u[0]);  // one or two bytes: push them, a general append is slower
+          if (u.size() > 1) mapped.push_back(u[1]);
+        }
+        emit({std::move(mapped), q.at_start});
+      };
+      if (prefix_space && !p.text.starts_with(' ')) {
+        Piece q{" " + p.text, p.at_start};
+        regex ? split_piece(q, *regex, SplitBehavior::Isolated, false, map_bytes) : map_bytes(std::move(q));
+      } else {
+        regex ? split_piece(p, *regex, SplitBehavior::Isolated, false, map_bytes) : map_bytes(p);
       }
     });
   } else if (type == "Metaspace") {
@@ -373,28 +387,18 @@ void add_pre_tokenizer(Impl& impl, const json& j) {
     std::string scheme = j.contains("prepend_scheme") ? j.at("prepend_scheme").get<std::string>()
                          : j.value("add_prefix_space", true) ? "always" : "never";
     bool split = j.value("split", true);
-    impl.pre_tokenizers.push_back([=](std::vector<Piece>& pieces) {
-      for_each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-        Piece q{replace_all(p.text, " ", replacement), p.at_start};
-        bool prepend = scheme == "always" || (scheme == "first" && p.at_start);
-        if (prepend && !q.text.starts_with(replacement)) q.text.insert(0, replacement);
-        if (!split) {
-          out.push_back(std::move(q));
-          return;
-        }
-        std::vector<std::pair<size_t, size_t>> hits;
-        for (size_t pos = 0; (pos = q.text.find(replacement, pos)) != std::string::npos; pos += replacement.size())
-          hits.emplace_back(pos, pos + replacement.size());
-        split_piece(q, hits, SplitBehavior::MergedWithNext, false, out);
-      });
+    auto marker = std::make_shared<Pattern>(replacement);
+    impl.pre_tokenizers.push_back([=](const Piece& p, const Emit& emit) {
+      Piece q{replace_all(p.text, " ", replacement), p.at_start};
+      bool prepend = scheme == "always" || (scheme == "first" && p.at_start);
+      if (prepend && !q.text.starts_with(replacement)) q.text.insert(0, replacement);
+      if (split) split_piece(q, *marker, SplitBehavior::MergedWithNext, false, emit);
+      else emit(std::move(q));
     });
   } else if (type == "Digits") {
-    auto regex = std::make_shared<Regex>(j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+");
-    impl.pre_tokenizers.push_back([=](std::vector<Piece>& pieces) {
-      for_each_piece(pieces, [&](const Piece& p, std::vector<Piece>& out) {
-        split_piece(p, regex->find_all(p.text), SplitBehavior::Isolated, false, out);
-      });
-    });
+    auto digits = std::make_shared<Pattern>(json{{"Regex", j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+"}});
+    impl.pre_tokenizers.push_back(
+        [=](const Piece& p, const Emit& emit) { split_piece(p, *digits, SplitBehavior::Isolated, false, emit); });
   } else {
     throw std::runtime_error("unsupported pre_tokenizer type '" + type + "'");
   }
