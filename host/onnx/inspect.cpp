@@ -114,12 +114,12 @@ std::string shape_text(const json& s) {
 
 json inspect(const ir::Graph& g) {
   json r;
-  int64_t params = 0, bytes = 0;
+  uint64_t params = 0, bytes = 0;  // unsigned: sums of hostile sizes wrap instead of overflowing
   for (const auto& [name, ref] : g.initializers) {
     const ir::Tensor& t = ref->tensor;
     if (t.dtype == NF_DTYPE_STRING || t.dtype == NF_DTYPE_BOOL || t.dtype == NF_DTYPE_UNDEFINED) continue;
-    params += t.numel();
-    bytes += static_cast<int64_t>(t.nbytes());
+    params += static_cast<uint64_t>(t.numel());
+    bytes += t.nbytes();
   }
   r["parameters"] = params;
   r["parameter_bytes"] = bytes;
@@ -153,7 +153,8 @@ json inspect(const ir::Graph& g) {
     auto it = g.types.find(name.get<std::string>());
     if (it == g.types.end() || !it->second.shape || it->second.shape->size() != 4) continue;
     const auto& s = *it->second.shape;
-    if (s[1].value > 0 && s[3].value > 0) {
+    // Plausible sizes only (this also keeps the arithmetic below far from overflow).
+    if (s[1].value > 0 && s[3].value > 0 && s[1].value < (1 << 24) && s[3].value < (1 << 24)) {
       kv_heads = s[1].value;
       head_dim = s[3].value;
       break;

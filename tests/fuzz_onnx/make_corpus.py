@@ -112,3 +112,11 @@ save("truncated.onnx", typed[: len(typed) // 2])
 save("not_protobuf.txt", b"this is a text file, not an ONNX model\n")
 save("empty.onnx", b"")
 save("no_graph.onnx", helper.make_model(helper.make_graph([], "g", [], [])).SerializeToString()[:4])
+
+# Found by review, kept as regressions: a zero dim beside huge ones (numel() must not overflow),
+# KV shapes with absurd head counts next to a fused qkv projection (inspect arithmetic).
+save("zero_dim_huge_dims.onnx", model([TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 40, 1 << 40, 0])]))
+save("inspect_huge_kv.onnx", model(
+    [numpy_helper.from_array(np.ones((2, 6), np.float32), "qkv_w")],
+    nodes=[helper.make_node("MatMul", ["x", "qkv_w"], ["y"], name="/model/layers.0/attn/qkv_proj/MatMul")],
+    inputs=[helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, [1, (1 << 62), 1, 3])]))

@@ -133,3 +133,21 @@ TEST(Export, RefusesDataFileOutsideModelFolder) {
   o.external_data_file = "../x.bin";
   EXPECT_MODEL_ERROR(save_model(*g, d / "m.onnx", o), d / "m.onnx", "plain file name");
 }
+
+TEST(Export, InlineProtoOver64MBLoads) {
+  // protobuf's default coded-stream limit is 64 MB; import raises it to the 2 GB format limit.
+  TempDir d;
+  ir::Graph g;
+  g.name = "big";
+  auto w = std::make_shared<ir::TensorRef>();
+  w->tensor = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {65, 1024, 256});  // 65 MiB
+  w->tensor.mutable_as<float>()[12345] = 7.f;
+  g.initializers["w"] = w;
+  g.outputs = {"w"};
+  SaveOptions inline_all;
+  inline_all.external_data_file = "";
+  save_model(g, d / "big.onnx", inline_all);
+  EXPECT_GT(fs::file_size(d.path / "big.onnx"), 65u << 20);
+  auto back = load_model(d / "big.onnx");
+  EXPECT_EQ(back->initializer("w")->as<float>()[12345], 7.f);
+}
