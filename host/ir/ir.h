@@ -5,6 +5,7 @@
 
 #include <npuforge/plugin.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -89,7 +90,7 @@ struct Tensor {
 struct TensorRef : std::enable_shared_from_this<TensorRef> {
   explicit TensorRef(Tensor t = {}) : tensor(std::move(t)) {}
   Tensor tensor;
-  int abi_refs = 0;
+  std::atomic<int> abi_refs{0};
   std::shared_ptr<TensorRef> abi_keep;
 };
 inline std::shared_ptr<TensorRef> make_tensor_ref(Tensor t) { return std::make_shared<TensorRef>(std::move(t)); }

@@ -1,0 +1,37 @@
+// `npuforge build MANIFEST [--target NAME|all] [--out DIR] [--no-cache]`.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/stage_cache.h"
+
+namespace nf::cli {
+
+void add_build(CLI::App& app) {
+  auto* cmd = app.add_subcommand("build", "Build a package per target from a manifest");
+  static std::string path, target = "all", out, cache_dir;
+  static bool no_cache = false;
+  cmd->add_option("manifest", path, "manifest.toml")->required();
+  cmd->add_option("--target", target, "A [targets.NAME] of the manifest, or all")->capture_default_str();
+  cmd->add_option("--out", out, "Output directory (default: out/ beside the manifest)");
+  cmd->add_flag("--no-cache", no_cache, "Run every stage, ignoring and not filling the stage cache");
+  cmd->add_option("--cache-dir", cache_dir, "Stage cache directory (default: ~/.cache/npuforge)");
+  cmd->callback([] {
+    auto m = manifest::parse_manifest(path);
+    host::Registry reg;
+    auto errors = host::load_and_validate(m, reg);
+    if (!errors.empty()) {
+      for (size_t i = 0; i + 1 < errors.size(); ++i) std::fprintf(stderr, "npuforge: error: %s\n", errors[i].c_str());
+      throw UserError(errors.back(), 2);
+    }
+    host::BuildRequest req;
+    req.target = target;
+    req.out_dir = out.empty() ? std::filesystem::path(m.dir) / "out" : std::filesystem::absolute(out);
+    req.use_cache = !no_cache;
+    req.cache_root = cache_dir;
+    auto result = host::build(m, reg, req);
+    for (const auto& p : result.packages) std::printf("%s\n", p.string().c_str());
+  });
+}
+
+}  // namespace nf::cli

@@ -1,0 +1,62 @@
+#include "cli/open_model.h"
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "manifest/schema.h"
+#include "pipeline/pipeline.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::cli {
+namespace {
+
+// A backend's options with the schema's defaults filled in.
+nlohmann::json default_options(const host::PluginInfo& p) {
+  nlohmann::json options = nlohmann::json::object();
+  auto errors = manifest::validate_json(p.schema, options);
+  if (!errors.empty()) throw UserError("backend '" + p.name + "' options: " + errors[0].message);
+  return options;
+}
+
+int64_t vocab_of(const nlohmann::json& graph_spec) {
+  for (const auto& o : graph_spec.at("outputs"))
+    if (o.at("name") == "logits" && o.contains("shape") && o["shape"].size() == 3 && o["shape"][2].is_number_integer())
+      return o["shape"][2];
+  return -1;
+}
+
+}  // namespace
+
+std::unique_ptr<OpenModel> open_model(const std::string& path) {
+  auto m = std::make_unique<OpenModel>();
+  m->registry.load_directories(host::Registry::search_path());
+  nlohmann::json graphs;
+  if (fs::is_directory(path)) {
+    m->package = host::open_package(path);
+    std::string backend = m->package->backend();
+    const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, backend);
+    if (!p) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed");
+    m->session = host::BackendSession::open_artifacts(*p, m->package->backend_options(), m->package->artifacts().string());
+    m->tokenizer = m->package->tokenizer();
+    graphs = m->package->meta.at("graphs");
+  } else if (fs::is_regular_file(path)) {
+    const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, "cpu");
+    if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)");
+    m->model_set = host::load_source_model(path, "");
+    m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);
+    fs::path tok = fs::path(path).parent_path() / "tokenizer.json";
+    if (fs::is_regular_file(tok)) m->tokenizer = tok.string();
+    graphs = host::graph_specs(*m->model_set);
+  } else {
+    throw UserError(path + ": no such model file or package directory");
+  }
+  if (graphs.size() != 1)
+    throw UserError(path + ": " + std::to_string(graphs.size()) +
+                    " graphs; static AR/CL packages need the static-shape runner, which this build lacks");
+  m->vocab = vocab_of(graphs[0]);
+  m->runner = std::make_unique<host::DynamicRunner>(*m->session, host::DecoderIO::from_spec(graphs[0]));
+  return m;
+}
+
+}  // namespace nf::cli

@@ -1,0 +1,28 @@
+// Opens what `run` and `eval` are given: a package directory (through its backend) or a
+// bare .onnx file (through the cpu backend, without building a package).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "pipeline/package.h"
+#include "pipeline/session.h"
+#include "registry/registry.h"
+#include "runner/runner.h"
+
+namespace nf::cli {
+
+struct OpenModel {
+  host::Registry registry;
+  std::unique_ptr<ir::ModelSet> model_set;  // bare .onnx only
+  std::optional<host::Package> package;
+  std::unique_ptr<host::BackendSession> session;
+  std::unique_ptr<host::Runner> runner;
+  std::string tokenizer;  // tokenizer.json path, "" when there is none
+  int64_t vocab = -1;     // from the logits shape, -1 when symbolic
+};
+
+std::unique_ptr<OpenModel> open_model(const std::string& path);
+
+}  // namespace nf::cli

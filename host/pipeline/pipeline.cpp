@@ -1,0 +1,224 @@
+#include "pipeline/pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "api/host_api.h"
+#include "onnx/onnx_io.h"
+#include "pipeline/package.h"
+#include "pipeline/stage_cache.h"
+#include "pipeline/util.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::host {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+nlohmann::json value_spec(const ir::Graph& g, const std::string& name) {
+  nlohmann::json spec{{"name", name}};
+  auto it = g.types.find(name);
+  if (it == g.types.end()) return spec;
+  spec["dtype"] = ir::dtype_name(it->second.dtype);
+  if (it->second.shape) {
+    nlohmann::json shape = nlohmann::json::array();
+    for (const auto& d : *it->second.shape) shape.push_back(d.value >= 0 ? nlohmann::json(d.value) : nlohmann::json(d.param));
+    spec["shape"] = shape;
+  }
+  return spec;
+}
+
+// Runs one plugin call with a progress bar and cancellation; throws the plugin's error.
+template <class Call>
+void call_plugin(const std::string& label, Call&& call) {
+  Progress bar(label);
+  nf_context ctx{label, [&](uint64_t done, uint64_t total, const std::string& what) {
+                   return bar.report(done, total, what);
+                 }};
+  nf_status* st = call(&ctx);
+  if (cancel_flag()) {
+    if (st) host_api()->status_release(st);
+    throw Cancelled();
+  }
+  throw_if_error(st, label);
+}
+
+}  // namespace
+
+nlohmann::json graph_specs(const ir::ModelSet& ms) {
+  nlohmann::json graphs = nlohmann::json::array();
+  for (const auto& g : ms.graphs) {
+    nlohmann::json in = nlohmann::json::array(), out = nlohmann::json::array();
+    for (const auto& n : g->inputs) in.push_back(value_spec(*g, n));
+    for (const auto& n : g->outputs) out.push_back(value_spec(*g, n));
+    graphs.push_back({{"name", g->name}, {"inputs", in}, {"outputs", out}});
+  }
+  return graphs;
+}
+
+std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& registry) {
+  registry.load_directories(Registry::search_path(m.plugin_paths));
+  for (const auto& w : registry.warnings()) spdlog::warn("{}", w);
+  auto lookup = [&](const std::string& kind, const std::string& name) -> std::optional<nlohmann::json> {
+    nf_plugin_kind k;
+    if (!parse_kind(kind, &k)) return std::nullopt;
+    const PluginInfo* p = registry.find(k, name);
+    if (!p) return std::nullopt;
+    return p->schema;
+  };
+  auto installed = [&](const std::string& kind) {
+    std::vector<std::string> names;
+    nf_plugin_kind k;
+    if (parse_kind(kind, &k))
+      for (const PluginInfo* p : registry.list(k)) names.push_back(p->name);
+    return names;
+  };
+  return manifest::validate(m, lookup, installed);
+}
+
+std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path) {
+  auto ms = std::make_unique<ir::ModelSet>();
+  auto g = onnx_io::load_model(onnx_path);
+  g->name = "model";
+
+  // The cache key of the source: the .onnx bytes and every external-data file it maps.
+  std::string key = hash_file(onnx_path);
+  std::vector<const ir::Buffer*> seen;
+  for (const auto& [name, ref] : g->initializers) {
+    auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
+    if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
+    seen.push_back(mf);
+    key += hash_bytes(mf->data(), mf->size());
+  }
+
+  std::string config = config_path;
+  if (config.empty()) {
+    fs::path beside = fs::path(onnx_path).parent_path() / "config.json";
+    if (fs::is_regular_file(beside)) config = beside.string();
+  }
+  if (!config.empty()) {
+    std::string text = read_text_file(config);
+    nlohmann::json cfg;
+    try {
+      cfg = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(config + ": not valid JSON");
+    }
+    ms->metadata["config"] = cfg.dump();
+    key += hash_string(text);
+  }
+  ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
+  ms->graphs.push_back(std::move(g));
+  return ms;
+}
+
+BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req) {
+  auto stage_hook = [&](const std::string& s) {
+    if (req.on_stage) req.on_stage(s);
+    if (cancel_flag()) throw Cancelled();
+  };
+  std::vector<std::pair<std::string, manifest::PluginUse>> targets;
+  for (const auto& t : m.targets)
+    if (req.target == "all" || req.target == t.first) targets.push_back(t);
+  if (targets.empty()) {
+    std::string names;
+    for (const auto& t : m.targets) names += (names.empty() ? "" : ", ") + t.first;
+    throw std::runtime_error(m.path + ": no target named '" + req.target + "' (targets: " + names + ")");
+  }
+
+  StageCache cache(req.cache_root.empty() ? StageCache::default_root() : req.cache_root, req.use_cache);
+  auto t_load = std::chrono::steady_clock::now();
+  stage_hook("load");
+  auto ms = load_source_model(m.model_onnx, m.model_config);
+  std::string key = nlohmann::json::parse(ms->metadata["source_key"]).get<std::string>();
+  spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
+
+  nlohmann::json stages = nlohmann::json::array();
+  auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
+    const PluginInfo* p = registry.find(kind, use.name);
+    if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
+    std::string label = std::string(kind_name(kind)) + " " + use.name;
+    stage_hook(label);
+    key = StageCache::key(key, kind_name(kind), p->name, p->version, use.options);
+    auto t0 = std::chrono::steady_clock::now();
+    bool cached = false;
+    if (auto hit = cache.load(key)) {
+      ms = std::move(hit);
+      cached = true;
+    } else {
+      std::string options = use.options.dump();
+      call_plugin(label, [&](nf_context* ctx) {
+        if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), nullptr, ctx);
+        return p->transform()->apply(options.c_str(), handle(ms.get()), ctx);
+      });
+      cache.store(key, *ms);
+    }
+    double secs = seconds_since(t0);
+    spdlog::info("{}: {} graph(s) in {:.2f}s{}", label, ms->graphs.size(), secs, cached ? " (cached)" : "");
+    stages.push_back({{"kind", kind_name(kind)}, {"name", p->name}, {"version", p->version}, {"options", use.options},
+                      {"seconds", secs}, {"cached", cached}, {"key", key}});
+  };
+  for (const auto& q : m.quant) run_stage(NF_KIND_QUANT, q);
+  for (const auto& t : m.transforms) run_stage(NF_KIND_TRANSFORM, t);
+
+  BuildResult result;
+  fs::create_directories(req.out_dir);
+  for (const auto& [target, use] : targets) {
+    const PluginInfo* backend = registry.find(NF_KIND_BACKEND, use.name);
+    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    std::string label = "compile " + target;
+    stage_hook(label);
+    TempDir staging(req.out_dir, "." + target + ".partial-");
+    fs::create_directories(staging.path() / "artifacts");
+    auto t0 = std::chrono::steady_clock::now();
+    std::string options = use.options.dump();
+    std::string artifacts = (staging.path() / "artifacts").string();
+    call_plugin(label, [&](nf_context* ctx) {
+      return backend->backend()->compile(options.c_str(), handle(ms.get()), artifacts.c_str(), ctx);
+    });
+    double compile_secs = seconds_since(t0);
+
+    nlohmann::json meta{{"format", kPackageFormat},
+                        {"version", kPackageVersion},
+                        {"created_by", "npuforge 0.1.0"},
+                        {"target", target},
+                        {"backend", {{"name", backend->name}, {"version", backend->version}, {"options", use.options}}},
+                        {"graphs", graph_specs(*ms)},
+                        {"stages", stages},
+                        {"source", {{"onnx", m.model_onnx}, {"key", nlohmann::json::parse(ms->metadata["source_key"])}}},
+                        {"tokenizer", nullptr},
+                        {"speculative", nullptr}};
+    if (ms->metadata.count("config")) {
+      write_text_file_atomic(staging.path() / "config.json", nlohmann::json::parse(ms->metadata["config"]).dump(2));
+      meta["config"] = "config.json";
+    }
+    if (!m.model_tokenizer.empty()) {
+      fs::copy_file(m.model_tokenizer, staging.path() / "tokenizer.json");
+      fs::path tcfg = fs::path(m.model_tokenizer).parent_path() / "tokenizer_config.json";
+      if (fs::is_regular_file(tcfg)) fs::copy_file(tcfg, staging.path() / "tokenizer_config.json");
+      meta["tokenizer"] = "tokenizer.json";
+    }
+    if (m.speculative) meta["speculative"] = {{"decoder", m.speculative->name}, {"options", m.speculative->options}};
+
+    nlohmann::json report{{"target", target},
+                          {"backend", backend->name},
+                          {"stages", stages},
+                          {"compile_seconds", compile_secs},
+                          {"graphs", ms->graphs.size()},
+                          {"peak_rss_bytes", peak_rss_bytes()}};
+    write_text_file_atomic(staging.path() / "build_report.json", report.dump(2) + "\n");
+    stage_hook("seal " + target);
+    fs::path final_dir = req.out_dir / target;
+    seal_package(staging.path(), meta, final_dir);
+    staging.release();
+    spdlog::info("package {} ({} in {:.2f}s)", final_dir.string(), backend->name, compile_secs);
+    result.packages.push_back(final_dir);
+  }
+  return result;
+}
+
+}  // namespace nf::host

@@ -1,0 +1,46 @@
+// `npuforge build`: manifest -> quant recipes -> transforms -> one package per target.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "manifest/manifest.h"
+#include "registry/registry.h"
+
+namespace nf::host {
+
+// Loads the plugins a manifest can see and checks the manifest against their schemas.
+// Returns every error (one line each); empty means the manifest is good.
+std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& registry);
+
+// The source model as a model set of one graph named "model", with metadata "config"
+// (HF config.json, when given or found beside the model) and "source_key" (hash of the
+// model's bytes, the root of the stage-cache keys).
+std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path);
+
+// IO specs of every graph, as package.json stores them: [{name, inputs:[{name, dtype,
+// shape}], outputs:[...]}], symbolic dims by name.
+nlohmann::json graph_specs(const ir::ModelSet& ms);
+
+struct BuildRequest {
+  std::string target = "all";        // a [targets.NAME] or "all"
+  std::filesystem::path out_dir;     // packages go to out_dir/<target>
+  bool use_cache = true;
+  std::filesystem::path cache_root;  // empty: StageCache::default_root()
+  // Called before each stage starts ("quant lpbq", "transform arcl", "compile htp").
+  std::function<void(const std::string& stage)> on_stage;
+};
+
+struct BuildResult {
+  std::vector<std::filesystem::path> packages;
+};
+
+// Runs the build. Throws on any error (nothing half-written stays) and Cancelled when the
+// user interrupts.
+BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req);
+
+}  // namespace nf::host

@@ -1,0 +1,122 @@
+#include "pipeline/util.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "ir/ir.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::host {
+namespace {
+bool g_progress_enabled = true;
+
+std::string hex128(XXH128_hash_t h) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return buf;
+}
+}  // namespace
+
+std::string hash_bytes(const void* data, size_t n) { return hex128(XXH3_128bits(data, n)); }
+std::string hash_string(const std::string& s) { return hash_bytes(s.data(), s.size()); }
+
+std::string hash_file(const fs::path& p) {
+  if (fs::file_size(p) == 0) return hash_bytes("", 0);
+  ir::MappedFile f(p.string());  // mapped, so a multi-GB weights file is not read into memory
+  return hash_bytes(f.data(), f.size());
+}
+
+std::string read_text_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error(p.string() + ": cannot read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text_file_atomic(const fs::path& p, const std::string& text) {
+  fs::path tmp = p;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot write");
+    out << text;
+    if (!out.flush()) throw std::runtime_error(tmp.string() + ": write failed");
+  }
+  fs::rename(tmp, p);
+}
+
+std::atomic<bool>& cancel_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+void install_cancel_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { cancel_flag() = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+Progress::Progress(std::string label) : label_(std::move(label)) {}
+
+Progress::~Progress() {
+  if (drawn_) std::fputs("\r\033[K", stderr);
+}
+
+void Progress::set_enabled(bool enabled) { g_progress_enabled = enabled && ::isatty(STDERR_FILENO); }
+
+bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
+  if (g_progress_enabled && total > 0) {
+    int permille = static_cast<int>(std::min<uint64_t>(done, total) * 1000 / total);
+    if (permille != last_permille_) {
+      last_permille_ = permille;
+      constexpr int width = 30;
+      int filled = permille * width / 1000;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::fprintf(stderr, "\r\033[K%s [%s] %3d%% %s", label_.c_str(), bar.c_str(), permille / 10, what.c_str());
+      std::fflush(stderr);
+      drawn_ = true;
+    }
+  }
+  return cancel_flag().load();
+}
+
+TempDir::TempDir(const fs::path& parent, const std::string& prefix) {
+  fs::create_directories(parent);
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    fs::path p = parent / (prefix + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    if (fs::create_directory(p)) {
+      path_ = p;
+      return;
+    }
+  }
+  throw std::runtime_error(parent.string() + ": cannot create a temporary directory");
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+uint64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+}  // namespace nf::host

@@ -1,0 +1,60 @@
+// Small shared helpers of the pipeline: hashing, files, progress, cancellation.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace nf::host {
+
+// 128-bit XXH3 of bytes / a file's contents, as 32 hex digits.
+std::string hash_bytes(const void* data, size_t n);
+std::string hash_string(const std::string& s);
+std::string hash_file(const std::filesystem::path& p);
+
+std::string read_text_file(const std::filesystem::path& p);
+// Writes to a sibling temp file, then renames: readers never see half a file.
+void write_text_file_atomic(const std::filesystem::path& p, const std::string& text);
+
+// The user pressed Ctrl-C (SIGINT/SIGTERM); long work checks it through progress callbacks.
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("cancelled") {}
+};
+std::atomic<bool>& cancel_flag();
+void install_cancel_handler();
+
+// A progress bar on a terminal (stderr), silent otherwise. report() returns true when the
+// build should stop (user cancel).
+class Progress {
+ public:
+  explicit Progress(std::string label);
+  ~Progress();
+  bool report(uint64_t done, uint64_t total, const std::string& what);
+  static void set_enabled(bool enabled);  // off with -q or when stderr is not a TTY
+
+ private:
+  std::string label_;
+  int last_permille_ = -1;
+  bool drawn_ = false;
+};
+
+// A directory removed on destruction unless released (half-written output never stays).
+class TempDir {
+ public:
+  explicit TempDir(const std::filesystem::path& parent, const std::string& prefix);
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  void release() { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Peak resident set size of this process in bytes (from /proc/self/status VmHWM).
+uint64_t peak_rss_bytes();
+
+}  // namespace nf::host

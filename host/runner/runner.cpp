@@ -1,0 +1,209 @@
+#include "runner/runner.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace nf::host {
+namespace {
+
+std::vector<std::string> names_of(const nlohmann::json& list) {
+  std::vector<std::string> r;
+  for (const auto& v : list) r.push_back(v.at("name").get<std::string>());
+  return r;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TensorPtr int64_tensor(std::vector<int64_t> dims, const std::function<int64_t(int64_t)>& value) {
+  auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_INT64, std::move(dims)));
+  int64_t* p = t->tensor.mutable_as<int64_t>();
+  for (int64_t i = 0, n = t->tensor.numel(); i < n; ++i) p[i] = value(i);
+  return t;
+}
+
+// Keeps the first `len` positions along axis 2 of a [b, h, T, d] cache tensor.
+TensorPtr cut_time(const TensorPtr& t, int64_t len) {
+  const auto& d = t->tensor.dims;
+  if (d[2] == len) return t;
+  auto out = ir::make_tensor_ref(ir::Tensor::zeros(t->tensor.dtype, {d[0], d[1], len, d[3]}));
+  size_t es = ir::dtype_size(t->tensor.dtype);
+  size_t row = static_cast<size_t>(d[3]) * es;
+  const uint8_t* src = static_cast<const uint8_t*>(t->tensor.data());
+  uint8_t* dst = static_cast<uint8_t*>(out->tensor.mutable_data());
+  for (int64_t bh = 0; bh < d[0] * d[1]; ++bh)
+    std::memcpy(dst + static_cast<size_t>(bh * len) * row, src + static_cast<size_t>(bh * d[2]) * row,
+                static_cast<size_t>(len) * row);
+  return out;
+}
+
+}  // namespace
+
+DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
+  DecoderIO io;
+  io.graph = spec.at("name");
+  auto inputs = names_of(spec.at("inputs"));
+  auto outputs = names_of(spec.at("outputs"));
+  auto need = [&](const std::vector<std::string>& list, const std::string& name, const char* what) {
+    if (!contains(list, name))
+      throw std::runtime_error("graph '" + io.graph + "' has no " + what + " '" + name +
+                               "' (expected the optimum decoder layout: input_ids, attention_mask, "
+                               "past_key_values.N.key|value -> logits, present.N.key|value)");
+    return name;
+  };
+  io.input_ids = need(inputs, "input_ids", "input");
+  io.attention_mask = need(inputs, "attention_mask", "input");
+  io.position_ids = contains(inputs, "position_ids") ? "position_ids" : "";
+  io.logits = need(outputs, "logits", "output");
+  for (int i = 0;; ++i) {
+    std::string k = "past_key_values." + std::to_string(i) + ".key";
+    if (!contains(inputs, k)) break;
+    io.past_keys.push_back(k);
+    io.past_values.push_back(need(inputs, "past_key_values." + std::to_string(i) + ".value", "input"));
+    io.present_keys.push_back(need(outputs, "present." + std::to_string(i) + ".key", "output"));
+    io.present_values.push_back(need(outputs, "present." + std::to_string(i) + ".value", "output"));
+  }
+  if (io.past_keys.empty()) need(inputs, "past_key_values.0.key", "input");
+  for (const auto& in : spec.at("inputs")) {
+    if (in.at("name") != io.past_keys[0]) continue;
+    const auto& shape = in.value("shape", nlohmann::json::array());
+    if (shape.size() != 4 || !shape[1].is_number_integer() || !shape[3].is_number_integer())
+      throw std::runtime_error("graph '" + io.graph + "': " + io.past_keys[0] +
+                               " needs a static [batch, kv_heads, past, head_dim] shape");
+    io.kv_heads = shape[1];
+    io.head_dim = shape[3];
+  }
+  for (const auto& o : outputs)
+    if (o != io.logits && o.rfind("present.", 0) != 0) io.extra_outputs.push_back(o);
+  return io;
+}
+
+DynamicRunner::DynamicRunner(BackendSession& session, DecoderIO io) : session_(session), io_(std::move(io)) { reset(); }
+
+void DynamicRunner::reset() {
+  n_past_ = 0;
+  keys_.clear();
+  values_.clear();
+  auto empty = [&] { return ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io_.kv_heads, 0, io_.head_dim})); };
+  for (size_t i = 0; i < io_.past_keys.size(); ++i) {
+    keys_.push_back(empty());
+    values_.push_back(empty());
+  }
+  row_paths_.clear();
+  row_pass_.clear();
+}
+
+DynamicRunner::Pass DynamicRunner::run(std::span<const int32_t> tokens, bool all_rows) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw std::runtime_error("runner: no tokens to run");
+  std::vector<NamedTensor> in;
+  in.push_back({io_.input_ids, int64_tensor({1, n}, [&](int64_t i) { return tokens[static_cast<size_t>(i)]; })});
+  in.push_back({io_.attention_mask, int64_tensor({1, n_past_ + n}, [](int64_t) { return 1; })});
+  if (!io_.position_ids.empty())
+    in.push_back({io_.position_ids, int64_tensor({1, n}, [&](int64_t i) { return n_past_ + i; })});
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    in.push_back({io_.past_keys[l], keys_[l]});
+    in.push_back({io_.past_values[l], values_[l]});
+  }
+  std::vector<std::string> out{io_.logits};
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    out.push_back(io_.present_keys[l]);
+    out.push_back(io_.present_values[l]);
+  }
+  for (const auto& e : io_.extra_outputs) out.push_back(e);
+
+  auto result = session_.run(io_.graph, in, out);
+  ++passes_;
+  const ir::Tensor& logits = result[0]->tensor;
+  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims.size() != 3 || logits.dims[1] != n)
+    throw std::runtime_error("runner: logits of graph '" + io_.graph + "' are not float32 [1, " + std::to_string(n) +
+                             ", vocab]");
+  vocab_ = logits.dims[2];
+  Pass p;
+  const float* lp = logits.as<float>();
+  if (all_rows)
+    p.logits.assign(lp, lp + n * vocab_);
+  else
+    p.logits.assign(lp + (n - 1) * vocab_, lp + n * vocab_);
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    p.keys.push_back(result[1 + 2 * l]);
+    p.values.push_back(result[2 + 2 * l]);
+  }
+  for (size_t e = 0; e < io_.extra_outputs.size(); ++e) p.extras.push_back(result[1 + 2 * keys_.size() + e]);
+  return p;
+}
+
+void DynamicRunner::adopt(Pass& p, int64_t new_len) {
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l] = cut_time(p.keys[l], new_len);
+    values_[l] = cut_time(p.values[l], new_len);
+  }
+  extras_ = p.extras;
+  n_past_ = new_len;
+}
+
+std::vector<float> DynamicRunner::append(std::span<const int32_t> tokens, bool all_rows) {
+  Pass p = run(tokens, all_rows);
+  adopt(p, n_past_ + static_cast<int64_t>(tokens.size()));
+  row_paths_.clear();
+  row_pass_.clear();
+  return std::move(p.logits);
+}
+
+void DynamicRunner::forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {
+  if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
+  if (n_rows > max_rows()) throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the limit of " +
+                                                    std::to_string(max_rows()));
+  std::vector<std::vector<int32_t>> paths(n_rows);
+  std::vector<bool> has_child(n_rows, false);
+  for (size_t r = 0; r < n_rows; ++r) {
+    int32_t p = parents[r];
+    if (p >= static_cast<int32_t>(r) || p < -1)
+      throw std::runtime_error("runner: row " + std::to_string(r) + " has parent " + std::to_string(p) +
+                               " (a parent must be an earlier row or -1)");
+    if (p >= 0) {
+      paths[r] = paths[static_cast<size_t>(p)];
+      has_child[static_cast<size_t>(p)] = true;
+    }
+    paths[r].push_back(static_cast<int32_t>(r));
+  }
+  row_pass_.assign(n_rows, nullptr);
+  for (size_t leaf = 0; leaf < n_rows; ++leaf) {
+    if (has_child[leaf]) continue;
+    std::vector<int32_t> toks;
+    for (int32_t r : paths[leaf]) toks.push_back(tokens[r]);
+    auto pass = std::make_shared<Pass>(run(toks, true));
+    for (size_t d = 0; d < paths[leaf].size(); ++d) {
+      size_t r = static_cast<size_t>(paths[leaf][d]);
+      std::memcpy(logits + r * static_cast<size_t>(vocab_), pass->logits.data() + d * static_cast<size_t>(vocab_),
+                  static_cast<size_t>(vocab_) * sizeof(float));
+      if (!row_pass_[r]) row_pass_[r] = pass;
+    }
+    extras_ = pass->extras;
+  }
+  row_paths_ = std::move(paths);
+}
+
+void DynamicRunner::commit(const int32_t* rows, size_t n) {
+  if (n == 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    size_t r = static_cast<size_t>(rows[i]);
+    if (rows[i] < 0 || r >= row_paths_.size())
+      throw std::runtime_error("runner: commit of row " + std::to_string(rows[i]) + " that the last forward did not score");
+    if (row_paths_[r].size() != i + 1 || (i > 0 && row_paths_[r][i - 1] != rows[i - 1]))
+      throw std::runtime_error("runner: committed rows must form a path from a root, in order");
+  }
+  // The pass of the last row holds its whole path as a prefix.
+  adopt(*row_pass_[static_cast<size_t>(rows[n - 1])], n_past_ + static_cast<int64_t>(n));
+  row_paths_.clear();
+  row_pass_.clear();
+}
+
+nf_tensor* DynamicRunner::last_output(const char* name) {
+  for (size_t e = 0; e < io_.extra_outputs.size() && e < extras_.size(); ++e)
+    if (io_.extra_outputs[e] == name) return handle(extras_[e].get());
+  return nullptr;
+}
+
+}  // namespace nf::host

@@ -1,0 +1,81 @@
+// The runner: keeps the KV cache and positions of one sequence (batch 1) and drives a
+// backend session over a model's graphs. Decoders reach it through nf_runner (row calls).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "api/host_api.h"
+#include "pipeline/session.h"
+
+namespace nf::host {
+
+// How a graph's inputs and outputs map to the roles a runner needs, found by name in the
+// IO spec (the "graphs" entries of package.json).
+struct DecoderIO {
+  std::string graph;
+  std::string input_ids, attention_mask, position_ids, logits;  // position_ids may be ""
+  std::vector<std::string> past_keys, past_values, present_keys, present_values;
+  int64_t kv_heads = 0, head_dim = 0;
+  std::vector<std::string> extra_outputs;  // e.g. hidden_states
+
+  // The optimum layout of HF exports (dynamic past). Throws a one-line error naming what
+  // is missing when the graph is not a decoder in that layout.
+  static DecoderIO from_spec(const nlohmann::json& graph_spec);
+};
+
+class Runner : public nf_runner {
+ public:
+  virtual ~Runner() = default;
+  // Appends tokens to the committed sequence; returns logits of the last token, or of
+  // every token when `all_rows` (rows x vocab).
+  virtual std::vector<float> append(std::span<const int32_t> tokens, bool all_rows = false) = 0;
+  virtual void reset() = 0;
+  virtual int64_t forward_passes() const = 0;
+};
+
+// Runner over the dynamic KV layout of HF exports: past key/values grow by concatenation.
+// Row calls score each root-to-leaf path of a tree as its own pass (the layout has no
+// tree mask); the static layout after arcl scores a whole tree in one pass.
+class DynamicRunner final : public Runner {
+ public:
+  DynamicRunner(BackendSession& session, DecoderIO io);
+
+  std::vector<float> append(std::span<const int32_t> tokens, bool all_rows = false) override;
+  void reset() override;
+  int64_t forward_passes() const override { return passes_; }
+
+  size_t vocab_size() const override { return static_cast<size_t>(vocab_); }
+  size_t max_rows() const override { return 64; }
+  size_t n_past() const override { return static_cast<size_t>(n_past_); }
+  void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
+  void commit(const int32_t* rows, size_t n) override;
+  nf_tensor* last_output(const char* name) override;
+
+ private:
+  struct Pass {
+    std::vector<float> logits;            // rows x vocab
+    std::vector<TensorPtr> keys, values;  // presents after the pass
+    std::vector<TensorPtr> extras;        // extra outputs
+  };
+  // One pass over `tokens` after the committed cache; does not commit.
+  Pass run(std::span<const int32_t> tokens, bool all_rows);
+  void adopt(Pass& p, int64_t new_len);  // makes p's presents (cut to new_len) the cache
+
+  BackendSession& session_;
+  DecoderIO io_;
+  int64_t vocab_ = 0;
+  int64_t n_past_ = 0;
+  int64_t passes_ = 0;
+  std::vector<TensorPtr> keys_, values_;
+  std::vector<TensorPtr> extras_;
+  // Last row call: each row's path (row indices from the root) and that path's pass.
+  std::vector<std::vector<int32_t>> row_paths_;
+  std::vector<int32_t> row_tokens_;
+  std::vector<std::shared_ptr<Pass>> row_pass_;
+};
+
+}  // namespace nf::host
