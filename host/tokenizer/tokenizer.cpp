@@ -395,6 +395,19 @@ void add_pre_tokenizer(Impl& impl, const json& j) {
       if (split) split_piece(q, *marker, SplitBehavior::MergedWithNext, false, emit);
       else emit(std::move(q));
     });
+  } else if (type == "Whitespace") {  // keeps runs of word characters and of other non-spaces
+    auto words = std::make_shared<Pattern>(json{{"Regex", "\\w+|[^\\w\\s]+"}});
+    impl.pre_tokenizers.push_back(
+        [=](const Piece& p, const Emit& emit) { split_piece(p, *words, SplitBehavior::Removed, true, emit); });
+  } else if (type == "WhitespaceSplit") {
+    auto spaces = std::make_shared<Pattern>(json{{"Regex", "\\s+"}});
+    impl.pre_tokenizers.push_back(
+        [=](const Piece& p, const Emit& emit) { split_piece(p, *spaces, SplitBehavior::Removed, false, emit); });
+  } else if (type == "Punctuation") {  // each ASCII or Unicode punctuation character on its own
+    auto punct = std::make_shared<Pattern>(json{{"Regex", "[\\p{P}\\x21-\\x2F\\x3A-\\x40\\x5B-\\x60\\x7B-\\x7E]"}});
+    SplitBehavior behavior = parse_behavior(j.value("behavior", std::string("Isolated")));
+    impl.pre_tokenizers.push_back(
+        [=](const Piece& p, const Emit& emit) { split_piece(p, *punct, behavior, false, emit); });
   } else if (type == "Digits") {
     auto digits = std::make_shared<Pattern>(json{{"Regex", j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+"}});
     impl.pre_tokenizers.push_back(
@@ -479,6 +492,12 @@ void add_decoder(Impl& impl, const json& j) {
           e -= content.size();
         t = t.substr(b, e - b);
       }
+    });
+  } else if (type == "BPEDecoder") {  // end-of-word suffix: a space between words, none at the end
+    std::string suffix = j.value("suffix", std::string("</w>"));
+    impl.decoders.push_back([=](std::vector<std::string>& tokens) {
+      for (size_t i = 0; i < tokens.size(); ++i)
+        tokens[i] = replace_all(tokens[i], suffix, i + 1 == tokens.size() ? "" : " ");
     });
   } else if (type == "Metaspace") {
     std::string replacement = j.value("replacement", std::string("\xE2\x96\x81"));

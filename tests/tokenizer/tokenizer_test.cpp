@@ -100,7 +100,7 @@ TEST(Tokenizer, Qwen3MiniMatchesReference) { check_reference(kData / "qwen3-mini
 TEST(Tokenizer, Llama3StyleMiniMatchesReference) { check_reference(kData / "llama3-style-mini.reference.json"); }
 TEST(Tokenizer, SmallHandMadeCasesMatchReference) {
   for (const char* name : {"small-unk-fused", "small-unk-pairs", "small-metaspace", "small-bytelevel-prefix",
-                           "small-bytelevel-splits"})
+                           "small-bytelevel-splits", "small-suffix", "small-prefix"})
     check_reference(kData / (std::string(name) + ".reference.json"));
 }
 

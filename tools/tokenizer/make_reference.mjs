@@ -171,6 +171,29 @@ function makeSmall() {
       { type: 'Split', pattern: { Regex: '[a-z]+' }, behavior: 'MergedWithNext', invert: true },
       { type: 'Split', pattern: { String: 'e' }, behavior: 'Isolated', invert: true },
       { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] }) };
+  // Word-level pre-tokenizers, an end-of-word suffix with its BPEDecoder (CLIP style) and a
+  // continuing-subword prefix.
+  const wordTexts = ['hello world', 'hello, world!', 'hello...hello', '  hello\tworld\n', "don't", 'naïve',
+                     'a—b «c»', 'hello¿', 'ohello hellohello', ''];
+  const ascii = [];
+  for (let c = 0x21; c < 0x7f; c++) ascii.push(String.fromCharCode(c));
+  const suffixVocab = { '<unk>': 0 };
+  for (const c of ascii) { suffixVocab[c] = Object.keys(suffixVocab).length; suffixVocab[c + '</w>'] = Object.keys(suffixVocab).length; }
+  const suffixMerges = [['h', 'e'], ['l', 'l'], ['ll', 'o</w>'], ['he', 'llo</w>'], ['w', 'o'], ['wo', 'r'], ['l', 'd</w>'], ['wor', 'ld</w>']];
+  for (const [a, b] of suffixMerges) suffixVocab[a + b] = Object.keys(suffixVocab).length;
+  small['small-suffix'] = { texts: wordTexts,
+    tok: { version: '1.0', added_tokens: [added(0, '<unk>', true)], normalizer: null,
+      pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'Punctuation', behavior: 'Isolated' }] },
+      post_processor: null, decoder: { type: 'BPEDecoder', suffix: '</w>' },
+      model: bpe(suffixVocab, suffixMerges, { end_of_word_suffix: '</w>' }) } };
+  const prefixVocab = { '<unk>': 0 };
+  for (const c of ascii) { prefixVocab[c] = Object.keys(prefixVocab).length; prefixVocab['##' + c] = Object.keys(prefixVocab).length; }
+  const prefixMerges = [['h', '##e'], ['##l', '##l'], ['he', '##ll'], ['hell', '##o'], ['w', '##o']];
+  for (const t of ['he', '##ll', 'hell', 'hello', 'wo']) prefixVocab[t] = Object.keys(prefixVocab).length;
+  small['small-prefix'] = { texts: wordTexts,
+    tok: { version: '1.0', added_tokens: [added(0, '<unk>', true)], normalizer: null,
+      pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: null,
+      model: bpe(prefixVocab, prefixMerges, { continuing_subword_prefix: '##', fuse_unk: true }) } };
   return small;
 }
 
