@@ -1,9 +1,10 @@
 """A byte-level BPE tokenizer (GPT-2 style), trained and run in plain Python.
 
 * bytes are mapped to printable unicode with GPT-2's bytes_to_unicode table;
-* text is pre-split with a GPT-2-like regex (Python `re` spelling of
-  's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+ ;
-  \\p{L} is written [^\\W\\d_] and \\p{N} is \\d, which agree on ASCII text);
+* text is pre-split with GPT-2's regex
+  's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
+  (\\p{L} / \\p{N} are spelled out as character classes built from
+  unicodedata, since Python's `re` has no \\p{..}; \\s is Python's);
 * merges are learned greedily by pair frequency (ties broken by the smaller
   pair in code-point order, so training is deterministic);
 * saved as an HF tokenizers `tokenizer.json` (model.type BPE, ByteLevel
@@ -13,9 +14,33 @@ import collections
 import heapq
 import json
 import re
+import unicodedata
 
+
+
+def _category_class(prefix):
+    """A regex character class of every code point whose Unicode general
+    category starts with `prefix` (L -> \\p{L}, N -> \\p{N})."""
+    ranges, start, prev = [], None, None
+    for cp in range(0x110000):
+        if unicodedata.category(chr(cp)).startswith(prefix):
+            if start is None:
+                start = cp
+            prev = cp
+        elif start is not None:
+            ranges.append((start, prev))
+            start = None
+    if start is not None:
+        ranges.append((start, prev))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                   for a, b in ranges)
+
+
+_L = _category_class("L")
+_N = _category_class("N")
+# GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 PRETOKENIZE = re.compile(
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
+    rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{_L}]+| ?[{_N}]+| ?[^\s{_L}{_N}]+|\s+(?!\S)|\s+""")
 
 
 def bytes_to_unicode():

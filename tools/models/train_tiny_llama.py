@@ -136,7 +136,7 @@ def window_ppl(model, ids, window=EVAL_WINDOW, max_windows=None, batch=8):
     return math.exp(tot / cnt), cnt, n
 
 
-def train(model, data, steps, lr=2e-3, warmup=100, min_lr=1e-4):
+def train(model, data, steps, lr=2e-3, warmup=60, min_lr=1e-4):
     g = torch.Generator().manual_seed(42)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -171,7 +171,7 @@ def train(model, data, steps, lr=2e-3, warmup=100, min_lr=1e-4):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=1100)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-train", action="store_true", help="reuse model.pt, redo outputs")
     ap.add_argument("--bench", type=int, default=0, help="time N training steps and exit")
@@ -253,6 +253,23 @@ def main():
             "unigram_ppl_heldout_add_one_from_train_counts": unigram_ppl,
             "computed_by": "torch 1.13 float32 (NLL accumulated in float64)",
         }, f, indent=1)
+
+    # ---- tokenizer golden ----------------------------------------------
+    cases = [PROMPT_TEXT,
+             "Hello, world!  Two  spaces\tand a tab\nnew line\n\n\nthree",
+             "x\u00b2 + y\u00b3 = z\u00b9 \u2014 caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f642 \u2192 \u00a0nbsp",
+             "<|bos|>CREATE TABLE t1(a INTEGER PRIMARY KEY, b TEXT);<|eos|>",
+             "don't we'll they're I'M it's",
+             "   leading spaces and trailing   ",
+             "12345678 3.14159 0x1F sqlite3_open_v2()",
+             heldout[:600]]
+    with open(os.path.join(OUT, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
+        json.dump({"note": "encode(text) with special tokens recognised, no BOS added; "
+                           "decode(ids) == text for every case",
+                   "cases": [{"text": t, "ids": tok.encode(t)} for t in cases]},
+                  f, ensure_ascii=False, indent=1)
+    for t in cases:
+        assert tok.decode(tok.encode(t)) == t
 
     # ---- golden ---------------------------------------------------------
     prompt_ids = tok.encode(PROMPT_TEXT)
