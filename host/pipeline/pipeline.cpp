@@ -202,6 +202,11 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       if (fs::is_regular_file(tcfg)) fs::copy_file(tcfg, staging.path() / "tokenizer_config.json");
       meta["tokenizer"] = "tokenizer.json";
     }
+    // Model-set metadata the transforms left for the runner ("io": static layout, variants).
+    nlohmann::json extra = nlohmann::json::object();
+    for (const auto& [k, v] : ms->metadata)
+      if (k != "config" && k != "source_key") extra[k] = nlohmann::json::parse(v);
+    meta["metadata"] = extra;
     if (m.speculative) meta["speculative"] = {{"decoder", m.speculative->name}, {"options", m.speculative->options}};
 
     nlohmann::json report{{"target", target},
