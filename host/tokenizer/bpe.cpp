@@ -49,14 +49,14 @@ Bpe::Bpe(const nlohmann::json& model) {
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
 
-  cut_before_metaspace_ = prefix_.empty() && suffix_.empty() && vocab_.contains(kMetaspace) &&
-                         std::none_of(vocab_.begin(), vocab_.end(), [](const auto& entry) {
-                           const std::string& t = entry.first;
-                           for (size_t pos = t.find(kMetaspace, 1); pos != std::string::npos;
-                                pos = t.find(kMetaspace, pos + 1))
-                             if (!after_metaspace(t, pos)) return true;
-                           return false;
-                         });
+  cut_before_metaspace_ =
+      prefix_.empty() && suffix_.empty() && vocab_.contains(kMetaspace) &&
+      std::none_of(vocab_.begin(), vocab_.end(), [](const auto& entry) {
+        const std::string& t = entry.first;
+        for (size_t pos = t.find(kMetaspace, 1); pos != std::string::npos; pos = t.find(kMetaspace, pos + 1))
+          if (!after_metaspace(t, pos)) return true;
+        return false;
+      });
 
   // Merges come as "a b" strings (older files) or as [a, b] pairs (newer ones, where a
   // token may itself contain a space). The rank is the position in the list.

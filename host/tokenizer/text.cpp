@@ -69,14 +69,22 @@ std::string utf8_lossy(std::string_view s) {
     // Allowed range of the second byte and total length (Unicode table 3-7).
     size_t len = 0;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b == 0xE0) len = 3, lo = 0xA0;
-    else if (b >= 0xE1 && b <= 0xEC) len = 3;
-    else if (b == 0xED) len = 3, hi = 0x9F;
-    else if (b >= 0xEE && b <= 0xEF) len = 3;
-    else if (b == 0xF0) len = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) len = 4;
-    else if (b == 0xF4) len = 4, hi = 0x8F;
+    if (b >= 0xC2 && b <= 0xDF)
+      len = 2;
+    else if (b == 0xE0)
+      len = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC)
+      len = 3;
+    else if (b == 0xED)
+      len = 3, hi = 0x9F;
+    else if (b >= 0xEE && b <= 0xEF)
+      len = 3;
+    else if (b == 0xF0)
+      len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      len = 4;
+    else if (b == 0xF4)
+      len = 4, hi = 0x8F;
     size_t valid = 1;  // bytes of the sequence that are valid so far
     if (len > 0 && i + 1 < s.size() && byte(i + 1) >= lo && byte(i + 1) <= hi) {
       valid = 2;
@@ -123,8 +131,8 @@ int unicode_to_byte(uint32_t cp) {
 Regex::Regex(const std::string& pattern) {
   int err = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &offset, nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);

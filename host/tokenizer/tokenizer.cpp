@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/text.h"
@@ -25,8 +24,7 @@ using nlohmann::json;
 namespace {
 
 // GPT-2's split regex; the ByteLevel pre-tokenizer uses it when use_regex is true.
-const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 const std::string kReplacementChar = "\xEF\xBF\xBD";
 
@@ -60,9 +58,12 @@ struct Pattern {
   std::shared_ptr<Regex> regex;
 
   explicit Pattern(const json& j) {
-    if (j.contains("Regex")) regex = std::make_shared<Regex>(j.at("Regex").get<std::string>());
-    else if (j.contains("String")) literal = j.at("String").get<std::string>();
-    else throw std::runtime_error("pattern is neither String nor Regex");
+    if (j.contains("Regex"))
+      regex = std::make_shared<Regex>(j.at("Regex").get<std::string>());
+    else if (j.contains("String"))
+      literal = j.at("String").get<std::string>();
+    else
+      throw std::runtime_error("pattern is neither String nor Regex");
   }
   explicit Pattern(std::string lit) : literal(std::move(lit)) {}
   // Calls f(begin, end) for each non-empty match, left to right.
@@ -159,8 +160,8 @@ class Splitter {
   SplitBehavior behavior_;
   bool invert_;
   const Emit& emit_;
-  size_t pos_ = 0;                  // end of the last span
-  size_t begin_ = 0, end_ = 0;      // the part being built
+  size_t pos_ = 0;              // end of the last span
+  size_t begin_ = 0, end_ = 0;  // the part being built
   bool has_part_ = false;
   bool last_was_match_ = false;
 };
@@ -205,8 +206,7 @@ class AddedMatcher {
         const AddedToken* t = entry.token;
         size_t end = i + entry.pattern.size();
         // single_word: not inside a word (ASCII letters, digits, '_' and non-ASCII count).
-        if (t->single_word && ((i > 0 && is_word_byte(s[i - 1])) || (end < s.size() && is_word_byte(s[end]))))
-          continue;
+        if (t->single_word && ((i > 0 && is_word_byte(s[i - 1])) || (end < s.size() && is_word_byte(s[end])))) continue;
         hit = &entry;
         break;
       }
@@ -276,7 +276,8 @@ struct Impl {
       return;
     }
     normalized_matcher.split(
-        normalized, [&](size_t b, size_t e) { model_part(std::string_view(normalized).substr(b, e - b), at_start && b == 0); },
+        normalized,
+        [&](size_t b, size_t e) { model_part(std::string_view(normalized).substr(b, e - b), at_start && b == 0); },
         [&](int32_t id) { out.push_back(id); });
   }
 
@@ -384,16 +385,19 @@ void add_pre_tokenizer(Impl& impl, const json& j) {
     });
   } else if (type == "Metaspace") {
     std::string replacement = j.value("replacement", std::string("\xE2\x96\x81"));
-    std::string scheme = j.contains("prepend_scheme") ? j.at("prepend_scheme").get<std::string>()
-                         : j.value("add_prefix_space", true) ? "always" : "never";
+    std::string scheme = j.contains("prepend_scheme")        ? j.at("prepend_scheme").get<std::string>()
+                         : j.value("add_prefix_space", true) ? "always"
+                                                             : "never";
     bool split = j.value("split", true);
     auto marker = std::make_shared<Pattern>(replacement);
     impl.pre_tokenizers.push_back([=](const Piece& p, const Emit& emit) {
       Piece q{replace_all(p.text, " ", replacement), p.at_start};
       bool prepend = scheme == "always" || (scheme == "first" && p.at_start);
       if (prepend && !q.text.starts_with(replacement)) q.text.insert(0, replacement);
-      if (split) split_piece(q, *marker, SplitBehavior::MergedWithNext, false, emit);
-      else emit(std::move(q));
+      if (split)
+        split_piece(q, *marker, SplitBehavior::MergedWithNext, false, emit);
+      else
+        emit(std::move(q));
     });
   } else if (type == "Whitespace") {  // keeps runs of word characters and of other non-spaces
     auto words = std::make_shared<Pattern>(json{{"Regex", "\\w+|[^\\w\\s]+"}});
@@ -409,7 +413,8 @@ void add_pre_tokenizer(Impl& impl, const json& j) {
     impl.pre_tokenizers.push_back(
         [=](const Piece& p, const Emit& emit) { split_piece(p, *punct, behavior, false, emit); });
   } else if (type == "Digits") {
-    auto digits = std::make_shared<Pattern>(json{{"Regex", j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+"}});
+    auto digits =
+        std::make_shared<Pattern>(json{{"Regex", j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+"}});
     impl.pre_tokenizers.push_back(
         [=](const Piece& p, const Emit& emit) { split_piece(p, *digits, SplitBehavior::Isolated, false, emit); });
   } else {
@@ -425,7 +430,8 @@ void byte_fallback_decode(std::vector<std::string>& tokens) {
   size_t count = 0;
   auto flush = [&] {
     if (count == 0) return;
-    if (utf8_lossy(bytes) == bytes) out.push_back(bytes);
+    if (utf8_lossy(bytes) == bytes)
+      out.push_back(bytes);
     else
       for (size_t i = 0; i < count; ++i) out.push_back(kReplacementChar);
     bytes.clear();
@@ -459,8 +465,10 @@ void add_decoder(Impl& impl, const json& j) {
         bool all = true;
         for (size_t i = 0; i < t.size() && all;) {
           int b = unicode_to_byte(next_codepoint(t, i));
-          if (b < 0) all = false;
-          else mapped += static_cast<char>(b);
+          if (b < 0)
+            all = false;
+          else
+            mapped += static_cast<char>(b);
         }
         bytes += all ? mapped : t;  // a token outside the alphabet passes as it is
       }
@@ -488,7 +496,8 @@ void add_decoder(Impl& impl, const json& j) {
       for (auto& t : tokens) {
         size_t b = 0, e = t.size();
         for (size_t k = 0; k < start && t.compare(b, content.size(), content) == 0 && b < e; ++k) b += content.size();
-        for (size_t k = 0; k < stop && e >= b + content.size() && t.compare(e - content.size(), content.size(), content) == 0; ++k)
+        for (size_t k = 0;
+             k < stop && e >= b + content.size() && t.compare(e - content.size(), content.size(), content) == 0; ++k)
           e -= content.size();
         t = t.substr(b, e - b);
       }
@@ -501,8 +510,9 @@ void add_decoder(Impl& impl, const json& j) {
     });
   } else if (type == "Metaspace") {
     std::string replacement = j.value("replacement", std::string("\xE2\x96\x81"));
-    std::string scheme = j.contains("prepend_scheme") ? j.at("prepend_scheme").get<std::string>()
-                         : j.value("add_prefix_space", true) ? "always" : "never";
+    std::string scheme = j.contains("prepend_scheme")        ? j.at("prepend_scheme").get<std::string>()
+                         : j.value("add_prefix_space", true) ? "always"
+                                                             : "never";
     // HF: every replacement char becomes a space, except in the first token where it goes.
     impl.decoders.push_back([=](std::vector<std::string>& tokens) {
       for (size_t i = 0; i < tokens.size(); ++i)
@@ -608,11 +618,16 @@ std::shared_ptr<Impl> build(const json& root, const json& config) {
 
   // bos/eos: tokenizer_config.json names them; otherwise the template's first token and the
   // usual names.
-  if (auto name = config_token(config, "bos_token")) impl->bos = impl->token_to_id(*name);
-  else if (!impl->prefix_ids.empty()) impl->bos = impl->prefix_ids.front();
-  else impl->bos = first_present(*impl, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
-  if (auto name = config_token(config, "eos_token")) impl->eos = impl->token_to_id(*name);
-  else impl->eos = first_present(*impl, {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>", "<|im_end|>"});
+  if (auto name = config_token(config, "bos_token"))
+    impl->bos = impl->token_to_id(*name);
+  else if (!impl->prefix_ids.empty())
+    impl->bos = impl->prefix_ids.front();
+  else
+    impl->bos = first_present(*impl, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
+  if (auto name = config_token(config, "eos_token"))
+    impl->eos = impl->token_to_id(*name);
+  else
+    impl->eos = first_present(*impl, {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>", "<|im_end|>"});
 
   // transformers' Llama-style tokenizers rebuild the template from these flags.
   if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
@@ -644,8 +659,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
     json config = json::object();
     std::string file = std::filesystem::path(path).filename().string();
     if (file.ends_with("tokenizer.json")) {
-      std::string config_path = path.substr(0, path.size() - std::string("tokenizer.json").size()) +
-                                "tokenizer_config.json";
+      std::string config_path =
+          path.substr(0, path.size() - std::string("tokenizer.json").size()) + "tokenizer_config.json";
       if (std::filesystem::exists(config_path)) {
         where = config_path;
         config = read_json(config_path);

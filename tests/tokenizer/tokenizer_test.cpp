@@ -1,17 +1,16 @@
 // The tokenizer against Hugging Face tokenizers (Rust): tests/tokenizer/data/*.reference.json
 // hold its encodings and decodings of fixed strings (tools/tokenizer/make_reference.mjs).
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
-
-#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using nf::Tokenizer;
@@ -37,9 +36,8 @@ std::string read_text(const fs::path& p) {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() /
-           ("npuforge_tok_" + std::to_string(std::random_device{}()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path = fs::temp_directory_path() / ("npuforge_tok_" + std::to_string(std::random_device{}()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -133,16 +131,19 @@ TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
     }
     // Random code points from several scripts, emoji and whitespace.
     std::mt19937 rng(7);
-    const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
-        {0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x24F}, {0x400, 0x4FF}, {0x4E00, 0x9FFF}, {0x1F300, 0x1FAFF}, {0x3000, 0x303F}};
+    const std::vector<std::pair<uint32_t, uint32_t>> ranges = {{0x20, 0x7E},    {0x09, 0x0D},     {0xA0, 0x24F},
+                                                               {0x400, 0x4FF},  {0x4E00, 0x9FFF}, {0x1F300, 0x1FAFF},
+                                                               {0x3000, 0x303F}};
     for (int round = 0; round < 200; ++round) {
       std::string text;
       int n = std::uniform_int_distribution<>(1, 40)(rng);
       for (int k = 0; k < n; ++k) {
         auto [lo, hi] = ranges[std::uniform_int_distribution<size_t>(0, ranges.size() - 1)(rng)];
         uint32_t cp = std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
-        if (cp < 0x80) text += static_cast<char>(cp);
-        else if (cp < 0x800) text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+        if (cp < 0x80)
+          text += static_cast<char>(cp);
+        else if (cp < 0x800)
+          text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
         else if (cp < 0x10000)
           text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
                    static_cast<char>(0x80 | (cp & 0x3F))};
@@ -265,8 +266,7 @@ TEST(Tokenizer, ErrorsAreOneLineNamingTheFile) {
                "unsupported model type 'WordPiece'");
   expect_error(dir.write("badmerge.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
                "not in the vocab");
-  expect_error(
-      dir.write("pretok.json", R"({"pre_tokenizer": {"type": "BertPreTokenizer"},
+  expect_error(dir.write("pretok.json", R"({"pre_tokenizer": {"type": "BertPreTokenizer"},
                                    "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"),
-      "unsupported pre_tokenizer type 'BertPreTokenizer'");
+               "unsupported pre_tokenizer type 'BertPreTokenizer'");
 }
