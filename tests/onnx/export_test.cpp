@@ -124,6 +124,13 @@ TEST(Export, OnnxCheckerAcceptsOutput) {
     save_model(*g, d / name);
     EXPECT_EQ(run_checker(d / name), 0) << name;
   }
+  // A model-set graph whose weights all live in the shared weights.bin.
+  ir::ModelSet ms;
+  ms.graphs.push_back(load_model((data_dir() / "tiny_decoder.onnx").string()));
+  ms.graphs[0]->name = "ar1_cl32_1_of_1";
+  fs::create_directories(d.path / "set");
+  onnx_io::save_model_set(ms, d / "set");
+  EXPECT_EQ(run_checker(d / "set/ar1_cl32_1_of_1.onnx"), 0);
 }
 
 TEST(Export, RefusesDataFileOutsideModelFolder) {
