@@ -1,5 +1,4 @@
 #include "manifest/manifest.h"
-
 #include "manifest/schema.h"
 #include "manifest/suggest.h"
 #include "manifest/toml_guard.h"
@@ -43,21 +42,31 @@ Location PluginUse::locate(const std::string& pointer) const {
 
 namespace {
 
-const std::vector<std::string> kTopLevel = {"model", "calibration", "quant", "transform",
+const std::vector<std::string> kTopLevel = {"model",   "calibration", "quant",  "transform",
                                             "targets", "speculative", "plugins"};
 
 std::string toml_type(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "number";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::array: return "list";
-    case toml::node_type::table: return "table";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-    default: return "nothing";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "number";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::array:
+      return "list";
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    default:
+      return "nothing";
   }
 }
 
@@ -86,15 +95,25 @@ class Parser {
     for (auto& [key, node] : ordered(root)) {
       const std::string name(key->str());
       if (std::find(kTopLevel.begin(), kTopLevel.end(), name) == kTopLevel.end())
-        fail(at(*key), "unknown " + std::string(node->is_table() || node->is_array_of_tables() ? "table" : "key") + " " + quote(name) +
-                           did_you_mean(name, kTopLevel) + " (known: " + join(kTopLevel) + ")");
-      if (name == "model") parse_model(table_of(*key, *node)), have_model = true;
-      else if (name == "calibration") parse_calibration(table_of(*key, *node));
-      else if (name == "quant") parse_uses(*key, *node, "quant", "recipe", m_.quant);
-      else if (name == "transform") parse_uses(*key, *node, "transform", "plugin", m_.transforms);
-      else if (name == "targets") parse_targets(*key, table_of(*key, *node)), have_targets = true;
-      else if (name == "speculative") m_.speculative = plugin_use(table_of(*key, *node), "[speculative]", "decoder");
-      else if (name == "plugins") parse_plugins(table_of(*key, *node));
+        fail(at(*key), "unknown " + std::string(node->is_table() || node->is_array_of_tables() ? "table" : "key") +
+                           " " + quote(name) + did_you_mean(name, kTopLevel) + " (known: " + join(kTopLevel) + ")");
+      if (name == "model") {
+        parse_model(table_of(*key, *node));
+        have_model = true;
+      } else if (name == "calibration") {
+        parse_calibration(table_of(*key, *node));
+      } else if (name == "quant") {
+        parse_uses(*key, *node, "quant", "recipe", m_.quant);
+      } else if (name == "transform") {
+        parse_uses(*key, *node, "transform", "plugin", m_.transforms);
+      } else if (name == "targets") {
+        parse_targets(*key, table_of(*key, *node));
+        have_targets = true;
+      } else if (name == "speculative") {
+        m_.speculative = plugin_use(table_of(*key, *node), "[speculative]", "decoder");
+      } else if (name == "plugins") {
+        parse_plugins(table_of(*key, *node));
+      }
     }
     if (!have_model) fail({file_, 1, 1}, "missing [model] table (it names the ONNX model: onnx = \"model.onnx\")");
     if (!have_targets)
@@ -102,9 +121,8 @@ class Parser {
     return std::move(m_);
   }
 
-  Manifest m_;
-
  private:
+  Manifest m_;
   std::string file_;
   fs::path dir_;
 
@@ -155,8 +173,8 @@ class Parser {
     for (auto& [key, node] : ordered(t)) {
       const std::string name(key->str());
       if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
-        fail(at(*key), "unknown key " + quote(name) + " in " + where + did_you_mean(name, allowed) + " (known: " +
-                           join(allowed) + ")");
+        fail(at(*key), "unknown key " + quote(name) + " in " + where + did_you_mean(name, allowed) +
+                           " (known: " + join(allowed) + ")");
     }
   }
 
@@ -225,15 +243,16 @@ class Parser {
     m_.calibration = std::move(c);
   }
 
-  void parse_uses(const toml::key& key, const toml::node& node, const std::string& section,
-                  const std::string& name_key, std::vector<PluginUse>& out) {
+  void parse_uses(const toml::key& key, const toml::node& node, const std::string& section, const std::string& name_key,
+                  std::vector<PluginUse>& out) {
     auto* arr = node.as_array();
     if (!arr)
       fail(at(key), quote(section) + " must be an array of tables ([[" + section + "]]), got " + toml_type(node));
     for (size_t i = 0; i < arr->size(); ++i) {
       const toml::node& e = *arr->get(i);
       auto* t = e.as_table();
-      if (!t) fail(at(e), "each " + quote(section) + " entry must be a table ([[" + section + "]]), got " + toml_type(e));
+      if (!t)
+        fail(at(e), "each " + quote(section) + " entry must be a table ([[" + section + "]]), got " + toml_type(e));
       out.push_back(plugin_use(*t, "[[" + section + "]] #" + std::to_string(i + 1), name_key));
     }
   }
@@ -244,14 +263,13 @@ class Parser {
       const std::string name(name_key->str());
       auto* target = node->as_table();
       if (!target)
-        fail(at(*name_key), "target " + quote(name) + " must be a table ([targets." + name + "]), got " +
-                                toml_type(*node));
+        fail(at(*name_key),
+             "target " + quote(name) + " must be a table ([targets." + name + "]), got " + toml_type(*node));
       // The name becomes a package folder: keep it portable.
       bool portable = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
       });
-      if (!portable)
-        fail(at(*name_key), "target name " + quote(name) + " may only use letters, digits, '_' and '-'");
+      if (!portable) fail(at(*name_key), "target name " + quote(name) + " may only use letters, digits, '_' and '-'");
       std::string lower = name;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (auto [it, fresh] = seen.emplace(lower, name); !fresh)
@@ -358,7 +376,8 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
 
   auto must_exist = [&](const std::string& path, const std::string& key, const std::string& what) {
     std::error_code ec;
-    if (!path.empty() && !fs::exists(path, ec)) found.push_back({where(key), what + " " + quote(path) + " does not exist"});
+    if (!path.empty() && !fs::exists(path, ec))
+      found.push_back({where(key), what + " " + quote(path) + " does not exist"});
   };
   must_exist(m.model_onnx, "model.onnx", "model");
   if (m.locations.count("model.config")) must_exist(m.model_config, "model.config", "model config");
@@ -380,7 +399,8 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
       for (const auto& e : validate_json(*schema, use.options, SchemaNames{"option", kind + " " + quote(use.name)}))
         found.push_back({use.locate(e.path), e.message});
     } catch (const json::exception& e) {
-      found.push_back({use.where, kind + " plugin " + quote(use.name) + " has a malformed options schema: " + e.what()});
+      found.push_back(
+          {use.where, kind + " plugin " + quote(use.name) + " has a malformed options schema: " + e.what()});
     }
   };
   for (auto& use : m.quant) check("quant", use);

@@ -35,7 +35,7 @@ std::string format_error(const Location& where, const std::string& message);
 struct PluginUse {
   std::string name;
   nlohmann::json options = nlohmann::json::object();  // every key of the table but the name key
-  Location where;                                      // the name key ("plugin = ...")
+  Location where;                                     // the name key ("plugin = ...")
   // JSON pointer into `options` ("/arn", "/arn/1") -> where that key or array element is.
   std::map<std::string, Location> option_locations;
   // The location for a schema error at `pointer`: the node itself, else its nearest parent.
@@ -43,7 +43,7 @@ struct PluginUse {
 };
 
 struct Manifest {
-  std::string path, dir;  // absolute
+  std::string path, dir;                                  // absolute
   std::string model_onnx, model_config, model_tokenizer;  // absolute paths ("" when absent)
   struct Calibration {
     std::string text;  // absolute

@@ -1,5 +1,4 @@
 #include "manifest/schema.h"
-
 #include "manifest/suggest.h"
 
 #include <algorithm>
@@ -14,16 +13,17 @@ using nlohmann::json;
 std::string pointer_append(const std::string& pointer, const std::string& key) {
   std::string out = pointer + "/";
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
 
-std::string pointer_append(const std::string& pointer, size_t index) {
-  return pointer + "/" + std::to_string(index);
-}
+std::string pointer_append(const std::string& pointer, size_t index) { return pointer + "/" + std::to_string(index); }
 
 namespace {
 
@@ -31,12 +31,8 @@ namespace {
 struct Path {
   std::string pointer;  // "/arn/1"
   std::string display;  // "arn[1]"
-  Path key(const std::string& k) const {
-    return {pointer_append(pointer, k), display.empty() ? k : display + "." + k};
-  }
-  Path index(size_t i) const {
-    return {pointer_append(pointer, i), display + "[" + std::to_string(i) + "]"};
-  }
+  Path key(const std::string& k) const { return {pointer_append(pointer, k), display.empty() ? k : display + "." + k}; }
+  Path index(size_t i) const { return {pointer_append(pointer, i), display + "[" + std::to_string(i) + "]"}; }
 };
 
 bool is_integer(const json& v) { return v.is_number_integer(); }
@@ -178,8 +174,7 @@ class Validator {
       if (m > 0) {
         // fmod is exact; the tolerance only matters for fractional steps like 0.1.
         long double r = std::fabs(std::fmod(v, m));
-        bool ok = is_integer(value) && is_integer(schema["multipleOf"]) ? r == 0
-                                                                         : r <= m * 1e-9L || m - r <= m * 1e-9L;
+        bool ok = is_integer(value) && is_integer(schema["multipleOf"]) ? r == 0 : r <= m * 1e-9L || m - r <= m * 1e-9L;
         if (!ok)
           fail(path, subject(path) + " must be a multiple of " + schema["multipleOf"].dump() + ", got " + value.dump());
       }

@@ -75,7 +75,8 @@ class Scanner {
   }
 
   TextProblem unexpected() const {
-    return {line_, col_, "invalid TOML: unexpected character " + describe(peek()) + " outside a quoted string or comment"};
+    return {line_, col_,
+            "invalid TOML: unexpected character " + describe(peek()) + " outside a quoted string or comment"};
   }
 
   // Keeps track of whether a key or a value comes next.
@@ -84,8 +85,12 @@ class Scanner {
       case '\n':
         if (open_.empty()) value_pos_ = false;
         break;
-      case '=': value_pos_ = true; break;
-      case ',': value_pos_ = open_.empty() || open_.back() == '['; break;
+      case '=':
+        value_pos_ = true;
+        break;
+      case ',':
+        value_pos_ = open_.empty() || open_.back() == '[';
+        break;
       case '[':
         if (first_on_line && open_.empty() && !value_pos_) {
           header_line_ = true;
@@ -103,7 +108,8 @@ class Scanner {
         if (!open_.empty()) open_.pop_back();
         value_pos_ = !open_.empty() && open_.back() == '[';
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -168,9 +174,14 @@ class Scanner {
     return j < s_.size() && (s_[j] == '=' || s_[j] == '.');
   }
 
+  // Multi-line strings cannot be keys, but toml++ reads one in key position as a key
+  // (recording it) before saying so.
   std::optional<TextProblem> multi_line(char quote, const std::string& triple) {
+    const bool key_position = header_line_ || !value_pos_;
     for (int k = 0; k < 3; ++k) next();
     while (i_ < s_.size()) {
+      if (key_position && static_cast<unsigned char>(s_[i_]) >= 0x80)
+        return TextProblem{line_, col_, "quoted keys must be ASCII (saw " + describe(peek()) + ")"};
       if (at(triple)) {
         for (int k = 0; k < 3; ++k) next();
         // Up to two more quotes belong to the content ("""a"""" ends with a quote).
@@ -183,8 +194,10 @@ class Scanner {
           // Line-ending backslash: toml++ tests what follows the whitespace run.
           while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) next();
           if (i_ < s_.size() && static_cast<unsigned char>(s_[i_]) >= 0x80)
-            return TextProblem{line_, col_, "a line-ending backslash in a multi-line string must not be followed by "
-                                            "non-ASCII text; write " + describe(peek()) + " as an escape (\\uXXXX)"};
+            return TextProblem{line_, col_,
+                               "a line-ending backslash in a multi-line string must not be followed by "
+                               "non-ASCII text; write " +
+                                   describe(peek()) + " as an escape (\\uXXXX)"};
         } else if (i_ < s_.size()) {
           next();
         }

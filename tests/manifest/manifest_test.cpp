@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -212,13 +211,15 @@ TEST(Manifest, ConfigAndTokenizerDefaultToBesideTheModel) {
   dir.write("hf/model.onnx");
   dir.write("hf/config.json", "{}");
   dir.write("hf/tokenizer.json", "{}");
-  Manifest m = parse_manifest(dir.write("manifest.toml", "[model]\nonnx = \"hf/model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"));
+  Manifest m = parse_manifest(
+      dir.write("manifest.toml", "[model]\nonnx = \"hf/model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"));
   EXPECT_EQ(m.model_config, dir.str("hf/config.json"));
   EXPECT_EQ(m.model_tokenizer, dir.str("hf/tokenizer.json"));
 }
 
 TEST(Manifest, AbsolutePathsStayAsWritten) {
-  Manifest m = parse_manifest_string("[model]\nonnx = \"/data/m.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n", "x/manifest.toml");
+  Manifest m =
+      parse_manifest_string("[model]\nonnx = \"/data/m.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n", "x/manifest.toml");
   EXPECT_EQ(m.model_onnx, "/data/m.onnx");
   EXPECT_EQ(m.dir, (fs::current_path() / "x").lexically_normal().string());
 }
@@ -252,8 +253,9 @@ TEST(Manifest, DuplicateTargetNames) {
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[targets.htp]\nbackend = \"htp\"\n[targets.htp]\nbackend = \"htp\"\n"),
             "manifest.toml:5:1: invalid TOML (table header): cannot redefine existing table 'targets.htp'");
   // Different keys to TOML, the same package folder on a case-insensitive disk.
-  EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[targets.htp]\nbackend = \"htp\"\n[targets.HTP]\nbackend = \"htp\"\n"),
-            "manifest.toml:5:10: duplicate target name 'HTP' (same as 'htp' up to case; package folders would collide)");
+  EXPECT_EQ(
+      parse_error("[model]\nonnx = \"m\"\n[targets.htp]\nbackend = \"htp\"\n[targets.HTP]\nbackend = \"htp\"\n"),
+      "manifest.toml:5:10: duplicate target name 'HTP' (same as 'htp' up to case; package folders would collide)");
 }
 
 TEST(Manifest, UnknownTopLevelTableSuggests) {
@@ -264,12 +266,14 @@ TEST(Manifest, UnknownTopLevelTableSuggests) {
             "manifest.toml:1:3: unknown table 'transforms'; did you mean 'transform'? "
             "(known: model, calibration, quant, transform, targets, speculative, plugins)");
   EXPECT_EQ(parse_error("name = 1\n"),
-            "manifest.toml:1:1: unknown key 'name' (known: model, calibration, quant, transform, targets, speculative, plugins)");
+            "manifest.toml:1:1: unknown key 'name' (known: model, calibration, quant, transform, targets, speculative, "
+            "plugins)");
 }
 
 TEST(Manifest, UnknownKeyInHostTablesSuggests) {
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\ntokeniser = \"t.json\"\n"),
-            "manifest.toml:3:1: unknown key 'tokeniser' in [model]; did you mean 'tokenizer'? (known: onnx, config, tokenizer)");
+            "manifest.toml:3:1: unknown key 'tokeniser' in [model]; did you mean 'tokenizer'? (known: onnx, config, "
+            "tokenizer)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[calibration]\ntext = \"c\"\nnum_sample = 3\n"),
             "manifest.toml:5:1: unknown key 'num_sample' in [calibration]; did you mean 'num_samples'? "
             "(known: text, num_samples, sequence_length)");
@@ -287,7 +291,8 @@ TEST(Manifest, WrongTypes) {
             "manifest.toml:3:2: 'quant' must be an array of tables ([[quant]]), got table");
   EXPECT_EQ(parse_error("transform = [1]\n" + head),
             "manifest.toml:1:14: each 'transform' entry must be a table ([[transform]]), got integer");
-  EXPECT_EQ(parse_error("targets = 3\n" + head), "manifest.toml:1:1: 'targets' must be a table ([targets]), got integer");
+  EXPECT_EQ(parse_error("targets = 3\n" + head),
+            "manifest.toml:1:1: 'targets' must be a table ([targets]), got integer");
   EXPECT_EQ(parse_error(head + "[targets]\nhtp = \"htp\"\n"),
             "manifest.toml:4:1: target 'htp' must be a table ([targets.htp]), got string");
   EXPECT_EQ(parse_error(head + "[targets.cpu]\nbackend = 1\n"),
@@ -397,24 +402,29 @@ backend = "cpu"
 [[transform]]
 plugin = "arcll"
 )");
-  EXPECT_EQ(errors,
-            Lines{"manifest.toml:12:1: no transform plugin named 'arcll'; did you mean 'arcl'? (installed: arcl, split)"});
-  EXPECT_EQ(validate_errors(dir, "[model]\nonnx = \"model.onnx\"\n[targets.x]\nbackend = \"gpu\"\n[speculative]\ndecoder = \"zzz\"\n"),
-            (Lines{"manifest.toml:4:1: no backend plugin named 'gpu'; did you mean 'cpu'? (installed: cpu, htp)",
-                   "manifest.toml:6:1: no speculative plugin named 'zzz' (installed: lade)"}));
+  EXPECT_EQ(
+      errors,
+      Lines{"manifest.toml:12:1: no transform plugin named 'arcll'; did you mean 'arcl'? (installed: arcl, split)"});
+  EXPECT_EQ(
+      validate_errors(
+          dir, "[model]\nonnx = \"model.onnx\"\n[targets.x]\nbackend = \"gpu\"\n[speculative]\ndecoder = \"zzz\"\n"),
+      (Lines{"manifest.toml:4:1: no backend plugin named 'gpu'; did you mean 'cpu'? (installed: cpu, htp)",
+             "manifest.toml:6:1: no speculative plugin named 'zzz' (installed: lade)"}));
 }
 
 TEST(Validate, UnknownOptionPointsAtTheKey) {
   TempDir dir;
-  auto errors = validate_errors(dir, "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"
-                                     "[[transform]]\nplugin = \"arcl\"\n  arm = [1, 128]\n");
+  auto errors = validate_errors(dir,
+                                "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"
+                                "[[transform]]\nplugin = \"arcl\"\n  arm = [1, 128]\n");
   EXPECT_EQ(errors, Lines{"manifest.toml:7:3: unknown option 'arm' for transform 'arcl'; did you mean 'arn'?"});
 }
 
 TEST(Validate, OutOfRangeElementPointsAtTheElement) {
   TempDir dir;
-  auto errors = validate_errors(dir, "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"
-                                     "[[transform]]\nplugin = \"arcl\"\narn = [1, 128,\n       9999]\n");
+  auto errors = validate_errors(dir,
+                                "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"
+                                "[[transform]]\nplugin = \"arcl\"\narn = [1, 128,\n       9999]\n");
   EXPECT_EQ(errors, Lines{"manifest.toml:8:8: option 'arn[2]' for transform 'arcl' must be <= 4096, got 9999"});
 }
 
@@ -434,13 +444,14 @@ backend = "htp"
 backend = "htp"
 soc_model = "sm8751"
 )");
-  EXPECT_EQ(errors, (Lines{
-                        "manifest.toml:5:1: option 'block_size' for quant 'lpbq' must be one of 16|32|64|128, got integer 48",
-                        "manifest.toml:8:1: option 'num_splits' for transform 'split' must be integer, got string \"four\"",
-                        "manifest.toml:10:1: missing required option 'soc_model' for backend 'htp'",
-                        "manifest.toml:13:1: option 'soc_model' for backend 'htp' must be one of sm8650|sm8750, got string "
-                        "\"sm8751\"; did you mean 'sm8750'?",
-                    }));
+  EXPECT_EQ(errors,
+            (Lines{
+                "manifest.toml:5:1: option 'block_size' for quant 'lpbq' must be one of 16|32|64|128, got integer 48",
+                "manifest.toml:8:1: option 'num_splits' for transform 'split' must be integer, got string \"four\"",
+                "manifest.toml:10:1: missing required option 'soc_model' for backend 'htp'",
+                "manifest.toml:13:1: option 'soc_model' for backend 'htp' must be one of sm8650|sm8750, got string "
+                "\"sm8751\"; did you mean 'sm8750'?",
+            }));
 }
 
 TEST(Validate, MissingFilesPointAtTheirKeys) {
@@ -469,7 +480,10 @@ paths = ["here", "missing"]
 TEST(Validate, MalformedPluginSchemaIsAnErrorNotACrash) {
   Manifest m = parse_manifest_string("[model]\nonnx = \"/\"\n[targets.cpu]\nbackend = \"cpu\"\nx = 1\n", "m.toml");
   auto errors = validate(
-      m, [](const std::string&, const std::string&) -> std::optional<json> { return json{{"type", 5}}; },
+      m,
+      [](const std::string&, const std::string&) -> std::optional<json> {
+        return json{{"type", 5}};
+      },
       [](const std::string&) { return std::vector<std::string>{}; });
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].rfind("m.toml:4:1: backend plugin 'cpu' has a malformed options schema:", 0), 0u) << errors[0];

@@ -15,7 +15,8 @@ namespace {
 // Validates and returns "path: message" lines, so a test states the whole outcome.
 std::vector<std::string> check(const json& schema, json& value) {
   std::vector<std::string> out;
-  for (const auto& e : validate_json(schema, value, {"option", "transform 'arcl'"})) out.push_back(e.path + ": " + e.message);
+  for (const auto& e : validate_json(schema, value, {"option", "transform 'arcl'"}))
+    out.push_back(e.path + ": " + e.message);
   return out;
 }
 std::vector<std::string> check(const json& schema, json&& value) { return check(schema, value); }
@@ -44,7 +45,8 @@ TEST(Schema, TypeErrorNamesExpectedAndActual) {
   json schema = {{"type", "object"}, {"properties", {{"arn", {{"type", "integer"}}}}}};
   EXPECT_EQ(check(schema, {{"arn", "x"}}),
             Lines{"/arn: option 'arn' for transform 'arcl' must be integer, got string \"x\""});
-  EXPECT_EQ(check(schema, {{"arn", 1.5}}), Lines{"/arn: option 'arn' for transform 'arcl' must be integer, got number 1.5"});
+  EXPECT_EQ(check(schema, {{"arn", 1.5}}),
+            Lines{"/arn: option 'arn' for transform 'arcl' must be integer, got number 1.5"});
   EXPECT_EQ(check({{"type", "object"}}, json::array()), Lines{": transform 'arcl' options must be table, got list"});
 }
 
@@ -79,7 +81,10 @@ TEST(Schema, RequiredAndNestedNames) {
                  {"required", {"arn"}},
                  {"properties",
                   {{"arn", {{"type", "integer"}}},
-                   {"split", {{"type", "object"}, {"required", {"num_splits"}}, {"properties", {{"num_splits", {{"type", "integer"}, {"minimum", 1}}}}}}}}}};
+                   {"split",
+                    {{"type", "object"},
+                     {"required", {"num_splits"}},
+                     {"properties", {{"num_splits", {{"type", "integer"}, {"minimum", 1}}}}}}}}}};
   EXPECT_EQ(check(schema, {{"split", {{"num_splits", 0}}}}),
             (Lines{": missing required option 'arn' for transform 'arcl'",
                    "/split/num_splits: option 'split.num_splits' for transform 'arcl' must be >= 1, got 0"}));
@@ -92,7 +97,10 @@ TEST(Schema, DefaultsAreFilledAtEveryLevel) {
                  {"properties",
                   {{"block_size", {{"type", "integer"}, {"default", 64}}},
                    {"given", {{"type", "integer"}, {"default", 1}}},
-                   {"split", {{"type", "object"}, {"default", json::object()}, {"properties", {{"embedding", {{"type", "boolean"}, {"default", true}}}}}}}}}};
+                   {"split",
+                    {{"type", "object"},
+                     {"default", json::object()},
+                     {"properties", {{"embedding", {{"type", "boolean"}, {"default", true}}}}}}}}}};
   json value = {{"given", 5}};
   EXPECT_TRUE(check(schema, value).empty());
   EXPECT_EQ(value, (json{{"block_size", 64}, {"given", 5}, {"split", {{"embedding", true}}}}));
@@ -108,14 +116,18 @@ TEST(Schema, DefaultSatisfiesRequired) {
 TEST(Schema, NonFiniteNumbersAreNamed) {
   EXPECT_EQ(check({{"type", "integer"}}, std::numeric_limits<double>::infinity()),
             Lines{": transform 'arcl' options must be integer, got number inf"});
-  EXPECT_EQ(check({{"type", "number"}}, std::nan("")), Lines{": transform 'arcl' options must be a finite number, got number nan"});
+  EXPECT_EQ(check({{"type", "number"}}, std::nan("")),
+            Lines{": transform 'arcl' options must be a finite number, got number nan"});
 }
 
 TEST(Schema, EnumSuggestsForStrings) {
-  json schema = {{"type", "object"}, {"properties", {{"soc_model", {{"type", "string"}, {"enum", {"sm8650", "sm8750"}}}}, {"bits", {{"enum", {4, 8}}}}}}};
+  json schema = {{"type", "object"},
+                 {"properties",
+                  {{"soc_model", {{"type", "string"}, {"enum", {"sm8650", "sm8750"}}}}, {"bits", {{"enum", {4, 8}}}}}}};
   EXPECT_TRUE(check(schema, {{"soc_model", "sm8750"}}).empty());
   EXPECT_EQ(check(schema, {{"soc_model", "sm875"}}),
-            Lines{"/soc_model: option 'soc_model' for transform 'arcl' must be one of sm8650|sm8750, got string \"sm875\"; did you mean 'sm8750'?"});
+            Lines{"/soc_model: option 'soc_model' for transform 'arcl' must be one of sm8650|sm8750, got string "
+                  "\"sm875\"; did you mean 'sm8750'?"});
   EXPECT_EQ(check(schema, {{"bits", 5}}),
             Lines{"/bits: option 'bits' for transform 'arcl' must be one of 4|8, got integer 5"});
 }
@@ -157,7 +169,8 @@ TEST(Schema, ItemsCountsAndUniqueness) {
   EXPECT_EQ(check(s, json::array()), Lines{": transform 'arcl' options needs at least 1 item(s), got 0"});
   EXPECT_EQ(check(s, {1, 2, 3, 4}), Lines{": transform 'arcl' options allows at most 3 item(s), got 4"});
   EXPECT_EQ(check(s, {1, 5000}), Lines{"/1: option '[1]' for transform 'arcl' must be <= 4096, got 5000"});
-  EXPECT_EQ(check(s, {128, 1, 128}), Lines{"/2: option '[2]' for transform 'arcl' repeats integer 128 (items must be unique)"});
+  EXPECT_EQ(check(s, {128, 1, 128}),
+            Lines{"/2: option '[2]' for transform 'arcl' repeats integer 128 (items must be unique)"});
 }
 
 TEST(Schema, IntegerOrListOfIntegers) {
@@ -167,7 +180,8 @@ TEST(Schema, IntegerOrListOfIntegers) {
   EXPECT_TRUE(check(s, {{"arn", 128}}).empty());
   EXPECT_TRUE(check(s, {{"arn", {1, 128}}}).empty());
   // The branch of the right type explains what is wrong, down to the element.
-  EXPECT_EQ(check(s, {{"arn", {1, 9999}}}), Lines{"/arn/1: option 'arn[1]' for transform 'arcl' must be <= 4096, got 9999"});
+  EXPECT_EQ(check(s, {{"arn", {1, 9999}}}),
+            Lines{"/arn/1: option 'arn[1]' for transform 'arcl' must be <= 4096, got 9999"});
   EXPECT_EQ(check(s, {{"arn", 0}}), Lines{"/arn: option 'arn' for transform 'arcl' must be >= 1, got 0"});
   EXPECT_EQ(check(s, {{"arn", "x"}}),
             Lines{"/arn: option 'arn' for transform 'arcl' must be integer or list of integer, got string \"x\""});

@@ -1,7 +1,7 @@
 // toml++ 3.3 has undefined behaviour on some non-ASCII text where it looks for
 // whitespace; the manifest parser turns those places into errors before toml++ runs.
-#include "manifest/manifest.h"
 #include "manifest/toml_guard.h"
+#include "manifest/manifest.h"
 
 #include <gtest/gtest.h>
 
@@ -55,6 +55,12 @@ TEST(TomlGuard, QuotedKeysMustBeAscii) {
             "manifest.toml:3:4: quoted keys must be ASCII (saw U+00E9)");
   EXPECT_EQ(parse_error("a.'\xc3\xa9' = 1\n"), "manifest.toml:1:4: quoted keys must be ASCII (saw U+00E9)");
   EXPECT_EQ(parse_error("[targets.\"\xc3\xa9\"]\n"), "manifest.toml:1:11: quoted keys must be ASCII (saw U+00E9)");
+}
+
+TEST(TomlGuard, MultiLineStringInKeyPosition) {
+  // The fuzzer's third find: toml++ records a multi-line "key" before rejecting it.
+  EXPECT_EQ(parse_error("model.onnx = \"m\"\n\"\"\"a\n\xd2\x8c\"\"\" = 4\n"),
+            "manifest.toml:3:1: quoted keys must be ASCII (saw U+048C)");
 }
 
 TEST(TomlGuard, LineEndingBackslashBeforeNonAscii) {
