@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, build, run every test through ctest, then fuzz the ONNX
+# importer and the manifest parser briefly (their crash corpora are replayed by ctest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+(cd build && ctest --output-on-failure -j2 --timeout 900)
+for fuzz in tests/fuzz_onnx/run.sh tests/fuzz_manifest/run.sh; do
+  [ -x "$fuzz" ] || [ -f "$fuzz" ] || continue
+  bash "$fuzz" "${NPUFORGE_FUZZ_SECONDS:-60}"
+done

@@ -1,0 +1,208 @@
+// The CLI as a user runs it: golden greedy output, clear one-line errors, builds that are
+// whole or absent, corrupted packages refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cli_support.h"
+
+using namespace nf::test;
+namespace fs = std::filesystem;
+
+extern char** environ;
+
+namespace {
+
+const char* kModels[] = {"llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"};
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("nf_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A manifest over a test model with a cpu target; `extra` is appended verbatim.
+fs::path write_manifest(const fs::path& dir, const std::string& model, const std::string& extra) {
+  std::ofstream(dir / "manifest.toml") << "[model]\nonnx = \"" << model_dir(model) << "/model.onnx\"\n"
+                                       << "[targets.cpu]\nbackend = \"cpu\"\n"
+                                       << extra;
+  return dir / "manifest.toml";
+}
+
+std::string test_plugins() { return std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/good"; }
+
+}  // namespace
+
+class RunGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RunGolden, GreedyTokensEqualTorch) {
+  auto g = golden(GetParam());
+  auto r = npuforge({"run", model_dir(GetParam()) + "/model.onnx", "--prompt-ids", join_ids(g["prompt_ids"]),
+                     "--max-new-tokens", std::to_string(g["generated_ids"].size()), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"], g["generated_ids"]);
+  EXPECT_EQ(j["stats"]["forward_passes"], g["generated_ids"].size());
+  EXPECT_GT(j["stats"]["decode_tokens_per_s"].get<double>(), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
+
+TEST(Run, SeededSamplingIsReproducible) {
+  std::vector<std::string> args{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,2,3",
+                                "--max-new-tokens", "12", "--temperature", "1.0", "--top-k", "50",
+                                "--top-p", "0.95", "--json", "--seed"};
+  auto a = npuforge([&] { auto v = args; v.push_back("7"); return v; }());
+  auto b = npuforge([&] { auto v = args; v.push_back("7"); return v; }());
+  auto c = npuforge([&] { auto v = args; v.push_back("8"); return v; }());
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  auto ta = nlohmann::json::parse(a.out)["tokens"];
+  EXPECT_EQ(ta, nlohmann::json::parse(b.out)["tokens"]);
+  EXPECT_NE(ta, nlohmann::json::parse(c.out)["tokens"]);
+}
+
+// Each user error: non-zero exit, exactly one line on stderr naming the problem.
+struct BadRun {
+  std::vector<std::string> args;
+  std::string expect;
+};
+
+class RunErrors : public ::testing::TestWithParam<BadRun> {};
+
+TEST_P(RunErrors, OneClearLine) {
+  auto r = npuforge(GetParam().args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(GetParam().expect), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RunErrors,
+    ::testing::Values(
+        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,x,3"}, "bad prompt id 'x'"},
+        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,99999"}, "out of range"},
+        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", ""}, "bad prompt id ''"},
+        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx"}, "--prompt"},
+        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt", "hello"}, "no tokenizer.json"},
+        BadRun{{"run", source_dir() + "/tests/cli/data/unsupported_op.onnx", "--prompt-ids", "1,2"}, "Hardmax"},
+        BadRun{{"run", "/nonexistent/model.onnx", "--prompt-ids", "1"}, "no such model"},
+        BadRun{{"inspect", source_dir() + "/README.md"}, "README.md"}));
+
+TEST(Build, PackageRunsAndReproducesGolden) {
+  fs::path dir = fresh_dir("build");
+  auto manifest = write_manifest(dir, "qwen2", "");
+  auto b = npuforge({"build", manifest.string(), "--out", (dir / "out").string(), "--cache-dir", (dir / "cache").string()});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  fs::path pkg = dir / "out" / "cpu";
+  ASSERT_TRUE(fs::is_regular_file(pkg / "package.json"));
+  ASSERT_TRUE(fs::is_regular_file(pkg / "build_report.json"));
+  auto meta = nlohmann::json::parse(slurp(pkg / "package.json"));
+  EXPECT_EQ(meta["backend"]["name"], "cpu");
+  EXPECT_EQ(meta["graphs"].size(), 1u);
+  EXPECT_FALSE(meta["files"].empty());
+
+  auto g = golden("qwen2");
+  auto r = npuforge({"run", pkg.string(), "--prompt-ids", join_ids(g["prompt_ids"]), "--max-new-tokens",
+                     std::to_string(g["generated_ids"].size()), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], g["generated_ids"]);
+  fs::remove_all(dir);
+}
+
+TEST(Build, CorruptedPackageIsRefused) {
+  fs::path dir = fresh_dir("corrupt");
+  auto manifest = write_manifest(dir, "llama_gqa", "");
+  ASSERT_EQ(npuforge({"build", manifest.string(), "--out", (dir / "out").string(), "--no-cache"}).exit_code, 0);
+  fs::path pkg = dir / "out" / "cpu";
+  // Flip one byte of the largest artifact file.
+  fs::path victim;
+  for (const auto& e : fs::recursive_directory_iterator(pkg / "artifacts"))
+    if (e.is_regular_file() && (victim.empty() || e.file_size() > fs::file_size(victim))) victim = e.path();
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  auto r = npuforge({"run", pkg.string(), "--prompt-ids", "1,2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("corrupt package"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(Build, StageCacheReplaysUnchangedStages) {
+  fs::path dir = fresh_dir("cache");
+  auto manifest = write_manifest(dir, "llama_gqa",
+                                 "[[transform]]\nplugin = \"slow_identity\"\nsteps = 3\n"
+                                 "[plugins]\npaths = [\"" + test_plugins() + "\"]\n");
+  std::vector<std::string> args{"build", manifest.string(), "--out", (dir / "out").string(), "--cache-dir",
+                                (dir / "cache").string()};
+  auto first = npuforge(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto second = npuforge(args);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  auto report = nlohmann::json::parse(slurp(dir / "out" / "cpu" / "build_report.json"));
+  EXPECT_EQ(report["stages"][0]["name"], "slow_identity");
+  EXPECT_TRUE(report["stages"][0]["cached"].get<bool>());
+  fs::remove_all(dir);
+}
+
+TEST(Build, InterruptedBuildLeavesNoPackage) {
+  fs::path dir = fresh_dir("cancel");
+  auto manifest = write_manifest(dir, "llama_gqa",
+                                 "[[transform]]\nplugin = \"slow_identity\"\nsteps = 2000\n"
+                                 "[plugins]\npaths = [\"" + test_plugins() + "\"]\n");
+  std::string bin = binary(), m = manifest.string(), out = (dir / "out").string();
+  std::vector<char*> argv{bin.data(), const_cast<char*>("build"), m.data(), const_cast<char*>("--out"), out.data(),
+                          const_cast<char*>("--no-cache"), const_cast<char*>("-q"), nullptr};
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  // Nothing at all under out/: no package, no partial directory.
+  size_t entries = 0;
+  if (fs::exists(out))
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++entries;
+  EXPECT_EQ(entries, 0u);
+  fs::remove_all(dir);
+}
+
+TEST(Check, ManifestErrorsNameFileLineAndColumn) {
+  fs::path dir = fresh_dir("check");
+  auto manifest = write_manifest(dir, "llama_gqa",
+                                 "[[transform]]\nplugin = \"slow_identity\"\nstep = 3\n"
+                                 "[plugins]\npaths = [\"" + test_plugins() + "\"]\n");
+  auto r = npuforge({"check", manifest.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("manifest.toml:7:1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'steps'"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
+  auto r = npuforge({"plugins", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  bool cpu = false;
+  for (const auto& p : j["plugins"])
+    if (p["name"] == "cpu" && p["kind"] == "backend") {
+      cpu = true;
+      EXPECT_FALSE(p["options"].empty());
+      for (const auto& o : p["options"]) EXPECT_FALSE(o["type"].get<std::string>().empty());
+    }
+  EXPECT_TRUE(cpu);
+}
