@@ -84,6 +84,7 @@ class Exporter {
 
  private:
   const detail::ExportPolicy& p_;
+  uint64_t inline_bytes_ = 0;  // weight bytes put into the proto so far
 
   void value_info(const ir::Graph& g, const std::string& name, onnx::ValueInfoProto* vi) {
     vi->set_name(name);
@@ -171,6 +172,10 @@ class Exporter {
       add("length", std::to_string(n));
       return;
     }
+    // Refuse before building a proto that protobuf could not serialize anyway.
+    inline_bytes_ += n;
+    if (inline_bytes_ > static_cast<uint64_t>(INT_MAX))
+      fail(p_.origin, "inline weights exceed the 2 GB protobuf limit; save them as external data");
     tp->set_raw_data(t.data(), n);
   }
 };

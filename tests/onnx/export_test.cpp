@@ -158,3 +158,24 @@ TEST(Export, InlineProtoOver64MBLoads) {
   auto back = load_model(d / "big.onnx");
   EXPECT_EQ(back->initializer("w")->as<float>()[12345], 7.f);
 }
+
+TEST(Export, RefusesInlineWeightsOver2GB) {
+  // A 2.25 GB tensor over a sparse mapped file: no memory or disk is spent, and the refusal
+  // comes before any proto is built.
+  TempDir d;
+  {
+    std::ofstream f(d.path / "sparse.bin", std::ios::binary);
+  }
+  fs::resize_file(d.path / "sparse.bin", (size_t{9} << 28));
+  ir::Graph g;
+  g.name = "huge";
+  auto w = std::make_shared<ir::TensorRef>();
+  w->tensor.dtype = NF_DTYPE_UINT8;
+  w->tensor.dims = {int64_t{9} << 28};
+  w->tensor.buffer = std::make_shared<ir::MappedFile>((d.path / "sparse.bin").string());
+  g.initializers["w"] = w;
+  SaveOptions inline_all;
+  inline_all.external_data_file = "";
+  EXPECT_MODEL_ERROR(save_model(g, d / "m.onnx", inline_all), d / "m.onnx", "2 GB protobuf limit");
+  EXPECT_FALSE(fs::exists(d.path / "m.onnx"));
+}
