@@ -25,6 +25,7 @@ std::string string_or_empty(const nlohmann::json& j, const char* key) {
 Bpe::Bpe(const nlohmann::json& model) {
   const auto& vocab = model.at("vocab");
   if (!vocab.is_object()) throw std::runtime_error("model.vocab is not an object");
+  vocab_.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     auto i = id.get<int32_t>();
     if (i < 0) throw std::runtime_error("negative id for token '" + token + "'");

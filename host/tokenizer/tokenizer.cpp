@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
@@ -249,6 +250,7 @@ struct Impl {
   bool has_decoder = false;
   std::vector<int32_t> prefix_ids, suffix_ids;  // what the post-processor puts around the text
   std::optional<int32_t> bos, eos;
+  std::vector<int32_t> stop_ids;  // eos first, then end-of-turn added tokens
   int32_t vocab_size = 0;
 
   std::optional<int32_t> token_to_id(std::string_view token) const {
@@ -558,8 +560,10 @@ void add_post_processor(Impl& impl, const json& j) {
 json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open file");
+  // Whole file first: parsing from memory is much faster than from a stream.
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw std::runtime_error(std::string("invalid JSON: ") + e.what());
   }
@@ -574,9 +578,11 @@ std::optional<std::string> config_token(const json& config, const char* key) {
   return std::nullopt;
 }
 
-std::optional<int32_t> first_present(const Impl& impl, std::initializer_list<const char*> names) {
+// The first of `names` that is an added token. Plain vocab entries do not count: Qwen's vocab
+// has "<s>" and "</s>" as ordinary text pieces.
+std::optional<int32_t> first_added(const Impl& impl, std::initializer_list<const char*> names) {
   for (const char* n : names)
-    if (auto id = impl.token_to_id(n)) return id;
+    if (auto it = impl.added_by_content.find(std::string_view(n)); it != impl.added_by_content.end()) return it->second;
   return std::nullopt;
 }
 
@@ -616,18 +622,26 @@ std::shared_ptr<Impl> build(const json& root, const json& config) {
   add_post_processor(*impl, root.value("post_processor", json()));
   add_decoder(*impl, root.value("decoder", json()));
 
-  // bos/eos: tokenizer_config.json names them; otherwise the template's first token and the
-  // usual names.
-  if (auto name = config_token(config, "bos_token"))
-    impl->bos = impl->token_to_id(*name);
+  // bos/eos: tokenizer_config.json names them (null: there is none); otherwise the template's
+  // first token and the usual names.
+  auto id_of = [&](const std::optional<std::string>& name) { return name ? impl->token_to_id(*name) : std::nullopt; };
+  if (config.contains("bos_token"))
+    impl->bos = id_of(config_token(config, "bos_token"));
   else if (!impl->prefix_ids.empty())
     impl->bos = impl->prefix_ids.front();
   else
-    impl->bos = first_present(*impl, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
-  if (auto name = config_token(config, "eos_token"))
-    impl->eos = impl->token_to_id(*name);
+    impl->bos = first_added(*impl, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
+  if (config.contains("eos_token"))
+    impl->eos = id_of(config_token(config, "eos_token"));
   else
-    impl->eos = first_present(*impl, {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>", "<|im_end|>"});
+    impl->eos = first_added(*impl, {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>", "<|im_end|>"});
+  impl->stop_ids = impl->eos ? std::vector<int32_t>{*impl->eos} : std::vector<int32_t>{};
+  for (const char* name : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|end|>",
+                           "<end_of_turn>", "</s>"}) {
+    auto id = first_added(*impl, {name});
+    if (id && std::find(impl->stop_ids.begin(), impl->stop_ids.end(), *id) == impl->stop_ids.end())
+      impl->stop_ids.push_back(*id);
+  }
 
   // transformers' Llama-style tokenizers rebuild the template from these flags.
   if (config.contains("add_bos_token") || config.contains("add_eos_token")) {
@@ -713,16 +727,7 @@ int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
 
-std::vector<int32_t> Tokenizer::stop_ids() const {
-  std::vector<int32_t> ids;
-  if (impl_->eos) ids.push_back(*impl_->eos);
-  for (const char* name : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|end|>",
-                           "<end_of_turn>", "</s>"}) {
-    auto id = impl_->token_to_id(name);
-    if (id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
-  }
-  return ids;
-}
+std::vector<int32_t> Tokenizer::stop_ids() const { return impl_->stop_ids; }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 std::string Tokenizer::id_to_token(int32_t id) const { return impl_->id_to_token(id); }

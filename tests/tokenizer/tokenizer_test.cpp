@@ -215,6 +215,28 @@ TEST(Tokenizer, SpecialTokensAndStopIds) {
   EXPECT_EQ(l3.encode("x").front(), *l3.bos_id());
 }
 
+// Names like "<s>" count for bos/eos/stop only as added tokens: Qwen's vocab has "<s>" and
+// "</s>" as ordinary text pieces.
+TEST(Tokenizer, BosEosComeFromAddedTokensOnly) {
+  TempDir dir;
+  auto path = dir.write("tokenizer.json", R"({
+    "added_tokens": [{"id": 4, "content": "<|im_end|>", "special": true}],
+    "model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "a": 2, "b": 3}, "merges": []}})");
+  Tokenizer tok = Tokenizer::load(path.string());
+  EXPECT_FALSE(tok.bos_id());
+  EXPECT_EQ(tok.eos_id(), 4);
+  EXPECT_EQ(tok.stop_ids(), std::vector<int32_t>{4});
+  EXPECT_EQ(tok.vocab_size(), 5);
+  EXPECT_EQ(tok.encode("ab<|im_end|>"), (std::vector<int32_t>{2, 3, 4}));
+
+  // tokenizer_config.json's explicit null means none, whatever the vocab holds.
+  dir.write("tokenizer_config.json", R"({"bos_token": null, "eos_token": "</s>"})");
+  Tokenizer configured = Tokenizer::load(path.string());
+  EXPECT_FALSE(configured.bos_id());
+  EXPECT_EQ(configured.eos_id(), 1);
+  EXPECT_EQ(configured.stop_ids(), (std::vector<int32_t>{1, 4}));
+}
+
 // transformers rebuilds a Llama tokenizer's template from add_bos_token / add_eos_token.
 TEST(Tokenizer, TokenizerConfigBosFlag) {
   TempDir dir;
