@@ -17,6 +17,8 @@ namespace tokenizer_detail {
 struct Impl;
 }
 
+// Immutable after load except for a mutex-guarded word cache, so one Tokenizer may encode and
+// decode from several threads. Copies are cheap and share the loaded data.
 class Tokenizer {
  public:
   // Loads tokenizer.json; a tokenizer_config.json beside it (same name with "tokenizer.json"

