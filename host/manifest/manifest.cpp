@@ -391,8 +391,20 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
     if (!schema) {
       std::vector<std::string> names = installed(kind);
       std::sort(names.begin(), names.end());
-      found.push_back({use.where, "no " + kind + " plugin named " + quote(use.name) + did_you_mean(use.name, names) +
-                                      (names.empty() ? " (none installed)" : " (installed: " + join(names) + ")")});
+      std::string message = "no " + kind + " plugin named " + quote(use.name);
+      // A recipe under [[transform]] and the like: say where it belongs.
+      const std::map<std::string, std::string> section = {{"quant", "[[quant]] recipe"},
+                                                          {"transform", "[[transform]] plugin"},
+                                                          {"backend", "[targets.<name>] backend"},
+                                                          {"speculative", "[speculative] decoder"}};
+      for (const auto& [other, where] : section) {
+        const auto others = other == kind ? std::vector<std::string>{} : installed(other);
+        if (std::find(others.begin(), others.end(), use.name) != others.end())
+          message += "; " + quote(use.name) + " is a " + other + " plugin (use it as a " + where + ")";
+      }
+      message += did_you_mean(use.name, names);
+      message += names.empty() ? " (none installed)" : " (installed: " + join(names) + ")";
+      found.push_back({use.where, message});
       return;
     }
     try {

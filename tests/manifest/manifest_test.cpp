@@ -412,6 +412,14 @@ plugin = "arcll"
              "manifest.toml:6:1: no speculative plugin named 'zzz' (installed: lade)"}));
 }
 
+TEST(Validate, PluginOfAnotherKindSaysWhereItBelongs) {
+  TempDir dir;
+  EXPECT_EQ(validate_errors(dir, "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n"
+                                 "[[transform]]\nplugin = \"lpbq\"\n"),
+            Lines{"manifest.toml:6:1: no transform plugin named 'lpbq'; 'lpbq' is a quant plugin (use it as a [[quant]] "
+                  "recipe) (installed: arcl, split)"});
+}
+
 TEST(Validate, UnknownOptionPointsAtTheKey) {
   TempDir dir;
   auto errors = validate_errors(dir,
