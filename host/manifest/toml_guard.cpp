@@ -41,6 +41,7 @@ class Scanner {
   explicit Scanner(std::string_view s) : s_(s) {}
 
   std::optional<TextProblem> run() {
+    if (at("\xEF\xBB\xBF")) i_ = 3;  // a UTF-8 byte order mark, which toml++ skips
     while (i_ < s_.size()) {
       const char c = s_[i_];
       const bool first_on_line = !seen_on_line_;

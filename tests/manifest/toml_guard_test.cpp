@@ -30,6 +30,13 @@ TEST(TomlGuard, NonAsciiValueStringsAndCommentsAreFine) {
   EXPECT_EQ(m.targets.at(0).second.options["ml"], "a§\"");
 }
 
+TEST(TomlGuard, ByteOrderMarkIsFine) {
+  Manifest m = parse_manifest_string("\xEF\xBB\xBF[model]\nonnx = \"m\"\n[targets.cpu]\nbackend = \"cpu\"\n", "m.toml");
+  EXPECT_EQ(m.targets.at(0).second.where.column, 1);
+  EXPECT_EQ(parse_error("\xEF\xBB\xBF\xEF\xBB\xBF"),
+            "manifest.toml:1:1: invalid TOML: unexpected character U+FEFF outside a quoted string or comment");
+}
+
 TEST(TomlGuard, BareNonAsciiIsASyntaxError) {
   // The fuzzer's first find: U+FEDF at the start of a line.
   EXPECT_EQ(parse_error("[model]\n\xef\xbb\x9fmaximum\"mplugin"),
