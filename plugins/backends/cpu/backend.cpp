@@ -4,6 +4,7 @@
 #include <npuforge/kernels/parallel.h>
 #include <npuforge/plugin.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -46,6 +47,10 @@ void compile_impl(const char* options_json, const nf_model_set* ms_in, const std
   SessionOptions opts = SessionOptions::parse(Options(options_json).json());
   ModelSet ms(const_cast<nf_model_set*>(ms_in));
   for (const Graph& g : ms.graphs()) check_supported(g);
+  // model_set_save wants an existing, empty folder.
+  std::error_code ec;
+  std::filesystem::create_directory(dir + "/model", ec);
+  if (ec) throw Error("cpu backend: cannot create " + dir + "/model: " + ec.message());
   check(host().model_set_save(ms_in, (dir + "/model").c_str()));
   nlohmann::json info = {{"backend", "cpu"}, {"version", kVersion}, {"options", opts.to_json()}};
   std::ofstream f(dir + "/cpu.json");

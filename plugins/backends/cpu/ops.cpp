@@ -245,7 +245,7 @@ void op_constant_of_shape(const NodeDef& n, const Ins& in, Outs& out, const RunC
   k::Tensor v = it != n.attrs.end() ? it->second.t : k::Tensor::scalar(NF_DTYPE_FLOAT32, 0.f);
   k::Tensor y(v.dtype(), shape);
   size_t es = k::dtype_size(v.dtype());
-  auto* d = static_cast<uint8_t*>(y.raw());
+  auto* d = static_cast<uint8_t*>(y.mut_raw());
   for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(d + i * es, v.raw(), es);
   out[0] = y;
 }

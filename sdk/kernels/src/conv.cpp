@@ -51,7 +51,7 @@ Tensor conv(const Tensor& x_in, const Tensor& w_in, const Tensor* bias, const Co
   std::vector<float> col(direct ? 0 : static_cast<size_t>(KK * P));
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
-  float* py = y.data<float>();
+  float* py = y.mut<float>();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) {
       const float* xg = px + (n * C + g * Cg) * H * W;

@@ -49,7 +49,7 @@ template <class R, class T, class Op>
 Tensor apply_binary(const Tensor& a, const Tensor& b, nf_dtype out_dt, const char* name, Op op) {
   Dims out = broadcast_shape(a.dims(), b.dims(), name);
   Tensor y(out_dt, out);
-  Inner<T, R, Op> in{a.data<T>(), b.data<T>(), y.data<R>(), op};
+  Inner<T, R, Op> in{a.data<T>(), b.data<T>(), y.mut<R>(), op};
   broadcast_loop(out, a.dims(), b.dims(), in);
   return y;
 }
@@ -73,6 +73,12 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype())
     throw KernelError(std::string(name) + ": input dtypes differ (" + dtype_name(a.dtype()) + " vs " +
                       dtype_name(b.dtype()) + ")");
+  // Half types compute in float32 and round back once: exact for max/min/compare, and
+  // correctly rounded for + - * / (float32 carries more than twice their precision).
+  if (a.dtype() == NF_DTYPE_FLOAT16 || a.dtype() == NF_DTYPE_BFLOAT16) {
+    Tensor y = binary(op, cast(a, NF_DTYPE_FLOAT32), cast(b, NF_DTYPE_FLOAT32));
+    return y.dtype() == NF_DTYPE_BOOL ? y : cast(y, a.dtype());
+  }
   return dispatch(a.dtype(), [&](auto tag) -> Tensor {
     using T = decltype(tag);
     nf_dtype dt = a.dtype();
@@ -132,7 +138,7 @@ Tensor unary(Unary op, const Tensor& x) {
     using T = decltype(tag);
     Tensor y(x.dtype(), x.dims());
     const T* a = x.data<T>();
-    T* o = y.data<T>();
+    T* o = y.mut<T>();
     int64_t n = x.numel();
     auto each = [&](auto f) { for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(f(a[i])); };
     if constexpr (std::is_same_v<T, bool>) {
@@ -176,7 +182,7 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
     const bool* c = cond.data<bool>();
     const T* a = x.data<T>();
     const T* b = y.data<T>();
-    T* o = r.data<T>();
+    T* o = r.mut<T>();
     int64_t n = numel(out);
     std::vector<int64_t> idx(out.size(), 0);
     for (int64_t i = 0; i < n; ++i) {
@@ -266,7 +272,7 @@ Tensor cast(const Tensor& x, nf_dtype to) {
     Tensor f(NF_DTYPE_FLOAT32, x.dims());
     const uint16_t* s = x.data<uint16_t>();
     bool bf = x.dtype() == NF_DTYPE_BFLOAT16;
-    for (int64_t i = 0; i < n; ++i) f.data<float>()[i] = bf ? bf16_to_float(s[i]) : half_to_float(s[i]);
+    for (int64_t i = 0; i < n; ++i) f.mut<float>()[i] = bf ? bf16_to_float(s[i]) : half_to_float(s[i]);
     return cast(f, to);
   }
   if (to == NF_DTYPE_FLOAT16 || to == NF_DTYPE_BFLOAT16) {
@@ -275,7 +281,7 @@ Tensor cast(const Tensor& x, nf_dtype to) {
     bool bf = to == NF_DTYPE_BFLOAT16;
     for (int64_t i = 0; i < n; ++i) {
       float v = f.data<float>()[i];
-      r.data<uint16_t>()[i] = bf ? float_to_bf16(v) : float_to_half(v);
+      r.mut<uint16_t>()[i] = bf ? float_to_bf16(v) : float_to_half(v);
     }
     return r;
   }
@@ -285,7 +291,7 @@ Tensor cast(const Tensor& x, nf_dtype to) {
       using D = decltype(dtag);
       Tensor r(to, x.dims());
       const S* s = x.data<S>();
-      D* d = r.data<D>();
+      D* d = r.mut<D>();
       for (int64_t i = 0; i < n; ++i) d[i] = convert<D, S>(s[i]);
       return r;
     });
@@ -302,7 +308,7 @@ Tensor clip(const Tensor& x, const Tensor* lo, const Tensor* hi) {
       T h = hi ? hi->data<T>()[0] : std::numeric_limits<T>::max();
       Tensor y(x.dtype(), x.dims());
       const T* a = x.data<T>();
-      T* o = y.data<T>();
+      T* o = y.mut<T>();
       for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = a[i] < l ? l : (a[i] > h ? h : a[i]);
       return y;
     }

@@ -206,7 +206,7 @@ Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int thr
   Dims out = x.dims();
   out.back() = w.N;
   Tensor y(NF_DTYPE_FLOAT32, out);
-  linear(x.data<float>(), x.numel() / w.K, w, bias, y.data<float>(), threads);
+  linear(x.data<float>(), x.numel() / w.K, w, bias, y.mut<float>(), threads);
   return y;
 }
 

@@ -48,7 +48,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
       for (size_t d = 0; d < batch.size(); ++d) ia += idx[d] * sa[d], ib += idx[d] * sb[d];
       const T* pa = a.data<T>() + ia * M * K;
       const T* pb = b.data<T>() + ib * K * N;
-      T* py = y.data<T>() + i * M * N;
+      T* py = y.mut<T>() + i * M * N;
       if constexpr (std::is_same_v<T, float>) {
         sgemm(pa, pb, py, M, N, K, trans_b);
       } else {
@@ -78,7 +78,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, floa
   int64_t Kb = trans_b ? b.dim(1) : b.dim(0), N = trans_b ? b.dim(0) : b.dim(1);
   if (K != Kb) throw KernelError("Gemm: shapes " + dims_str(a.dims()) + " and " + dims_str(b.dims()) + " do not match");
   Tensor y = Tensor::zeros(NF_DTYPE_FLOAT32, {M, N});
-  float* py = y.data<float>();
+  float* py = y.mut<float>();
   if (c && beta != 0.f) {
     Tensor cf = cast(*c, NF_DTYPE_FLOAT32);
     Dims bc = broadcast_shape(cf.dims(), {M, N}, "Gemm");

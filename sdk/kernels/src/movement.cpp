@@ -58,7 +58,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm_in) {
   Tensor y(x.dtype(), out);
   const size_t es = dtype_size(x.dtype());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   // Innermost output axis as a strided copy; contiguous when it is also innermost in x.
   int64_t inner = r ? out[r - 1] : 1, inner_st = r ? src_st[r - 1] : 1;
   Dims outer(out.begin(), out.end() - (r ? 1 : 0));
@@ -95,7 +95,7 @@ Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < ax; ++i) outer *= out[i];
   for (size_t i = ax + 1; i < out.size(); ++i) inner *= out[i];
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   const size_t row = static_cast<size_t>(out[ax] * inner) * es;
   size_t off = 0;
   for (const Tensor* t : xs) {
@@ -148,7 +148,7 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vec
   const size_t es = dtype_size(x.dtype());
   auto xs = strides_of(x.dims());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   int64_t inner = r ? out[r - 1] : 1;
   bool contiguous_inner = r == 0 || step[r - 1] == 1;
   Dims outer(out.begin(), out.end() - (r ? 1 : 0));
@@ -177,7 +177,7 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis) {
   Tensor y(x.dtype(), out);
   const size_t es = dtype_size(x.dtype()), chunk = static_cast<size_t>(inner) * es;
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   const int64_t ni = static_cast<int64_t>(idx.size());
   for (int64_t i = 0; i < ni; ++i) idx[i] = fix_index(idx[i], n, "Gather");
   for (int64_t o = 0; o < outer; ++o)
@@ -193,7 +193,7 @@ Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis) {
   Tensor y(x.dtype(), indices.dims());
   const size_t es = dtype_size(x.dtype());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   for_each_index(indices.dims(), [&](int64_t i, const std::vector<int64_t>& at) {
     int64_t src = 0;
     for (size_t k = 0; k < at.size(); ++k)
@@ -212,7 +212,7 @@ Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& up
   Tensor y = x.clone();
   dispatch(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T* d = y.data<T>();
+    T* d = y.mut<T>();
     const T* u = updates.data<T>();
     for_each_index(indices.dims(), [&](int64_t i, const std::vector<int64_t>& at) {
       int64_t dst = 0;
@@ -237,7 +237,7 @@ Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
   Tensor y = x.clone();
   dispatch(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T* d = y.data<T>();
+    T* d = y.mut<T>();
     const T* u = updates.data<T>();
     for (int64_t i = 0; i < n_upd; ++i) {
       int64_t dst = 0;
@@ -255,7 +255,7 @@ Tensor expand(const Tensor& x, const Dims& shape) {
   Tensor y(x.dtype(), out);
   const size_t es = dtype_size(x.dtype());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   size_t r = out.size();
   int64_t inner = r ? out[r - 1] : 1, inner_st = r ? st[r - 1] : 0;
   Dims outer(out.begin(), out.end() - (r ? 1 : 0));
@@ -279,7 +279,7 @@ Tensor tile(const Tensor& x, const std::vector<int64_t>& repeats) {
   auto xs = strides_of(x.dims());
   const size_t es = dtype_size(x.dtype());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   for_each_index(out, [&](int64_t i, const std::vector<int64_t>& at) {
     int64_t src = 0;
     for (size_t k = 0; k < at.size(); ++k) src += (at[k] % x.dim(k)) * xs[k];
@@ -294,7 +294,7 @@ Tensor trilu(const Tensor& x, int64_t k, bool upper) {
   Tensor y = Tensor::zeros(x.dtype(), x.dims());
   const size_t es = dtype_size(x.dtype());
   const uint8_t* s = static_cast<const uint8_t*>(x.raw());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < R; ++i)
       for (int64_t j = 0; j < C; ++j) {
@@ -315,7 +315,7 @@ Tensor range(const Tensor& start, const Tensor& limit, const Tensor& delta) {
       double n = std::ceil((static_cast<double>(l) - static_cast<double>(s)) / static_cast<double>(dl));
       int64_t count = std::max<int64_t>(static_cast<int64_t>(n), 0);
       Tensor y(start.dtype(), {count});
-      for (int64_t i = 0; i < count; ++i) y.data<T>()[i] = static_cast<T>(s + static_cast<T>(i) * dl);
+      for (int64_t i = 0; i < count; ++i) y.mut<T>()[i] = static_cast<T>(s + static_cast<T>(i) * dl);
       return y;
     }
   });
@@ -328,7 +328,7 @@ Tensor pad_constant(const Tensor& x, const std::vector<int64_t>& pads, const Ten
   for (size_t i = 0; i < r; ++i) out[i] = x.dim(i) + pads[i] + pads[i + r];
   Tensor y = Tensor::zeros(x.dtype(), out);
   const size_t es = dtype_size(x.dtype());
-  uint8_t* d = static_cast<uint8_t*>(y.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
   if (value && value->numel() > 0)
     for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(d + i * es, value->raw(), es);
   auto ys = strides_of(out);

@@ -45,7 +45,7 @@ Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor* zp, i
       for (int64_t i = 0, n = x.numel(); i < n; ++i) {
         int64_t c = si(i);
         double q = std::nearbyint(static_cast<double>(px[i]) / ps[c]) + (pz ? static_cast<double>(pz[zp->numel() == 1 ? 0 : c]) : 0.0);
-        y.data<Q>()[i] = static_cast<Q>(std::clamp(q, lo, hi));
+        y.mut<Q>()[i] = static_cast<Q>(std::clamp(q, lo, hi));
       }
       return y;
     }
@@ -65,7 +65,7 @@ Tensor dequantize_linear(const Tensor& x, const Tensor& scale, const Tensor* zp,
     for (int64_t i = 0, n = x.numel(); i < n; ++i) {
       int64_t c = si(i);
       double z = pz ? static_cast<double>(pz[zp->numel() == 1 ? 0 : c]) : 0.0;
-      y.data<float>()[i] = static_cast<float>((static_cast<double>(px[i]) - z) * ps[c]);
+      y.mut<float>()[i] = static_cast<float>((static_cast<double>(px[i]) - z) * ps[c]);
     }
     return y;
   });

@@ -73,7 +73,7 @@ Tensor reduce(Reduce op, const Tensor& x, std::vector<int64_t> axes, bool keepdi
         Acc a = acc[i];
         if (op == Reduce::Mean) a = count ? static_cast<Acc>(a / static_cast<Acc>(count)) : a;
         if (op == Reduce::L2) a = static_cast<Acc>(std::sqrt(static_cast<double>(a)));
-        y.data<T>()[i] = static_cast<T>(a);
+        y.mut<T>()[i] = static_cast<T>(a);
       }
       return y;
     }
@@ -85,7 +85,7 @@ Tensor softmax(const Tensor& x, int64_t axis, bool log) {
   AxisSplit s = split_at(x.dims(), norm_axis(axis, x.rank(), "Softmax"));
   Tensor y(NF_DTYPE_FLOAT32, x.dims());
   const float* p = x.data<float>();
-  float* q = y.data<float>();
+  float* q = y.mut<float>();
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t in = 0; in < s.inner; ++in) {
       const float* a = p + o * s.n * s.inner + in;
@@ -140,14 +140,14 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& scale, const Tensor* b
     for (int64_t j = 0; j < cols; ++j) var += (xi[j] - mean) * (xi[j] - mean);
     var /= static_cast<double>(cols);
     float inv = static_cast<float>(1.0 / std::sqrt(var + epsilon));
-    float* yi = r.y.data<float>() + i * cols;
+    float* yi = r.y.mut<float>() + i * cols;
     for (int64_t j = 0; j < cols; ++j) {
       float gj = plain_scale ? g[j] : g[map(ss, j)];
       float bj = b ? (plain_bias ? b[j] : b[map(sb, j)]) : 0.f;
       yi[j] = static_cast<float>(xi[j] - mean) * inv * gj + bj;
     }
-    r.mean.data<float>()[i] = static_cast<float>(mean);
-    r.inv_std_dev.data<float>()[i] = inv;
+    r.mean.mut<float>()[i] = static_cast<float>(mean);
+    r.inv_std_dev.mut<float>()[i] = inv;
   }
   return r;
 }
@@ -160,7 +160,7 @@ Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive, bool reverse) {
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t in = 0; in < s.inner; ++in) {
         const T* a = x.data<T>() + o * s.n * s.inner + in;
-        T* b = y.data<T>() + o * s.n * s.inner + in;
+        T* b = y.mut<T>() + o * s.n * s.inner + in;
         T acc{};
         for (int64_t t = 0; t < s.n; ++t) {
           int64_t i = reverse ? s.n - 1 - t : t;
@@ -196,8 +196,8 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis, bool la
         std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
         for (int64_t t = 0; t < k; ++t) {
           int64_t dst = o * k * s.inner + t * s.inner + in;
-          idx_t.data<int64_t>()[dst] = order[t];
-          val_t.data<T>()[dst] = a[order[t] * s.inner];
+          idx_t.mut<int64_t>()[dst] = order[t];
+          val_t.mut<T>()[dst] = a[order[t] * s.inner];
         }
       }
   });
@@ -222,7 +222,7 @@ Tensor arg_reduce(const Tensor& x, int64_t axis, bool keepdims, bool is_max, boo
           bool better = is_max ? (u > v || (select_last_index && u == v)) : (u < v || (select_last_index && u == v));
           if (better) best = i;
         }
-        y.data<int64_t>()[o * s.inner + in] = best;
+        y.mut<int64_t>()[o * s.inner + in] = best;
       }
   });
   return y;

@@ -64,7 +64,7 @@ Tensor::Tensor(nf_dtype dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)
 
 Tensor Tensor::zeros(nf_dtype dtype, Dims dims) {
   Tensor t(dtype, std::move(dims));
-  std::memset(t.raw(), 0, t.nbytes());
+  std::memset(t.mut_raw(), 0, t.nbytes());
   return t;
 }
 
@@ -77,7 +77,7 @@ Tensor Tensor::borrow(nf_dtype dtype, Dims dims, const void* data, std::shared_p
   return t;
 }
 
-void* Tensor::raw() {
+void* Tensor::mut_raw() {
   if (!writable_) throw KernelError("internal: write to a borrowed tensor");
   return const_cast<void*>(data_);
 }
@@ -92,7 +92,7 @@ Tensor Tensor::reshaped(Dims dims) const {
 
 Tensor Tensor::clone() const {
   Tensor t(dtype_, dims_);
-  std::memcpy(t.raw(), data_, nbytes());
+  std::memcpy(t.mut_raw(), data_, nbytes());
   return t;
 }
 

@@ -39,7 +39,7 @@ class Tensor {
   static Tensor from(nf_dtype dtype, Dims dims, const std::vector<T>& v) {
     Tensor t(dtype, std::move(dims));
     if (v.size() != static_cast<size_t>(t.numel())) throw KernelError("Tensor::from: size mismatch");
-    std::memcpy(t.raw(), v.data(), t.nbytes());
+    std::memcpy(t.mut_raw(), v.data(), t.nbytes());
     return t;
   }
   template <class T>
@@ -53,10 +53,10 @@ class Tensor {
   int64_t numel() const { return kernels::numel(dims_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   const void* raw() const { return data_; }
-  // Writable bytes. Borrowed tensors are read-only: kernels never write their inputs.
-  void* raw();
   template <class T> const T* data() const { return static_cast<const T*>(data_); }
-  template <class T> T* data() { return static_cast<T*>(raw()); }
+  // Writable bytes; throws for borrowed tensors (kernels never write their inputs).
+  void* mut_raw();
+  template <class T> T* mut() { return static_cast<T*>(mut_raw()); }
 
   // Same bytes, other dims (numel must match): Reshape, Squeeze, Flatten are free.
   Tensor reshaped(Dims dims) const;
