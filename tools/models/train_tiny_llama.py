@@ -169,6 +169,25 @@ def train(model, data, steps, lr=2e-3, warmup=60, min_lr=1e-4):
     return time.time() - t0
 
 
+def write_tokenizer_golden(tok, heldout):
+    """tokenizer_golden.json: texts and their ids, for the C++ tokenizer's tests."""
+    cases = [PROMPT_TEXT,
+             "Hello, world!  Two  spaces\tand a tab\nnew line\n\n\nthree",
+             "x\u00b2 + y\u00b3 = z\u00b9 \u2014 caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f642 \u2192 \u00a0nbsp",
+             "<|bos|>CREATE TABLE t1(a INTEGER PRIMARY KEY, b TEXT);<|eos|>",
+             "don't we'll they're I'M it's",
+             "   leading spaces and trailing   ",
+             "12345678 3.14159 0x1F sqlite3_open_v2()",
+             heldout[:600]]
+    with open(os.path.join(OUT, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
+        json.dump({"note": "encode(text) with special tokens recognised, no BOS added; "
+                           "decode(ids) == text for every case",
+                   "cases": [{"text": t, "ids": tok.encode(t)} for t in cases]},
+                  f, ensure_ascii=False, indent=1)
+    for t in cases:
+        assert tok.decode(tok.encode(t)) == t
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=600)
@@ -254,22 +273,7 @@ def main():
             "computed_by": "torch 1.13 float32 (NLL accumulated in float64)",
         }, f, indent=1)
 
-    # ---- tokenizer golden ----------------------------------------------
-    cases = [PROMPT_TEXT,
-             "Hello, world!  Two  spaces\tand a tab\nnew line\n\n\nthree",
-             "x\u00b2 + y\u00b3 = z\u00b9 \u2014 caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001f642 \u2192 \u00a0nbsp",
-             "<|bos|>CREATE TABLE t1(a INTEGER PRIMARY KEY, b TEXT);<|eos|>",
-             "don't we'll they're I'M it's",
-             "   leading spaces and trailing   ",
-             "12345678 3.14159 0x1F sqlite3_open_v2()",
-             heldout[:600]]
-    with open(os.path.join(OUT, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
-        json.dump({"note": "encode(text) with special tokens recognised, no BOS added; "
-                           "decode(ids) == text for every case",
-                   "cases": [{"text": t, "ids": tok.encode(t)} for t in cases]},
-                  f, ensure_ascii=False, indent=1)
-    for t in cases:
-        assert tok.decode(tok.encode(t)) == t
+    write_tokenizer_golden(tok, heldout)
 
     # ---- golden ---------------------------------------------------------
     prompt_ids = tok.encode(PROMPT_TEXT)
