@@ -1,6 +1,6 @@
-// int4 weight-only GEMV: weights packed two per byte in 32-element chunks (see linear.h),
-// blockwise scales along K. A 16-byte load yields 32 weights: low nibbles are elements
-// 0..15 of the chunk, high nibbles 16..31, so unpacking is two masks and a shift.
+// int4 weight-only GEMV: weights packed two per byte in 16-element chunks (see linear.h),
+// blockwise scales along K. Nibbles are used unsigned (q + 8); the 8 * sum(x) of each block
+// is subtracted once per block, so the inner loop is load, mask or shift, convert, FMA.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,22 +10,21 @@
 namespace nf::kernels::detail {
 namespace {
 
-// Value of element k of a packed row.
-inline int q4_at(const uint8_t* row, int64_t k) {
-  int64_t c = k / 32, j = k % 32;
-  uint8_t b = row[c * 16 + (j & 15)];
-  return (j < 16 ? (b & 15) : (b >> 4)) - 8;
+// Stored nibble (q + 8) of element k of a packed row.
+inline int nibble_at(const uint8_t* row, int64_t k) {
+  uint8_t b = row[(k / 16) * 8 + (k % 8)];
+  return (k % 16) < 8 ? (b & 15) : (b >> 4);
 }
 
-float dot_scalar(const float* x, const uint8_t* row, int64_t k0, int64_t len) {
+// sum x[k] * (q[k] + 8) over [k0, k0 + len): the +8 is removed with the block sum of x.
+float dot_nibbles_scalar(const float* x, const uint8_t* row, int64_t k0, int64_t len) {
   float s = 0;
   int64_t k = k0, end = k0 + len;
-  // Whole aligned chunks: both nibbles of each byte at once.
-  for (; k % 32 == 0 && k + 32 <= end; k += 32) {
+  for (; k % 16 == 0 && k + 16 <= end; k += 16) {  // whole chunks: both nibbles of each byte
     const uint8_t* c = row + k / 2;
-    for (int j = 0; j < 16; ++j) s += x[k + j] * ((c[j] & 15) - 8) + x[k + 16 + j] * ((c[j] >> 4) - 8);
+    for (int j = 0; j < 8; ++j) s += x[k + j] * (c[j] & 15) + x[k + 8 + j] * (c[j] >> 4);
   }
-  for (; k < end; ++k) s += x[k] * q4_at(row, k);
+  for (; k < end; ++k) s += x[k] * nibble_at(row, k);
   return s;
 }
 
@@ -36,30 +35,34 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// A whole row when blocks are multiples of 32: block sums stay in vector registers and
-// are scaled there, so there is one horizontal add per row, not per block.
+// A whole row when blocks are multiples of 16: 8 bytes zero-extended to 8 dwords hold 16
+// weights (low nibble, and >> 4 for the high one). Block sums stay in vector registers and
+// are scaled there: one horizontal add per row.
 __attribute__((target("avx2,fma"))) float row_avx2(const float* x, const uint8_t* row, const float* sc,
                                                     const float* zp, const float* xs, int64_t K, int64_t bs,
                                                     int64_t nb) {
-  const __m128i mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  const __m256i mask = _mm256_set1_epi32(15);
   __m256 total = _mm256_setzero_ps();
   float extra = 0;
   for (int64_t b = 0; b < nb; ++b) {
     int64_t k = b * bs, end = std::min(k + bs, K);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; k + 32 <= end; k += 32) {
-      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2));
-      __m128i lo = _mm_sub_epi8(_mm_and_si128(v, mask), eight);
-      __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight);
-      const float* xk = x + k;
-      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(xk), a0);
-      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(xk + 8), a1);
-      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(xk + 16), a0);
-      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(xk + 24), a1);
+      __m256i d0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k / 2)));
+      __m256i d1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k / 2 + 8)));
+      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d0, mask)), _mm256_loadu_ps(x + k), a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d0, 4)), _mm256_loadu_ps(x + k + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d1, mask)), _mm256_loadu_ps(x + k + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d1, 4)), _mm256_loadu_ps(x + k + 24), a3);
     }
-    float rest = k < end ? dot_scalar(x, row, k, end - k) : 0.f;
-    if (zp) rest += zp[b] * xs[b];
-    total = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(sc[b]), total);
+    for (; k + 16 <= end; k += 16) {
+      __m256i d0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + k / 2)));
+      a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d0, mask)), _mm256_loadu_ps(x + k), a0);
+      a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d0, 4)), _mm256_loadu_ps(x + k + 8), a1);
+    }
+    float rest = k < end ? dot_nibbles_scalar(x, row, k, end - k) : 0.f;
+    rest += ((zp ? zp[b] : 0.f) - 8.f) * xs[b];
+    total = _mm256_fmadd_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)), _mm256_set1_ps(sc[b]), total);
     extra += sc[b] * rest;
   }
   return hsum(total) + extra;
@@ -77,16 +80,16 @@ void gemv_int4(const float* x, int64_t M, const float* xsum, const PackedWeight&
     const float* zp = has_zero ? w.zeros.data() + n * nb : nullptr;
     for (int64_t m = 0; m < M; ++m) {
       const float* xm = x + m * K;  // the dot functions index x by absolute k
-      if (simd && bs % 32 == 0) {
-        y[m * N + n] = row_avx2(xm, row, sc, zp, zp ? xsum + m * nb : nullptr, K, bs, nb) + (bias ? bias[n] : 0.f);
-        continue;
-      }
-      float acc = 0;
-      for (int64_t b = 0; b < nb; ++b) {
-        int64_t k0 = b * bs, len = std::min(bs, K - k0);
-        float d = dot_scalar(xm, row, k0, len);
-        if (zp) d += zp[b] * xsum[m * nb + b];
-        acc += sc[b] * d;
+      const float* xs = xsum + m * nb;
+      float acc;
+      if (simd && bs % 16 == 0) {
+        acc = row_avx2(xm, row, sc, zp, xs, K, bs, nb);
+      } else {
+        acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          int64_t k0 = b * bs, len = std::min(bs, K - k0);
+          acc += sc[b] * (dot_nibbles_scalar(xm, row, k0, len) + ((zp ? zp[b] : 0.f) - 8.f) * xs[b]);
+        }
       }
       y[m * N + n] = acc + (bias ? bias[n] : 0.f);
     }

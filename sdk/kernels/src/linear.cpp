@@ -35,7 +35,7 @@ PackedWeight layout(WeightFormat f, int64_t K, int64_t N, int64_t block_size) {
   p.scales.assign(static_cast<size_t>(N * p.n_blocks), 0.f);
   if (f == WeightFormat::Int8) p.q8.assign(static_cast<size_t>(N * K), 0);
   if (f == WeightFormat::Int4) {
-    p.row_bytes = (K + 31) / 32 * 16;
+    p.row_bytes = (K + 15) / 16 * 8;
     p.q4.assign(static_cast<size_t>(N * p.row_bytes), 0x88);  // q = 0 in both nibbles
   }
   return p;
@@ -46,15 +46,15 @@ void store(PackedWeight& p, int64_t n, int64_t k, int q) {
     p.q8[n * p.K + k] = static_cast<int8_t>(q);
     return;
   }
-  uint8_t& b = p.q4[n * p.row_bytes + (k / 32) * 16 + (k % 32 & 15)];
+  uint8_t& b = p.q4[n * p.row_bytes + (k / 16) * 8 + (k % 8)];
   uint8_t v = static_cast<uint8_t>(q + 8);
-  b = (k % 32) < 16 ? static_cast<uint8_t>((b & 0xf0) | v) : static_cast<uint8_t>((b & 0x0f) | (v << 4));
+  b = (k % 16) < 8 ? static_cast<uint8_t>((b & 0xf0) | v) : static_cast<uint8_t>((b & 0x0f) | (v << 4));
 }
 
 int load(const PackedWeight& p, int64_t n, int64_t k) {
   if (p.format == WeightFormat::Int8) return p.q8[n * p.K + k];
-  uint8_t b = p.q4[n * p.row_bytes + (k / 32) * 16 + (k % 32 & 15)];
-  return ((k % 32) < 16 ? (b & 15) : (b >> 4)) - 8;
+  uint8_t b = p.q4[n * p.row_bytes + (k / 16) * 8 + (k % 8)];
+  return ((k % 16) < 8 ? (b & 15) : (b >> 4)) - 8;
 }
 
 PackedWeight quantize_sym(WeightFormat f, const float* w, int64_t K, int64_t N, int64_t block_size, bool nk) {
@@ -156,8 +156,9 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   // Decode and short batches: stream the weights once, rows of x reuse each weight row.
   constexpr int64_t kGemvMaxRows = 4;
   if (M <= kGemvMaxRows) {
+    // Block sums of x: for zero points, and for int4's unsigned nibbles (q + 8).
     std::vector<float> xsum;
-    if (!w.zeros.empty()) {
+    if (!w.zeros.empty() || w.format == WeightFormat::Int4) {
       xsum.assign(static_cast<size_t>(M * w.n_blocks), 0.f);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < K; ++k) xsum[m * w.n_blocks + k / w.block_size] += x[m * K + k];

@@ -24,9 +24,10 @@ struct PackedWeight {
   int64_t n_blocks = 0;    // ceil(K / block_size)
   std::vector<float> f32;      // F32: [N, K]
   std::vector<int8_t> q8;      // Int8: [N, K]
-  // Int4: [N, row_bytes]. Each 32-element chunk of a row is 16 bytes: byte j holds element
-  // j in its low nibble and element 16 + j in its high nibble, as q + 8. A partial last
-  // chunk is padded with q = 0.
+  // Int4: [N, row_bytes]. Each 16-element chunk of a row is 8 bytes: byte j holds element
+  // j in its low nibble and element 8 + j in its high nibble, as q + 8, so one zero-extending
+  // load of 8 bytes and a mask / shift give 16 weights. A partial last chunk is padded
+  // with q = 0.
   std::vector<uint8_t> q4;
   int64_t row_bytes = 0;
   std::vector<float> scales;   // [N, n_blocks]
