@@ -6,7 +6,7 @@ packages=(
   libboost-dev libboost-filesystem-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
-  libopenblas-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
+  libopenblas-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata python3 python3-onnx python3-numpy
   clang libclang-rt-14-dev

@@ -44,6 +44,7 @@ void add_run(CLI::App& app) {
   auto* p1 = cmd->add_option("--prompt", prompt, "Prompt text (needs a tokenizer)");
   auto* p2 = cmd->add_option("--prompt-ids", prompt_ids, "Prompt token ids, e.g. 1,2,3");
   p1->excludes(p2);
+  static CLI::Option* ids_option = p2;
   cmd->add_option("--max-new-tokens", max_new, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--temperature", sp.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0))->capture_default_str();
   cmd->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
@@ -51,12 +52,13 @@ void add_run(CLI::App& app) {
   cmd->add_option("--seed", sp.seed, "Sampling seed");
   cmd->add_flag("--json", json, "One JSON object: tokens, text, stats");
   cmd->callback([] {
-    if (prompt.empty() && prompt_ids.empty()) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
+    bool have_ids = ids_option->count() > 0;
+    if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
     auto model = open_model(path);
     std::optional<Tokenizer> tok;
     if (!model->tokenizer.empty()) tok = Tokenizer::load(model->tokenizer);
     std::vector<int32_t> ids;
-    if (!prompt_ids.empty()) {
+    if (have_ids) {
       ids = parse_ids(prompt_ids);
     } else {
       if (!tok) throw UserError(path + ": no tokenizer.json for --prompt; use --prompt-ids");

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"npuforge: build and run decoder LLM packages for edge NPUs"};
   app.set_version_flag("--version", "npuforge 0.1.0");
   app.require_subcommand(1);
+  app.fallthrough();  // -v / -q work before or after the subcommand
   int verbosity = 0;
   bool quiet = false;
   app.add_flag("-v,--verbose", verbosity, "More log output (-vv for debug traces)");

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
+#include "runner/static_runner.h"
 
 namespace fs = std::filesystem;
 
@@ -31,7 +32,7 @@ int64_t vocab_of(const nlohmann::json& graph_spec) {
 std::unique_ptr<OpenModel> open_model(const std::string& path) {
   auto m = std::make_unique<OpenModel>();
   m->registry.load_directories(host::Registry::search_path());
-  nlohmann::json graphs;
+  nlohmann::json graphs, metadata;
   if (fs::is_directory(path)) {
     m->package = host::open_package(path);
     std::string backend = m->package->backend();
@@ -40,6 +41,7 @@ std::unique_ptr<OpenModel> open_model(const std::string& path) {
     m->session = host::BackendSession::open_artifacts(*p, m->package->backend_options(), m->package->artifacts().string());
     m->tokenizer = m->package->tokenizer();
     graphs = m->package->meta.at("graphs");
+    metadata = m->package->meta.value("metadata", nlohmann::json());
   } else if (fs::is_regular_file(path)) {
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, "cpu");
     if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)");
@@ -51,11 +53,13 @@ std::unique_ptr<OpenModel> open_model(const std::string& path) {
   } else {
     throw UserError(path + ": no such model file or package directory");
   }
-  if (graphs.size() != 1)
-    throw UserError(path + ": " + std::to_string(graphs.size()) +
-                    " graphs; static AR/CL packages need the static-shape runner, which this build lacks");
-  m->vocab = vocab_of(graphs[0]);
-  m->runner = std::make_unique<host::DynamicRunner>(*m->session, host::DecoderIO::from_spec(graphs[0]));
+  // metadata.io.layout "static" (arcl packages) picks the static-shape runner.
+  try {
+    m->runner = host::make_runner(*m->session, graphs, metadata);
+  } catch (const std::runtime_error& e) {
+    throw UserError(path + ": " + e.what());
+  }
+  m->vocab = graphs.size() == 1 ? vocab_of(graphs[0]) : static_cast<int64_t>(m->runner->vocab_size());
   return m;
 }
 

@@ -67,9 +67,12 @@ TEST(Run, SeededSamplingIsReproducible) {
 
 // Each user error: non-zero exit, exactly one line on stderr naming the problem.
 struct BadRun {
+  std::string name;
   std::vector<std::string> args;
   std::string expect;
 };
+
+void PrintTo(const BadRun& b, std::ostream* os) { *os << b.name; }
 
 class RunErrors : public ::testing::TestWithParam<BadRun> {};
 
@@ -84,14 +87,19 @@ TEST_P(RunErrors, OneClearLine) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, RunErrors,
     ::testing::Values(
-        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,x,3"}, "bad prompt id 'x'"},
-        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,99999"}, "out of range"},
-        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", ""}, "bad prompt id ''"},
-        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx"}, "--prompt"},
-        BadRun{{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt", "hello"}, "no tokenizer.json"},
-        BadRun{{"run", source_dir() + "/tests/cli/data/unsupported_op.onnx", "--prompt-ids", "1,2"}, "Hardmax"},
-        BadRun{{"run", "/nonexistent/model.onnx", "--prompt-ids", "1"}, "no such model"},
-        BadRun{{"inspect", source_dir() + "/README.md"}, "README.md"}));
+        BadRun{"BadPromptId", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,x,3"},
+               "bad prompt id 'x'"},
+        BadRun{"PromptIdOutOfRange", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,99999"},
+               "out of range"},
+        BadRun{"EmptyPrompt", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", ""}, "bad prompt id ''"},
+        BadRun{"NoPrompt", {"run", model_dir("llama_gqa") + "/model.onnx"}, "--prompt"},
+        BadRun{"TextPromptWithoutTokenizer", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt", "hello"},
+               "no tokenizer.json"},
+        BadRun{"UnsupportedOperator", {"run", source_dir() + "/tests/cli/data/unsupported_op.onnx", "--prompt-ids", "1,2"},
+               "Hardmax"},
+        BadRun{"MissingModel", {"run", "/nonexistent/model.onnx", "--prompt-ids", "1"}, "no such model"},
+        BadRun{"InspectNotOnnx", {"inspect", source_dir() + "/README.md"}, "README.md"}),
+    [](const ::testing::TestParamInfo<BadRun>& info) { return info.param.name; });
 
 TEST(Build, PackageRunsAndReproducesGolden) {
   fs::path dir = fresh_dir("build");
