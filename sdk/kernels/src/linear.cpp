@@ -163,7 +163,11 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < K; ++k) xsum[m * w.n_blocks + k / w.block_size] += x[m * K + k];
     }
-    parallel_for(N, threads, 16, [&](int64_t n0, int64_t n1) {
+    // Split only matrices big enough that a thread's share (>= 64 KiB of weights) outweighs
+    // waking it.
+    const int64_t row_bytes = static_cast<int64_t>(w.weight_bytes() / static_cast<size_t>(N));
+    const int64_t grain = std::max<int64_t>(16, (64 << 10) / std::max<int64_t>(row_bytes, 1));
+    parallel_for(N, threads, grain, [&](int64_t n0, int64_t n1) {
       switch (w.format) {
         case WeightFormat::F32: detail::gemv_f32(x, M, w, bias, y, n0, n1, simd); break;
         case WeightFormat::Int8: detail::gemv_int8(x, M, xsum.data(), w, bias, y, n0, n1, simd); break;

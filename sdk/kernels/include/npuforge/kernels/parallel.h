@@ -1,4 +1,4 @@
-// Threads for the kernels: OpenMP (libgomp) with a per-call thread count, so a session's
+// Threads for the kernels: a small fixed pool with a per-call thread count, so a session's
 // `threads` option holds without touching global state. 0 means all cores.
 #pragma once
 
