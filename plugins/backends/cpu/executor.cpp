@@ -2,6 +2,7 @@
 
 #include <npuforge/kernels/conv.h>
 #include <npuforge/kernels/elementwise.h>
+#include <npuforge/kernels/movement.h>
 
 #include <algorithm>
 #include <cstring>
@@ -44,6 +45,13 @@ Tensor to_host(const k::Tensor& t) {
 }
 
 namespace {
+
+// An empty host tensor shaped like the Concat's result.
+Tensor concat_to_host(const NodeDef& n, const std::vector<const k::Tensor*>& in) {
+  for (const k::Tensor* t : in)
+    if (!t) throw Error("Concat: missing input");
+  return Tensor::create(in[0]->dtype(), k::concat_shape(in, n.i("axis", 0)));
+}
 
 bool is_onnx_domain(std::string_view d) { return d.empty() || d == "ai.onnx"; }
 
@@ -264,13 +272,23 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
   RunCtx ctx{opts_.threads};
   std::vector<const k::Tensor*> in;
   std::vector<k::Tensor> out;
+  std::map<int, std::shared_ptr<Tensor>> direct;  // slot -> host tensor its bytes live in
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const NodeDef& n = nodes_[i];
     in.clear();
     for (int s : n.in) in.push_back(s < 0 ? nullptr : &slots[s]);
     out.assign(n.out.size(), k::Tensor());
     try {
-      n.fn(n, in, out, ctx);
+      if (n.op == "Concat" && n.out[0] >= 0 && keep[n.out[0]]) {
+        // A requested Concat (present.N.key|value = Concat(past, new)) is written straight
+        // into the host tensor returned, so the KV cache is copied once per step, not twice.
+        auto h = std::make_shared<Tensor>(concat_to_host(n, in));
+        out[0] = k::Tensor::wrap(h->dtype(), h->dims(), h->mutable_data(), std::shared_ptr<const void>(h, h->data()));
+        k::concat_into(in, n.i("axis", 0), out[0]);
+        direct[n.out[0]] = h;
+      } else {
+        n.fn(n, in, out, ctx);
+      }
     } catch (const std::exception& e) {
       throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
     }
@@ -282,10 +300,12 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
 
   std::vector<Tensor> result;
   for (size_t i = 0; i < n_outputs; ++i) {
-    const k::Tensor& t = slots[slots_.at(output_names[i])];
+    int s = slots_.at(output_names[i]);
+    const k::Tensor& t = slots[s];
     if (t.empty_handle())
       throw Error("cpu backend: graph '" + graph_name_ + "': value '" + std::string(output_names[i]) + "' was not computed");
-    result.push_back(to_host(t));
+    auto d = direct.find(s);
+    result.push_back(d != direct.end() && d->second->data() == t.raw() ? *d->second : to_host(t));
   }
   for (size_t i = 0; i < n_outputs; ++i) outputs[i] = result[i].release();
 }

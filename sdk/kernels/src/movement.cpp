@@ -76,7 +76,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm_in) {
   return y;
 }
 
-Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
+Dims concat_shape(const std::vector<const Tensor*>& xs, int64_t axis) {
   if (xs.empty()) throw KernelError("Concat: no inputs");
   const Tensor& f = *xs[0];
   int64_t ax = norm_axis(axis, f.rank(), "Concat");
@@ -90,8 +90,14 @@ Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
         throw KernelError("Concat: shapes " + dims_str(f.dims()) + " and " + dims_str(t->dims()) + " differ off axis " + std::to_string(ax));
     out[ax] += t->dim(ax);
   }
-  Tensor y(f.dtype(), out);
-  const size_t es = dtype_size(f.dtype());
+  return out;
+}
+
+void concat_into(const std::vector<const Tensor*>& xs, int64_t axis, Tensor& y) {
+  Dims out = concat_shape(xs, axis);
+  if (y.dims() != out || y.dtype() != xs[0]->dtype()) throw KernelError("Concat: output buffer does not match");
+  int64_t ax = norm_axis(axis, out.size(), "Concat");
+  const size_t es = dtype_size(y.dtype());
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < ax; ++i) outer *= out[i];
   for (size_t i = ax + 1; i < out.size(); ++i) inner *= out[i];
@@ -101,9 +107,16 @@ Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
   for (const Tensor* t : xs) {
     size_t chunk = static_cast<size_t>(t->dim(ax) * inner) * es;
     const uint8_t* s = static_cast<const uint8_t*>(t->raw());
-    for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * row + off, s + o * chunk, chunk);
+    if (chunk)
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * row + off, s + o * chunk, chunk);
     off += chunk;
   }
+}
+
+Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis) {
+  Dims out = concat_shape(xs, axis);
+  Tensor y(xs[0]->dtype(), out);
+  concat_into(xs, axis, y);
   return y;
 }
 

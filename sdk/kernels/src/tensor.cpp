@@ -77,6 +77,12 @@ Tensor Tensor::borrow(nf_dtype dtype, Dims dims, const void* data, std::shared_p
   return t;
 }
 
+Tensor Tensor::wrap(nf_dtype dtype, Dims dims, void* data, std::shared_ptr<const void> keep) {
+  Tensor t = borrow(dtype, std::move(dims), data, std::move(keep));
+  t.writable_ = true;
+  return t;
+}
+
 void* Tensor::mut_raw() {
   if (!writable_) throw KernelError("internal: write to a borrowed tensor");
   return const_cast<void*>(data_);

@@ -8,6 +8,10 @@ namespace nf::kernels {
 
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
 Tensor concat(const std::vector<const Tensor*>& xs, int64_t axis);
+// Shape of the concatenation (validates inputs), and Concat into memory the caller owns:
+// a KV-cache output written once, straight into the tensor handed back to the runner.
+Dims concat_shape(const std::vector<const Tensor*>& xs, int64_t axis);
+void concat_into(const std::vector<const Tensor*>& xs, int64_t axis, Tensor& out);
 std::vector<Tensor> split(const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes);
 // ONNX Slice: per listed axis, start/end clamped like Python with steps (may be negative).
 Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,

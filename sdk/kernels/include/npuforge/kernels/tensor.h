@@ -35,6 +35,8 @@ class Tensor {
   static Tensor zeros(nf_dtype dtype, Dims dims);
   // Views `data` without owning it; the caller keeps it alive. `keep` may hold an owner.
   static Tensor borrow(nf_dtype dtype, Dims dims, const void* data, std::shared_ptr<const void> keep = {});
+  // Writable view of caller memory (e.g. a graph output allocated by the host).
+  static Tensor wrap(nf_dtype dtype, Dims dims, void* data, std::shared_ptr<const void> keep = {});
   template <class T>
   static Tensor from(nf_dtype dtype, Dims dims, const std::vector<T>& v) {
     Tensor t(dtype, std::move(dims));
