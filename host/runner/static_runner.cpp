@@ -1,0 +1,428 @@
+#include "runner/static_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <stdexcept>
+
+namespace nf::host {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("static runner: " + what); }
+
+int64_t int_field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
+    fail(std::string("metadata io needs a positive integer '") + key + "'");
+  return j[key];
+}
+
+std::string past_key(int64_t l) { return "past_key_values." + std::to_string(l) + ".key"; }
+std::string past_value(int64_t l) { return "past_key_values." + std::to_string(l) + ".value"; }
+std::string present_key(int64_t l) { return "present." + std::to_string(l) + ".key"; }
+std::string present_value(int64_t l) { return "present." + std::to_string(l) + ".value"; }
+
+// Static dims of a spec entry; empty when the shape is missing or symbolic.
+std::vector<int64_t> static_shape(const nlohmann::json& entry) {
+  std::vector<int64_t> dims;
+  for (const auto& d : entry.value("shape", nlohmann::json::array())) {
+    if (!d.is_number_integer()) return {};
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_specs) {
+  StaticIO s;
+  std::string kv = io.value("kv_layout", "hf");
+  if (kv != "hf" && kv != "htp") fail("unknown kv_layout '" + kv + "' (expected hf or htp)");
+  s.htp = kv == "htp";
+  if (io.contains("mask_value") && io["mask_value"].is_number()) s.mask_value = io["mask_value"].get<float>();
+  s.layers = int_field(io, "layers");
+  s.kv_heads = int_field(io, "kv_heads");
+  s.head_dim = int_field(io, "head_dim");
+  if (io.contains("vocab") && io["vocab"].is_number_integer()) s.vocab = io["vocab"];
+  if (io.contains("sliding_window") && io["sliding_window"].is_number_integer()) s.window = io["sliding_window"];
+  s.sliding.assign(static_cast<size_t>(s.layers), false);
+  if (s.window > 0)
+    for (const auto& l : io.value("sliding_layers", nlohmann::json::array())) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= s.layers)
+        fail("sliding_layers lists " + l.dump() + ", not a layer of " + std::to_string(s.layers));
+      s.sliding[l.get<size_t>()] = true;
+    }
+
+  std::map<std::string, const nlohmann::json*> specs;
+  for (const auto& g : graph_specs) specs[g.at("name").get<std::string>()] = &g;
+  if (!io.contains("variants") || !io["variants"].is_array() || io["variants"].empty())
+    fail("metadata io lists no variants");
+
+  for (const auto& vj : io["variants"]) {
+    Variant v;
+    v.name = vj.at("graph").get<std::string>();
+    v.ar = vj.at("ar").get<int64_t>();
+    v.cl = vj.at("cl").get<int64_t>();
+    if (vj.contains("scl") && vj["scl"].is_number_integer()) v.scl = vj["scl"];
+    if (v.ar <= 0 || v.cl <= v.ar || (v.scl && v.scl <= v.ar))
+      fail("variant '" + v.name + "': needs 0 < AR < CL (and AR < SCL)");
+    int64_t splits = vj.contains("splits") && vj["splits"].is_number_integer() ? vj["splits"].get<int64_t>() : 1;
+    std::vector<std::string> names;
+    if (splits <= 1)
+      names.push_back(v.name);
+    else
+      for (int64_t i = 1; i <= splits; ++i)
+        names.push_back(v.name + "_" + std::to_string(i) + "_of_" + std::to_string(splits));
+
+    // Inputs come from the runner or, chained by name, from earlier parts' outputs.
+    std::set<std::string> produced, fed;
+    std::map<std::string, const nlohmann::json*> input_spec;
+    bool sliding_mask = false;
+    for (const auto& n : names) {
+      auto it = specs.find(n);
+      if (it == specs.end()) fail("variant graph '" + n + "' is not among the package's graphs");
+      Part p;
+      p.graph = n;
+      for (const auto& in : it->second->at("inputs")) {
+        std::string name = in.at("name");
+        p.inputs.push_back(name);
+        p.dtypes[name] = in.value("dtype", "");
+        bool runner_fed = name == "input_ids" || name == "position_ids" || name == "attention_mask" ||
+                          name == "sliding_attention_mask" || name.rfind("past_key_values.", 0) == 0;
+        if (!runner_fed && !produced.count(name))
+          fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
+        if (runner_fed) {
+          fed.insert(name);
+          input_spec[name] = &in;
+        }
+        if (name == "sliding_attention_mask") sliding_mask = true;
+      }
+      for (const auto& out : it->second->at("outputs")) {
+        p.outputs.push_back(out.at("name"));
+        produced.insert(out.at("name").get<std::string>());
+        if (out.at("name") == "logits" && s.vocab == 0) {
+          auto d = static_shape(out);
+          if (d.size() == 3) s.vocab = d[2];
+        }
+      }
+      v.parts.push_back(std::move(p));
+    }
+    if (!fed.count("input_ids") || !produced.count("logits"))
+      fail("variant '" + v.name + "' needs input_ids and logits");
+    auto check_mask = [&](const std::string& name, int64_t cols) {
+      if (!input_spec.count(name)) return;
+      auto d = static_shape(*input_spec[name]);
+      if (d != std::vector<int64_t>{1, 1, v.ar, cols})
+        fail("variant '" + v.name + "': " + name + " is " + dims_str(d) + ", expected " +
+             dims_str({1, 1, v.ar, cols}));
+    };
+    check_mask("attention_mask", v.cl);
+    if (sliding_mask && !v.scl) fail("variant '" + v.name + "' reads sliding_attention_mask but has no scl");
+    check_mask("sliding_attention_mask", v.scl);
+
+    for (int64_t l = 0; l < s.layers; ++l) {
+      for (const auto& name : {past_key(l), past_value(l)})
+        if (!fed.count(name)) fail("variant '" + v.name + "' has no input " + name);
+      for (const auto& name : {present_key(l), present_value(l)})
+        if (!produced.count(name)) fail("variant '" + v.name + "' has no output " + name);
+      auto kd = static_shape(*input_spec[past_key(l)]);
+      auto vd = static_shape(*input_spec[past_value(l)]);
+      int64_t len = kd.size() == 4 ? (s.htp ? kd[3] : kd[2]) : -1;
+      std::vector<int64_t> want_k = s.htp ? std::vector<int64_t>{s.kv_heads, 1, s.head_dim, len}
+                                          : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
+      std::vector<int64_t> want_v = s.htp ? std::vector<int64_t>{s.kv_heads, 1, len, s.head_dim}
+                                          : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
+      bool full = len == v.cl - v.ar, window = v.scl && len == v.scl - v.ar;
+      if (kd != want_k || vd != want_v || !(full || window))
+        fail("variant '" + v.name + "': " + past_key(l) + " " + dims_str(kd) + " / value " + dims_str(vd) +
+             " do not match kv_layout " + kv + " with " + std::to_string(v.cl - v.ar) +
+             (v.scl ? " or " + std::to_string(v.scl - v.ar) : std::string()) + " cache slots");
+      if (window && !full && !s.sliding[static_cast<size_t>(l)])
+        fail("variant '" + v.name + "': layer " + std::to_string(l) + " has a sliding cache but is not in sliding_layers");
+      v.cache_len.push_back(len);
+    }
+
+    // The window must be applied exactly: a row at position p sees positions > p - window.
+    bool any_sliding = std::find(s.sliding.begin(), s.sliding.end(), true) != s.sliding.end();
+    if (any_sliding) {
+      bool all_sliding = std::find(s.sliding.begin(), s.sliding.end(), false) == s.sliding.end();
+      if (sliding_mask) {
+        // Row 0 of a pass needs window-1 earlier positions in the sliding cache.
+        if (v.scl - v.ar < s.window - 1)
+          fail("variant '" + v.name + "': a sliding cache of " + std::to_string(v.scl - v.ar) +
+               " slots cannot hold the " + std::to_string(s.window - 1) + " positions a window of " +
+               std::to_string(s.window) + " needs");
+      } else if (all_sliding) {
+        v.window_in_mask = true;
+      } else if (v.cl > s.window) {
+        fail("variant '" + v.name + "': layers slide (window " + std::to_string(s.window) +
+             ") but the graph has no sliding_attention_mask");
+      }
+    }
+    s.variants.push_back(std::move(v));
+  }
+  if (s.vocab <= 0) fail("metadata io has no vocab and the logits shape is not static");
+  return s;
+}
+
+StaticRunner::StaticRunner(BackendSession& session, StaticIO io) : session_(session), io_(std::move(io)) {
+  for (const auto& v : io_.variants) {
+    max_ar_ = std::max(max_ar_, v.ar);
+    max_cl_ = std::max(max_cl_, v.cl);
+  }
+  reset();
+}
+
+void StaticRunner::reset() {
+  n_past_ = 0;
+  size_t per_layer = static_cast<size_t>(io_.kv_heads * max_cl_ * io_.head_dim);
+  keys_.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
+  values_.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
+  extras_.clear();
+  row_pass_.reset();
+  row_parents_.clear();
+}
+
+size_t StaticRunner::pick(int64_t rows, bool partial) const {
+  auto better = [](const StaticIO::Variant& a, const StaticIO::Variant& b, bool small_ar) {
+    if (a.ar != b.ar) return small_ar ? a.ar < b.ar : a.ar > b.ar;
+    if (a.cl != b.cl) return a.cl < b.cl;
+    return a.scl < b.scl;
+  };
+  const size_t none = io_.variants.size();
+  size_t cover = none, part = none;
+  for (size_t i = 0; i < io_.variants.size(); ++i) {
+    const auto& v = io_.variants[i];
+    if (n_past_ + v.ar > v.cl) continue;
+    if (v.ar >= rows) {
+      if (cover == none || better(v, io_.variants[cover], true)) cover = i;
+    } else if (part == none || better(v, io_.variants[part], false)) {
+      part = i;
+    }
+  }
+  if (cover != none) return cover;
+  if (partial && part != none) return part;
+  throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(n_past_) +
+                           " in the cache, " + std::to_string(rows) + " more requested)");
+}
+
+StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens, std::span<const int32_t> parents,
+                                     std::span<const int64_t> positions) {
+  const StaticIO::Variant& v = io_.variants[vi];
+  const int64_t ar = v.ar, rows = static_cast<int64_t>(tokens.size());
+  const int64_t kvh = io_.kv_heads, hd = io_.head_dim;
+  const size_t cap = static_cast<size_t>(max_cl_);
+  const float masked = io_.mask_value;
+
+  // Padding rows sit after the real ones at the next positions; they see only themselves.
+  std::vector<int64_t> pos(static_cast<size_t>(ar));
+  for (int64_t i = 0; i < ar; ++i) pos[i] = i < rows ? positions[i] : n_past_ + i;
+  // sees[i * ar + j]: new row j is row i or one of its ancestors.
+  std::vector<bool> sees(static_cast<size_t>(ar * ar), false);
+  for (int64_t i = 0; i < ar; ++i)
+    for (int64_t j = i; j >= 0; j = i < rows ? parents[j] : -1) sees[i * ar + j] = true;
+
+  // Mask over `cols` columns: cache slot c holds position start + c (c < cols - AR).
+  auto mask = [&](int64_t cols, bool windowed) {
+    const int64_t slots = cols - ar, start = std::max<int64_t>(0, n_past_ - slots);
+    auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, 1, ar, cols}));
+    float* m = t->tensor.mutable_as<float>();
+    for (int64_t i = 0; i < ar; ++i) {
+      float* row = m + i * cols;
+      auto near = [&](int64_t q) { return !windowed || q > pos[i] - io_.window; };
+      for (int64_t c = 0; c < slots; ++c) row[c] = i < rows && start + c < n_past_ && near(start + c) ? 0.f : masked;
+      for (int64_t j = 0; j < ar; ++j) row[slots + j] = sees[i * ar + j] && near(pos[j]) ? 0.f : masked;
+    }
+    return t;
+  };
+  auto ids = [&](const std::string& dtype, const std::function<int64_t(int64_t)>& value) {
+    bool i32 = dtype == "int32";
+    auto t = ir::make_tensor_ref(ir::Tensor::zeros(i32 ? NF_DTYPE_INT32 : NF_DTYPE_INT64, {1, ar}));
+    for (int64_t i = 0; i < ar; ++i) {
+      if (i32)
+        t->tensor.mutable_as<int32_t>()[i] = static_cast<int32_t>(value(i));
+      else
+        t->tensor.mutable_as<int64_t>()[i] = value(i);
+    }
+    return t;
+  };
+  // Layer l's committed rows as a cache input of `len` slots (the last `len` positions).
+  auto cache = [&](size_t l, bool key, int64_t len) {
+    const int64_t start = std::max<int64_t>(0, n_past_ - len), n = n_past_ - start;
+    const bool transposed = key && io_.htp;
+    std::vector<int64_t> dims = io_.htp ? (key ? std::vector<int64_t>{kvh, 1, hd, len} : std::vector<int64_t>{kvh, 1, len, hd})
+                                        : std::vector<int64_t>{1, kvh, len, hd};
+    auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, dims));
+    float* dst = t->tensor.mutable_as<float>();
+    const float* src = (key ? keys_ : values_)[l].data();
+    for (int64_t h = 0; h < kvh; ++h)
+      for (int64_t c = 0; c < n; ++c) {
+        const float* s = src + (static_cast<size_t>(h) * cap + static_cast<size_t>(start + c)) * static_cast<size_t>(hd);
+        if (transposed)
+          for (int64_t d = 0; d < hd; ++d) dst[(h * hd + d) * len + c] = s[d];
+        else
+          std::memcpy(dst + (h * len + c) * hd, s, static_cast<size_t>(hd) * sizeof(float));
+      }
+    return t;
+  };
+
+  TensorPtr main_mask, sliding_mask;
+  std::map<std::string, TensorPtr> env;  // outputs of earlier parts, by name
+  for (const auto& part : v.parts) {
+    std::vector<NamedTensor> in;
+    for (const auto& name : part.inputs) {
+      const std::string& dtype = part.dtypes.at(name);
+      TensorPtr t;
+      if (name == "input_ids") {
+        t = ids(dtype, [&](int64_t i) { return i < rows ? tokens[i] : 0; });
+      } else if (name == "position_ids") {
+        t = ids(dtype, [&](int64_t i) { return pos[i]; });
+      } else if (name == "attention_mask") {
+        if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
+        t = main_mask;
+      } else if (name == "sliding_attention_mask") {
+        if (!sliding_mask) sliding_mask = mask(v.scl, true);
+        t = sliding_mask;
+      } else if (name.rfind("past_key_values.", 0) == 0) {
+        size_t l = std::stoul(name.substr(16));
+        t = cache(l, name.ends_with(".key"), v.cache_len[l]);
+      } else {
+        t = env.at(name);
+      }
+      in.push_back({name, std::move(t)});
+    }
+    auto out = session_.run(part.graph, in, part.outputs);
+    for (size_t i = 0; i < out.size(); ++i) env[part.outputs[i]] = out[i];
+  }
+  ++passes_;
+  last_variant_ = v.name;
+
+  Pass p;
+  p.variant = vi;
+  p.rows = rows;
+  const ir::Tensor& logits = env.at("logits")->tensor;
+  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims != std::vector<int64_t>{1, ar, io_.vocab})
+    fail("logits of '" + v.name + "' are " + dims_str(logits.dims) + ", expected float32 " +
+         dims_str({1, ar, io_.vocab}));
+  p.logits.assign(logits.as<float>(), logits.as<float>() + rows * io_.vocab);
+  for (int64_t l = 0; l < io_.layers; ++l) {
+    for (bool key : {true, false}) {
+      TensorPtr t = env.at(key ? present_key(l) : present_value(l));
+      if (t->tensor.dtype != NF_DTYPE_FLOAT32 || t->tensor.numel() != kvh * ar * hd)
+        fail("'" + v.name + "' output " + (key ? present_key(l) : present_value(l)) + " is " +
+             dims_str(t->tensor.dims) + ", expected this pass's " + std::to_string(ar) + " rows");
+      (key ? p.keys : p.values).push_back(std::move(t));
+    }
+  }
+  for (auto& [name, t] : env)
+    if (name != "logits" && name.rfind("present.", 0) != 0) p.extras[name] = t;
+  return p;
+}
+
+void StaticRunner::keep(const Pass& p, std::span<const int32_t> rows) {
+  const int64_t ar = io_.variants[p.variant].ar, kvh = io_.kv_heads, hd = io_.head_dim;
+  const size_t cap = static_cast<size_t>(max_cl_);
+  if (n_past_ + static_cast<int64_t>(rows.size()) > max_cl_) fail("KV store overflow");
+  for (size_t l = 0; l < static_cast<size_t>(io_.layers); ++l)
+    for (bool key : {true, false}) {
+      const float* src = (key ? p.keys : p.values)[l]->tensor.as<float>();
+      float* dst = (key ? keys_ : values_)[l].data();
+      const bool transposed = key && io_.htp;  // [n_kv, 1, head_dim, AR]
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const int64_t r = rows[i];
+        for (int64_t h = 0; h < kvh; ++h) {
+          float* d = dst + (static_cast<size_t>(h) * cap + static_cast<size_t>(n_past_) + i) * static_cast<size_t>(hd);
+          for (int64_t k = 0; k < hd; ++k) d[k] = transposed ? src[(h * hd + k) * ar + r] : src[(h * ar + r) * hd + k];
+        }
+      }
+    }
+  n_past_ += static_cast<int64_t>(rows.size());
+}
+
+std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool all_rows) {
+  if (tokens.empty()) throw std::runtime_error("runner: no tokens to run");
+  row_pass_.reset();
+  row_parents_.clear();
+  std::vector<float> out;
+  for (size_t done = 0; done < tokens.size();) {
+    const int64_t left = static_cast<int64_t>(tokens.size() - done);
+    size_t vi = pick(left, true);
+    const size_t take = static_cast<size_t>(std::min(left, io_.variants[vi].ar));
+    std::vector<int32_t> parents(take), rows(take);
+    std::vector<int64_t> positions(take);
+    for (size_t i = 0; i < take; ++i) {
+      parents[i] = static_cast<int32_t>(i) - 1;  // a chunk is causal: each row sees the previous
+      rows[i] = static_cast<int32_t>(i);
+      positions[i] = n_past_ + static_cast<int64_t>(i);
+    }
+    Pass p = run(vi, tokens.subspan(done, take), parents, positions);
+    keep(p, rows);
+    extras_ = std::move(p.extras);
+    done += take;
+    if (all_rows)
+      out.insert(out.end(), p.logits.begin(), p.logits.end());
+    else if (done == tokens.size())
+      out.assign(p.logits.end() - io_.vocab, p.logits.end());
+  }
+  return out;
+}
+
+void StaticRunner::forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {
+  if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
+  if (n_rows > max_rows())
+    throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the largest AR variant (" +
+                             std::to_string(max_ar_) + " rows per pass)");
+  std::vector<int64_t> positions(n_rows);
+  for (size_t r = 0; r < n_rows; ++r) {
+    int32_t p = parents[r];
+    if (p >= static_cast<int32_t>(r) || p < -1)
+      throw std::runtime_error("runner: row " + std::to_string(r) + " has parent " + std::to_string(p) +
+                               " (a parent must be an earlier row or -1)");
+    positions[r] = p < 0 ? n_past_ : positions[static_cast<size_t>(p)] + 1;  // n_past + depth
+  }
+  size_t vi = pick(static_cast<int64_t>(n_rows), false);
+  auto pass = std::make_shared<Pass>(run(vi, {tokens, n_rows}, {parents, n_rows}, positions));
+  std::memcpy(logits, pass->logits.data(), pass->logits.size() * sizeof(float));
+  extras_ = pass->extras;
+  row_pass_ = std::move(pass);
+  row_parents_.assign(parents, parents + n_rows);
+}
+
+void StaticRunner::commit(const int32_t* rows, size_t n) {
+  if (n == 0) return;
+  if (!row_pass_) throw std::runtime_error("runner: commit without a forward to commit from");
+  for (size_t i = 0; i < n; ++i) {
+    if (rows[i] < 0 || static_cast<size_t>(rows[i]) >= row_parents_.size())
+      throw std::runtime_error("runner: commit of row " + std::to_string(rows[i]) + " that the last forward did not score");
+    if (row_parents_[static_cast<size_t>(rows[i])] != (i == 0 ? -1 : rows[i - 1]))
+      throw std::runtime_error("runner: committed rows must form a path from a root, in order");
+  }
+  keep(*row_pass_, {rows, n});
+  row_pass_.reset();
+  row_parents_.clear();
+}
+
+nf_tensor* StaticRunner::last_output(const char* name) {
+  auto it = extras_.find(name);
+  return it == extras_.end() ? nullptr : handle(it->second.get());
+}
+
+std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::json& graph_specs,
+                                    const nlohmann::json& metadata) {
+  if (metadata.is_object() && metadata.contains("io") && metadata["io"].is_object() &&
+      metadata["io"].value("layout", "") == "static")
+    return std::make_unique<StaticRunner>(session, StaticIO::parse(metadata["io"], graph_specs));
+  if (graph_specs.size() != 1)
+    throw std::runtime_error(std::to_string(graph_specs.size()) +
+                             " graphs but no static-layout metadata (metadata.io.layout \"static\"); the dynamic "
+                             "runner needs exactly one graph");
+  return std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(graph_specs[0]));
+}
+
+}  // namespace nf::host

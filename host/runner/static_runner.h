@@ -1,0 +1,102 @@
+// The runner over static-shape graphs (the layout arcl produces): one graph per AR/CL
+// variant (optionally cut into parts), fixed-size KV inputs, an explicit additive mask.
+// The KV cache lives here, once per layer, independent of the variants; every pass copies
+// the committed rows a variant needs into its inputs and reads back the new rows.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runner/runner.h"
+
+namespace nf::host {
+
+// package.json metadata "io" with "layout": "static", checked against the graphs' IO specs.
+struct StaticIO {
+  struct Part {
+    std::string graph;
+    std::vector<std::string> inputs, outputs;
+    std::map<std::string, std::string> dtypes;  // input name -> dtype ("int64", "int32", "float32")
+  };
+  struct Variant {
+    std::string name;  // base graph name: ar{AR}_cl{CL}[_scl{SCL}]
+    int64_t ar = 0, cl = 0, scl = 0;  // scl 0: no sliding cache
+    std::vector<Part> parts;          // run in order; one part when the graph is not split
+    std::vector<int64_t> cache_len;   // per layer: CL-AR, or SCL-AR for a sliding cache
+    bool window_in_mask = false;      // the window applies to attention_mask (all layers slide)
+  };
+  bool htp = false;  // kv_layout "htp": key cache transposed ([n_kv, 1, head_dim, T])
+  float mask_value = -65504.f;
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t window = 0;  // sliding_window; 0: none
+  std::vector<bool> sliding;
+  std::vector<Variant> variants;
+
+  // Throws a one-line error naming what is missing or inconsistent.
+  static StaticIO parse(const nlohmann::json& io, const nlohmann::json& graph_specs);
+};
+
+// Scores rows in one pass of the smallest fitting AR variant; prefill runs chunks of the
+// largest AR. Sliding-window layers of `_scl` variants get a shifted window: cache slot j
+// holds position max(0, n_past - (SCL-AR)) + j, i.e. the last SCL-AR committed positions in
+// order, and sliding_attention_mask lets a row at position p see positions > p - window.
+class StaticRunner final : public Runner {
+ public:
+  StaticRunner(BackendSession& session, StaticIO io);
+
+  std::vector<float> append(std::span<const int32_t> tokens, bool all_rows = false) override;
+  void reset() override;
+  int64_t forward_passes() const override { return passes_; }
+
+  size_t vocab_size() const override { return static_cast<size_t>(io_.vocab); }
+  size_t max_rows() const override { return static_cast<size_t>(max_ar_); }
+  size_t n_past() const override { return static_cast<size_t>(n_past_); }
+  void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
+  void commit(const int32_t* rows, size_t n) override;
+  nf_tensor* last_output(const char* name) override;
+
+  // The base graph name of the last pass's variant (for logs and tests).
+  const std::string& last_variant() const { return last_variant_; }
+  int64_t context_length() const { return max_cl_; }
+
+ private:
+  struct Pass {
+    size_t variant = 0;
+    int64_t rows = 0;                     // real rows (the rest of AR is padding)
+    std::vector<float> logits;            // rows x vocab
+    std::vector<TensorPtr> keys, values;  // per layer: this pass's AR new rows
+    std::map<std::string, TensorPtr> extras;
+  };
+  // The variant for a pass of `rows` rows after n_past_: the smallest AR >= rows that fits
+  // (n_past + AR <= CL), then the smallest CL; with `partial`, else the largest fitting AR.
+  size_t pick(int64_t rows, bool partial) const;
+  // One pass: rows[i] has token, position and parent (-1: sees only the cache; the rows of
+  // a chunk chain to each other). Does not commit.
+  Pass run(size_t variant, std::span<const int32_t> tokens, std::span<const int32_t> parents,
+           std::span<const int64_t> positions);
+  // Appends rows `rows` of pass p to the KV store.
+  void keep(const Pass& p, std::span<const int32_t> rows);
+
+  BackendSession& session_;
+  StaticIO io_;
+  int64_t max_ar_ = 0, max_cl_ = 0;
+  int64_t n_past_ = 0, passes_ = 0;
+  std::vector<std::vector<float>> keys_, values_;  // per layer [n_kv][max_cl][head_dim]
+  std::map<std::string, TensorPtr> extras_;
+  std::string last_variant_;
+  // Last row call: its pass and each row's parent.
+  std::shared_ptr<Pass> row_pass_;
+  std::vector<int32_t> row_parents_;
+};
+
+// The runner a model's graphs need: StaticRunner when metadata.io.layout is "static",
+// else DynamicRunner over the single graph. `metadata` is package.json "metadata" (may be
+// null). Throws a one-line error when neither fits.
+std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::json& graph_specs,
+                                    const nlohmann::json& metadata);
+
+}  // namespace nf::host
