@@ -1,0 +1,139 @@
+// Weights carrying an AIMET encoding run on the integer kernels with exactly its grid:
+// MatMul through the cpu plugin equals fp32 math over the weights quantized by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "api/host_api.h"
+#include "registry/registry.h"
+
+using namespace nf;
+
+namespace {
+
+const nf_backend_api* backend() {
+  static host::Registry registry;
+  static const nf_backend_api* api = [] {
+    registry.load_library(std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins/libnpuforge_cpu.so");
+    const host::PluginInfo* p = registry.find(NF_KIND_BACKEND, "cpu");
+    return p ? p->backend() : nullptr;
+  }();
+  return api;
+}
+
+constexpr int64_t K = 64, N = 12;
+
+struct Fixture {
+  std::vector<float> w = std::vector<float>(K * N), x = std::vector<float>(K);
+  ir::ModelSet ms;
+  Fixture() {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d;
+    for (float& v : w) v = d(rng);
+    for (float& v : x) v = d(rng);
+    auto g = std::make_unique<ir::Graph>();
+    g->name = "main";
+    g->opsets[""] = 17;
+    g->inputs = {"x"};
+    g->outputs = {"y"};
+    g->types["x"] = {NF_DTYPE_FLOAT32, std::vector<ir::Dim>{{1, ""}, {K, ""}}};
+    auto n = std::make_unique<ir::Node>();
+    n->op_type = "MatMul";
+    n->name = "/mm";
+    n->inputs = {"x", "W"};
+    n->outputs = {"y"};
+    g->nodes.push_back(std::move(n));
+    auto ref = std::make_shared<ir::TensorRef>();
+    ref->tensor = ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {K, N}, w);
+    g->initializers["W"] = ref;
+    ms.graphs.push_back(std::move(g));
+  }
+  std::vector<float> run(const char* options) {
+    nf_session* s = nullptr;
+    EXPECT_EQ(backend()->open_model_set(options, host::handle(&ms), nullptr, &s), nullptr);
+    const char* in_name = "x";
+    const char* out_name = "y";
+    nf_tensor* in = host::new_tensor_handle(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {1, K}, x));
+    nf_tensor* out = nullptr;
+    EXPECT_EQ(backend()->run(s, "main", &in_name, &in, 1, &out_name, &out, 1), nullptr);
+    const ir::Tensor& t = host::unwrap(out)->tensor;
+    std::vector<float> y(t.as<float>(), t.as<float>() + N);
+    host::host_api()->tensor_release(in);
+    host::host_api()->tensor_release(out);
+    backend()->close(s);
+    return y;
+  }
+  // x times W with W[k][n] replaced by q(k, n).
+  template <class Q>
+  std::vector<float> reference(Q q) const {
+    std::vector<float> y(N, 0.f);
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(x[k]) * q(k, n);
+      y[n] = float(s);
+    }
+    return y;
+  }
+};
+
+void expect_near(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::fabs(b[i])) << i;
+}
+
+TEST(Encodings, PerChannelInt8UsesExactScales) {
+  Fixture f;
+  std::vector<float> scale(N);
+  std::vector<int32_t> offset(N, -128);
+  for (int64_t n = 0; n < N; ++n) scale[n] = 0.01f + 0.003f * float(n);
+  nf_encoding e{};
+  e.struct_size = sizeof(nf_encoding);
+  e.enc_type = NF_ENC_PER_CHANNEL;
+  e.bw = 8;
+  e.is_sym = 1;
+  e.axis = 1;
+  e.block_axis = -1;
+  e.num_scales = N;
+  e.scale = scale.data();
+  e.offset = offset.data();
+  f.ms.encodings["W"] = ir::Encoding::from(e);
+  auto want = f.reference([&](int64_t k, int64_t n) {
+    return std::clamp(std::nearbyint(f.w[k * N + n] / scale[n]), -128.f, 127.f) * scale[n];
+  });
+  expect_near(f.run("{}"), want);
+  // use_encodings false: the float weights.
+  auto fp = f.reference([&](int64_t k, int64_t n) { return f.w[k * N + n]; });
+  expect_near(f.run(R"({"use_encodings": false})"), fp);
+}
+
+TEST(Encodings, LpbqInt4UsesChannelTimesBlockScales) {
+  Fixture f;
+  const int64_t bs = 16, nb = K / bs;
+  std::vector<float> scale(N);
+  std::vector<int32_t> offset(N, -8), ints(N * nb);
+  for (int64_t n = 0; n < N; ++n) scale[n] = 0.02f + 0.001f * float(n);
+  for (int64_t i = 0; i < N * nb; ++i) ints[i] = 5 + int32_t(i % 11);
+  nf_encoding e{};
+  e.struct_size = sizeof(nf_encoding);
+  e.enc_type = NF_ENC_LPBQ;
+  e.bw = 8;
+  e.compressed_bw = 4;
+  e.is_sym = 1;
+  e.axis = 1;
+  e.block_axis = 0;
+  e.block_size = bs;
+  e.num_scales = N;
+  e.scale = scale.data();
+  e.offset = offset.data();
+  e.num_block_ints = N * nb;
+  e.per_block_int_scale = ints.data();
+  f.ms.encodings["W"] = ir::Encoding::from(e);
+  auto want = f.reference([&](int64_t k, int64_t n) {
+    float s = scale[n] * float(ints[n * nb + k / bs]);
+    return std::clamp(std::nearbyint(f.w[k * N + n] / s), -8.f, 7.f) * s;
+  });
+  expect_near(f.run("{}"), want);
+}
+
+}  // namespace
