@@ -123,8 +123,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
              dims_str({1, 1, v.ar, cols}));
     };
     check_mask("attention_mask", v.cl);
-    if (sliding_mask && !v.scl) fail("variant '" + v.name + "' reads sliding_attention_mask but has no scl");
-    check_mask("sliding_attention_mask", v.scl);
+    check_mask("sliding_attention_mask", v.scl ? v.scl : v.cl);  // CL columns when no layer has a short cache
 
     for (int64_t l = 0; l < s.layers; ++l) {
       for (const auto& name : {past_key(l), past_value(l)})
@@ -153,11 +152,9 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
     if (any_sliding) {
       bool all_sliding = std::find(s.sliding.begin(), s.sliding.end(), false) == s.sliding.end();
       if (sliding_mask) {
-        // Row 0 of a pass needs window-1 earlier positions in the sliding cache.
-        if (v.scl - v.ar < s.window - 1)
-          fail("variant '" + v.name + "': a sliding cache of " + std::to_string(v.scl - v.ar) +
-               " slots cannot hold the " + std::to_string(s.window - 1) + " positions a window of " +
-               std::to_string(s.window) + " needs");
+        // Row 0 of a pass needs window-1 earlier positions in the sliding cache; fewer
+        // slots are exact only while every committed position still fits.
+        if (v.scl && v.scl - v.ar < s.window - 1) v.exact_until = v.scl - v.ar;
       } else if (all_sliding) {
         v.window_in_mask = true;
       } else if (v.cl > s.window) {
@@ -197,9 +194,14 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
   };
   const size_t none = io_.variants.size();
   size_t cover = none, part = none;
+  bool short_window = false;
   for (size_t i = 0; i < io_.variants.size(); ++i) {
     const auto& v = io_.variants[i];
     if (n_past_ + v.ar > v.cl) continue;
+    if (n_past_ > v.exact_until) {
+      short_window |= v.ar >= rows || partial;
+      continue;
+    }
     if (v.ar >= rows) {
       if (cover == none || better(v, io_.variants[cover], true)) cover = i;
     } else if (part == none || better(v, io_.variants[part], false)) {
@@ -208,6 +210,10 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
   }
   if (cover != none) return cover;
   if (partial && part != none) return part;
+  if (short_window)
+    throw std::runtime_error("runner: no variant runs " + std::to_string(rows) + " rows exactly after " +
+                             std::to_string(n_past_) + " tokens: their sliding caches hold fewer than the " +
+                             std::to_string(io_.window - 1) + " positions the window needs");
   throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(n_past_) +
                            " in the cache, " + std::to_string(rows) + " more requested)");
 }

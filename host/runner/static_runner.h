@@ -4,6 +4,7 @@
 // the committed rows a variant needs into its inputs and reads back the new rows.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,9 @@ struct StaticIO {
     std::vector<Part> parts;          // run in order; one part when the graph is not split
     std::vector<int64_t> cache_len;   // per layer: CL-AR, or SCL-AR for a sliding cache
     bool window_in_mask = false;      // the window applies to attention_mask (all layers slide)
+    // The largest n_past at which a pass is exact: a sliding cache shorter than window-1
+    // slots loses positions the window still needs once n_past exceeds it.
+    int64_t exact_until = INT64_MAX;
   };
   bool htp = false;  // kv_layout "htp": key cache transposed ([n_kv, 1, head_dim, T])
   float mask_value = -65504.f;
@@ -72,7 +76,8 @@ class StaticRunner final : public Runner {
     std::map<std::string, TensorPtr> extras;
   };
   // The variant for a pass of `rows` rows after n_past_: the smallest AR >= rows that fits
-  // (n_past + AR <= CL), then the smallest CL; with `partial`, else the largest fitting AR.
+  // (n_past + AR <= CL, and exact for the window), then the smallest CL; with `partial`,
+  // else the largest fitting AR.
   size_t pick(int64_t rows, bool partial) const;
   // One pass: rows[i] has token, position and parent (-1: sees only the cache; the rows of
   // a chunk chain to each other). Does not commit.

@@ -314,16 +314,26 @@ TEST(StaticRunner, LastOutputIsThePassHiddenStates) {
   EXPECT_EQ(s.runner->last_output("no_such_output"), nullptr);
 }
 
-TEST(StaticRunner, MetadataErrors) {
+TEST(StaticRunner, ShortSlidingCacheUsesOnlyExactVariants) {
   auto io = read_json(kData / "swa.io.json");
-  io["sliding_window"] = 12;  // 8 sliding slots at AR 4 cannot hold 11 earlier positions
+  io["sliding_window"] = 12;  // AR 4 has 8 sliding slots: exact only while n_past <= 8
+  Model s = static_model("swa", io);
+  s.runner->append(random_tokens(13, 1));  // AR 4 at n_past 0, 4, 8; then AR 1 (11 slots)
+  EXPECT_EQ(s.runner->forward_passes(), 4);
+  EXPECT_EQ(s.stat().last_variant(), "ar1_cl32_scl12");
+  std::vector<int32_t> tokens{1, 2}, parents{-1, 0};
+  std::vector<float> logits(2 * 96);
   try {
-    static_model("swa", io);
-    FAIL();
+    s.runner->forward(tokens.data(), parents.data(), 2, logits.data());
+    FAIL() << "a 2-row pass has no exact variant after 13 tokens";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("positions the window needs"), std::string::npos) << e.what();
   }
-  io = read_json(kData / "hf.io.json");
+  s.runner->forward(tokens.data(), parents.data(), 1, logits.data());
+}
+
+TEST(StaticRunner, MetadataErrors) {
+  auto io = read_json(kData / "hf.io.json");
   io["variants"][0]["graph"] = "ar2_cl16";
   try {
     static_model("hf", io);
@@ -344,6 +354,7 @@ TEST(StaticRunner, MetadataErrors) {
 namespace {
 
 struct Package {
+  host::Registry registry;  // its own, so that the manifest's plugin search loads each library once
   fs::path dir;
   host::Package pkg;
   std::unique_ptr<host::BackendSession> session;
@@ -357,20 +368,21 @@ std::unique_ptr<Package> build_arcl(const std::string& name, const fs::path& wor
   std::string toml = "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
                      (model / "config.json").string() +
                      "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = [32, 64]\n\n"
-                     "[targets.cpu]\nbackend = \"cpu\"\n\n[plugins]\npaths = [\"" + kPlugins.string() + "\"]\n";
+                     "[targets.cpu]\nbackend = \"cpu\"\n";
   fs::create_directories(work);
   auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-  auto errors = host::load_and_validate(m, registry());
+  auto p = std::make_unique<Package>();
+  // The built-in plugin directory beside the test binary: build-*/lib/npuforge/plugins.
+  auto errors = host::load_and_validate(m, p->registry);
   if (!errors.empty()) throw std::runtime_error(errors[0]);
   host::BuildRequest req;
   req.out_dir = work / "out";
   req.use_cache = false;
   req.cache_root = work / "cache";
-  auto built = host::build(m, registry(), req);
-  auto p = std::make_unique<Package>();
+  auto built = host::build(m, p->registry, req);
   p->dir = built.packages.at(0);
   p->pkg = host::open_package(p->dir);
-  const host::PluginInfo* backend = registry().find(NF_KIND_BACKEND, p->pkg.backend());
+  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
   if (!backend) throw std::runtime_error("backend " + p->pkg.backend() + " missing");
   p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
   p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
@@ -425,4 +437,6 @@ TEST_P(ArclPackage, GreedyEqualsGoldenAndTreesEqualPaths) {
   fs::remove_all(work);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ArclPackage, ::testing::Values("llama_gqa", "qwen2", "tiny_llama"));
+// mistral_swa: window 8 in every layer; arcl's default SCL (256) exceeds CL, so the
+// runner writes the window into attention_mask.
+INSTANTIATE_TEST_SUITE_P(Models, ArclPackage, ::testing::Values("llama_gqa", "qwen2", "tiny_llama", "mistral_swa"));
