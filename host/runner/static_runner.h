@@ -45,9 +45,12 @@ struct StaticIO {
 };
 
 // Scores rows in one pass of the smallest fitting AR variant; prefill runs chunks of the
-// largest AR. Sliding-window layers of `_scl` variants get a shifted window: cache slot j
-// holds position max(0, n_past - (SCL-AR)) + j, i.e. the last SCL-AR committed positions in
-// order, and sliding_attention_mask lets a row at position p see positions > p - window.
+// largest AR (a last short chunk takes the smallest AR that holds it, padded). Padding rows
+// sit at the next positions, see only themselves and are never kept. Sliding-window layers
+// of `_scl` variants get a shifted window: cache slot j holds position
+// max(0, n_past - (SCL-AR)) + j, i.e. the last SCL-AR committed positions in order, and
+// sliding_attention_mask lets a row at position p see positions > p - window (as HF does).
+// last_output() is the last pass's tensor as the graph made it: [1, AR, ...], rows first.
 class StaticRunner final : public Runner {
  public:
   StaticRunner(BackendSession& session, StaticIO io);
