@@ -1,0 +1,99 @@
+#include "attention_sites.h"
+
+#include <optional>
+#include <set>
+
+namespace arcl {
+namespace {
+
+KvConcat find_kv_concat(const nf::graph::GraphView& view, const std::string& past) {
+  // Shape nodes may read the cache too (torch takes the past length from it).
+  std::vector<nf::Node> concats;
+  for (const nf::Node& u : view.consumers(past)) {
+    if (u.op_type() == "Concat") concats.push_back(u);
+    else if (u.op_type() != "Shape")
+      throw nf::Error("arcl: '" + past + "' feeds a " + std::string(u.op_type()) + " ('" + std::string(u.name()) +
+                      "'); expected only the Concat with the new rows");
+  }
+  if (concats.size() != 1)
+    throw nf::Error("arcl: '" + past + "' should feed exactly one Concat with the new rows (found " +
+                    std::to_string(concats.size()) + ")");
+  nf::Node concat = concats[0];
+  int64_t axis = concat.attr_int("axis", 0);
+  if (concat.input_count() != 2 || (axis != 2 && axis != -2))
+    throw nf::Error("arcl: the Concat '" + std::string(concat.name()) + "' after '" + past +
+                    "' is not a two-input concat along the sequence axis");
+  KvConcat kv;
+  kv.concat = concat.get();
+  kv.past_slot = concat.input(0) == past ? 0 : 1;
+  kv.new_rows = concat.input(1 - kv.past_slot);
+  kv.full = concat.output(0);
+  return kv;
+}
+
+// The first MatMul on every forward path from `value` (the QK^T product for a key cache;
+// GQA's Unsqueeze/Expand/Reshape and the Transpose sit in between).
+std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std::string& value) {
+  std::vector<nf::Node> found;
+  std::set<nf_node*> seen;
+  std::vector<std::pair<std::string, int>> todo{{value, 0}};
+  while (!todo.empty()) {
+    auto [v, depth] = todo.back();
+    todo.pop_back();
+    for (const nf::Node& u : view.consumers(v)) {
+      if (!seen.insert(u.get()).second) continue;
+      if (u.op_type() == "MatMul") {
+        found.push_back(u);
+        continue;
+      }
+      if (depth < 8)
+        for (const std::string& out : u.outputs()) todo.push_back({out, depth + 1});
+    }
+  }
+  return found;
+}
+
+// Follows the scores from QK^T to the Softmax through scaling, casts and Adds; returns
+// each Add on the way with the index of its other operand.
+std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const nf::Node& qk) {
+  std::vector<MaskUse> adds;
+  std::string v = qk.output(0);
+  for (int step = 0; step < 8; ++step) {
+    const auto& users = view.consumers(v);
+    if (users.size() != 1) return {};
+    const nf::Node& u = users[0];
+    std::string_view op = u.op_type();
+    if (op == "Softmax") return adds;
+    if (op == "Add" && u.input_count() == 2) adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
+    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity") return {};
+    v = u.output(0);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, const ModelInfo& info,
+                                             const std::string& mask_input) {
+  std::vector<LayerSites> layers(info.layers);
+  for (int64_t l = 0; l < info.layers; ++l) {
+    LayerSites& site = layers[l];
+    site.key = find_kv_concat(view, past_key(l));
+    site.value = find_kv_concat(view, past_value(l));
+    std::string where = "arcl: layer " + std::to_string(l) + ": ";
+    std::vector<nf::Node> qk = first_matmuls(view, site.key.full);
+    if (qk.size() != 1)
+      throw nf::Error(where + "expected one attention-score MatMul after the key Concat, found " + std::to_string(qk.size()));
+    // The mask is the Add operand computed from attention_mask (its causal and window
+    // parts come from shapes and positions, which fold away).
+    for (const MaskUse& use : adds_before_softmax(view, qk[0])) {
+      nf::Node add(use.add);
+      if (view.upstream(add.input(use.mask_slot)).count(mask_input)) site.masks.push_back(use);
+    }
+    if (site.masks.empty())
+      throw nf::Error(where + "found no mask derived from attention_mask added to the scores before Softmax");
+  }
+  return layers;
+}
+
+}  // namespace arcl

@@ -1,0 +1,38 @@
+// Finds, by graph structure rather than node names, the places arcl rewrites in each
+// decoder layer: the Concat that appends the new key/value rows to the past ones, and the
+// mask operand added to the attention scores before Softmax.
+#pragma once
+
+#include <npuforge/graph/graph_view.h>
+
+#include <string>
+#include <vector>
+
+#include "model_info.h"
+
+namespace arcl {
+
+// Concat(past, new) along the sequence axis whose output is the present.N.* graph output.
+struct KvConcat {
+  nf_node* concat = nullptr;
+  size_t past_slot = 0;      // which Concat input reads the past cache
+  std::string new_rows;      // the other operand: this pass's keys (after RoPE) or values
+  std::string full;          // the Concat output (past + new)
+};
+
+// Add(scores, mask) feeding a Softmax; `mask_slot` is the mask operand's input index.
+struct MaskUse {
+  nf_node* add = nullptr;
+  size_t mask_slot = 0;
+};
+
+struct LayerSites {
+  KvConcat key, value;
+  std::vector<MaskUse> masks;
+};
+
+// One entry per layer. Throws nf::Error when a layer does not have the expected shape.
+std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, const ModelInfo& info,
+                                             const std::string& mask_input);
+
+}  // namespace arcl

@@ -1,0 +1,84 @@
+#include "model_info.h"
+
+#include <npuforge/graph/value_types.h>
+
+#include <algorithm>
+#include <set>
+
+namespace arcl {
+
+std::string past_key(int64_t layer) { return "past_key_values." + std::to_string(layer) + ".key"; }
+std::string past_value(int64_t layer) { return "past_key_values." + std::to_string(layer) + ".value"; }
+std::string present_key(int64_t layer) { return "present." + std::to_string(layer) + ".key"; }
+std::string present_value(int64_t layer) { return "present." + std::to_string(layer) + ".value"; }
+
+bool ModelInfo::is_sliding(int64_t layer) const {
+  return std::find(sliding_layers.begin(), sliding_layers.end(), layer) != sliding_layers.end();
+}
+
+namespace {
+
+int64_t config_int(const nlohmann::json& config, const char* key) {
+  if (config.is_object() && config.contains(key) && config[key].is_number_integer()) return config[key].get<int64_t>();
+  return -1;
+}
+
+// HF semantics: Mistral-style configs slide on every layer; `layer_types` names the
+// sliding layers one by one; Qwen2 slides from `max_window_layers` on, and only when
+// `use_sliding_window` is set.
+void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
+  if (!config.is_object()) return;
+  int64_t window = config_int(config, "sliding_window");
+  if (window <= 0) return;
+  if (config.contains("use_sliding_window") && config["use_sliding_window"].is_boolean() &&
+      !config["use_sliding_window"].get<bool>())
+    return;
+  info.sliding_window = window;
+  if (config.contains("layer_types") && config["layer_types"].is_array()) {
+    const auto& types = config["layer_types"];
+    for (size_t i = 0; i < types.size() && static_cast<int64_t>(i) < info.layers; ++i)
+      if (types[i].is_string() && types[i].get<std::string>() == "sliding_attention")
+        info.sliding_layers.push_back(static_cast<int64_t>(i));
+    return;
+  }
+  int64_t first = 0;
+  if (config.value("model_type", "") == "qwen2") first = std::max<int64_t>(0, config_int(config, "max_window_layers"));
+  for (int64_t l = first; l < info.layers; ++l) info.sliding_layers.push_back(l);
+}
+
+}  // namespace
+
+ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config) {
+  ModelInfo info;
+  auto inputs = source.inputs();
+  std::set<std::string> input_set(inputs.begin(), inputs.end());
+  for (const char* required : {"input_ids", "attention_mask", "position_ids"})
+    if (!input_set.count(required))
+      throw nf::Error(std::string("arcl: the source graph has no '") + required +
+                      "' input (expected the optimum layout of an HF decoder export)");
+  while (input_set.count(past_key(info.layers)) && input_set.count(past_value(info.layers))) ++info.layers;
+  if (info.layers == 0) throw nf::Error("arcl: the source graph has no past_key_values.0.key/value inputs");
+
+  auto key_type = nf::graph::get_value_type(source, past_key(0));
+  if (!key_type || !key_type->dims || key_type->dims->size() != 4)
+    throw nf::Error("arcl: past_key_values.0.key must be rank 4 [batch, kv_heads, past, head_dim]");
+  info.kv_dtype = key_type->dtype;
+  info.kv_heads = (*key_type->dims)[1];
+  info.head_dim = (*key_type->dims)[3];
+  if (info.kv_heads <= 0) info.kv_heads = config_int(config, "num_key_value_heads");
+  if (info.head_dim <= 0) info.head_dim = config_int(config, "head_dim");
+  if (info.kv_heads <= 0 || info.head_dim <= 0)
+    throw nf::Error("arcl: cannot tell the KV heads / head_dim from past_key_values.0.key or config.json");
+
+  auto logits = nf::graph::get_value_type(source, "logits");
+  if (logits && logits->dims && logits->dims->size() == 3 && (*logits->dims)[2] > 0) info.vocab = (*logits->dims)[2];
+  else info.vocab = config_int(config, "vocab_size");
+  if (info.vocab <= 0) throw nf::Error("arcl: cannot tell the vocabulary size from 'logits' or config.json");
+
+  auto ids = nf::graph::get_value_type(source, "input_ids");
+  if (ids && ids->dims && ids->dims->size() == 2) info.source_seq_len = (*ids->dims)[1];
+  read_sliding_window(config, info);
+  return info;
+}
+
+}  // namespace arcl

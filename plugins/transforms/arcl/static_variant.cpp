@@ -1,0 +1,160 @@
+#include "static_variant.h"
+
+#include <npuforge/graph/eliminate_dead_nodes.h>
+#include <npuforge/graph/graph_view.h>
+#include <npuforge/graph/make_static.h>
+#include <npuforge/graph/unique_names.h>
+#include <npuforge/graph/value_types.h>
+
+#include <set>
+
+#include "attention_sites.h"
+
+namespace arcl {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+bool uses_sliding_cache(const Variant& v, const ModelInfo& info, int64_t layer) {
+  return v.scl.has_value() && info.is_sliding(layer);
+}
+
+// Sliding layers read their own mask whenever they cannot share attention_mask: with a
+// shorter sliding cache, or when some layers attend to the full context.
+bool uses_sliding_mask(const Variant& v, const ModelInfo& info, int64_t layer) {
+  if (!info.is_sliding(layer)) return false;
+  return v.scl.has_value() || static_cast<int64_t>(info.sliding_layers.size()) < info.layers;
+}
+
+// Cache IO shapes; `len` is the number of rows (cache slots or new rows).
+Dims key_io_dims(const ModelInfo& info, bool htp, int64_t len) {
+  return htp ? Dims{info.kv_heads, 1, info.head_dim, len} : Dims{1, info.kv_heads, len, info.head_dim};
+}
+Dims value_io_dims(const ModelInfo& info, bool htp, int64_t len) {
+  return htp ? Dims{info.kv_heads, 1, len, info.head_dim} : Dims{1, info.kv_heads, len, info.head_dim};
+}
+// From the htp IO layout to the graph's [1, kv_heads, len, head_dim] and back; both
+// permutations are their own inverse.
+const Dims kHtpKeyPerm{1, 0, 3, 2};
+const Dims kHtpValuePerm{1, 0, 2, 3};
+
+struct KvRewrite {
+  nf::Graph g;
+  nf::graph::GraphView& view;
+  nf::graph::UniqueNames& names;
+  bool htp;
+
+  // Past input -> Concat as before (through a Transpose for htp); the present output
+  // becomes only the new rows, and the Concat's users read a renamed full value.
+  void rewrite(const KvConcat& kv, const std::string& past, const std::string& present, bool is_key) {
+    if (!view.is_output(kv.full) || kv.full != present)
+      throw nf::Error("arcl: the Concat after '" + past + "' should produce the graph output '" + present + "'");
+    nf::Node concat(kv.concat);
+    const Dims& perm = is_key ? kHtpKeyPerm : kHtpValuePerm;
+    if (htp) {
+      std::string hf_past = names.make(past + ".hf_layout");
+      g.add_node("Transpose", {past}, {hf_past}, names.make("/arcl/" + past + "/Transpose")).set_attr("perm", perm);
+      // The Concat and any Shape reading the cache keep seeing the hf layout.
+      for (nf::Node user : view.consumers(past))
+        for (size_t i = 0; i < user.input_count(); ++i)
+          if (user.input(i) == past) user.set_input(i, hf_past);
+    }
+    std::string full = names.make(present + ".all_rows");
+    for (nf::Node user : view.consumers(kv.full))
+      for (size_t i = 0; i < user.input_count(); ++i)
+        if (user.input(i) == kv.full) user.set_input(i, full);
+    concat.set_output(0, full);
+    if (htp)
+      g.add_node("Transpose", {kv.new_rows}, {present}, names.make("/arcl/" + present + "/Transpose")).set_attr("perm", perm);
+    else
+      g.add_node("Identity", {kv.new_rows}, {present}, names.make("/arcl/" + present + "/Identity"));
+  }
+};
+
+void check_unused(const nf::Graph& g, const std::string& value, const std::string& message) {
+  nf::graph::GraphView view(g);
+  if (view.is_used(value)) {
+    const auto& users = view.consumers(value);
+    std::string by = users.empty() ? "a graph output" : "node '" + std::string(users[0].name()) + "'";
+    throw nf::Error(message + " (read by " + by + ")");
+  }
+}
+
+}  // namespace
+
+int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer) {
+  return (uses_sliding_cache(v, info, layer) ? *v.scl : v.cl) - v.ar;
+}
+
+void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout) {
+  const std::string what = "arcl: graph " + g.name();
+  const bool htp = kv_layout == "htp";
+  const std::vector<std::string> source_inputs = g.inputs();
+  nf::graph::UniqueNames names(g);
+  nf::graph::GraphView view(g);
+
+  // The float mask input takes the name of the source's integer padding mask, which keeps
+  // feeding the old mask subgraph under another name until that subgraph is dead.
+  const std::string source_mask = names.make("attention_mask.source");
+  view.replace_uses(kAttentionMask, source_mask);
+  std::vector<LayerSites> sites = find_attention_sites(view, info, source_mask);
+
+  bool any_sliding_mask = false;
+  for (int64_t l = 0; l < info.layers; ++l) {
+    const bool sliding = uses_sliding_mask(v, info, l);
+    any_sliding_mask |= sliding;
+    for (const MaskUse& use : sites[l].masks)
+      nf::Node(use.add).set_input(use.mask_slot, sliding ? kSlidingAttentionMask : kAttentionMask);
+  }
+  KvRewrite kv{g, view, names, htp};
+  for (int64_t l = 0; l < info.layers; ++l) {
+    kv.rewrite(sites[l].key, past_key(l), present_key(l), true);
+    kv.rewrite(sites[l].value, past_value(l), present_value(l), false);
+  }
+
+  // Inputs: ids, positions, masks, then the caches in layer order.
+  auto ids_type = nf::graph::get_value_type(g, "input_ids");
+  auto pos_type = nf::graph::get_value_type(g, "position_ids");
+  std::vector<std::string> inputs{"input_ids", "position_ids", kAttentionMask};
+  g.set_value_type("input_ids", ids_type ? ids_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  g.set_value_type("position_ids", pos_type ? pos_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  g.set_value_type(kAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.cl});
+  if (any_sliding_mask) {
+    inputs.push_back(kSlidingAttentionMask);
+    g.set_value_type(kSlidingAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.scl.value_or(v.cl)});
+  }
+  for (int64_t l = 0; l < info.layers; ++l) {
+    int64_t slots = cache_slots(v, info, l);
+    inputs.push_back(past_key(l));
+    inputs.push_back(past_value(l));
+    g.set_value_type(past_key(l), info.kv_dtype, key_io_dims(info, htp, slots));
+    g.set_value_type(past_value(l), info.kv_dtype, value_io_dims(info, htp, slots));
+  }
+  g.set_inputs(inputs);
+
+  // The source's mask subgraph (causal, window and padding parts) must now be dead, and
+  // so must every use of inputs the static graph does not have.
+  nf::graph::eliminate_dead_nodes(g);
+  check_unused(g, source_mask, what + ": the source attention_mask is used outside the attention mask subgraph");
+  std::set<std::string> kept(inputs.begin(), inputs.end());
+  for (const std::string& in : source_inputs)
+    if (!kept.count(in) && in != kAttentionMask)
+      check_unused(g, in, what + ": the source input '" + in + "' has no place in the static layout");
+
+  nf::graph::make_static(g, what);
+
+  // The contract the runner relies on.
+  auto expect = [&](const std::string& value, const Dims& dims) {
+    auto t = nf::graph::get_value_type(g, value);
+    if (!t || !t->dims || *t->dims != dims)
+      throw nf::Error(what + ": '" + value + "' came out as " + (t ? nf::graph::to_string(*t) : std::string("untyped")) +
+                      ", expected " + nf::graph::to_string({info.kv_dtype, dims}));
+  };
+  expect("logits", {1, v.ar, info.vocab});
+  for (int64_t l = 0; l < info.layers; ++l) {
+    expect(present_key(l), key_io_dims(info, htp, v.ar));
+    expect(present_value(l), value_io_dims(info, htp, v.ar));
+  }
+}
+
+}  // namespace arcl

@@ -1,0 +1,25 @@
+// Rewrites one copy of the source decoder into a static graph for one (AR, CL[, SCL])
+// variant: fixed-size inputs, KV cache inputs of CL-AR (or SCL-AR) slots, the new rows
+// as the present outputs, an explicit additive attention mask, every shape folded.
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include <string>
+
+#include "model_info.h"
+#include "variants.h"
+
+namespace arcl {
+
+// Names of the mask inputs of the static graphs.
+inline constexpr const char* kAttentionMask = "attention_mask";
+inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
+
+// Cache slots a layer's past input holds in variant `v`.
+int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer);
+
+// `g` is a fresh copy of the source graph (renamed to v.graph_name()). Throws nf::Error.
+void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout);
+
+}  // namespace arcl

@@ -1,0 +1,435 @@
+#include "npuforge/graph/infer_shapes.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "npuforge/graph/evaluate_node.h"
+#include "npuforge/graph/kernel_tensors.h"
+
+namespace nf::graph {
+namespace {
+
+namespace k = nf::kernels;
+using Dims = std::vector<int64_t>;
+using Types = std::vector<TensorType>;
+using Values = std::vector<const k::Tensor*>;
+
+TensorType ranked(nf_dtype t, Dims d) { return {t, std::move(d)}; }
+const TensorType& in_type(const Types& in, size_t i) {
+  static const TensorType none;
+  return i < in.size() ? in[i] : none;
+}
+const k::Tensor* in_value(const Values& v, size_t i) { return i < v.size() ? v[i] : nullptr; }
+bool has_input(const Node& n, size_t i) { return i < n.input_count() && !n.input(i).empty(); }
+
+int64_t norm_axis(int64_t a, int64_t rank) { return a < 0 ? a + rank : a; }
+
+// Numpy broadcasting where -1 is an unknown dim.
+std::optional<Dims> broadcast(const std::vector<const TensorType*>& ts) {
+  size_t rank = 0;
+  for (auto* t : ts) {
+    if (!t->dims) return std::nullopt;
+    rank = std::max(rank, t->dims->size());
+  }
+  Dims out(rank, 1);
+  for (auto* t : ts) {
+    const Dims& d = *t->dims;
+    for (size_t i = 0; i < d.size(); ++i) {
+      int64_t& o = out[rank - d.size() + i];
+      int64_t v = d[i];
+      if (v == 1) continue;
+      if (o == 1 || o == v) o = v;
+      else if (v < 0) o = o > 1 ? o : -1;
+      else if (o < 0) o = v;
+      else throw Error("shapes " + to_string(*t) + " do not broadcast");
+    }
+  }
+  return out;
+}
+
+Types elementwise(const Node& n, const Types& in, nf_dtype out_dtype) {
+  std::vector<const TensorType*> ts;
+  for (size_t i = 0; i < n.input_count(); ++i)
+    if (has_input(n, i)) ts.push_back(&in_type(in, i));
+  return {TensorType{out_dtype, broadcast(ts)}};
+}
+Types same_as_input(const Node&, const Types& in, const Values&) { return {in_type(in, 0)}; }
+Types arithmetic(const Node& n, const Types& in, const Values&) { return elementwise(n, in, in_type(in, 0).dtype); }
+Types comparison(const Node& n, const Types& in, const Values&) { return elementwise(n, in, NF_DTYPE_BOOL); }
+Types where(const Node& n, const Types& in, const Values&) { return elementwise(n, in, in_type(in, 1).dtype); }
+Types cast(const Node& n, const Types& in, const Values&) {
+  return {TensorType{static_cast<nf_dtype>(n.attr_int("to", 0)), in_type(in, 0).dims}};
+}
+
+std::optional<std::vector<int64_t>> axes_value(const Node& n, const Values& v, size_t i) {
+  if (has_input(n, i)) {
+    if (!in_value(v, i)) return std::nullopt;
+    return in_value(v, i)->to_int64s();
+  }
+  return n.attr_ints("axes");
+}
+
+Types shape_op(const Node& n, const Types& in, const Values&) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims) return {ranked(NF_DTYPE_INT64, {-1})};
+  int64_t r = static_cast<int64_t>(x.dims->size());
+  int64_t s = std::clamp<int64_t>(norm_axis(n.attr_int("start", 0), r), 0, r);
+  int64_t e = std::clamp<int64_t>(norm_axis(n.attr_int("end", r), r), s, r);
+  return {ranked(NF_DTYPE_INT64, {e - s})};
+}
+
+Types reshape(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  const k::Tensor* shape_t = in_value(v, 1);
+  if (!shape_t) {
+    const TensorType& s = in_type(in, 1);
+    if (s.is_static() && s.dims->size() == 1) return {ranked(x.dtype, Dims((*s.dims)[0], -1))};
+    return {TensorType{x.dtype, std::nullopt}};
+  }
+  const Dims requested = shape_t->to_int64s();
+  Dims shape = requested;
+  bool allow_zero = n.attr_int("allowzero", 0) != 0;
+  int64_t known = 1, infer = -1;
+  bool others_known = true;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (requested[i] == 0 && !allow_zero) shape[i] = x.dims && i < x.dims->size() ? (*x.dims)[i] : -1;
+    if (requested[i] == -1) {
+      infer = static_cast<int64_t>(i);
+      continue;
+    }
+    if (shape[i] < 0) others_known = false;
+    else known *= shape[i];
+  }
+  if (infer >= 0) {
+    if (x.is_static() && others_known) {
+      int64_t total = 1;
+      for (int64_t d : *x.dims) total *= d;
+      shape[infer] = known ? total / known : 0;
+    } else {
+      shape[infer] = -1;
+    }
+  }
+  return {ranked(x.dtype, shape)};
+}
+
+Types unsqueeze(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  auto axes = axes_value(n, v, 1);
+  if (!x.dims || !axes) return {TensorType{x.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(x.dims->size() + axes->size());
+  std::vector<bool> add(r, false);
+  for (int64_t a : *axes) add[norm_axis(a, r)] = true;
+  Dims d;
+  size_t j = 0;
+  for (int64_t i = 0; i < r; ++i) d.push_back(add[i] ? 1 : (*x.dims)[j++]);
+  return {ranked(x.dtype, d)};
+}
+
+Types squeeze(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  auto axes = axes_value(n, v, 1);
+  if (!x.dims || !axes) return {TensorType{x.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(x.dims->size());
+  std::vector<bool> drop(r, false);
+  if (axes->empty()) {
+    if (!x.is_static()) return {TensorType{x.dtype, std::nullopt}};
+    for (int64_t i = 0; i < r; ++i) drop[i] = (*x.dims)[i] == 1;
+  }
+  for (int64_t a : *axes) drop[norm_axis(a, r)] = true;
+  Dims d;
+  for (int64_t i = 0; i < r; ++i)
+    if (!drop[i]) d.push_back((*x.dims)[i]);
+  return {ranked(x.dtype, d)};
+}
+
+Types transpose(const Node& n, const Types& in, const Values&) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims) return {TensorType{x.dtype, std::nullopt}};
+  Dims perm = n.attr_ints("perm");
+  if (perm.empty())
+    for (int64_t i = static_cast<int64_t>(x.dims->size()) - 1; i >= 0; --i) perm.push_back(i);
+  Dims d;
+  for (int64_t p : perm) d.push_back((*x.dims).at(p));
+  return {ranked(x.dtype, d)};
+}
+
+Types concat(const Node& n, const Types& in, const Values&) {
+  const TensorType& first = in_type(in, 0);
+  if (!first.dims) return {TensorType{first.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(first.dims->size());
+  int64_t axis = norm_axis(n.attr_int("axis", 0), r);
+  Dims d = *first.dims;
+  d[axis] = 0;
+  for (size_t i = 0; i < n.input_count(); ++i) {
+    const TensorType& t = in_type(in, i);
+    if (!t.dims || t.dims->size() != d.size()) return {TensorType{first.dtype, std::nullopt}};
+    for (int64_t j = 0; j < r; ++j) {
+      int64_t v = (*t.dims)[j];
+      if (j == axis) d[j] = (d[j] < 0 || v < 0) ? -1 : d[j] + v;
+      else if (d[j] < 0) d[j] = v;
+    }
+  }
+  return {ranked(first.dtype, d)};
+}
+
+Types slice(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims) return {TensorType{x.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(x.dims->size());
+  const k::Tensor *starts_t = in_value(v, 1), *ends_t = in_value(v, 2);
+  bool axes_known = !has_input(n, 3) || in_value(v, 3);
+  bool steps_known = !has_input(n, 4) || in_value(v, 4);
+  if (!starts_t || !ends_t || !axes_known || !steps_known) {
+    // Only the sliced axes change; without their values every axis might.
+    return {ranked(x.dtype, Dims(r, -1))};
+  }
+  Dims starts = starts_t->to_int64s(), ends = ends_t->to_int64s();
+  Dims axes = has_input(n, 3) ? in_value(v, 3)->to_int64s() : Dims{};
+  Dims steps = has_input(n, 4) ? in_value(v, 4)->to_int64s() : Dims{};
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  Dims d = *x.dims;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = norm_axis(axes[i], r);
+    int64_t len = d[a];
+    if (len < 0) continue;
+    int64_t step = i < steps.size() ? steps[i] : 1;
+    int64_t s = starts[i], e = ends[i];
+    if (step > 0) {
+      s = std::clamp<int64_t>(s < 0 ? s + len : s, 0, len);
+      e = std::clamp<int64_t>(e < 0 ? e + len : e, 0, len);
+      d[a] = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s < 0 ? s + len : s, -1, len - 1);
+      e = std::clamp<int64_t>(e < 0 ? e + len : e, -1, len - 1);
+      d[a] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+  }
+  return {ranked(x.dtype, d)};
+}
+
+Types gather(const Node& n, const Types& in, const Values&) {
+  const TensorType &x = in_type(in, 0), &idx = in_type(in, 1);
+  if (!x.dims || !idx.dims) return {TensorType{x.dtype, std::nullopt}};
+  int64_t axis = norm_axis(n.attr_int("axis", 0), static_cast<int64_t>(x.dims->size()));
+  Dims d(x.dims->begin(), x.dims->begin() + axis);
+  d.insert(d.end(), idx.dims->begin(), idx.dims->end());
+  d.insert(d.end(), x.dims->begin() + axis + 1, x.dims->end());
+  return {ranked(x.dtype, d)};
+}
+
+Types expand(const Node&, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  const k::Tensor* shape_t = in_value(v, 1);
+  if (!shape_t) return {TensorType{x.dtype, std::nullopt}};
+  TensorType target{x.dtype, shape_t->to_int64s()};
+  return {TensorType{x.dtype, broadcast({&x, &target})}};
+}
+
+Types constant_of_shape(const Node& n, const Types&, const Values& v) {
+  Tensor value = n.attr_tensor("value");
+  nf_dtype dt = value ? value.dtype() : NF_DTYPE_FLOAT32;
+  if (!in_value(v, 0)) return {TensorType{dt, std::nullopt}};
+  return {ranked(dt, in_value(v, 0)->to_int64s())};
+}
+
+Types matmul(const Node&, const Types& in, const Values&) {
+  const TensorType &a = in_type(in, 0), &b = in_type(in, 1);
+  if (!a.dims || !b.dims || a.dims->empty() || b.dims->empty()) return {TensorType{a.dtype, std::nullopt}};
+  Dims da = *a.dims, db = *b.dims;
+  bool a_vec = da.size() == 1, b_vec = db.size() == 1;
+  if (a_vec) da.insert(da.begin(), 1);
+  if (b_vec) db.push_back(1);
+  TensorType ba{a.dtype, Dims(da.begin(), da.end() - 2)}, bb{b.dtype, Dims(db.begin(), db.end() - 2)};
+  Dims d = *broadcast({&ba, &bb});
+  if (!a_vec) d.push_back(da[da.size() - 2]);
+  if (!b_vec) d.push_back(db.back());
+  return {ranked(a.dtype, d)};
+}
+
+Types gemm(const Node& n, const Types& in, const Values&) {
+  const TensorType &a = in_type(in, 0), &b = in_type(in, 1);
+  if (!a.dims || !b.dims) return {TensorType{a.dtype, std::nullopt}};
+  int64_t m = n.attr_int("transA", 0) ? (*a.dims)[1] : (*a.dims)[0];
+  int64_t nn = n.attr_int("transB", 0) ? (*b.dims)[0] : (*b.dims)[1];
+  return {ranked(a.dtype, {m, nn})};
+}
+
+Types reduce(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  auto axes = axes_value(n, v, 1);
+  if (!x.dims || !axes) return {TensorType{x.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(x.dims->size());
+  if (axes->empty()) {
+    if (n.attr_int("noop_with_empty_axes", 0)) return {x};
+    for (int64_t i = 0; i < r; ++i) axes->push_back(i);
+  }
+  std::set<int64_t> reduced;
+  for (int64_t a : *axes) reduced.insert(norm_axis(a, r));
+  bool keep = n.attr_int("keepdims", 1) != 0;
+  Dims d;
+  for (int64_t i = 0; i < r; ++i) {
+    if (!reduced.count(i)) d.push_back((*x.dims)[i]);
+    else if (keep) d.push_back(1);
+  }
+  return {ranked(x.dtype, d)};
+}
+
+Types topk(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims || !in_value(v, 1)) return {TensorType{x.dtype, std::nullopt}, TensorType{NF_DTYPE_INT64, std::nullopt}};
+  Dims d = *x.dims;
+  d[norm_axis(n.attr_int("axis", -1), static_cast<int64_t>(d.size()))] = in_value(v, 1)->to_int64s().at(0);
+  return {ranked(x.dtype, d), ranked(NF_DTYPE_INT64, d)};
+}
+
+Types split(const Node& n, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  size_t parts = n.output_count();
+  if (!x.dims) return Types(parts, TensorType{x.dtype, std::nullopt});
+  int64_t axis = norm_axis(n.attr_int("axis", 0), static_cast<int64_t>(x.dims->size()));
+  Dims sizes = has_input(n, 1) ? (in_value(v, 1) ? in_value(v, 1)->to_int64s() : Dims{}) : n.attr_ints("split");
+  int64_t len = (*x.dims)[axis];
+  if (sizes.empty() && len >= 0) {
+    int64_t each = (len + static_cast<int64_t>(parts) - 1) / static_cast<int64_t>(parts);
+    for (size_t p = 0; p < parts; ++p) sizes.push_back(std::min(each, len - static_cast<int64_t>(p) * each));
+  }
+  Types out;
+  for (size_t p = 0; p < parts; ++p) {
+    Dims d = *x.dims;
+    d[axis] = p < sizes.size() ? sizes[p] : -1;
+    out.push_back(ranked(x.dtype, d));
+  }
+  return out;
+}
+
+Types tile(const Node&, const Types& in, const Values& v) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims || !in_value(v, 1)) return {TensorType{x.dtype, std::nullopt}};
+  Dims reps = in_value(v, 1)->to_int64s(), d = *x.dims;
+  for (size_t i = 0; i < d.size() && i < reps.size(); ++i) d[i] = d[i] < 0 ? -1 : d[i] * reps[i];
+  return {ranked(x.dtype, d)};
+}
+
+Types flatten(const Node& n, const Types& in, const Values&) {
+  const TensorType& x = in_type(in, 0);
+  if (!x.dims) return {TensorType{x.dtype, std::nullopt}};
+  int64_t r = static_cast<int64_t>(x.dims->size()), a = norm_axis(n.attr_int("axis", 1), r);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < r; ++i) {
+    int64_t& part = i < a ? outer : inner;
+    part = (part < 0 || (*x.dims)[i] < 0) ? -1 : part * (*x.dims)[i];
+  }
+  return {ranked(x.dtype, {outer, inner})};
+}
+
+Types layer_norm(const Node& n, const Types& in, const Values&) {
+  const TensorType& x = in_type(in, 0);
+  Types out{x};
+  if (n.output_count() > 1 && x.dims) {
+    int64_t r = static_cast<int64_t>(x.dims->size()), a = norm_axis(n.attr_int("axis", -1), r);
+    Dims d = *x.dims;
+    for (int64_t i = a; i < r; ++i) d[i] = 1;
+    out.push_back(ranked(NF_DTYPE_FLOAT32, d));
+    out.push_back(ranked(NF_DTYPE_FLOAT32, d));
+  }
+  return out;
+}
+
+using Rule = Types (*)(const Node&, const Types&, const Values&);
+const std::map<std::string, Rule, std::less<>> kRules = {
+    {"Abs", same_as_input},       {"Add", arithmetic},        {"And", comparison},
+    {"Cast", cast},               {"Ceil", same_as_input},    {"Clip", same_as_input},
+    {"Concat", concat},           {"ConstantOfShape", constant_of_shape},
+    {"Cos", same_as_input},       {"CumSum", same_as_input},  {"Div", arithmetic},
+    {"Equal", comparison},        {"Erf", same_as_input},     {"Exp", same_as_input},
+    {"Expand", expand},           {"Flatten", flatten},       {"Floor", same_as_input},
+    {"Gather", gather},           {"Gemm", gemm},             {"Greater", comparison},
+    {"GreaterOrEqual", comparison}, {"Identity", same_as_input},
+    {"LayerNormalization", layer_norm}, {"Less", comparison}, {"LessOrEqual", comparison},
+    {"Log", same_as_input},       {"MatMul", matmul},         {"Max", arithmetic},
+    {"Min", arithmetic},          {"Mod", arithmetic},        {"Mul", arithmetic},
+    {"Neg", same_as_input},       {"Not", same_as_input},     {"Or", comparison},
+    {"Pow", arithmetic},          {"Reciprocal", same_as_input},
+    {"ReduceMax", reduce},        {"ReduceMean", reduce},     {"ReduceMin", reduce},
+    {"ReduceProd", reduce},       {"ReduceSum", reduce},      {"Relu", same_as_input},
+    {"Reshape", reshape},         {"Shape", shape_op},        {"Sigmoid", same_as_input},
+    {"Sign", same_as_input},      {"Sin", same_as_input},     {"Slice", slice},
+    {"Softmax", same_as_input},   {"Split", split},           {"Sqrt", same_as_input},
+    {"Squeeze", squeeze},         {"Sub", arithmetic},        {"Tanh", same_as_input},
+    {"Tile", tile},               {"TopK", topk},             {"Transpose", transpose},
+    {"Trilu", same_as_input},     {"Unsqueeze", unsqueeze},   {"Where", where},
+    {"Xor", comparison},
+};
+
+}  // namespace
+
+std::vector<TensorType> infer_node_types(const Node& n, const std::vector<TensorType>& inputs,
+                                         const std::vector<const kernels::Tensor*>& values) {
+  Types out;
+  auto it = kRules.find(n.op_type());
+  std::string_view domain = n.domain();
+  if (it != kRules.end() && (domain.empty() || domain == "ai.onnx")) {
+    try {
+      out = it->second(n, inputs, values);
+    } catch (const std::exception& e) {
+      throw Error(std::string(n.op_type()) + " '" + std::string(n.name()) + "': " + e.what());
+    }
+  }
+  out.resize(n.output_count());
+  return out;
+}
+
+InferShapesResult infer_shapes(Graph g) {
+  g.sort();
+  std::map<std::string, TensorType> types;
+  std::map<std::string, k::Tensor> constants;
+  for (const std::string& v : g.inputs())
+    if (auto t = get_value_type(g, v)) types[v] = *t;
+  auto inits = g.initializer_names();
+  std::set<std::string> initializer_set(inits.begin(), inits.end());
+  auto constant = [&](const std::string& v) -> const k::Tensor* {
+    auto it = constants.find(v);
+    if (it != constants.end()) return &it->second;
+    if (!initializer_set.count(v)) return nullptr;
+    return &constants.emplace(v, to_kernel(g.initializer(v))).first->second;
+  };
+  auto type_of = [&](const std::string& v) -> TensorType {
+    auto it = types.find(v);
+    if (it != types.end()) return it->second;
+    if (const k::Tensor* c = constant(v)) return {c->dtype(), c->dims()};
+    return {};
+  };
+
+  InferShapesResult result;
+  for (const Node& n : g.nodes()) {
+    Types in;
+    Values vals;
+    for (const std::string& v : n.inputs()) {
+      in.push_back(v.empty() ? TensorType{} : type_of(v));
+      vals.push_back(v.empty() ? nullptr : constant(v));
+    }
+    Types out;
+    // Constant nodes are values, not shapes to reason about.
+    if (n.op_type() == "Constant" && can_evaluate(n)) {
+      k::Tensor c = evaluate_node(n, vals).at(0);
+      constants[n.output(0)] = c;
+      out.push_back({c.dtype(), c.dims()});
+    } else {
+      out = infer_node_types(n, in, vals);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      const std::string name = n.output(i);
+      if (name.empty()) continue;
+      types[name] = out[i];
+      if (out[i].is_static()) ++result.typed;
+      else result.not_static.push_back(name);
+      set_value_type(g, name, out[i]);
+    }
+  }
+  return result;
+}
+
+}  // namespace nf::graph

@@ -1,0 +1,233 @@
+// arcl end to end: static graphs from each test model, run by hand on the cpu backend
+// (prefill in AR-4 chunks, decode with AR 1), against the torch goldens.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "onnx/onnx_io.h"
+#include "static_decoder.h"
+#include "test_support.h"
+
+namespace arcl_test {
+namespace {
+
+VariantIO variant(const nlohmann::json& io, int64_t ar) {
+  for (const auto& v : io.at("variants"))
+    if (v.at("ar") == ar)
+      return {v.at("graph"), ar, v.at("cl"), v.at("scl").is_null() ? std::nullopt : std::optional<int64_t>(v.at("scl"))};
+  throw std::runtime_error("no variant with AR " + std::to_string(ar));
+}
+
+struct DecodeResult {
+  std::vector<int32_t> tokens;
+  std::vector<float> last_logits;
+};
+
+// Greedy decoding through the static graphs as golden.json's procedure describes.
+DecodeResult greedy(nf::ir::ModelSet& ms, const nlohmann::json& g) {
+  const nlohmann::json io = nlohmann::json::parse(ms.metadata.at("io"));
+  const nf::host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  // One kernel thread: the kernels' worker pool can hang when jobs of different widths
+  // follow each other (a worker sitting out one job may run the next one twice).
+  auto session = nf::host::BackendSession::open_model_set(*cpu, {{"threads", 1}}, ms);
+  StaticDecoder dec(*session, io);
+  std::vector<int32_t> prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  const size_t n_new = g.at("generated_ids").size();
+  DecodeResult r;
+  r.last_logits = dec.prefill(variant(io, 4), prompt);
+  r.tokens.push_back(argmax(r.last_logits));
+  const VariantIO decode = variant(io, 1);
+  while (r.tokens.size() < n_new) {
+    int32_t last = r.tokens.back();
+    r.last_logits = dec.step(decode, std::span<const int32_t>(&last, 1));
+    r.tokens.push_back(argmax(r.last_logits));
+  }
+  return r;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double max_abs = 0, max_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(static_cast<double>(want[i])));
+    max_err = std::max(max_err, std::abs(static_cast<double>(got[i]) - want[i]));
+  }
+  return max_err / max_abs;
+}
+
+void expect_golden(const std::string& model, const nlohmann::json& options) {
+  if (!model_exists(model)) GTEST_SKIP() << model << "/model.onnx is not there";
+  auto ms = load_model(model);
+  ArclResult applied = apply_arcl(*ms, options);
+  ASSERT_EQ(applied.error, "");
+  nlohmann::json g = golden(model);
+  DecodeResult r = greedy(*ms, g);
+  EXPECT_EQ(r.tokens, g.at("generated_ids").get<std::vector<int32_t>>());
+  std::vector<float> want = g.at("last_logits").get<std::vector<float>>();
+  ASSERT_EQ(r.last_logits.size(), want.size());
+  double err = relative_error(r.last_logits, want);
+  EXPECT_LT(err, 1e-4);
+  std::printf("%s %s: max logit error %.3g (relative to the largest |logit|)\n", model.c_str(), options.dump().c_str(), err);
+}
+
+const nlohmann::json kAr14Cl32 = {{"arn", {1, 4}}, {"context_length", 32}};
+
+TEST(ArclGolden, LlamaGqa) { expect_golden("llama_gqa", kAr14Cl32); }
+TEST(ArclGolden, Qwen2) { expect_golden("qwen2", kAr14Cl32); }
+TEST(ArclGolden, MixtralMoe) { expect_golden("mixtral_moe", kAr14Cl32); }
+TEST(ArclGolden, MistralSwaWindowInAttentionMask) { expect_golden("mistral_swa", kAr14Cl32); }
+TEST(ArclGolden, TinyLlama) { expect_golden("tiny_llama", kAr14Cl32); }
+TEST(ArclGolden, LlamaGqaHtpLayout) {
+  expect_golden("llama_gqa", {{"arn", {1, 4}}, {"context_length", 32}, {"kv_layout", "htp"}});
+}
+TEST(ArclGolden, MistralSwaSlidingContext) {
+  // SCL 256 (the smallest: a multiple of 256) needs a CL of at least 256.
+  expect_golden("mistral_swa", {{"arn", {1, 4}}, {"context_length", 512}, {"sliding_context_length", 256}});
+}
+
+TEST(ArclGraphs, VariantsContractAndMetadata) {
+  auto ms = load_model("mistral_swa");
+  ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", {256, 512}}, {"kv_layout", "htp"}}).error, "");
+  std::vector<std::string> names;
+  for (const auto& g : ms->graphs) names.push_back(g->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"ar1_cl256_scl256", "ar1_cl512_scl256", "ar4_cl256_scl256",
+                                             "ar4_cl512_scl256"}));
+  nlohmann::json io = nlohmann::json::parse(ms->metadata.at("io"));
+  EXPECT_EQ(io.at("layout"), "static");
+  EXPECT_EQ(io.at("kv_layout"), "htp");
+  EXPECT_EQ(io.at("mask_value"), -65504);
+  EXPECT_EQ(io.at("layers"), 2);
+  EXPECT_EQ(io.at("kv_heads"), 2);
+  EXPECT_EQ(io.at("head_dim"), 16);
+  EXPECT_EQ(io.at("vocab"), 384);
+  EXPECT_EQ(io.at("sliding_window"), 8);
+  EXPECT_EQ(io.at("sliding_layers"), nlohmann::json({0, 1}));
+  EXPECT_EQ(io.at("variants").size(), 4u);
+
+  const nf::ir::Graph& g = *ms->find("ar4_cl512_scl256");
+  auto dims = [&](const std::string& v) {
+    std::vector<int64_t> d;
+    for (const auto& dim : *g.types.at(v).shape) d.push_back(dim.value);
+    return d;
+  };
+  EXPECT_EQ(dims("input_ids"), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(dims("position_ids"), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(dims("attention_mask"), (std::vector<int64_t>{1, 1, 4, 512}));
+  EXPECT_EQ(dims("sliding_attention_mask"), (std::vector<int64_t>{1, 1, 4, 256}));
+  EXPECT_EQ(dims("past_key_values.0.key"), (std::vector<int64_t>{2, 1, 16, 252}));
+  EXPECT_EQ(dims("past_key_values.1.value"), (std::vector<int64_t>{2, 1, 252, 16}));
+  EXPECT_EQ(dims("present.0.key"), (std::vector<int64_t>{2, 1, 16, 4}));
+  EXPECT_EQ(dims("present.1.value"), (std::vector<int64_t>{2, 1, 4, 16}));
+  EXPECT_EQ(dims("logits"), (std::vector<int64_t>{1, 4, 384}));
+  EXPECT_EQ(g.types.at("attention_mask").dtype, NF_DTYPE_FLOAT32);
+}
+
+TEST(ArclGraphs, SharesWeightsAndFoldsEveryShape) {
+  for (const char* model : {"llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"}) {
+    auto ms = load_model(model);
+    const auto* embed_source = ms->graphs[0]->initializer("model.embed_tokens.weight");
+    ASSERT_NE(embed_source, nullptr);
+    const void* bytes = embed_source->data();
+    ASSERT_EQ(apply_arcl(*ms, kAr14Cl32).error, "") << model;
+    for (const auto& g : ms->graphs) {
+      for (const auto& n : g->nodes) {
+        EXPECT_NE(n->op_type, "Shape") << model << " " << g->name;
+        for (const auto& out : n->outputs) {
+          auto it = g->types.find(out);
+          ASSERT_NE(it, g->types.end()) << model << " " << g->name << ": " << out << " untyped";
+          ASSERT_TRUE(it->second.shape.has_value()) << out;
+          for (const auto& d : *it->second.shape) EXPECT_GE(d.value, 0) << model << " " << out;
+        }
+      }
+      const auto* embed = g->initializer("model.embed_tokens.weight");
+      ASSERT_NE(embed, nullptr);
+      EXPECT_EQ(embed->data(), bytes) << "weights are shared, not copied";
+    }
+  }
+}
+
+TEST(ArclGraphs, ExportsValidOnnx) {
+  auto dir = std::filesystem::temp_directory_path() / ("arcl_test_onnx_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const char* model : {"llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"}) {
+    auto ms = load_model(model);
+    nlohmann::json opts = kAr14Cl32;
+    if (std::string(model) == "llama_gqa") opts["kv_layout"] = "htp";
+    ASSERT_EQ(apply_arcl(*ms, opts).error, "") << model;
+    for (const auto& g : ms->graphs) {
+      std::string path = (dir / (std::string(model) + "_" + g->name + ".onnx")).string();
+      nf::onnx_io::save_model(*g, path);
+      std::string cmd = "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(sys.argv[1], full_check=True)' " + path;
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << path;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// ---- options and their errors ---------------------------------------------------------
+
+std::string arcl_error(const std::string& model, const nlohmann::json& options) {
+  auto ms = load_model(model);
+  return apply_arcl(*ms, options).error;
+}
+
+TEST(ArclOptions, NativeKvNeedsHtpArValues) {
+  std::string e = arcl_error("llama_gqa", {{"arn", {4}}, {"context_length", 64}, {"native_kv", true}});
+  EXPECT_NE(e.find("native_kv"), std::string::npos) << e;
+  EXPECT_NE(e.find("{32, 64, 128, 256}"), std::string::npos) << e;
+  auto ms = load_model("llama_gqa");
+  EXPECT_EQ(apply_arcl(*ms, {{"arn", {32}}, {"context_length", 64}, {"native_kv", true}}).error, "");
+}
+
+TEST(ArclOptions, ArMustBeBelowCl) {
+  std::string e = arcl_error("llama_gqa", {{"arn", {1, 32}}, {"context_length", {32, 64}}});
+  EXPECT_NE(e.find("'arn'"), std::string::npos) << e;
+  EXPECT_NE(e.find("AR 32 >= CL 32"), std::string::npos) << e;
+}
+
+TEST(ArclOptions, SlidingContextOutOfRange) {
+  std::string e = arcl_error("mistral_swa", {{"arn", 1}, {"context_length", 512}, {"sliding_context_length", 600}});
+  EXPECT_NE(e.find("sliding_context_length"), std::string::npos) << e;
+  EXPECT_NE(e.find("768"), std::string::npos) << e;  // rounded before the check
+}
+
+TEST(ArclOptions, SlidingContextOnNonSlidingModel) {
+  std::string e = arcl_error("llama_gqa", {{"arn", 1}, {"context_length", 512}, {"sliding_context_length", 256}});
+  EXPECT_NE(e.find("only valid for sliding-window models"), std::string::npos) << e;
+}
+
+TEST(ArclOptions, ArnZeroOnDynamicSource) {
+  std::string e = arcl_error("llama_gqa", {{"arn", 0}, {"context_length", 64}});
+  EXPECT_NE(e.find("'arn' = 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("dynamic"), std::string::npos) << e;
+}
+
+TEST(ArclOptions, SlidingContextIsRoundedWithAWarning) {
+  auto ms = load_model("mistral_swa");
+  ArclResult r = apply_arcl(*ms, {{"arn", 1}, {"context_length", 512}, {"sliding_context_length", 100}});
+  ASSERT_EQ(r.error, "");
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings[0].find("sliding_context_length 100 rounded up to 256"), std::string::npos) << r.warnings[0];
+  EXPECT_NE(ms->find("ar1_cl512_scl256"), nullptr);
+}
+
+TEST(ArclOptions, DefaultsFromTheSeed) {
+  // arn [1, 128], context_length [4096]; the mistral window 8 gives SCL 256.
+  auto ms = load_model("mistral_swa");
+  ASSERT_EQ(apply_arcl(*ms, nlohmann::json::object()).error, "");
+  std::vector<std::string> names;
+  for (const auto& g : ms->graphs) names.push_back(g->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"ar1_cl4096_scl256", "ar128_cl4096_scl256"}));
+}
+
+TEST(ArclOptions, SchemaInDescriptor) {
+  const nf::host::PluginInfo* arcl = registry().find(NF_KIND_TRANSFORM, "arcl");
+  ASSERT_NE(arcl, nullptr);
+  EXPECT_EQ(arcl->schema.at("properties").at("arn").at("default"), nlohmann::json({1, 128}));
+  EXPECT_EQ(arcl->schema.at("properties").at("context_length").at("default"), nlohmann::json({4096}));
+  EXPECT_EQ(arcl->schema.at("properties").at("kv_layout").at("default"), "hf");
+  EXPECT_EQ(arcl->schema.at("properties").at("native_kv").at("default"), false);
+}
+
+}  // namespace
+}  // namespace arcl_test
