@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "api/host_api.h"
+#include "calibration/calibration.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/package.h"
 #include "pipeline/stage_cache.h"
@@ -151,8 +152,11 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       cached = true;
     } else {
       std::string options = use.options.dump();
+      // Quant recipes calibrate on the manifest's [calibration] text (null without one).
+      std::unique_ptr<TextCalibration> calibration;
+      if (kind == NF_KIND_QUANT) calibration = make_calibration(m, registry);
       call_plugin(label, [&](nf_context* ctx) {
-        if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), nullptr, ctx);
+        if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
         return p->transform()->apply(options.c_str(), handle(ms.get()), ctx);
       });
       cache.store(key, *ms);

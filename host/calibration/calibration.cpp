@@ -1,0 +1,146 @@
+#include "calibration/calibration.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "manifest/schema.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/session.h"
+#include "runner/runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::host {
+namespace {
+
+std::string read_calibration_text(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw std::runtime_error("calibration text " + path + ": no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("calibration text " + path + ": cannot be read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw std::runtime_error("calibration text " + path + ": the file is empty");
+  return text;
+}
+
+TensorPtr int64_tensor(std::vector<int64_t> dims, const std::vector<int64_t>& values) {
+  auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_INT64, std::move(dims)));
+  std::copy(values.begin(), values.end(), t->tensor.mutable_as<int64_t>());
+  return t;
+}
+
+}  // namespace
+
+TextCalibration::TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
+                                 const PluginInfo& cpu)
+    : cpu_(cpu) {
+  if (tokenizer_json.empty())
+    throw std::runtime_error("calibration needs the model's tokenizer: set [model] tokenizer in the manifest");
+  std::string text = read_calibration_text(config.text);
+  Tokenizer tok = Tokenizer::load(tokenizer_json);
+  batches_ = make_batches(tok.encode(text, false), config.num_samples, config.sequence_length,
+                          "calibration text " + config.text);
+}
+
+std::vector<std::vector<int32_t>> TextCalibration::make_batches(const std::vector<int32_t>& ids, int num_samples,
+                                                                int sequence_length, const std::string& what) {
+  if (num_samples <= 0 || sequence_length <= 0)
+    throw std::runtime_error(what + ": num_samples and sequence_length must be positive");
+  const size_t len = static_cast<size_t>(sequence_length);
+  const size_t holds = ids.size() / len;
+  if (holds < static_cast<size_t>(num_samples))
+    throw std::runtime_error(what + ": " + std::to_string(ids.size()) + " tokens hold " + std::to_string(holds) +
+                             " samples of " + std::to_string(sequence_length) + " tokens, but num_samples = " +
+                             std::to_string(num_samples));
+  std::vector<std::vector<int32_t>> batches;
+  for (size_t i = 0; i < static_cast<size_t>(num_samples); ++i)
+    batches.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(i * len),
+                         ids.begin() + static_cast<std::ptrdiff_t>((i + 1) * len));
+  return batches;
+}
+
+void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) {
+  if (index >= batches_.size())
+    throw std::runtime_error("calibration batch " + std::to_string(index) + " out of range (" +
+                             std::to_string(batches_.size()) + " batches)");
+  if (ms.graphs.empty()) throw std::runtime_error("calibration: the model set has no graph");
+  if (ms.graphs.size() != 1)
+    throw std::runtime_error("calibration runs the source decoder graph: run quant recipes before the transforms (" +
+                             std::to_string(ms.graphs.size()) + " graphs in the model set)");
+  std::vector<std::string> wanted(names, names + n);
+
+  // A copy of the set whose graph also outputs every requested intermediate value.
+  auto copy = ms.clone();
+  copy->encodings.clear();  // float model: the cpu backend would otherwise run encoded weights
+  ir::Graph& g = *copy->graphs[0];
+  DecoderIO io = DecoderIO::from_spec(graph_specs(*copy)[0]);
+  std::vector<std::string> run_names;  // values the session computes
+  for (const auto& name : wanted) {
+    if (name.empty()) throw std::runtime_error("calibration: empty tensor name requested");
+    bool is_input = std::find(g.inputs.begin(), g.inputs.end(), name) != g.inputs.end();
+    if (is_input || g.initializers.count(name)) continue;
+    bool produced = g.producer(name) != nullptr;
+    if (!produced) throw std::runtime_error("calibration: graph '" + g.name + "' has no value named '" + name + "'");
+    if (std::find(g.outputs.begin(), g.outputs.end(), name) == g.outputs.end()) g.outputs.push_back(name);
+    if (std::find(run_names.begin(), run_names.end(), name) == run_names.end()) run_names.push_back(name);
+  }
+
+  const auto& ids = batches_[index];
+  const int64_t T = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> tokens(ids.begin(), ids.end()), ones(ids.size(), 1), positions(ids.size());
+  for (int64_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = i;
+  std::vector<NamedTensor> inputs;
+  inputs.push_back({io.input_ids, int64_tensor({1, T}, tokens)});
+  inputs.push_back({io.attention_mask, int64_tensor({1, T}, ones)});
+  if (!io.position_ids.empty()) inputs.push_back({io.position_ids, int64_tensor({1, T}, positions)});
+  for (size_t l = 0; l < io.past_keys.size(); ++l) {
+    for (const auto& past : {io.past_keys[l], io.past_values[l]})
+      inputs.push_back({past, ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io.kv_heads, 0, io.head_dim}))});
+  }
+
+  std::vector<TensorPtr> computed;
+  if (!run_names.empty()) {
+    nlohmann::json options = {{"use_encodings", false}};
+    auto errors = manifest::validate_json(cpu_.schema, options);
+    if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
+    auto session = BackendSession::open_model_set(cpu_, options, *copy);
+    computed = session->run(g.name, inputs, run_names);
+  }
+
+  std::vector<nf_tensor*> result;
+  for (const auto& name : wanted) {
+    const ir::Tensor* t = nullptr;
+    for (const auto& in : inputs)
+      if (in.name == name) t = &in.tensor->tensor;
+    if (auto it = g.initializers.find(name); it != g.initializers.end()) t = &it->second->tensor;
+    for (size_t i = 0; i < run_names.size(); ++i)
+      if (run_names[i] == name) t = &computed[i]->tensor;
+    if (!t) {
+      for (nf_tensor* r : result) host_api()->tensor_release(r);
+      throw std::runtime_error("calibration: no value for '" + name + "' (a graph input the calibration does not feed)");
+    }
+    result.push_back(new_tensor_handle(*t));
+  }
+  std::copy(result.begin(), result.end(), out);
+}
+
+std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry) {
+  if (!m.calibration) return nullptr;
+  const PluginInfo* cpu = registry.find(NF_KIND_BACKEND, "cpu");
+  if (!cpu) throw std::runtime_error("calibration runs the model on the cpu backend, which is not installed");
+  std::string tokenizer = m.model_tokenizer;
+  if (tokenizer.empty()) {
+    fs::path beside = fs::path(m.model_onnx).parent_path() / "tokenizer.json";
+    if (fs::is_regular_file(beside)) tokenizer = beside.string();
+  }
+  return std::make_unique<TextCalibration>(*m.calibration, tokenizer, *cpu);
+}
+
+}  // namespace nf::host

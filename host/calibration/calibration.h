@@ -1,0 +1,48 @@
+// Calibration data for quant recipes: the manifest's [calibration] text, tokenized with
+// the model's tokenizer and cut into num_samples windows of sequence_length tokens.
+// Recipes reach it through nf_calibration: run(batch) feeds one window through the float
+// model set on the cpu backend and returns any named values of the graph, intermediate
+// ones included.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/host_api.h"
+#include "manifest/manifest.h"
+#include "registry/registry.h"
+
+namespace nf::host {
+
+class TextCalibration final : public nf_calibration {
+ public:
+  // Reads and tokenizes the text. Throws std::runtime_error (one line) when the file is
+  // missing or empty or holds fewer than num_samples windows. `cpu` must outlive this.
+  TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
+                  const PluginInfo& cpu);
+
+  // num_samples consecutive, non-overlapping windows of `sequence_length` tokens of `ids`;
+  // `what` names the text in the error when it holds fewer.
+  static std::vector<std::vector<int32_t>> make_batches(const std::vector<int32_t>& ids, int num_samples,
+                                                        int sequence_length, const std::string& what);
+
+  size_t batch_count() const override { return batches_.size(); }
+  const std::vector<int32_t>& batch(size_t index) const { return batches_.at(index); }
+  // Runs batch `index` (from position 0, empty past KV, all-ones mask) through the first
+  // graph of `ms` with fp32 weights (encodings ignored) and writes a new reference to each
+  // named value to out[0..n). Outputs are untouched on error.
+  void run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) override;
+
+ private:
+  const PluginInfo& cpu_;
+  std::vector<std::vector<int32_t>> batches_;
+};
+
+// The calibration of a build: null when the manifest has no [calibration]. The tokenizer
+// is [model] tokenizer, else tokenizer.json beside the model; the cpu backend must be in
+// `registry`. Throws std::runtime_error (one line) on unusable calibration data.
+std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry);
+
+}  // namespace nf::host

@@ -1,0 +1,243 @@
+// Shared by the quant recipes in plugins/quant (header-only, SDK only): finding the
+// MatMul/Gemm weights, AIMET-convention encodings, and activation ranges from calibration.
+//
+// Conventions (AIMET, as the cpu backend implements them; see plugins/backends/cpu/README.md):
+// real = (q + offset) * scale. A MatMul weight is B = [K in, N out]: channel axis 1, block
+// axis 0; a Gemm weight with transB = 1 is [N, K]: channel axis 0, block axis 1. Symmetric
+// encodings have scale = absmax / (2^(bw-1) - 1) and offset = -2^(bw-1) (-128 at 8 bits).
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace nf::quant {
+
+// One linear layer's constant weight.
+struct LinearWeight {
+  std::string name;    // the initializer
+  std::string output;  // the MatMul/Gemm output value
+  std::string input;   // the activation input (A)
+  int64_t K = 0, N = 0;
+  bool nk = false;  // stored [N, K] (Gemm transB)
+  int axis() const { return nk ? 0 : 1; }
+  int block_axis() const { return nk ? 1 : 0; }
+};
+
+// Reads element (k, n) of a weight laid out as described by `lw`.
+inline float weight_at(const float* w, const LinearWeight& lw, int64_t k, int64_t n) {
+  return lw.nk ? w[n * lw.K + k] : w[k * lw.N + n];
+}
+
+// Every MatMul/Gemm whose B input is a 2-D float32 initializer, over all graphs of the set
+// (a weight shared by several graphs is listed once, from the first graph).
+inline std::vector<LinearWeight> linear_weights(const ModelSet& ms) {
+  std::vector<LinearWeight> result;
+  std::set<std::string> seen;
+  for (const Graph& g : ms.graphs()) {
+    std::set<std::string> inits;
+    for (auto& n : g.initializer_names()) inits.insert(n);
+    for (const Node& node : g.nodes()) {
+      if (node.op_type() != "MatMul" && node.op_type() != "Gemm") continue;
+      if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
+      std::string b = node.input(1);
+      if (!inits.count(b) || seen.count(b)) continue;
+      Tensor t = g.initializer(b);
+      if (t.dtype() != NF_DTYPE_FLOAT32 || t.dims().size() != 2) continue;
+      bool gemm = node.op_type() == "Gemm";
+      if (gemm && node.attr_int("transA", 0) != 0) continue;
+      LinearWeight lw;
+      lw.name = b;
+      lw.output = node.output(0);
+      lw.input = node.input(0);
+      lw.nk = gemm && node.attr_int("transB", 0) != 0;
+      auto d = t.dims();
+      lw.K = lw.nk ? d[1] : d[0];
+      lw.N = lw.nk ? d[0] : d[1];
+      seen.insert(b);
+      result.push_back(lw);
+    }
+  }
+  return result;
+}
+
+// The weight of the linear layer that produces `logits` (the LM head): walks back from the
+// graph output through single-input ops (Identity, Cast, Reshape, ...). "" when not found.
+inline std::string lm_head_weight(const ModelSet& ms, const std::vector<LinearWeight>& weights) {
+  for (const Graph& g : ms.graphs()) {
+    std::map<std::string, Node> producer;
+    for (const Node& n : g.nodes())
+      for (auto& o : n.outputs()) producer.emplace(o, n);
+    std::string v = "logits";
+    for (int hops = 0; hops < 8; ++hops) {
+      for (const auto& lw : weights)
+        if (lw.output == v) return lw.name;
+      auto it = producer.find(v);
+      if (it == producer.end() || it->second.input_count() == 0) break;
+      v = it->second.input(0);
+    }
+  }
+  return "";
+}
+
+// An encoding's arrays, kept alive while the nf_encoding view is passed to the host.
+struct EncodingData {
+  nf_enc_type type = NF_ENC_PER_TENSOR;
+  int bw = 8;
+  bool sym = true;
+  int axis = -1, block_axis = -1, block_size = 0, compressed_bw = 0;
+  std::vector<float> scale;
+  std::vector<int32_t> offset;
+  std::vector<int32_t> block_ints;
+
+  nf_encoding view() const {
+    nf_encoding e{};
+    e.struct_size = sizeof(nf_encoding);
+    e.enc_type = type;
+    e.is_float = 0;
+    e.bw = bw;
+    e.is_sym = sym ? 1 : 0;
+    e.axis = axis;
+    e.block_axis = block_axis;
+    e.block_size = block_size;
+    e.compressed_bw = compressed_bw;
+    e.num_scales = scale.size();
+    e.scale = scale.data();
+    e.offset = offset.data();
+    e.num_block_ints = block_ints.size();
+    e.per_block_int_scale = block_ints.empty() ? nullptr : block_ints.data();
+    return e;
+  }
+};
+
+// Scale of a symmetric `bw`-bit grid covering [-absmax, absmax]; a zero range gets a
+// scale of 1 (every weight is then exactly 0 on the grid).
+inline float symmetric_scale(float absmax, int bw) {
+  float qmax = std::ldexp(1.f, bw - 1) - 1.f;
+  return absmax > 0.f ? absmax / qmax : 1.f;
+}
+
+// Symmetric per-channel (or per-tensor) encoding of a weight.
+inline EncodingData symmetric_weight_encoding(const float* w, const LinearWeight& lw, int bw, bool per_channel) {
+  std::vector<float> absmax(static_cast<size_t>(lw.N), 0.f);
+  for (int64_t k = 0; k < lw.K; ++k)
+    for (int64_t n = 0; n < lw.N; ++n)
+      absmax[static_cast<size_t>(n)] = std::max(absmax[static_cast<size_t>(n)], std::fabs(weight_at(w, lw, k, n)));
+  EncodingData e;
+  e.bw = bw;
+  e.sym = true;
+  if (per_channel) {
+    e.type = NF_ENC_PER_CHANNEL;
+    e.axis = lw.axis();
+    for (float a : absmax) e.scale.push_back(symmetric_scale(a, bw));
+  } else {
+    e.type = NF_ENC_PER_TENSOR;
+    e.scale.push_back(symmetric_scale(*std::max_element(absmax.begin(), absmax.end()), bw));
+  }
+  e.offset.assign(e.scale.size(), -(1 << (bw - 1)));
+  return e;
+}
+
+// Asymmetric per-tensor encoding of a range (AIMET: the range is widened to hold 0, then
+// scale = (max - min) / (2^bw - 1), offset = round(min / scale)).
+inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
+  lo = std::min(lo, 0.f);
+  hi = std::max(hi, 0.f);
+  double steps = std::ldexp(1.0, bw) - 1.0;
+  double scale = hi > lo ? (static_cast<double>(hi) - lo) / steps : 1.0;
+  EncodingData e;
+  e.type = NF_ENC_PER_TENSOR;
+  e.bw = bw;
+  e.sym = false;
+  e.scale.push_back(static_cast<float>(scale));
+  e.offset.push_back(static_cast<int32_t>(std::nearbyint(lo / scale)));
+  return e;
+}
+
+struct Range {
+  float lo = INFINITY, hi = -INFINITY;
+};
+
+// Min/max of named values over every calibration batch.
+inline std::map<std::string, Range> calibrate_ranges(const ModelSet& ms, nf_calibration* calib,
+                                                     const std::vector<std::string>& names, const Context& ctx) {
+  std::map<std::string, Range> ranges;
+  std::vector<const char*> cnames;
+  for (auto& n : names) cnames.push_back(n.c_str());
+  size_t batches = host().calibration_batch_count(calib);
+  for (size_t b = 0; b < batches; ++b) {
+    ctx.progress(b, batches, "calibration batch " + std::to_string(b + 1));
+    std::vector<nf_tensor*> out(names.size(), nullptr);
+    check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
+    std::vector<Tensor> owned;
+    for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
+    for (size_t i = 0; i < names.size(); ++i) {
+      Range& r = ranges[names[i]];
+      if (owned[i].dtype() != NF_DTYPE_FLOAT32) continue;
+      const float* p = owned[i].data_as<float>();
+      for (size_t j = 0, n = owned[i].nbytes() / sizeof(float); j < n; ++j) {
+        r.lo = std::min(r.lo, p[j]);
+        r.hi = std::max(r.hi, p[j]);
+      }
+    }
+  }
+  ctx.progress(batches, batches, "calibration done");
+  return ranges;
+}
+
+// Records activation encodings (inputs and outputs of every linear layer at act_bw, the
+// present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration.
+// Returns how many were set.
+inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std::vector<LinearWeight>& weights,
+                                 int act_bw, int kv_bw, const Context& ctx) {
+  std::vector<std::string> names;
+  auto add = [&](const std::string& n) {
+    if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  };
+  for (const auto& lw : weights) {
+    add(lw.input);
+    add(lw.output);
+  }
+  std::vector<std::string> kv;
+  for (const std::string& o : ms.graph(0).outputs())
+    if (o.rfind("present.", 0) == 0) {
+      add(o);
+      kv.push_back(o);
+    }
+  auto ranges = calibrate_ranges(ms, calib, names, ctx);
+  size_t count = 0;
+  for (const auto& [name, r] : ranges) {
+    if (!(r.lo <= r.hi)) continue;
+    bool is_kv = std::find(kv.begin(), kv.end(), name) != kv.end();
+    EncodingData e = asymmetric_tensor_encoding(r.lo, r.hi, is_kv ? kv_bw : act_bw);
+    ms.set_encoding(name, e.view());
+    ++count;
+    if (is_kv) {  // present.N.key -> past_key_values.N.key
+      std::string past = "past_key_values." + name.substr(std::string("present.").size());
+      ms.set_encoding(past, e.view());
+      ++count;
+    }
+  }
+  return count;
+}
+
+// Compiles a list of regexes from options; names the bad one on error.
+inline std::vector<std::regex> compile_patterns(const std::string& recipe, const std::vector<std::string>& patterns) {
+  std::vector<std::regex> r;
+  for (const auto& p : patterns) {
+    try {
+      r.emplace_back(p, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error(recipe + ": invalid regex '" + p + "': " + e.what());
+    }
+  }
+  return r;
+}
+
+}  // namespace nf::quant

@@ -1,0 +1,57 @@
+// The LPBQ formula (aimet_torch GroupedBlockQuantizeDequantize), standalone so tests can
+// check it against hand-computed cases. For each output channel c and input block b:
+//   s_blk = absmax(block) / (2^(bw-1) - 1)             blockwise symmetric scale at bw
+//   s_ch  = max_b s_blk / 2^(dbw - bw)                 per-channel scale (dbw: decompressed bw)
+//   i_blk = clamp(round(s_blk / s_ch), 1, 2^(dbw-bw))  small per-block integer
+//   q     = clamp(round(w / (i_blk * s_ch)), -2^(bw-1), 2^(bw-1) - 1)
+// so q * i_blk lies on the dbw-bit per-channel grid of scale s_ch. A channel of zeros gets
+// s_ch = 1 and i_blk = 1 (every q is 0).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace nf::quant {
+
+struct LpbqResult {
+  int64_t blocks = 0;                  // per channel: K / block_size
+  std::vector<float> channel_scale;    // s_ch, [N]
+  std::vector<int32_t> block_ints;     // i_blk, [N * blocks], channel-major
+  std::vector<int32_t> q;              // [N * K], channel-major
+};
+
+// `w` is [K, N] (nk = false, MatMul B) or [N, K] (nk = true); K % block_size == 0.
+inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw, int dbw) {
+  auto at = [&](int64_t k, int64_t n) { return nk ? w[n * K + k] : w[k * N + n]; };
+  const float qmax = std::ldexp(1.f, bw - 1) - 1.f, qmin = -std::ldexp(1.f, bw - 1);
+  const float int_max = std::ldexp(1.f, dbw - bw);
+  LpbqResult r;
+  r.blocks = K / block_size;
+  r.channel_scale.resize(static_cast<size_t>(N));
+  r.block_ints.resize(static_cast<size_t>(N * r.blocks));
+  r.q.resize(static_cast<size_t>(N * K));
+  std::vector<float> s_blk(static_cast<size_t>(r.blocks));
+  for (int64_t n = 0; n < N; ++n) {
+    float s_max = 0.f;
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      float absmax = 0.f;
+      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k) absmax = std::max(absmax, std::fabs(at(k, n)));
+      s_blk[static_cast<size_t>(b)] = absmax / qmax;
+      s_max = std::max(s_max, s_blk[static_cast<size_t>(b)]);
+    }
+    const float s_ch = s_max > 0.f ? s_max / int_max : 1.f;
+    r.channel_scale[static_cast<size_t>(n)] = s_ch;
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      float i_blk = std::clamp(std::nearbyint(s_blk[static_cast<size_t>(b)] / s_ch), 1.f, int_max);
+      r.block_ints[static_cast<size_t>(n * r.blocks + b)] = static_cast<int32_t>(i_blk);
+      const float s_eff = s_ch * i_blk;
+      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k)
+        r.q[static_cast<size_t>(n * K + k)] = static_cast<int32_t>(std::clamp(std::nearbyint(at(k, n) / s_eff), qmin, qmax));
+    }
+  }
+  return r;
+}
+
+}  // namespace nf::quant

@@ -1,0 +1,128 @@
+// lpbq: low-power blockwise quantization of MatMul/Gemm weights (AIMET's LLM recipe):
+// 4-bit blocks along the input channels whose scales are small integers times one
+// per-channel scale, so the NPU runs an ordinary W8 per-channel kernel. Excluded weights
+// (by default the LM head) get int8 per-channel; activations and the KV cache get
+// calibrated min/max encodings (16 / 8 bits). The formula is in lpbq_math.h.
+#include <npuforge/plugin.hpp>
+
+#include "common/quant_common.h"
+#include "lpbq/lpbq_math.h"
+
+namespace lpbq {
+namespace {
+
+const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "block_size": {"type": "integer", "minimum": 1, "default": 64,
+                   "description": "input channels per block; must divide every quantized weight's input channels"},
+    "bw": {"type": "integer", "minimum": 2, "maximum": 8, "default": 4, "description": "bits of the stored blocks"},
+    "decompressed_bw": {"type": "integer", "minimum": 3, "maximum": 16, "default": 8,
+                        "description": "bits of the per-channel grid the blocks expand to (> bw)"},
+    "symmetric": {"type": "boolean", "default": true, "description": "must be true: LPBQ is symmetric only"},
+    "exclude": {"type": "array", "items": {"type": "string"}, "default": [],
+                "description": "regexes on weight names kept at int8 per channel instead"},
+    "exclude_lm_head": {"type": "boolean", "default": true,
+                        "description": "keep the linear layer producing logits at int8 per channel"},
+    "activation_bw": {"type": "integer", "enum": [8, 16], "default": 16,
+                      "description": "bits of the activation encodings (needs [calibration])"},
+    "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8,
+              "description": "bits of the KV-cache encodings (needs [calibration])"}
+  }
+})json";
+
+struct Planned {
+  std::string weight;
+  nf::quant::EncodingData enc;
+};
+
+void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
+  nf::ModelSet ms(handle);
+  nf::Context ctx(ctx_handle);
+  nf::Options opts(options_json);
+  const int64_t block_size = opts.get<int64_t>("block_size", 64);
+  const int bw = opts.get<int>("bw", 4);
+  const int dbw = opts.get<int>("decompressed_bw", 8);
+  if (!opts.get<bool>("symmetric", true)) throw nf::Error("lpbq: LPBQ is symmetric only (symmetric = false)");
+  if (dbw <= bw)
+    throw nf::Error("lpbq: decompressed_bw (" + std::to_string(dbw) + ") must be larger than bw (" +
+                    std::to_string(bw) + ")");
+  auto excludes = nf::quant::compile_patterns("lpbq", opts.get<std::vector<std::string>>("exclude", {}));
+
+  auto weights = nf::quant::linear_weights(ms);
+  if (weights.empty()) throw nf::Error("lpbq: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  std::string lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, weights) : "";
+
+  // Plan every encoding first: a weight that cannot be blocked fails the stage before
+  // any encoding is set.
+  std::vector<Planned> plan;
+  size_t n_lpbq = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto& lw = weights[i];
+    ctx.progress(i, weights.size(), lw.name);
+    nf::Tensor w;
+    for (const nf::Graph& g : ms.graphs())
+      if ((w = g.initializer(lw.name))) break;
+    bool excluded = lw.name == lm_head;
+    for (const auto& re : excludes) excluded = excluded || std::regex_search(lw.name, re);
+    if (excluded) {
+      plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(w.data_as<float>(), lw, 8, true)});
+      continue;
+    }
+    if (lw.K % block_size != 0)
+      throw nf::Error("lpbq: block_size " + std::to_string(block_size) + " does not divide the " +
+                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "' [" +
+                      std::to_string(lw.nk ? lw.N : lw.K) + ", " + std::to_string(lw.nk ? lw.K : lw.N) + "]");
+    auto r = nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw);
+    nf::quant::EncodingData e;
+    e.type = NF_ENC_LPBQ;
+    e.bw = dbw;
+    e.compressed_bw = bw;
+    e.sym = true;
+    e.axis = lw.axis();
+    e.block_axis = lw.block_axis();
+    e.block_size = static_cast<int>(block_size);
+    e.scale = std::move(r.channel_scale);
+    e.offset.assign(e.scale.size(), -(1 << (dbw - 1)));
+    e.block_ints = std::move(r.block_ints);
+    plan.push_back({lw.name, std::move(e)});
+    ++n_lpbq;
+  }
+  for (const auto& p : plan) ms.set_encoding(p.weight, p.enc.view());
+  ctx.info("lpbq: " + std::to_string(n_lpbq) + " weights at W" + std::to_string(bw) + " blocks of " +
+           std::to_string(block_size) + " (int" + std::to_string(dbw) + " per channel), " +
+           std::to_string(plan.size() - n_lpbq) + " kept at int8 per channel" +
+           (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
+
+  if (!calib) {
+    ctx.warn("lpbq: no [calibration] in the manifest: activation and KV encodings are not set");
+    return;
+  }
+  size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
+                                           opts.get<int>("kv_bw", 8), ctx);
+  ctx.info("lpbq: " + std::to_string(n) + " activation/KV encodings from " +
+           std::to_string(nf::host().calibration_batch_count(calib)) + " calibration batches");
+}
+
+nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx) {
+  return NF_TRY(quantize(options_json, handle, calib, ctx));
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply};
+
+const nf_plugin_descriptor kDescriptor = {
+    NF_ABI_VERSION,
+    sizeof(nf_plugin_descriptor),
+    NF_KIND_QUANT,
+    "lpbq",
+    "0.1.0",
+    "low-power blockwise quantization: 4-bit weight blocks with integer scales over an int8 per-channel grid",
+    kSchema,
+    &kApi,
+};
+
+}  // namespace
+}  // namespace lpbq
+
+NF_PLUGIN_LIBRARY(&lpbq::kDescriptor)

@@ -1,0 +1,331 @@
+// Quant recipes and host calibration: the LPBQ formula against hand-computed cases, the
+// recipes' encodings and errors through the plugin ABI, calibration errors, and builds of
+// tests/models/tiny_llama with minmax (W8) and lpbq (W4) whose perplexity is compared
+// with the float model's.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "calibration/calibration.h"
+#include "cli/cli_support.h"
+#include "lpbq/lpbq_math.h"
+#include "manifest/schema.h"
+#include "pipeline/pipeline.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTiny = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/tiny_llama";
+
+// The built-in plugins, loaded once (libraries stay loaded for the process).
+host::Registry& registry() {
+  static host::Registry* reg = [] {
+    auto* r = new host::Registry;
+    r->load_directories({host::Registry::builtin_dir()});
+    return r;
+  }();
+  return *reg;
+}
+
+// A model set of one graph: Y = X @ W, W = [K, N] given row-major.
+std::unique_ptr<ir::ModelSet> matmul_model(int64_t K, int64_t N, const std::vector<float>& w) {
+  auto g = std::make_unique<ir::Graph>();
+  g->name = "model";
+  g->opsets[""] = 17;
+  g->inputs = {"X"};
+  g->outputs = {"logits"};
+  g->types["X"] = {NF_DTYPE_FLOAT32, std::vector<ir::Dim>{{1, ""}, {K, ""}}};
+  g->types["logits"] = {NF_DTYPE_FLOAT32, std::vector<ir::Dim>{{1, ""}, {N, ""}}};
+  g->initializers["W"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {K, N}, w));
+  auto node = std::make_unique<ir::Node>();
+  node->op_type = "MatMul";
+  node->name = "mm";
+  node->inputs = {"X", "W"};
+  node->outputs = {"Y"};
+  g->nodes.push_back(std::move(node));
+  // Y goes through an Identity to "logits", so the MatMul is the LM head.
+  auto id = std::make_unique<ir::Node>();
+  id->op_type = "Identity";
+  id->inputs = {"Y"};
+  id->outputs = {"logits"};
+  g->nodes.push_back(std::move(id));
+  auto ms = std::make_unique<ir::ModelSet>();
+  ms->graphs.push_back(std::move(g));
+  return ms;
+}
+
+// Applies quant recipe `name` with `options` (schema defaults filled in); returns the
+// error message, "" on success.
+std::string apply_recipe(const std::string& name, nlohmann::json options, ir::ModelSet& ms) {
+  const host::PluginInfo* p = registry().find(NF_KIND_QUANT, name);
+  if (!p) return "no plugin " + name;
+  auto errors = manifest::validate_json(p->schema, options);
+  if (!errors.empty()) return "schema: " + errors[0].message;
+  nf_context ctx{"quant " + name, [](uint64_t, uint64_t, const std::string&) { return false; }};
+  std::string json = options.dump();
+  nf_status* st = p->quant()->apply(json.c_str(), host::handle(&ms), nullptr, &ctx);
+  if (!st) return "";
+  std::string msg = host::host_api()->status_message(st);
+  host::host_api()->status_release(st);
+  return msg;
+}
+
+}  // namespace
+
+// Hand-computed LPBQ of one weight, K = 4 input channels in blocks of 2, N = 3 output
+// channels, bw 4, decompressed bw 8 (so 2^(dbw-bw) = 16, block qmax = 7):
+//  channel 0: blocks [0.7, -0.3] and [0.07, 0.014]
+//    s_blk = 0.7/7 = 0.1 and 0.07/7 = 0.01; s_ch = 0.1/16 = 0.00625
+//    i_blk = round(0.1/0.00625) = 16, round(0.01/0.00625) = round(1.6) = 2
+//    q = round(0.7/0.1) = 7, round(-0.3/0.1) = -3; round(0.07/0.0125) = round(5.6) = 6,
+//        round(0.014/0.0125) = round(1.12) = 1
+//  channel 1: blocks [0.7, 0.1] and [0.001, 0]
+//    s_blk = 0.1 and 0.001/7; s_ch = 0.00625; i_blk = 16, round(0.0229) = 0 -> clamped to 1
+//    q = 7, 1; round(0.001/0.00625) = round(0.16) = 0, 0
+//  channel 2: all zeros -> s_ch = 1, i_blk = 1, q = 0
+TEST(LpbqMath, HandComputed) {
+  // [K=4, N=3] row-major (MatMul B layout): row k holds channels 0..2.
+  std::vector<float> w = {0.7f, 0.7f, 0.f,   //
+                          -0.3f, 0.1f, 0.f,  //
+                          0.07f, 0.001f, 0.f,
+                          0.014f, 0.f, 0.f};
+  auto r = quant::lpbq_quantize(w.data(), 4, 3, false, 2, 4, 8);
+  ASSERT_EQ(r.blocks, 2);
+  EXPECT_FLOAT_EQ(r.channel_scale[0], 0.00625f);
+  EXPECT_FLOAT_EQ(r.channel_scale[1], 0.00625f);
+  EXPECT_FLOAT_EQ(r.channel_scale[2], 1.f);
+  EXPECT_EQ(r.block_ints, (std::vector<int32_t>{16, 2, 16, 1, 1, 1}));
+  EXPECT_EQ(r.q, (std::vector<int32_t>{7, -3, 6, 1, 7, 1, 0, 0, 0, 0, 0, 0}));
+  // q * i_blk is on the int8 per-channel grid of s_ch.
+  for (size_t n = 0; n < 3; ++n)
+    for (size_t k = 0; k < 4; ++k) {
+      int v = r.q[n * 4 + k] * r.block_ints[n * 2 + k / 2];
+      EXPECT_GE(v, -128);
+      EXPECT_LE(v, 127);
+    }
+}
+
+// One channel stored [N, K] (Gemm transB), K = 4 in blocks of 2: [0.7, -0.7 | 0.07, 0.014].
+// s_blk = 0.1, 0.01; s_ch = 0.00625; i_blk = 16, 2; q = 7, -7 | round(5.6) = 6, round(1.12) = 1.
+TEST(LpbqMath, TransposedLayoutAndNegativeRange) {
+  std::vector<float> nk = {0.7f, -0.7f, 0.07f, 0.014f};  // one channel, K = 4
+  auto r = quant::lpbq_quantize(nk.data(), 4, 1, true, 2, 4, 8);
+  EXPECT_FLOAT_EQ(r.channel_scale[0], 0.00625f);
+  EXPECT_EQ(r.block_ints, (std::vector<int32_t>{16, 2}));
+  EXPECT_EQ(r.q, (std::vector<int32_t>{7, -7, 6, 1}));
+}
+
+TEST(LpbqRecipe, WritesLpbqEncodingAndKeepsLmHeadInt8) {
+  const int64_t K = 4, N = 3;
+  std::vector<float> w = {0.7f, 0.7f, 0.f, -0.3f, 0.1f, 0.f, 0.07f, 0.001f, 0.f, 0.014f, 0.f, 0.f};
+  {
+    auto ms = matmul_model(K, N, w);
+    ASSERT_EQ(apply_recipe("lpbq", {{"block_size", 2}, {"exclude_lm_head", false}}, *ms), "");
+    ASSERT_TRUE(ms->encodings.count("W"));
+    const nf_encoding& e = ms->encodings.at("W").view;
+    EXPECT_EQ(e.enc_type, NF_ENC_LPBQ);
+    EXPECT_EQ(e.bw, 8);
+    EXPECT_EQ(e.compressed_bw, 4);
+    EXPECT_EQ(e.is_sym, 1);
+    EXPECT_EQ(e.axis, 1);        // MatMul B [K, N]: output channels
+    EXPECT_EQ(e.block_axis, 0);  // input channels
+    EXPECT_EQ(e.block_size, 2);
+    ASSERT_EQ(e.num_scales, 3u);
+    EXPECT_FLOAT_EQ(e.scale[0], 0.00625f);
+    EXPECT_EQ(e.offset[0], -128);
+    ASSERT_EQ(e.num_block_ints, 6u);
+    EXPECT_EQ(std::vector<int32_t>(e.per_block_int_scale, e.per_block_int_scale + 6),
+              (std::vector<int32_t>{16, 2, 16, 1, 1, 1}));
+  }
+  {
+    // Default: the MatMul producing logits is the LM head: int8 per channel, absmax/127.
+    auto ms = matmul_model(K, N, w);
+    ASSERT_EQ(apply_recipe("lpbq", {{"block_size", 2}}, *ms), "");
+    const nf_encoding& e = ms->encodings.at("W").view;
+    EXPECT_EQ(e.enc_type, NF_ENC_PER_CHANNEL);
+    EXPECT_EQ(e.bw, 8);
+    EXPECT_FLOAT_EQ(e.scale[0], 0.7f / 127);
+    EXPECT_FLOAT_EQ(e.scale[1], 0.7f / 127);
+    EXPECT_EQ(e.offset[0], -128);
+  }
+}
+
+TEST(LpbqRecipe, BlockSizeMustDivideInputChannels) {
+  auto ms = matmul_model(6, 2, std::vector<float>(12, 0.5f));
+  std::string err = apply_recipe("lpbq", {{"block_size", 4}, {"exclude_lm_head", false}}, *ms);
+  EXPECT_NE(err.find("block_size 4 does not divide the 6 input channels of weight 'W'"), std::string::npos) << err;
+  EXPECT_TRUE(ms->encodings.empty());
+}
+
+TEST(LpbqRecipe, AsymmetricIsRejected) {
+  auto ms = matmul_model(4, 2, std::vector<float>(8, 0.5f));
+  std::string err = apply_recipe("lpbq", {{"symmetric", false}}, *ms);
+  EXPECT_NE(err.find("LPBQ is symmetric only"), std::string::npos) << err;
+}
+
+TEST(MinmaxRecipe, SymmetricPerChannelAndOverrides) {
+  // W [K=2, N=2]: channel 0 absmax 0.5, channel 1 absmax 2.54.
+  std::vector<float> w = {0.5f, -2.54f, -0.25f, 1.f};
+  auto ms = matmul_model(2, 2, w);
+  ASSERT_EQ(apply_recipe("minmax", nlohmann::json::object(), *ms), "");
+  const nf_encoding& e = ms->encodings.at("W").view;
+  EXPECT_EQ(e.enc_type, NF_ENC_PER_CHANNEL);
+  EXPECT_EQ(e.axis, 1);
+  EXPECT_EQ(e.bw, 8);
+  EXPECT_EQ(e.is_sym, 1);
+  EXPECT_FLOAT_EQ(e.scale[0], 0.5f / 127);
+  EXPECT_FLOAT_EQ(e.scale[1], 2.54f / 127);
+  EXPECT_EQ(e.offset[1], -128);
+
+  auto ms4 = matmul_model(2, 2, w);
+  ASSERT_EQ(apply_recipe("minmax", {{"weight_bw", 4}, {"weight_granularity", "per_tensor"}}, *ms4), "");
+  const nf_encoding& t = ms4->encodings.at("W").view;
+  EXPECT_EQ(t.enc_type, NF_ENC_PER_TENSOR);
+  EXPECT_EQ(t.bw, 4);
+  EXPECT_FLOAT_EQ(t.scale[0], 2.54f / 7);
+  EXPECT_EQ(t.offset[0], -8);
+
+  auto mso = matmul_model(2, 2, w);
+  ASSERT_EQ(apply_recipe("minmax", {{"weight_bw", 4}, {"overrides", {{{"pattern", "^W$"}, {"weight_bw", 8}}}}}, *mso),
+            "");
+  EXPECT_EQ(mso->encodings.at("W").view.bw, 8);
+}
+
+TEST(Calibration, TooManySamplesSaysHowManyTheTextHolds) {
+  std::vector<int32_t> ids(130, 1);
+  try {
+    host::TextCalibration::make_batches(ids, 3, 64, "calib.txt");
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "calib.txt: 130 tokens hold 2 samples of 64 tokens, but num_samples = 3");
+  }
+  auto b = host::TextCalibration::make_batches(ids, 2, 64, "calib.txt");
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].size(), 64u);
+}
+
+TEST(Calibration, MissingEmptyAndShortTextAreClearErrors) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  auto dir = fs::temp_directory_path() / ("nf_quant_calib_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  manifest::Manifest::Calibration c;
+  c.num_samples = 4;
+  c.sequence_length = 64;
+  auto error_of = [&] {
+    try {
+      host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+      return std::string();
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+  };
+  c.text = (dir / "missing.txt").string();
+  EXPECT_EQ(error_of(), "calibration text " + c.text + ": no such file");
+  c.text = (dir / "empty.txt").string();
+  std::ofstream(c.text) << "\n";
+  EXPECT_EQ(error_of(), "calibration text " + c.text + ": the file is empty");
+  c.text = (dir / "short.txt").string();
+  std::ofstream(c.text) << "SQLite is a small database.";
+  std::string err = error_of();
+  EXPECT_NE(err.find("hold 0 samples of 64 tokens, but num_samples = 4"), std::string::npos) << err;
+  c.text = kTiny + "/heldout.txt";
+  EXPECT_EQ(error_of(), "");
+  fs::remove_all(dir);
+}
+
+// Intermediate values come back by name, with the batch's sequence length.
+TEST(Calibration, RunReturnsIntermediateValues) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = 2;
+  c.sequence_length = 16;
+  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  std::string hidden;  // the first MatMul's activation input
+  for (const auto& n : ms->graphs[0]->nodes)
+    if (n->op_type == "MatMul" && ms->graphs[0]->initializers.count(n->inputs[1])) {
+      hidden = n->inputs[0];
+      break;
+    }
+  ASSERT_FALSE(hidden.empty());
+  const char* names[] = {hidden.c_str(), "logits"};
+  nf_tensor* out[2] = {nullptr, nullptr};
+  calib.run(*ms, 1, names, 2, out);
+  auto h = host::adopt_tensor_handle(out[0]);
+  auto logits = host::adopt_tensor_handle(out[1]);
+  EXPECT_EQ(h->tensor.dims, (std::vector<int64_t>{1, 16, 256}));
+  EXPECT_EQ(logits->tensor.dims, (std::vector<int64_t>{1, 16, 2048}));
+  EXPECT_EQ(ms->graphs[0]->outputs.size(), 9u) << "the caller's graph is not changed";
+  const char* bad[] = {"no_such_value"};
+  nf_tensor* none = nullptr;
+  EXPECT_THROW(calib.run(*ms, 0, bad, 1, &none), std::runtime_error);
+  EXPECT_EQ(none, nullptr);
+}
+
+namespace {
+
+double perplexity_of(const std::string& model_or_package) {
+  auto r = test::npuforge({"eval", model_or_package, "--text", kTiny + "/heldout.txt", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (r.exit_code != 0) return NAN;
+  return nlohmann::json::parse(r.out).at("perplexity").get<double>();
+}
+
+// Builds tiny_llama with one [[quant]] stage and [calibration] on heldout.txt; returns the
+// package directory.
+fs::path build_quantized(const std::string& name, const std::string& quant_table) {
+  auto dir = fs::temp_directory_path() / ("nf_quant_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.toml") << "[model]\n"
+                                       << "onnx = \"" << kTiny << "/model.onnx\"\n"
+                                       << "config = \"" << kTiny << "/config.json\"\n"
+                                       << "tokenizer = \"" << kTiny << "/tokenizer.json\"\n\n"
+                                       << "[calibration]\ntext = \"" << kTiny << "/heldout.txt\"\n"
+                                       << "num_samples = 4\nsequence_length = 64\n\n"
+                                       << quant_table << "\n"
+                                       << "[targets.cpu]\nbackend = \"cpu\"\n";
+  auto r = test::npuforge({"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir / "out" / "cpu";
+}
+
+double float_perplexity() {
+  static double ppl = perplexity_of(kTiny + "/model.onnx");
+  return ppl;
+}
+
+}  // namespace
+
+TEST(QuantBuild, MinmaxW8StaysWithinTwoPercentOfFloat) {
+  fs::path pkg = build_quantized("minmax", "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\n");
+  auto meta = nlohmann::json::parse(test::slurp(pkg / "package.json"));
+  auto run = test::npuforge({"run", pkg.string(), "--prompt", "SQLite is a", "--max-new-tokens", "8"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(run.out.empty());
+  double fp = float_perplexity(), q = perplexity_of(pkg.string());
+  std::printf("tiny_llama heldout perplexity: float %.4f, minmax W8 %.4f (%+.2f%%)\n", fp, q, 100 * (q / fp - 1));
+  EXPECT_LT(std::abs(q / fp - 1), 0.02);
+  EXPECT_NE(q, fp) << "the package should run the int8 encodings, not fp32";
+  fs::remove_all(pkg.parent_path().parent_path());
+}
+
+TEST(QuantBuild, LpbqW4BelowTwiceFloat) {
+  fs::path pkg = build_quantized("lpbq", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n");
+  auto run = test::npuforge({"run", pkg.string(), "--prompt", "SQLite is a", "--max-new-tokens", "8"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  double fp = float_perplexity(), q = perplexity_of(pkg.string());
+  std::printf("tiny_llama heldout perplexity: float %.4f, lpbq W4 (block 64, LM head int8) %.4f (%+.2f%%)\n", fp, q,
+              100 * (q / fp - 1));
+  EXPECT_LT(q, 2 * fp);
+  EXPECT_GT(q, fp * 0.98);
+  fs::remove_all(pkg.parent_path().parent_path());
+}
