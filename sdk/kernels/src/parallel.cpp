@@ -1,14 +1,12 @@
-// A small fixed thread pool. Workers spin briefly for the next job, then sleep on a
-// condition variable: decode issues many short GEMVs back to back, and a machine shared
-// with other work must not lose whole scheduler ticks to spinning threads (OpenMP's
-// default active wait cost ~30x on an oversubscribed box).
+// A small fixed thread pool. Jobs are posted and completed under one mutex with two
+// condition variables: simple enough to be obviously free of lost wake-ups, which an
+// earlier lock-free spin version was not (it hung when two processes shared the cores).
+// The caller runs chunk 0 itself, so a 2-way split costs one wake-up and one notify.
 #include "npuforge/kernels/parallel.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -27,65 +25,59 @@ class Pool {
   // Runs fn(c) for c in [0, chunks): chunk 0 on the calling thread, others on workers.
   void run(int chunks, const std::function<void(int)>& fn) {
     std::lock_guard<std::mutex> call(call_mu_);  // one job at a time
-    grow(chunks - 1);
-    fn_ = &fn;
-    chunks_ = chunks;
-    pending_.store(chunks - 1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> l(mu_);
-      gen_.fetch_add(1, std::memory_order_release);
+      grow(chunks - 1);
+      fn_ = &fn;
+      chunks_ = chunks;
+      pending_ = chunks - 1;
+      ++gen_;
     }
-    cv_.notify_all();
+    work_cv_.notify_all();
     fn(0);
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < kSpin) _mm_pause();
-      else std::this_thread::yield();
-    }
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return pending_ == 0; });
   }
 
   ~Pool() {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
-      gen_.fetch_add(1, std::memory_order_release);
     }
-    cv_.notify_all();
+    work_cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
 
  private:
-  static constexpr int kSpin = 200;
-
+  // Called with mu_ held: a new worker starts at the current generation, so the job
+  // about to be posted is new to it.
   void grow(int workers) {
     while (static_cast<int>(threads_.size()) < workers) {
-      // The worker starts from the current generation: the job about to be posted is new to it.
       int id = static_cast<int>(threads_.size()) + 1;
-      uint64_t start = gen_.load(std::memory_order_acquire);
-      threads_.emplace_back([this, id, start] { loop(id, start); });
+      threads_.emplace_back([this, id, start = gen_] { loop(id, start); });
     }
   }
 
   void loop(int id, uint64_t seen) {
+    std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      for (int i = 0; i < kSpin && gen_.load(std::memory_order_acquire) == seen; ++i) _mm_pause();
-      if (gen_.load(std::memory_order_acquire) == seen) {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return gen_.load(std::memory_order_acquire) != seen; });
-      }
-      seen = gen_.load(std::memory_order_acquire);
+      work_cv_.wait(l, [&] { return stop_ || gen_ != seen; });
       if (stop_) return;
-      if (id < chunks_) {
-        (*fn_)(id);
-        pending_.fetch_sub(1, std::memory_order_release);
-      }
+      seen = gen_;
+      if (id >= chunks_) continue;
+      const std::function<void(int)>* fn = fn_;
+      l.unlock();
+      (*fn)(id);
+      l.lock();
+      if (--pending_ == 0) done_cv_.notify_one();
     }
   }
 
   std::mutex call_mu_, mu_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_, done_cv_;
   std::vector<std::thread> threads_;
-  std::atomic<uint64_t> gen_{0};
-  std::atomic<int> pending_{0};
+  uint64_t gen_ = 0;
+  int pending_ = 0;
   const std::function<void(int)>* fn_ = nullptr;
   int chunks_ = 0;
   bool stop_ = false;
