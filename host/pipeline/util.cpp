@@ -60,8 +60,11 @@ std::atomic<bool>& cancel_flag() {
 }
 
 void install_cancel_handler() {
+  // The first Ctrl-C / SIGTERM asks long work to stop and clean up; a second one kills
+  // (SA_RESETHAND), so a stuck process can always be ended.
   struct sigaction sa {};
   sa.sa_handler = [](int) { cancel_flag() = true; };
+  sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
