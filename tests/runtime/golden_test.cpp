@@ -9,6 +9,7 @@
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace nf;
 
@@ -61,3 +62,27 @@ TEST_P(Golden, GreedyAndLogitsMatchTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::Values("llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"));
+
+// `npuforge eval`'s perplexity (same windows as tools/models/train_tiny_llama.py's
+// protocol, recorded in eval.json) equals torch's to within 0.1%.
+TEST(Perplexity, TinyLlamaMatchesTorch) {
+  std::string dir = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/tiny_llama";
+  auto want = read_json(dir + "/eval.json");
+  host::Registry reg;
+  reg.load_directories({host::Registry::builtin_dir()});
+  const host::PluginInfo* cpu = reg.find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  nlohmann::json options{{"threads", 1}};
+  ASSERT_TRUE(manifest::validate_json(cpu->schema, options).empty());
+  auto ms = host::load_source_model(dir + "/model.onnx", "");
+  auto session = host::BackendSession::open_model_set(*cpu, options, *ms);
+  host::DynamicRunner runner(*session, host::DecoderIO::from_spec(host::graph_specs(*ms)[0]));
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  std::ifstream in(dir + "/heldout.txt", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto ids = tok.encode(text, false);
+  EXPECT_EQ(static_cast<int64_t>(ids.size()), want["heldout_tokens"].get<int64_t>());
+  auto r = host::perplexity(runner, ids, want["window_length"].get<int>());
+  EXPECT_EQ(r.tokens_scored, want["tokens_scored"].get<int64_t>());
+  EXPECT_NEAR(r.perplexity / want["ppl"].get<double>(), 1.0, 1e-3) << r.perplexity;
+}
