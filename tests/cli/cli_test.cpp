@@ -16,7 +16,7 @@ extern char** environ;
 
 namespace {
 
-const char* kModels[] = {"llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"};
+const char* kModels[] = {"llama_gqa", "qwen2", "mixtral_moe", "mistral_swa", "tiny_llama"};
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("nf_cli_" + name + "_" + std::to_string(::getpid()));
@@ -213,4 +213,30 @@ TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
       for (const auto& o : p["options"]) EXPECT_FALSE(o["type"].get<std::string>().empty());
     }
   EXPECT_TRUE(cpu);
+}
+
+// The trained model with its tokenizer: text in, text out, streaming and --json agree.
+TEST(Run, TextPromptThroughTheTokenizer) {
+  auto g = golden("tiny_llama");
+  std::string model = model_dir("tiny_llama") + "/model.onnx";
+  auto j = npuforge({"run", model, "--prompt", g["prompt_text"], "--max-new-tokens",
+                     std::to_string(g["generated_ids"].size()), "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  auto out = nlohmann::json::parse(j.out);
+  EXPECT_EQ(out["tokens"], g["generated_ids"]);
+  EXPECT_EQ(out["text"], g["generated_text"]);
+  auto streamed = npuforge({"run", model, "--prompt", g["prompt_text"], "--max-new-tokens",
+                            std::to_string(g["generated_ids"].size())});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, g["generated_text"].get<std::string>() + "\n");
+}
+
+TEST(Eval, ReportsPerplexityAsJson) {
+  auto r = npuforge({"eval", model_dir("tiny_llama") + "/model.onnx", "--text", model_dir("tiny_llama") + "/heldout.txt",
+                     "--window", "64", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["perplexity"].get<double>(), 1.0);
+  EXPECT_LT(j["perplexity"].get<double>(), 709.0);  // below the unigram baseline in eval.json
+  EXPECT_EQ(j["window"], 64);
 }

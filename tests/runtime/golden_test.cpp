@@ -61,7 +61,8 @@ TEST_P(Golden, GreedyAndLogitsMatchTorch) {
   EXPECT_LT(relative_error(logits, golden["last_logits"]), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::Values("llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"));
+INSTANTIATE_TEST_SUITE_P(Models, Golden,
+                         ::testing::Values("llama_gqa", "qwen2", "mixtral_moe", "mistral_swa", "tiny_llama"));
 
 // `npuforge eval`'s perplexity (same windows as tools/models/train_tiny_llama.py's
 // protocol, recorded in eval.json) equals torch's to within 0.1%.
