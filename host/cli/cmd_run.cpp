@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/open_model.h"
 #include "runner/generate.h"
+#include "runner/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nf::cli {
@@ -39,7 +40,8 @@ void add_run(CLI::App& app) {
   static std::string path, prompt, prompt_ids;
   static int max_new = 32;
   static host::SamplingParams sp;
-  static bool json = false;
+  static bool json = false, show_stats = false;
+  static std::string decoder_name;
   cmd->add_option("model", path, "model.onnx or a package directory")->required();
   auto* p1 = cmd->add_option("--prompt", prompt, "Prompt text (needs a tokenizer)");
   auto* p2 = cmd->add_option("--prompt-ids", prompt_ids, "Prompt token ids, e.g. 1,2,3");
@@ -51,6 +53,9 @@ void add_run(CLI::App& app) {
   cmd->add_option("--top-p", sp.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", sp.seed, "Sampling seed");
   cmd->add_flag("--json", json, "One JSON object: tokens, text, stats");
+  cmd->add_option("--decoder", decoder_name,
+                  "Speculative decoder, or 'none' (default: the package's [speculative] decoder)");
+  cmd->add_flag("--stats", show_stats, "Print speculative decoding stats (tau, acceptance, forwards) to stderr");
   cmd->callback([] {
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
@@ -83,8 +88,39 @@ void add_run(CLI::App& app) {
         std::printf("%d ", t);
       std::fflush(stdout);
     };
+    // The decoder: --decoder wins, then the package's speculative entry, else none.
+    std::string dname = decoder_name;
+    nlohmann::json doptions = nlohmann::json::object();
+    if (dname.empty() && model->package) {
+      const auto& spec = model->package->meta.value("speculative", nlohmann::json());
+      if (spec.is_object() && spec.contains("decoder")) {
+        dname = spec["decoder"].get<std::string>();
+        doptions = spec.value("options", nlohmann::json::object());
+      }
+    }
+    if (dname == "none") dname.clear();
+    const host::PluginInfo* decoder = nullptr;
+    if (!dname.empty()) {
+      decoder = model->registry.find(NF_KIND_SPECULATIVE, dname);
+      if (!decoder) {
+        std::string installed;
+        for (const auto* p : model->registry.list(NF_KIND_SPECULATIVE)) installed += (installed.empty() ? "" : ", ") + p->name;
+        throw UserError("unknown speculative decoder '" + dname + "'; installed: " +
+                        (installed.empty() ? "none" : installed));
+      }
+    }
+
     host::GenerateStats st;
-    auto out = host::generate(*model->runner, ids, max_new, sampler, stops, on_token, &st);
+    std::vector<int32_t> out;
+    std::optional<host::SpeculativeStats> spec_stats;
+    if (decoder) {
+      spec_stats.emplace();
+      out = host::generate_speculative(*model->runner, *decoder, doptions, ids, max_new, sampler, stops, on_token,
+                                       &*spec_stats);
+      st = spec_stats->gen;
+    } else {
+      out = host::generate(*model->runner, ids, max_new, sampler, stops, on_token, &st);
+    }
     nlohmann::json stats{{"prompt_tokens", st.prompt_tokens},
                          {"new_tokens", st.new_tokens},
                          {"forward_passes", st.forward_passes},
@@ -94,6 +130,7 @@ void add_run(CLI::App& app) {
                          {"decode_tokens_per_s",
                           st.decode_seconds > 0 && st.new_tokens > 1 ? (st.new_tokens - 1) / st.decode_seconds : 0.0},
                          {"stop_reason", st.stop_reason}};
+    if (spec_stats) stats["speculative"] = spec_stats->to_json();
     if (json) {
       nlohmann::json j{{"tokens", out}, {"stats", stats}};
       if (tok) j["text"] = tok->decode(out);
@@ -104,6 +141,15 @@ void add_run(CLI::App& app) {
       std::fprintf(stderr, "%lld prompt tokens, %lld new tokens; prefill %.1f tok/s, decode %.1f tok/s\n",
                    static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.new_tokens),
                    stats["prefill_tokens_per_s"].get<double>(), stats["decode_tokens_per_s"].get<double>());
+      if (show_stats && spec_stats)
+        std::fprintf(stderr, "speculative %s: tau %.3f tokens/forward, acceptance %.3f, %lld forwards (%lld backend passes, max %lld rows), %.3f s\n",
+                     decoder->name.c_str(), spec_stats->tau, spec_stats->acceptance_rate,
+                     static_cast<long long>(spec_stats->target_forwards),
+                     static_cast<long long>(spec_stats->gen.forward_passes), static_cast<long long>(spec_stats->max_rows),
+                     spec_stats->wall_seconds);
+      else if (show_stats)
+        std::fprintf(stderr, "no speculative decoder: %lld forwards, %.3f s\n", static_cast<long long>(st.forward_passes),
+                     st.prefill_seconds + st.decode_seconds);
     }
   });
 }
