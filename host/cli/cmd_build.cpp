@@ -20,10 +20,7 @@ void add_build(CLI::App& app) {
     auto m = manifest::parse_manifest(path);
     host::Registry reg;
     auto errors = host::load_and_validate(m, reg);
-    if (!errors.empty()) {
-      for (size_t i = 0; i + 1 < errors.size(); ++i) std::fprintf(stderr, "npuforge: error: %s\n", errors[i].c_str());
-      throw UserError(errors.back(), 2);
-    }
+    fail_with_errors(errors);
     host::BuildRequest req;
     req.target = target;
     req.out_dir = out.empty() ? std::filesystem::path(m.dir) / "out" : std::filesystem::absolute(out);

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace nf::cli {
 
@@ -11,6 +13,9 @@ struct UserError : std::runtime_error {
   explicit UserError(const std::string& m, int code = 1) : std::runtime_error(m), code(code) {}
   int code;
 };
+
+// Prints every error but the last, then throws the last as a UserError (exit code 2).
+void fail_with_errors(const std::vector<std::string>& errors);
 
 void add_plugins(CLI::App& app);
 void add_check(CLI::App& app);

@@ -61,6 +61,28 @@ inline size_t dtype_size(nf_dtype t) {
   }
 }
 
+inline const char* dtype_name(nf_dtype t) {
+  switch (t) {
+    case NF_DTYPE_FLOAT32: return "float32";
+    case NF_DTYPE_UINT8: return "uint8";
+    case NF_DTYPE_INT8: return "int8";
+    case NF_DTYPE_UINT16: return "uint16";
+    case NF_DTYPE_INT16: return "int16";
+    case NF_DTYPE_INT32: return "int32";
+    case NF_DTYPE_INT64: return "int64";
+    case NF_DTYPE_STRING: return "string";
+    case NF_DTYPE_BOOL: return "bool";
+    case NF_DTYPE_FLOAT16: return "float16";
+    case NF_DTYPE_FLOAT64: return "float64";
+    case NF_DTYPE_UINT32: return "uint32";
+    case NF_DTYPE_UINT64: return "uint64";
+    case NF_DTYPE_BFLOAT16: return "bfloat16";
+    case NF_DTYPE_UINT4: return "uint4";
+    case NF_DTYPE_INT4: return "int4";
+    default: return "undefined";
+  }
+}
+
 // Owning reference to a host tensor.
 class Tensor {
  public:
