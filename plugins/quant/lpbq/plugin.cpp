@@ -90,18 +90,18 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     ++n_lpbq;
   }
   for (const auto& p : plan) ms.set_encoding(p.weight, p.enc.view());
-  ctx.info("lpbq: " + std::to_string(n_lpbq) + " weights at W" + std::to_string(bw) + " blocks of " +
+  ctx.info(std::to_string(n_lpbq) + " weights at W" + std::to_string(bw) + " blocks of " +
            std::to_string(block_size) + " (int" + std::to_string(dbw) + " per channel), " +
            std::to_string(plan.size() - n_lpbq) + " kept at int8 per channel" +
            (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
 
   if (!calib) {
-    ctx.warn("lpbq: no [calibration] in the manifest: activation and KV encodings are not set");
+    ctx.warn("no [calibration] in the manifest: activation and KV encodings are not set");
     return;
   }
   size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
                                            opts.get<int>("kv_bw", 8), ctx);
-  ctx.info("lpbq: " + std::to_string(n) + " activation/KV encodings from " +
+  ctx.info(std::to_string(n) + " activation/KV encodings from " +
            std::to_string(nf::host().calibration_batch_count(calib)) + " calibration batches");
 }
 

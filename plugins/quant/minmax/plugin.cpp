@@ -66,15 +66,15 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   }
   std::string summary;
   for (auto [bw, n] : per_bw) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " at W" + std::to_string(bw);
-  ctx.info("minmax: " + std::to_string(weights.size()) + " weights encoded " +
+  ctx.info(std::to_string(weights.size()) + " weights encoded " +
            (per_channel ? "per channel" : "per tensor") + " (" + summary + ")");
 
   if (!calib) {
-    ctx.warn("minmax: no [calibration] in the manifest: activation and KV encodings are not set");
+    ctx.warn("no [calibration] in the manifest: activation and KV encodings are not set");
     return;
   }
   size_t n = nf::quant::encode_activations(ms, calib, weights, act_bw, kv_bw, ctx);
-  ctx.info("minmax: " + std::to_string(n) + " activation/KV encodings (A" + std::to_string(act_bw) + ", KV" +
+  ctx.info(std::to_string(n) + " activation/KV encodings (A" + std::to_string(act_bw) + ", KV" +
            std::to_string(kv_bw) + ") from " + std::to_string(nf::host().calibration_batch_count(calib)) +
            " calibration batches");
 }
