@@ -43,7 +43,9 @@ class Linear : public ::testing::TestWithParam<bool> {  // param: force scalar k
   }
 };
 
-const Case kCases[] = {{1, 64, 48}, {1, 100, 37}, {3, 96, 17}, {1, 1000, 65}, {7, 128, 70}, {33, 160, 300}};
+// Includes N not a multiple of the 4-row kernels and K with / without a 16- or 32-aligned tail.
+const Case kCases[] = {{1, 64, 48}, {1, 100, 37}, {3, 96, 17}, {1, 1000, 65}, {7, 128, 70}, {33, 160, 300},
+                       {1, 768, 67}, {4, 520, 33}, {2, 1030, 9}};
 
 }  // namespace
 
@@ -53,6 +55,11 @@ TEST_P(Linear, F32MatchesNaive) {
     PackedWeight p = pack_f32(w.data(), K, N);
     EXPECT_EQ(dequantize(p), w);
     for (int t : {1, 2}) check(p, M, 5, t);
+    // The [N, K] layout packs to the same rows.
+    std::vector<float> wt(K * N);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) wt[n * K + k] = w[k * N + n];
+    EXPECT_EQ(dequantize(pack_f32(wt.data(), K, N, true)), w);
   }
 }
 

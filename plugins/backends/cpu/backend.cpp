@@ -1,8 +1,11 @@
 // The cpu backend: the float reference every other backend and transform is checked
-// against. compile saves the model set; open loads it; each graph is prepared into an
-// execution plan on its first run.
+// against. compile saves the model set; open loads it and prepares every graph into an
+// execution plan (folding, weight packing: each distinct weight once for the whole set), so
+// runs only do shape-dependent work.
 #include <npuforge/kernels/parallel.h>
 #include <npuforge/plugin.hpp>
+
+#include <malloc.h>
 
 #include <filesystem>
 #include <fstream>
@@ -36,12 +39,32 @@ struct Session {
   nf_model_set* ms = nullptr;
   bool owns_ms = false;  // loaded by open (released here) or lent by open_model_set
   SessionOptions opts;
-  std::mutex mu;  // guards plans (prepared lazily)
+  std::mutex mu;  // guards plans (prepared at open; a graph missing then is prepared on use)
   std::map<std::string, std::unique_ptr<GraphPlan>> plans;
+  PackCache packs;  // packed weights shared by the graphs
   ~Session() {
     if (ms && owns_ms) host().model_set_release(ms);
   }
 };
+
+// Per-token buffers the host allocates for us (present KV, logits) come from malloc: keep
+// glibc from serving them with mmap/munmap every step (its default threshold is 128 KiB).
+void tune_malloc() {
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    return true;
+  }();
+  (void)done;
+}
+
+void prepare_all(Session& s) {
+  tune_malloc();
+  for (const Graph& g : ModelSet(s.ms).graphs()) {
+    std::string name(g.name());
+    if (!s.plans.count(name)) s.plans.emplace(name, std::make_unique<GraphPlan>(ModelSet(s.ms), g, s.opts, &s.packs));
+  }
+}
 
 void compile_impl(const char* options_json, const nf_model_set* ms_in, const std::string& dir) {
   SessionOptions opts = SessionOptions::parse(Options(options_json).json());
@@ -77,6 +100,7 @@ nf_session* open_impl(const char* options_json, const std::string& dir) {
   check(host().model_set_load((dir + "/model").c_str(), &s->ms));
   s->owns_ms = true;
   kernels::set_blas_threads(s->opts.threads);
+  prepare_all(*s);
   return reinterpret_cast<nf_session*>(s.release());
 }
 
@@ -90,6 +114,7 @@ nf_session* open_model_set_impl(const char* options_json, nf_model_set* ms) {
   for (const Graph& g : ModelSet(ms).graphs()) check_supported(g);
   s->ms = ms;
   kernels::set_blas_threads(s->opts.threads);
+  prepare_all(*s);
   return reinterpret_cast<nf_session*>(s.release());
 }
 
@@ -106,7 +131,7 @@ GraphPlan& plan_for(Session& s, const std::string& graph) {
   if (it != s.plans.end()) return *it->second;
   nf_graph* g = host().model_set_find_graph(s.ms, graph.c_str());
   if (!g) throw Error("cpu backend: no graph '" + graph + "' in the model set");
-  auto plan = std::make_unique<GraphPlan>(ModelSet(s.ms), Graph(g), s.opts);
+  auto plan = std::make_unique<GraphPlan>(ModelSet(s.ms), Graph(g), s.opts, &s.packs);
   return *s.plans.emplace(graph, std::move(plan)).first->second;
 }
 

@@ -98,7 +98,8 @@ int GraphPlan::slot(const std::string& value) {
   return it->second;
 }
 
-GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts) : graph_name_(g.name()), opts_(opts) {
+GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache* cache)
+    : graph_name_(g.name()), opts_(opts) {
   g.sort();
   for (const std::string& name : g.initializer_names()) {
     Tensor t = g.initializer(name);
@@ -130,8 +131,10 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts) : graph_n
     nodes_.push_back(std::move(d));
   }
   fold_constants();
-  pack_weights(ms);
+  pack_weights(ms, cache);
+  finish_deferred();
   fuse_transposed_matmuls();
+  drop_unused_constants();
   plan_frees();
 }
 
@@ -142,6 +145,16 @@ void GraphPlan::fold_constants() {
   for (NodeDef& n : nodes_) {
     bool all_const = std::all_of(n.in.begin(), n.in.end(), [&](int s) { return s < 0 || !constants_[s].empty_handle(); });
     if (!all_const) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    // A big 2-D Transpose of a constant (tied lm_head: MatMul(h, Transpose(embed))) is not
+    // computed here: pack_weights packs from its source; finish_deferred() computes it only
+    // if something else still reads it.
+    if (n.op == "Transpose" && n.in.size() == 1 && n.in[0] >= 0 && n.out.size() == 1 && n.out[0] >= 0 &&
+        constants_[n.in[0]].rank() == 2 && constants_[n.in[0]].numel() >= (1 << 16) &&
+        n.ints("perm", {1, 0}) == std::vector<int64_t>{1, 0}) {
+      transposed_of_[n.out[0]] = n.in[0];
       kept.push_back(std::move(n));
       continue;
     }
@@ -161,17 +174,23 @@ void GraphPlan::fold_constants() {
 
 // MatMul / Gemm with a constant 2-D float weight: pack it once (fp32, int8, int4 or the
 // weight's encoding) so each run streams the packed rows.
-void GraphPlan::pack_weights(ModelSet ms) {
+void GraphPlan::pack_weights(ModelSet ms, PackCache* cache) {
   for (NodeDef& n : nodes_) {
     if ((n.op != "MatMul" && n.op != "Gemm") || n.in.size() < 2 || n.in[1] < 0) continue;
-    const k::Tensor& w = constants_[n.in[1]];
-    if (w.empty_handle() || w.dtype() != NF_DTYPE_FLOAT32 || w.rank() != 2 || w.numel() == 0) continue;
+    int wslot = n.in[1];
+    // The weight, or the source of a deferred Transpose of it (then read as [N, K] <-> [K, N]).
+    auto tr = transposed_of_.find(wslot);
+    const bool flip = tr != transposed_of_.end();
+    if (flip) wslot = tr->second;
+    const k::Tensor& src = constants_[wslot];
+    if (src.empty_handle() || src.dtype() != NF_DTYPE_FLOAT32 || src.rank() != 2 || src.numel() == 0) continue;
+    const int64_t d0 = flip ? src.dim(1) : src.dim(0), d1 = flip ? src.dim(0) : src.dim(1);  // the weight's dims
     bool nk = false;
     k::Tensor bias;
     if (n.op == "Gemm") {
       if (n.i("transA", 0) != 0 || n.f("alpha", 1.f) != 1.f) continue;
       nk = n.i("transB", 0) != 0;
-      int64_t N = nk ? w.dim(0) : w.dim(1);
+      int64_t N = nk ? d0 : d1;
       if (n.in.size() > 2 && n.in[2] >= 0) {
         const k::Tensor& c = constants_[n.in[2]];
         // Only a per-column bias folds into the product; anything else stays a plain Gemm.
@@ -181,14 +200,51 @@ void GraphPlan::pack_weights(ModelSet ms) {
         bias = c;
       }
     }
-    const std::string& wname = initializer_of_[n.in[1]];
+    if (flip) nk = !nk;
+    const std::string& wname = initializer_of_[wslot];
     const nf_encoding* enc = wname.empty() ? nullptr : ms.encoding(wname);
     auto st = std::make_shared<LinearState>();
-    st->w = pack_weight(wname.empty() ? slot_names_[n.in[1]] : wname, w, nk, enc, opts_);
+    // Graphs of a model set share weight buffers: one packed copy per (buffer, layout, encoding).
+    auto key = std::make_tuple(src.raw(), nk, src.dim(0), src.dim(1), static_cast<const void*>(enc));
+    if (cache) {
+      auto it = cache->packed.find(key);
+      if (it != cache->packed.end()) st->w = it->second;
+    }
+    if (!st->w) {
+      st->w = std::make_shared<const k::PackedWeight>(
+          pack_weight(wname.empty() ? slot_names_[wslot] : wname, src, nk, enc, opts_));
+      if (cache) cache->packed[key] = st->w;
+    }
     st->bias = bias;
     n.linear = st;
     n.in.resize(1);  // the packed copy replaces the weight (and bias) inputs
   }
+}
+
+// Deferred constant Transposes: dropped when packing consumed every use, else computed now.
+void GraphPlan::finish_deferred() {
+  if (transposed_of_.empty()) return;
+  std::set<int> used;
+  for (const NodeDef& n : nodes_)
+    if (n.op != "Transpose" || !transposed_of_.count(n.out[0]))
+      for (int s : n.in)
+        if (s >= 0) used.insert(s);
+  for (const std::string& o : outputs_) used.insert(slot(o));
+  std::vector<NodeDef> kept;
+  RunCtx ctx{opts_.threads};
+  for (NodeDef& n : nodes_) {
+    if (n.op != "Transpose" || n.out.empty() || n.out[0] < 0 || !transposed_of_.count(n.out[0])) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    if (!used.count(n.out[0])) continue;
+    std::vector<const k::Tensor*> in{&constants_[n.in[0]]};
+    std::vector<k::Tensor> out(1);
+    n.fn(n, in, out, ctx);
+    constants_[n.out[0]] = out[0];
+  }
+  nodes_ = std::move(kept);
+  transposed_of_.clear();
 }
 
 // MatMul(A, Transpose(B, swap last two)) reads B transposed in the GEMM instead of copying
@@ -223,6 +279,17 @@ void GraphPlan::fuse_transposed_matmuls() {
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (!dropped.count(i)) kept.push_back(std::move(nodes_[i]));
   nodes_ = std::move(kept);
+}
+
+// Constants no remaining node reads (weights now packed, folded intermediates) are released.
+void GraphPlan::drop_unused_constants() {
+  std::vector<bool> used(constants_.size(), false);
+  for (const NodeDef& n : nodes_)
+    for (int s : n.in)
+      if (s >= 0) used[s] = true;
+  for (const std::string& o : outputs_) used[slot(o)] = true;
+  for (size_t s = 0; s < constants_.size(); ++s)
+    if (!used[s] && !constants_[s].empty_handle() && constants_[s].numel() > 64) constants_[s] = k::Tensor();
 }
 
 void GraphPlan::plan_frees() {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops.h"
@@ -28,9 +29,15 @@ struct SessionOptions {
 // Checks that every node of the graph is an operator this backend runs.
 void check_supported(Graph g);
 
+// Packed weights of a session, shared by its graphs (a model set's AR/CL variants reference
+// the same weight buffers): keyed by the source data pointer, layout and encoding.
+struct PackCache {
+  std::map<std::tuple<const void*, bool, int64_t, int64_t, const void*>, std::shared_ptr<const k::PackedWeight>> packed;
+};
+
 class GraphPlan {
  public:
-  GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts);
+  GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache* cache = nullptr);
   // Runs with named inputs; returns new host tensors for the named outputs.
   void run(const char* const* input_names, const nf_tensor* const* inputs, size_t n_inputs,
            const char* const* output_names, nf_tensor** outputs, size_t n_outputs) const;
@@ -39,7 +46,9 @@ class GraphPlan {
   int slot(const std::string& value);
   void fold_constants();
   void fuse_transposed_matmuls();
-  void pack_weights(ModelSet ms);
+  void pack_weights(ModelSet ms, PackCache* cache);
+  void finish_deferred();
+  void drop_unused_constants();
   void plan_frees();
 
   struct Input {
@@ -57,6 +66,7 @@ class GraphPlan {
   std::vector<Input> inputs_;
   std::vector<std::string> outputs_;
   std::vector<std::vector<int>> frees_after_;  // per node: slots whose last use it is
+  std::map<int, int> transposed_of_;          // deferred constant 2-D Transpose: output slot -> input slot
 };
 
 // The kernels' view of a host tensor (zero-copy; keeps a reference to it).

@@ -293,7 +293,7 @@ void op_topk(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
 void op_matmul(const NodeDef& n, const Ins& in, Outs& out, const RunCtx& ctx) {
   const k::Tensor& a = need(n, in, 0);
   if (n.linear) {
-    out[0] = k::linear(a, n.linear->w, nullptr, ctx.threads);
+    out[0] = k::linear(a, *n.linear->w, nullptr, ctx.threads);
     return;
   }
   out[0] = k::matmul(a, need(n, in, 1), n.trans_b);
@@ -302,7 +302,7 @@ void op_gemm(const NodeDef& n, const Ins& in, Outs& out, const RunCtx& ctx) {
   const k::Tensor& a = need(n, in, 0);
   if (n.linear) {
     const float* bias = n.linear->bias.empty_handle() ? nullptr : n.linear->bias.data<float>();
-    out[0] = k::linear(a, n.linear->w, bias, ctx.threads);
+    out[0] = k::linear(a, *n.linear->w, bias, ctx.threads);
     return;
   }
   out[0] = k::gemm(a, need(n, in, 1), opt(in, 2), n.f("alpha", 1.f), n.f("beta", 1.f), n.i("transA", 0) != 0,

@@ -35,7 +35,7 @@ using OpFn = void (*)(const NodeDef& n, const std::vector<const k::Tensor*>& in,
 
 // Prepared state of a MatMul/Gemm whose weight is constant.
 struct LinearState {
-  k::PackedWeight w;
+  std::shared_ptr<const k::PackedWeight> w;  // shared by every graph of the session using the weight
   k::Tensor bias;  // Gemm C as [N] when foldable into the product, else empty
 };
 

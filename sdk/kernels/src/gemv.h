@@ -7,11 +7,16 @@
 
 namespace nf::kernels::detail {
 
+bool cpu_has_avx512();  // avx512f + bw + vl
+
 void gemv_f32(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int64_t n0, int64_t n1,
               bool simd);
 void gemv_int8(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
                int64_t n0, int64_t n1, bool simd);
+// xp: x reordered by permute_x_int4 (per row of x) when int4_uses_permuted_x, else null.
 void gemv_int4(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
-               int64_t n0, int64_t n1, bool simd);
+               int64_t n0, int64_t n1, bool simd, const float* xp);
+bool int4_uses_permuted_x(const PackedWeight& w, bool simd);
+void permute_x_int4(const float* x, int64_t K, float* xp);
 
 }  // namespace nf::kernels::detail

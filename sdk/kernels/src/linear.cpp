@@ -57,6 +57,27 @@ int load(const PackedWeight& p, int64_t n, int64_t k) {
   return ((k % 16) < 8 ? (b & 15) : (b >> 4)) - 8;
 }
 
+// Row n of a packed integer weight as K floats.
+void dequant_row(const PackedWeight& w, int64_t n, float* out) {
+  const int64_t K = w.K;
+  for (int64_t b = 0; b < w.n_blocks; ++b) {
+    const size_t i = static_cast<size_t>(n * w.n_blocks + b);
+    const float s = w.scales[i], z = w.zeros.empty() ? 0.f : w.zeros[i];
+    const int64_t k1 = std::min(K, (b + 1) * w.block_size);
+    if (w.format == WeightFormat::Int8) {
+      const int8_t* q = w.q8.data() + n * K;
+      for (int64_t k = b * w.block_size; k < k1; ++k) out[k] = (static_cast<float>(q[k]) + z) * s;
+    } else {
+      const uint8_t* row = w.q4.data() + n * w.row_bytes;
+      for (int64_t k = b * w.block_size; k < k1; ++k) {
+        uint8_t v = row[(k >> 4) * 8 + (k & 7)];
+        int q = ((k & 15) < 8 ? (v & 15) : (v >> 4)) - 8;
+        out[k] = (static_cast<float>(q) + z) * s;
+      }
+    }
+  }
+}
+
 PackedWeight quantize_sym(WeightFormat f, const float* w, int64_t K, int64_t N, int64_t block_size, bool nk) {
   check_dims(K, N, block_size);
   PackedWeight p = layout(f, K, N, block_size);
@@ -95,8 +116,15 @@ PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk) {
   p.K = K;
   p.N = N;
   p.f32.resize(static_cast<size_t>(K * N));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) p.f32[n * K + k] = at(w, K, N, w_is_nk, n, k);
+  if (w_is_nk) {
+    std::copy(w, w + K * N, p.f32.begin());
+    return p;
+  }
+  constexpr int64_t T = 64;  // cache-blocked transpose [K, N] -> [N, K]
+  for (int64_t n0 = 0; n0 < N; n0 += T)
+    for (int64_t k0 = 0; k0 < K; k0 += T)
+      for (int64_t n = n0; n < std::min(N, n0 + T); ++n)
+        for (int64_t k = k0; k < std::min(K, k0 + T); ++k) p.f32[n * K + k] = w[k * N + n];
   return p;
 }
 
@@ -157,12 +185,20 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   constexpr int64_t kGemvMaxRows = 4;
   if (M <= kGemvMaxRows) {
     // Block sums of x: for zero points, and for int4's unsigned nibbles (q + 8).
-    std::vector<float> xsum;
+    // Scratch reused across calls (no allocation per token).
+    static thread_local std::vector<float> xsum, xp;
     if (!w.zeros.empty() || w.format == WeightFormat::Int4) {
       xsum.assign(static_cast<size_t>(M * w.n_blocks), 0.f);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < K; ++k) xsum[m * w.n_blocks + k / w.block_size] += x[m * K + k];
     }
+    const bool permuted = w.format == WeightFormat::Int4 && detail::int4_uses_permuted_x(w, simd);
+    if (permuted) {
+      xp.resize(static_cast<size_t>(M * K));
+      for (int64_t m = 0; m < M; ++m) detail::permute_x_int4(x + m * K, K, xp.data() + m * K);
+    }
+    const float* xsum_p = xsum.data();
+    const float* xp_p = permuted ? xp.data() : nullptr;
     // Split only matrices big enough that a thread's share (>= 64 KiB of weights) outweighs
     // waking it.
     const int64_t row_bytes = static_cast<int64_t>(w.weight_bytes() / static_cast<size_t>(N));
@@ -170,8 +206,8 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     parallel_for(N, threads, grain, [&](int64_t n0, int64_t n1) {
       switch (w.format) {
         case WeightFormat::F32: detail::gemv_f32(x, M, w, bias, y, n0, n1, simd); break;
-        case WeightFormat::Int8: detail::gemv_int8(x, M, xsum.data(), w, bias, y, n0, n1, simd); break;
-        case WeightFormat::Int4: detail::gemv_int4(x, M, xsum.data(), w, bias, y, n0, n1, simd); break;
+        case WeightFormat::Int8: detail::gemv_int8(x, M, xsum_p, w, bias, y, n0, n1, simd); break;
+        case WeightFormat::Int4: detail::gemv_int4(x, M, xsum_p, w, bias, y, n0, n1, simd, xp_p); break;
       }
     });
     return;
@@ -182,17 +218,14 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     sgemm(x, w.f32.data(), y, M, N, K, true);
   } else {
     const int64_t tile = std::min<int64_t>(N, 256);
-    std::vector<float> wt(static_cast<size_t>(tile * K)), yt(static_cast<size_t>(M * tile));
+    static thread_local std::vector<float> wt, yt;  // reused across calls
+    wt.resize(static_cast<size_t>(tile * K));
+    yt.resize(static_cast<size_t>(M * tile));
+    float* wtp = wt.data();  // thread_local: the workers must use this thread's buffer
     for (int64_t n0 = 0; n0 < N; n0 += tile) {
       int64_t nt = std::min(tile, N - n0);
       parallel_for(nt, threads, 8, [&](int64_t a, int64_t b) {
-        for (int64_t n = a; n < b; ++n) {
-          size_t base = static_cast<size_t>((n0 + n) * w.n_blocks);
-          for (int64_t k = 0; k < K; ++k) {
-            size_t i = base + static_cast<size_t>(k / w.block_size);
-            wt[n * K + k] = (static_cast<float>(load(w, n0 + n, k)) + (w.zeros.empty() ? 0.f : w.zeros[i])) * w.scales[i];
-          }
-        }
+        for (int64_t n = a; n < b; ++n) dequant_row(w, n0 + n, wtp + n * K);
       });
       sgemm(x, wt.data(), yt.data(), M, nt, K, true);
       for (int64_t m = 0; m < M; ++m) std::copy(yt.begin() + m * nt, yt.begin() + (m + 1) * nt, y + m * N + n0);

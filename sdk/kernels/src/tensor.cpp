@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 namespace nf::kernels {
 
@@ -49,15 +51,70 @@ std::string dims_str(const Dims& d) {
   return s + "]";
 }
 
+namespace {
+
+// Reuse of large buffers: decode allocates the same activations every token, and glibc
+// serves blocks above 128 KiB with mmap/munmap (page faults + unmap every step). Freed
+// buffers >= 64 KiB wait in a pool keyed by size class (1/8 of a power of two, so growing
+// attention shapes reuse them) up to kPoolCap bytes in total.
+constexpr size_t kPoolMin = 64 << 10, kPoolCap = size_t(512) << 20;
+
+size_t size_class(size_t n) {
+  if (n < kPoolMin) return (n + 63) / 64 * 64;
+  size_t p = size_t(1) << (63 - __builtin_clzll(n));
+  size_t step = p / 8;
+  return (n + step - 1) / step * step;
+}
+
+struct BufferPool {
+  std::mutex mu;
+  std::multimap<size_t, void*> free;
+  size_t bytes = 0;
+};
+BufferPool& pool() {
+  static BufferPool* p = new BufferPool;  // never destroyed: tensors may die after static destructors
+  return *p;
+}
+
+void* pool_get(size_t n) {
+  if (n >= kPoolMin) {
+    BufferPool& bp = pool();
+    std::lock_guard<std::mutex> lock(bp.mu);
+    auto it = bp.free.find(n);
+    if (it != bp.free.end()) {
+      void* p = it->second;
+      bp.free.erase(it);
+      bp.bytes -= n;
+      return p;
+    }
+  }
+  return std::aligned_alloc(64, n);
+}
+
+void pool_put(void* p, size_t n) {
+  if (n >= kPoolMin) {
+    BufferPool& bp = pool();
+    std::lock_guard<std::mutex> lock(bp.mu);
+    if (bp.bytes + n <= kPoolCap) {
+      bp.free.emplace(n, p);
+      bp.bytes += n;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+}  // namespace
+
 Tensor::Tensor(nf_dtype dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
   for (int64_t d : dims_)
     if (d < 0) throw KernelError("negative dimension in shape " + dims_str(dims_));
   if (dtype_size(dtype) == 0) throw KernelError(std::string("dtype ") + dtype_name(dtype) + " is not supported");
   // 64-byte aligned so SIMD loads of rows start aligned; +1 keeps empty tensors non-null.
-  size_t n = (nbytes() + 63) / 64 * 64 + 64;
-  void* p = std::aligned_alloc(64, n);
+  size_t n = size_class(nbytes() + 64);
+  void* p = pool_get(n);
   if (!p) throw KernelError("out of memory allocating " + std::to_string(n) + " bytes");
-  keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  keep_ = std::shared_ptr<const void>(p, [n](const void* q) { pool_put(const_cast<void*>(q), n); });
   data_ = p;
   writable_ = true;
 }

@@ -11,24 +11,43 @@
 
 #include "npuforge/kernels/tensor.h"
 
+#include <new>
 #include <vector>
 
 namespace nf::kernels {
 
 enum class WeightFormat { F32, Int8, Int4 };
 
+// std::allocator with 64-byte (cache line / AVX-512) aligned storage.
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = ::operator new(n * sizeof(T), std::align_val_t(64));
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+};
+template <class T>
+using aligned_vector = std::vector<T, AlignedAllocator<T>>;
+
 struct PackedWeight {
   WeightFormat format = WeightFormat::F32;
   int64_t K = 0, N = 0;
   int64_t block_size = 0;  // along K (Int8/Int4); K for per-channel
   int64_t n_blocks = 0;    // ceil(K / block_size)
-  std::vector<float> f32;      // F32: [N, K]
-  std::vector<int8_t> q8;      // Int8: [N, K]
+  aligned_vector<float> f32;   // F32: [N, K], 64-byte aligned
+  aligned_vector<int8_t> q8;   // Int8: [N, K]
   // Int4: [N, row_bytes]. Each 16-element chunk of a row is 8 bytes: byte j holds element
   // j in its low nibble and element 8 + j in its high nibble, as q + 8, so one zero-extending
   // load of 8 bytes and a mask / shift give 16 weights. A partial last chunk is padded
   // with q = 0.
-  std::vector<uint8_t> q4;
+  aligned_vector<uint8_t> q4;
   int64_t row_bytes = 0;
   std::vector<float> scales;   // [N, n_blocks]
   std::vector<float> zeros;    // [N, n_blocks]; empty when every zero is 0 (symmetric)
