@@ -54,7 +54,6 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, const float*
     for (int r = 0; r < R; ++r) {
       const float* p = w + r * K + k;
       _mm_prefetch(reinterpret_cast<const char*>(p + kAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + kAhead + 16), _MM_HINT_T0);
       a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(p), x0, a[r][0]);
       a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16), x1, a[r][1]);
     }
