@@ -26,6 +26,10 @@ TensorPtr int64_tensor(std::vector<int64_t> dims, const std::function<int64_t(in
 // Keeps the first `len` positions along axis 2 of a [b, h, T, d] cache tensor.
 TensorPtr cut_time(const TensorPtr& t, int64_t len) {
   const auto& d = t->tensor.dims;
+  if (d.size() != 4 || d[2] < len)
+    throw std::runtime_error("runner: a present key/value output holds " +
+                             std::to_string(d.size() == 4 ? d[2] : -1) + " positions, expected " + std::to_string(len) +
+                             " (past + new tokens, shape [batch, kv_heads, positions, head_dim])");
   if (d[2] == len) return t;
   auto out = ir::make_tensor_ref(ir::Tensor::zeros(t->tensor.dtype, {d[0], d[1], len, d[3]}));
   size_t es = ir::dtype_size(t->tensor.dtype);

@@ -38,11 +38,12 @@ inline void check(nf_status* st) {
 
 inline nf_status* make_status(const char* msg) { return host().status_create(msg); }
 
-// Wraps a plugin function body: `return NF_TRY({ ... });`
-#define NF_TRY(body)                                          \
+// Wraps a plugin function body: `return NF_TRY({ ... });` (variadic: commas inside the
+// body, as in brace initializers, are fine).
+#define NF_TRY(...)                                           \
   [&]() -> nf_status* {                                       \
     try {                                                     \
-      body;                                                   \
+      __VA_ARGS__;                                            \
       return nullptr;                                         \
     } catch (const std::exception& e) {                       \
       return ::nf::make_status(e.what());                     \

@@ -24,11 +24,15 @@ nodes = [
     helper.make_node("Identity", ["h0"], ["h1"], name="/id1"),
     helper.make_node("Identity", ["h1"], ["h2"], name="/id2"),
     helper.make_node("MatMul", ["h2", "head"], ["logits"], name="/head/MatMul"),
-    # Present KV = past KV: enough for a runner; these produce graph outputs and stay.
-    helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"]),
-    helper.make_node("Identity", ["past_key_values.0.value"], ["present.0.value"]),
+    # New KV rows: the first D features of each token, appended to the past.
+    helper.make_node("Slice", ["h0", "kv_start", "kv_end", "kv_axis"], ["kv_rows"]),
+    helper.make_node("Unsqueeze", ["kv_rows", "head_axis"], ["kv_new"]),
+    helper.make_node("Concat", ["past_key_values.0.key", "kv_new"], ["present.0.key"], axis=2),
+    helper.make_node("Concat", ["past_key_values.0.value", "kv_new"], ["present.0.value"], axis=2),
 ]
-graph = helper.make_graph(nodes, "identity_model", inputs, outputs, [embed, head])
+consts = [helper.make_tensor(n, TensorProto.INT64, [1], [v])
+          for n, v in [("kv_start", 0), ("kv_end", D), ("kv_axis", 2), ("head_axis", 1)]]
+graph = helper.make_graph(nodes, "identity_model", inputs, outputs, [embed, head] + consts)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="npuforge-tests")
 model.ir_version = 8
 onnx.checker.check_model(model)
