@@ -1,5 +1,7 @@
 #include "npuforge/kernels/tensor.h"
 
+#include <npuforge/plugin.hpp>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -7,37 +9,9 @@
 
 namespace nf::kernels {
 
-size_t dtype_size(nf_dtype t) {
-  switch (t) {
-    case NF_DTYPE_FLOAT32: case NF_DTYPE_INT32: case NF_DTYPE_UINT32: return 4;
-    case NF_DTYPE_UINT8: case NF_DTYPE_INT8: case NF_DTYPE_BOOL: return 1;
-    case NF_DTYPE_UINT16: case NF_DTYPE_INT16: case NF_DTYPE_FLOAT16: case NF_DTYPE_BFLOAT16: return 2;
-    case NF_DTYPE_INT64: case NF_DTYPE_UINT64: case NF_DTYPE_FLOAT64: return 8;
-    default: return 0;
-  }
-}
-
-const char* dtype_name(nf_dtype t) {
-  switch (t) {
-    case NF_DTYPE_FLOAT32: return "float32";
-    case NF_DTYPE_UINT8: return "uint8";
-    case NF_DTYPE_INT8: return "int8";
-    case NF_DTYPE_UINT16: return "uint16";
-    case NF_DTYPE_INT16: return "int16";
-    case NF_DTYPE_INT32: return "int32";
-    case NF_DTYPE_INT64: return "int64";
-    case NF_DTYPE_STRING: return "string";
-    case NF_DTYPE_BOOL: return "bool";
-    case NF_DTYPE_FLOAT16: return "float16";
-    case NF_DTYPE_FLOAT64: return "float64";
-    case NF_DTYPE_UINT32: return "uint32";
-    case NF_DTYPE_UINT64: return "uint64";
-    case NF_DTYPE_BFLOAT16: return "bfloat16";
-    case NF_DTYPE_UINT4: return "uint4";
-    case NF_DTYPE_INT4: return "int4";
-    default: return "undefined";
-  }
-}
+// One dtype table for the SDK: plugin.hpp's.
+size_t dtype_size(nf_dtype t) { return nf::dtype_size(t); }
+const char* dtype_name(nf_dtype t) { return nf::dtype_name(t); }
 
 int64_t numel(const Dims& d) {
   int64_t n = 1;
