@@ -10,8 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata python3 python3-onnx python3-numpy
   clang libclang-rt-14-dev
-  nodejs npm
 )
+# The benches also need Node.js + npm (bench/README.md); tests do not.
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive

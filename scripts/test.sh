@@ -8,5 +8,5 @@ bash scripts/build.sh
 (cd build && ctest --output-on-failure -j2 --timeout 900)
 for fuzz in tests/fuzz_onnx/run.sh tests/fuzz_manifest/run.sh; do
   [ -x "$fuzz" ] || [ -f "$fuzz" ] || continue
-  bash "$fuzz" "${NPUFORGE_FUZZ_SECONDS:-60}"
+  bash "$fuzz" "${NPUFORGE_FUZZ_SECONDS:-30}"
 done
