@@ -8,19 +8,13 @@
 #include "api/host_api.h"
 #include "registry/registry.h"
 
+#include "cpu_backend.h"
+
 using namespace nf;
 
 namespace {
 
-const nf_backend_api* backend() {
-  static host::Registry registry;
-  static const nf_backend_api* api = [] {
-    registry.load_library(std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins/libnpuforge_cpu.so");
-    const host::PluginInfo* p = registry.find(NF_KIND_BACKEND, "cpu");
-    return p ? p->backend() : nullptr;
-  }();
-  return api;
-}
+const nf_backend_api* backend() { return test::cpu_backend(); }
 
 constexpr int64_t K = 64, N = 12;
 

@@ -17,19 +17,13 @@
 #include "registry/registry.h"
 
 namespace fs = std::filesystem;
+#include "cpu_backend.h"
+
 using namespace nf;
 
 namespace {
 
-const nf_backend_api* backend() {
-  static host::Registry registry;
-  static const nf_backend_api* api = [] {
-    registry.load_library(std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins/libnpuforge_cpu.so");
-    const host::PluginInfo* p = registry.find(NF_KIND_BACKEND, "cpu");
-    return p ? p->backend() : nullptr;
-  }();
-  return api;
-}
+const nf_backend_api* backend() { return test::cpu_backend(); }
 
 void ok(nf_status* st) {
   if (!st) return;
