@@ -1,5 +1,7 @@
 // Weights carrying an AIMET encoding run on the integer kernels with exactly its grid:
 // MatMul through the cpu plugin equals fp32 math over the weights quantized by hand.
+// Activations (graph inputs and computed values) with a PER_TENSOR encoding are rounded
+// onto their grid.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +130,49 @@ TEST(Encodings, LpbqInt4UsesChannelTimesBlockScales) {
     return std::clamp(std::nearbyint(f.w[k * N + n] / s), -8.f, 7.f) * s;
   });
   expect_near(f.run("{}"), want);
+}
+
+nf_encoding per_tensor(int bw, const float* scale, const int32_t* offset) {
+  nf_encoding e{};
+  e.struct_size = sizeof(nf_encoding);
+  e.enc_type = NF_ENC_PER_TENSOR;
+  e.bw = bw;
+  e.axis = -1;
+  e.block_axis = -1;
+  e.num_scales = 1;
+  e.scale = scale;
+  e.offset = offset;
+  return e;
+}
+
+// real = (q + offset) * scale, q in [0, 2^bw - 1], rounded half to even.
+float on_grid(float v, int bw, float scale, int32_t offset) {
+  float q = std::clamp(std::nearbyint(v / scale) - float(offset), 0.f, std::ldexp(1.f, bw) - 1);
+  return (q + float(offset)) * scale;
+}
+
+TEST(Encodings, ActivationsAreRoundedOntoTheirGrid) {
+  Fixture f;
+  const float in_scale = 0.05f, out_scale = 0.25f;
+  const int32_t in_offset = -128, out_offset = -20;  // the output grid clips below -5 and above 58.75
+  f.ms.encodings["x"] = ir::Encoding::from(per_tensor(8, &in_scale, &in_offset));
+  f.ms.encodings["y"] = ir::Encoding::from(per_tensor(8, &out_scale, &out_offset));
+  std::vector<float> xq(K);
+  for (int64_t k = 0; k < K; ++k) xq[k] = on_grid(f.x[k], 8, in_scale, in_offset);
+  std::vector<float> want(N);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += double(xq[k]) * f.w[k * N + n];
+    want[n] = on_grid(float(s), 8, out_scale, out_offset);
+  }
+  std::vector<float> got = f.run("{}");
+  expect_near(got, want);
+  bool clipped = false;
+  for (float v : got) clipped |= v == -5.f;
+  EXPECT_TRUE(clipped) << "the test data should reach the grid's lower clip";
+  // use_encodings false: plain float.
+  auto fp = f.reference([&](int64_t k, int64_t n) { return f.w[k * N + n]; });
+  expect_near(f.run(R"({"use_encodings": false})"), fp);
 }
 
 }  // namespace

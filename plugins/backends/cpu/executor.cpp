@@ -5,6 +5,7 @@
 #include <npuforge/kernels/movement.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -136,6 +137,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   fuse_transposed_matmuls();
   drop_unused_constants();
   plan_frees();
+  plan_activation_quant(ms);
 }
 
 // Runs every node whose inputs are all constant once, here, and keeps its outputs.
@@ -292,6 +294,41 @@ void GraphPlan::drop_unused_constants() {
     if (!used[s] && !constants_[s].empty_handle() && constants_[s].numel() > 64) constants_[s] = k::Tensor();
 }
 
+void ActivationGrid::apply(const float* x, float* y, int64_t n) const {
+  const float inv = 1.f / scale;
+  for (int64_t i = 0; i < n; ++i) {
+    float q = std::nearbyint(x[i] * inv) - offset;
+    q = std::min(std::max(q, 0.f), qmax);
+    y[i] = (q + offset) * scale;
+  }
+}
+
+// Values computed at run time (and graph inputs such as the KV cache) whose name carries a
+// PER_TENSOR integer encoding are rounded onto its grid. Weights are not here: packing puts
+// them on their grid once.
+void GraphPlan::plan_activation_quant(ModelSet ms) {
+  if (!opts_.use_encodings) return;
+  for (size_t s = 0; s < slot_names_.size(); ++s) {
+    if (!constants_[s].empty_handle() || !initializer_of_[s].empty()) continue;
+    const nf_encoding* e = ms.encoding(slot_names_[s]);
+    if (!e || e->is_float || e->num_scales != 1) continue;
+    if (e->bw < 2 || e->bw > 24 || !(e->scale[0] > 0))
+      throw Error("cpu backend: encoding of activation '" + slot_names_[s] + "' has bw " + std::to_string(e->bw) +
+                  " and scale " + std::to_string(e->scale[0]) + "; expected 2..24 bits and a positive scale");
+    act_grid_[static_cast<int>(s)] = {e->scale[0], static_cast<float>(e->offset[0]), std::ldexp(1.f, e->bw) - 1};
+  }
+}
+
+// t rounded onto the slot's activation grid, in a new buffer (t may alias an input, a
+// constant or a caller's tensor); t itself when the slot has no encoding or is not float.
+k::Tensor GraphPlan::quantized(int slot, const k::Tensor& t) const {
+  auto g = act_grid_.find(slot);
+  if (g == act_grid_.end() || t.empty_handle() || t.dtype() != NF_DTYPE_FLOAT32) return t;
+  k::Tensor q = k::Tensor::zeros(NF_DTYPE_FLOAT32, t.dims());
+  g->second.apply(t.data<float>(), q.mut<float>(), t.numel());
+  return q;
+}
+
 void GraphPlan::plan_frees() {
   std::vector<int> last(slot_names_.size(), -1);
   for (size_t i = 0; i < nodes_.size(); ++i)
@@ -321,7 +358,7 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
     for (size_t d = 0; shape_ok && d < dims.size(); ++d) shape_ok = vt.dims[d] < 0 || vt.dims[d] == dims[d];
     if (!shape_ok)
       throw Error("cpu backend: input '" + name + "' has shape " + k::dims_str(dims) + ", expected " + k::dims_str(vt.dims));
-    slots[it->slot] = from_host(t);
+    slots[it->slot] = quantized(it->slot, from_host(t));
     bound[it - inputs_.begin()] = true;
   }
   for (size_t i = 0; i < inputs_.size(); ++i)
@@ -360,7 +397,7 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
       throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
     }
     for (size_t o = 0; o < n.out.size(); ++o)
-      if (n.out[o] >= 0) slots[n.out[o]] = std::move(out[o]);
+      if (n.out[o] >= 0) slots[n.out[o]] = quantized(n.out[o], out[o]);
     for (int s : frees_after_[i])
       if (!keep[s]) slots[s] = k::Tensor();
   }

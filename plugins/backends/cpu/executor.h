@@ -20,6 +20,9 @@ struct SessionOptions {
   int threads = 0;                      // 0 = all cores
   std::string weight_dtype = "float32";  // float32 | int8 | int4
   int64_t block_size = 32;               // int4 block along the input dim
+  // Run what carries an encoding with the encoding's numerics: weights on the integer
+  // kernels at exactly their scales, activations (PER_TENSOR integer encodings on values and
+  // graph inputs) rounded onto their grid where they are produced.
   bool use_encodings = true;
 
   static SessionOptions parse(const nlohmann::json& j);
@@ -33,6 +36,16 @@ void check_supported(Graph g);
 // the same weight buffers): keyed by the source data pointer, layout and encoding.
 struct PackCache {
   std::map<std::tuple<const void*, bool, int64_t, int64_t, const void*>, std::shared_ptr<const k::PackedWeight>> packed;
+};
+
+// The integer grid of a PER_TENSOR activation encoding: real = (q + offset) * scale with q in
+// [0, 2^bw - 1] (AIMET convention).
+struct ActivationGrid {
+  float scale = 1;
+  float offset = 0;
+  float qmax = 255;
+  // Rounds x onto the grid (round half to even, clamped), as the integer chip stores it.
+  void apply(const float* x, float* y, int64_t n) const;
 };
 
 class GraphPlan {
@@ -50,6 +63,8 @@ class GraphPlan {
   void finish_deferred();
   void drop_unused_constants();
   void plan_frees();
+  void plan_activation_quant(ModelSet ms);
+  k::Tensor quantized(int slot, const k::Tensor& t) const;
 
   struct Input {
     std::string name;
@@ -67,6 +82,7 @@ class GraphPlan {
   std::vector<std::string> outputs_;
   std::vector<std::vector<int>> frees_after_;  // per node: slots whose last use it is
   std::map<int, int> transposed_of_;          // deferred constant 2-D Transpose: output slot -> input slot
+  std::map<int, ActivationGrid> act_grid_;    // computed slots whose values carry an encoding
 };
 
 // The kernels' view of a host tensor (zero-copy; keeps a reference to it).
