@@ -1,0 +1,57 @@
+// The aries backend: a simulator of Mobilint's ARIES / REGULUS NPUs. compile writes an
+// MXQ-like package at qb Compiler's bit config, open runs it with integer semantics on the
+// host, estimate times it with the hardware model of simulator.h.
+#include <npuforge/kernels/parallel.h>
+#include <npuforge/plugin.hpp>
+
+#include "compile.h"
+#include "session.h"
+
+namespace nf::aries {
+namespace {
+
+nf_status* compile(const char* options_json, const nf_model_set* ms, const char* out_dir, nf_context* ctx) {
+  return NF_TRY(compile_package(options_json, ms, out_dir, Context(ctx)));
+}
+
+nf_status* open(const char*, const char* dir, nf_context*, nf_session** out) {
+  return NF_TRY({
+    auto s = std::make_unique<Session>(dir);
+    *out = reinterpret_cast<nf_session*>(s.release());
+  });
+}
+
+void close(nf_session* s) { delete reinterpret_cast<Session*>(s); }
+
+nf_status* run(nf_session* s, const char* graph, const char* const* input_names, const nf_tensor* const* inputs,
+               size_t n_inputs, const char* const* output_names, nf_tensor** outputs, size_t n_outputs) {
+  return NF_TRY(reinterpret_cast<Session*>(s)->plan(graph).run(input_names, inputs, n_inputs, output_names, outputs,
+                                                               n_outputs));
+}
+
+// The options recorded in the package are the ones simulated (the host passes the
+// manifest's; they resolve to the same unless the package was edited, which its hashes refuse).
+nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_json_sink sink, void* user) {
+  return NF_TRY({
+    PackageInfo p = PackageInfo::read(dir);
+    nlohmann::json wl = Options(workload_json).json();
+    Workload w;
+    w.prompt_len = wl.value("prompt_len", int64_t{0});
+    w.context_len = wl.value("context_len", int64_t{0});
+    std::string out = simulate(p.model, p.options, p.device, w).dump();
+    sink(user, out.c_str());
+  });
+}
+
+const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, estimate, nullptr};
+
+const nf_plugin_descriptor kDescriptor = {
+    NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND, "aries", "0.1.0",
+    "Mobilint ARIES/REGULUS NPU simulator: qb-Compiler-style MXQ packages (int8/int4 weights per projection), "
+    "integer execution on the host, cycle-approximate timing",
+    kSchema, &kApi};
+
+}  // namespace
+}  // namespace nf::aries
+
+NF_PLUGIN_LIBRARY(&nf::aries::kDescriptor)

@@ -1,0 +1,309 @@
+#include "compile.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "model_info.h"
+#include "mxq.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::aries {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+std::string gib(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+void check_mode_on_device(const AriesOptions& o, const Device& d) {
+  if (!d.supports(o.core_mode))
+    throw Error("aries backend: core_mode '" + o.core_mode + "' is not supported by " + d.id + " (it runs: " +
+                nlohmann::json(d.core_modes).dump() + ")");
+  if (o.core_mode == "global4" && (d.local_cores_per_cluster < 4 || d.global_cores_per_cluster < 1))
+    throw Error("aries backend: core_mode 'global4' needs a cluster of 4 local cores and a global core on " + d.id);
+  if (o.core_mode == "global8" && (d.local_cores() < 8 || d.global_cores_per_cluster < 1))
+    throw Error("aries backend: core_mode 'global8' needs 8 local cores and global cores on " + d.id);
+}
+
+// Lengths from the graph when the options leave them open; the static graph's KV capacity bounds them.
+void resolve_lengths(AriesOptions& o, const ModelShape& s) {
+  if (o.llm.max_sequence_length == 0) {
+    if (!s.static_graph || s.kv_capacity == 0)
+      throw Error("aries backend: llm.max_sequence_length is required for a graph with dynamic shapes (or use preset 'llm')");
+    o.llm.max_sequence_length = s.kv_capacity;
+  }
+  if (o.llm.max_cache_length == 0) o.llm.max_cache_length = o.llm.max_sequence_length;
+  if (o.llm.max_cache_length > o.llm.max_sequence_length)
+    throw Error("aries backend: llm.max_cache_length " + std::to_string(o.llm.max_cache_length) +
+                " exceeds llm.max_sequence_length " + std::to_string(o.llm.max_sequence_length));
+  if (s.static_graph && s.kv_capacity > 0 && o.llm.max_cache_length > s.kv_capacity)
+    throw Error("aries backend: llm.max_cache_length " + std::to_string(o.llm.max_cache_length) +
+                " exceeds the graph's static context length " + std::to_string(s.kv_capacity) +
+                " (set llm.max_cache_length / max_sequence_length, or rebuild arcl with a longer context_length)");
+  if (o.prefill_chunk > o.llm.max_sequence_length)
+    throw Error("aries backend: prefill_chunk " + std::to_string(o.prefill_chunk) + " exceeds llm.max_sequence_length " +
+                std::to_string(o.llm.max_sequence_length));
+}
+
+bool has_kv_inputs(ModelSet ms) {
+  for (const Graph& g : ms.graphs())
+    for (const auto& in : g.inputs())
+      if (in.rfind("past_key_values.", 0) == 0) return true;
+  return false;
+}
+
+// Activation encodings at the device's widths: int8, 16-bit for the chosen kinds; the
+// range is the calibration encoding's (a quant recipe such as minmax writes them).
+nlohmann::json activation_table(ModelSet ms, const AriesOptions& o, const std::vector<Linear>& linears, size_t* missing) {
+  std::map<std::string, bool> wide;  // tensor -> needs 16 bits
+  auto mark = [&](const std::string& t, bool w) { wide[t] = wide[t] || w; };
+  for (const auto& l : linears) {
+    bool w = (l.ffn_down && o.act16("ffn_down")) || (l.kind != Kind::other && o.act16(kind_name(l.kind)));
+    mark(l.input, w);
+    mark(l.output, w);
+  }
+  for (const Graph& g : ms.graphs()) {
+    for (const auto& n : g.outputs())
+      if (n.rfind("present.", 0) == 0) mark(n, o.act16("kv_cache"));
+    for (const auto& n : g.inputs())
+      if (n.rfind("past_key_values.", 0) == 0) mark(n, o.act16("kv_cache"));
+  }
+  nlohmann::json table = nlohmann::json::object();
+  *missing = 0;
+  for (const auto& [name, w] : wide) {
+    const nf_encoding* e = ms.encoding(name);
+    if (!e || e->is_float || e->enc_type != NF_ENC_PER_TENSOR || e->num_scales != 1) {
+      ++*missing;
+      continue;
+    }
+    double lo = static_cast<double>(e->offset[0]) * e->scale[0];
+    double hi = (static_cast<double>(e->offset[0]) + std::ldexp(1.0, e->bw) - 1.0) * e->scale[0];
+    int bw = w ? 16 : 8;
+    lo = std::min(lo, 0.0);
+    hi = std::max(hi, 0.0);
+    double scale = hi > lo ? (hi - lo) / (std::ldexp(1.0, bw) - 1.0) : 1.0;
+    table[name] = {{"bw", bw}, {"scale", static_cast<float>(scale)},
+                   {"offset", static_cast<int32_t>(std::nearbyint(lo / scale))}};
+  }
+  return table;
+}
+
+nlohmann::json linears_json(const std::vector<Linear>& ls, const AriesOptions& o,
+                            const std::vector<std::pair<int64_t, int64_t>>& parts) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& l : ls) {
+    int64_t part = static_cast<int64_t>(parts.size()) - 1;
+    for (size_t p = 0; p < parts.size(); ++p)
+      if (l.block >= parts[p].first && l.block < parts[p].second) part = static_cast<int64_t>(p);
+    a.push_back({{"weight", l.weight}, {"kind", kind_name(l.kind)}, {"ffn_down", l.ffn_down}, {"block", l.block},
+                 {"K", l.K}, {"N", l.N}, {"bits", o.bits.of(l.kind)}, {"nk", l.nk}, {"part", part}});
+  }
+  return a;
+}
+
+std::string part_file(size_t i, size_t n) {
+  return "part_" + std::to_string(i) + "_of_" + std::to_string(n) + ".mxq";
+}
+
+// The graph structure without the quantized weights (placeholders of one element): the
+// containers carry those. Saved through a temporary copy since the input set is const.
+void save_graph(const nf_model_set* ms_in, const std::vector<Linear>& ls, const std::string& dir) {
+  std::string tmp = dir + "/.source";
+  fs::create_directory(tmp);
+  check(host().model_set_save(ms_in, tmp.c_str()));
+  nf_model_set* raw = nullptr;
+  check(host().model_set_load(tmp.c_str(), &raw));
+  struct Release {
+    nf_model_set* m;
+    ~Release() { host().model_set_release(m); }
+  } release{raw};
+  ModelSet copy(raw);
+  std::set<std::string> quantized;
+  for (const auto& l : ls) quantized.insert(l.weight);
+  int64_t one = 1;
+  Tensor placeholder = Tensor::create(NF_DTYPE_FLOAT32, std::span<const int64_t>(&one, 1));
+  *placeholder.mutable_as<float>() = 0.f;
+  for (const Graph& g : copy.graphs()) {
+    Graph gg = g;
+    for (const auto& name : g.initializer_names())
+      if (quantized.count(name)) gg.set_initializer(name, placeholder);
+  }
+  while (host().model_set_encoding_count(raw) > 0)
+    check(host().model_set_remove_encoding(raw, host().model_set_encoding_name(raw, 0)));
+  fs::create_directory(dir + "/graph");
+  check(host().model_set_save(raw, (dir + "/graph").c_str()));
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+
+void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out) {
+  const int64_t K = out.K, N = out.N;
+  const float qmax = std::ldexp(1.f, bits - 1) - 1.f, qmin = -qmax - 1.f;
+  out.q.assign(static_cast<size_t>(K * N), 0);
+  out.scale.assign(static_cast<size_t>(N), 1.f);
+  std::vector<float> col(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    float absmax = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      col[static_cast<size_t>(k)] = nk ? w[n * K + k] : w[k * N + n];
+      absmax = std::max(absmax, std::fabs(col[static_cast<size_t>(k)]));
+    }
+    auto err_of = [&](float s) {
+      double e = 0;
+      for (float x : col) {
+        float q = std::clamp(std::nearbyint(x / s), qmin, qmax);
+        e += (q * s - x) * (q * s - x);
+      }
+      return e;
+    };
+    float best = absmax > 0 ? absmax / qmax : 1.f;
+    if (search && absmax > 0) {
+      double best_err = err_of(best);
+      for (int i = 10; i < 20; ++i) {
+        float s = absmax * static_cast<float>(i) / 20.f / qmax;
+        double e = err_of(s);
+        if (e < best_err) best_err = e, best = s;
+      }
+    }
+    out.scale[static_cast<size_t>(n)] = best;
+    for (int64_t k = 0; k < K; ++k)
+      out.q[static_cast<size_t>(n * K + k)] =
+          static_cast<int8_t>(std::clamp(std::nearbyint(col[static_cast<size_t>(k)] / best), qmin, qmax));
+  }
+}
+
+void compile_package(const char* options_json, const nf_model_set* ms_in, const std::string& out, Context ctx) {
+  AriesOptions o = AriesOptions::resolve(Options(options_json).json());
+  Device d = load_device(o.device, o.device_file);
+  check_mode_on_device(o, d);
+  ModelSet ms(const_cast<nf_model_set*>(ms_in));
+  ModelInfo info = inspect(ms);
+  if (!o.estimate_only) check_compilable(ms);
+  if (has_kv_inputs(ms) && !o.llm.apply)
+    throw Error("aries backend: the graph has KV-cache inputs (past_key_values.*): compile it with llm.apply = true "
+                "(LlmConfig) or preset 'llm'");
+  resolve_lengths(o, info.shape);
+  auto parts = part_ranges(o, info.shape.layers);
+
+  SimModel sim;
+  sim.shape = info.shape;
+  sim.parts = static_cast<int64_t>(parts.size());
+  for (const auto& l : info.linears) sim.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
+  MemoryPlan mem = memory_plan(sim, o, o.llm.max_cache_length);
+  double capacity = d.dram_bytes - d.dram_reserved_bytes;
+  if (mem.total() > capacity)
+    throw Error("aries backend: the model needs " + gib(mem.total()) + " of device memory (weights " +
+                gib(mem.weight_bytes) + ", KV cache " + gib(mem.kv_cache_bytes) + " for batch " +
+                std::to_string(o.llm.batch_size) + " x " + std::to_string(o.llm.max_cache_length) + " tokens, scratch " +
+                gib(mem.activation_bytes) + "); " + d.id + " has " + gib(capacity) + " for models");
+
+  size_t missing = 0;
+  nlohmann::json acts = activation_table(ms, o, info.linears, &missing);
+  bool calibrated = !acts.empty();
+  sim.activations_calibrated = calibrated;
+  if (!calibrated)
+    ctx.warn("aries: the model set has no calibration encodings: activations will run in float (weights at their "
+             "integer grids only); add [calibration] and a quant recipe such as minmax for int8/16-bit activations");
+  else if (missing > 0)
+    ctx.warn("aries: " + std::to_string(missing) + " linear/KV activations have no calibration encoding and run in float");
+
+  nlohmann::json linears = linears_json(info.linears, o, parts);
+  nlohmann::json parts_json = nlohmann::json::array();
+  for (size_t p = 0; p < parts.size(); ++p) {
+    double bytes = 0;
+    for (const auto& l : linears)
+      if (l["part"] == static_cast<int64_t>(p)) bytes += l["K"].get<double>() * l["N"].get<double>() * l["bits"].get<double>() / 8.0;
+    parts_json.push_back({{"file", o.estimate_only ? "" : part_file(p, parts.size())},
+                          {"blocks", {parts[p].first, parts[p].second}},
+                          {"weight_bytes", bytes}});
+  }
+
+  if (!o.estimate_only) {
+    for (const auto& l : info.linears)
+      if (l.via_transpose)
+        throw Error("aries backend: the LM head '" + l.node + "' reads the embedding through a Transpose (tied "
+                    "weights); export with a separate lm_head weight, or compile with estimate_only");
+    // Weights of each part into its container, quantized at the bit config.
+    size_t done = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      MxqWriter wr(out + "/" + part_file(p, parts.size()),
+                   {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode},
+                    {"part", p}, {"parts", parts.size()}, {"blocks", {parts[p].first, parts[p].second}}});
+      for (size_t i = 0; i < info.linears.size(); ++i) {
+        const Linear& l = info.linears[i];
+        if (linears[i]["part"] != static_cast<int64_t>(p)) continue;
+        ctx.progress(done++, info.linears.size(), "quantizing " + l.weight);
+        Tensor t;
+        for (const Graph& g : ms.graphs())
+          if (!t) t = g.initializer(l.weight);
+        if (t.dtype() != NF_DTYPE_FLOAT32)
+          throw Error("aries backend: weight '" + l.weight + "' is " + dtype_name(t.dtype()) +
+                      "; compile takes float32 weights (or use estimate_only)");
+        QuantWeight q;
+        q.name = l.weight;
+        q.kind = kind_name(l.kind);
+        q.block = l.block;
+        q.K = l.K;
+        q.N = l.N;
+        q.nk = l.nk;
+        q.bits = o.bits.of(l.kind);
+        quantize_weight(t.data_as<float>(), l.nk, q.bits, o.search_weight_scale.on(l.kind), q);
+        wr.add(q);
+      }
+      wr.finish();
+    }
+    save_graph(ms_in, info.linears, out);
+  }
+
+  nlohmann::json meta = {{"backend", "aries"},
+                         {"version", kVersion},
+                         {"options", o.to_json()},
+                         {"preset_extras", o.preset_extras},
+                         {"device", d.raw},
+                         {"model", info.shape.to_json()},
+                         {"linears", linears},
+                         {"parts", parts_json},
+                         {"activations", acts},
+                         {"activations_calibrated", calibrated},
+                         {"estimate_only", o.estimate_only},
+                         {"memory", {{"weight_bytes", mem.weight_bytes}, {"kv_cache_bytes", mem.kv_cache_bytes},
+                                     {"activation_bytes", mem.activation_bytes}, {"capacity_bytes", capacity}}}};
+  std::ofstream f(out + "/aries.json");
+  f << meta.dump(1) << "\n";
+  if (!f) throw Error("aries backend: cannot write " + out + "/aries.json");
+  ctx.info("aries: " + std::to_string(info.linears.size()) + " linear weights in " + std::to_string(parts.size()) +
+           " part(s), " + gib(mem.total()) + " of " + gib(capacity) + " device memory" +
+           (o.estimate_only ? " (estimate_only: no weights written)" : ""));
+}
+
+PackageInfo PackageInfo::read(const std::string& dir) {
+  std::ifstream f(dir + "/aries.json");
+  if (!f) throw Error("aries backend: " + dir + " has no aries.json (not an aries package)");
+  PackageInfo p;
+  p.meta = nlohmann::json::parse(f, nullptr, false);
+  if (p.meta.is_discarded() || p.meta.value("backend", "") != "aries")
+    throw Error("aries backend: " + dir + "/aries.json is not an aries package description");
+  p.options = AriesOptions::resolve(p.meta.at("options"));
+  p.device = Device::from_json(p.meta.at("device"), dir + "/aries.json (device)");
+  p.model.shape = ModelShape::from_json(p.meta.at("model"));
+  p.model.parts = static_cast<int64_t>(p.meta.at("parts").size());
+  p.model.activations_calibrated = p.meta.value("activations_calibrated", false);
+  p.model.estimate_only = p.meta.value("estimate_only", false);
+  static const std::map<std::string, Kind> kinds = {{"query", Kind::query}, {"key", Kind::key},   {"value", Kind::value},
+                                                    {"output", Kind::output}, {"ffn", Kind::ffn}, {"head", Kind::head},
+                                                    {"other", Kind::other}};
+  for (const auto& l : p.meta.at("linears"))
+    p.model.linears.push_back({kinds.at(l.at("kind").get<std::string>()), l.at("ffn_down"), l.at("block"), l.at("K"),
+                               l.at("N"), l.at("bits")});
+  return p;
+}
+
+}  // namespace nf::aries

@@ -1,0 +1,30 @@
+// compile: the model set -> an aries package (artifacts/aries.json, part_I_of_N.mxq
+// containers, graph/ with the model's structure and its float non-linear weights).
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include "device.h"
+#include "mxq.h"
+#include "options.h"
+#include "simulator.h"
+
+namespace nf::aries {
+
+void compile_package(const char* options_json, const nf_model_set* ms, const std::string& out_dir, Context ctx);
+
+// The package's description (aries.json) and what the simulator needs from it.
+struct PackageInfo {
+  nlohmann::json meta;
+  AriesOptions options;
+  Device device;
+  SimModel model;
+  static PackageInfo read(const std::string& artifacts_dir);
+};
+
+// Symmetric per-channel quantization of w (row-major, [K, N] or [N, K] when nk) at `bits`;
+// with `search`, each channel's clip is the candidate (absmax * i / 20, i = 10..20) with
+// the least squared error.
+void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out);
+
+}  // namespace nf::aries

@@ -1,0 +1,212 @@
+#include "model_info.h"
+
+#include <map>
+#include <regex>
+#include <set>
+
+namespace nf::aries {
+
+nlohmann::json ModelShape::to_json() const {
+  return {{"layers", layers},     {"hidden", hidden},   {"heads", heads},
+          {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"intermediate", intermediate},
+          {"vocab", vocab},       {"static_graph", static_graph}, {"kv_capacity", kv_capacity},
+          {"max_rows", max_rows}};
+}
+
+ModelShape ModelShape::from_json(const nlohmann::json& j) {
+  ModelShape s;
+  s.layers = j.at("layers");
+  s.hidden = j.at("hidden");
+  s.heads = j.at("heads");
+  s.kv_heads = j.at("kv_heads");
+  s.head_dim = j.at("head_dim");
+  s.intermediate = j.at("intermediate");
+  s.vocab = j.at("vocab");
+  s.static_graph = j.at("static_graph");
+  s.kv_capacity = j.at("kv_capacity");
+  s.max_rows = j.at("max_rows");
+  return s;
+}
+
+namespace {
+
+// Kind from the exporter's node names (/model/layers.N/self_attn/q_proj/MatMul, ...).
+void classify(Linear& l) {
+  static const std::regex block_re(R"(layers[./_](\d+)[./_])");
+  std::smatch m;
+  std::string key = l.node + " " + l.weight;
+  if (std::regex_search(key, m, block_re)) l.block = std::stoll(m[1]);
+  auto has = [&](const char* s) { return key.find(s) != std::string::npos; };
+  if (has("q_proj")) l.kind = Kind::query;
+  else if (has("k_proj")) l.kind = Kind::key;
+  else if (has("v_proj")) l.kind = Kind::value;
+  else if (has("o_proj")) l.kind = Kind::output;
+  else if (has("gate_proj") || has("up_proj") || has("down_proj") || has("/mlp/")) l.kind = Kind::ffn;
+  else if (has("lm_head")) l.kind = Kind::head;
+  l.ffn_down = has("down_proj");
+}
+
+int64_t cfg_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
+  return cfg.is_object() && cfg.contains(key) && cfg[key].is_number_integer() ? cfg[key].get<int64_t>() : fallback;
+}
+
+}  // namespace
+
+ModelInfo inspect(ModelSet ms) {
+  ModelInfo info;
+  std::set<std::string> seen;
+  for (const Graph& g : ms.graphs()) {
+    std::set<std::string> inits;
+    for (auto& n : g.initializer_names()) inits.insert(n);
+    std::map<std::string, Node> producer;
+    for (const Node& n : g.nodes())
+      for (auto& o : n.outputs()) producer.emplace(o, n);
+    for (const Node& node : g.nodes()) {
+      if (node.op_type() != "MatMul" && node.op_type() != "Gemm") continue;
+      Linear l;
+      l.node = std::string(node.name());
+      l.input = node.input(0);
+      l.output = node.output(0);
+      std::string b = node.input(1);
+      bool gemm = node.op_type() == "Gemm";
+      if (gemm && node.attr_int("transA", 0) != 0) continue;
+      l.nk = gemm && node.attr_int("transB", 0) != 0;
+      if (!inits.count(b)) {
+        // A tied head reads the embedding through Transpose(perm [1, 0]).
+        auto p = producer.find(b);
+        if (p == producer.end() || p->second.op_type() != "Transpose" || !inits.count(p->second.input(0))) continue;
+        b = p->second.input(0);
+        l.nk = !l.nk;
+        l.via_transpose = true;
+      }
+      l.weight = b;
+      Tensor t = g.initializer(b);
+      auto d = t.dims();
+      if (d.size() != 2) continue;
+      if (t.dtype() != NF_DTYPE_FLOAT32 && t.dtype() != NF_DTYPE_FLOAT16)
+        continue;
+      l.K = l.nk ? d[1] : d[0];
+      l.N = l.nk ? d[0] : d[1];
+      if (seen.count(b + (l.via_transpose ? "^T" : ""))) continue;
+      seen.insert(b + (l.via_transpose ? "^T" : ""));
+      classify(l);
+      // The linear that feeds `logits` (through single-input ops) is the head.
+      if (l.kind == Kind::other) {
+        std::string v = "logits";
+        for (int hops = 0; hops < 8; ++hops) {
+          if (v == l.output) { l.kind = Kind::head; break; }
+          auto it = producer.find(v);
+          if (it == producer.end() || it->second.input_count() == 0) break;
+          v = it->second.input(0);
+        }
+      }
+      info.linears.push_back(l);
+    }
+  }
+  if (info.linears.empty()) throw Error("aries backend: no MatMul/Gemm with a constant 2-D weight: not a decoder model");
+
+  // Dimensions: the HF config when the set carries it, else what the weights say.
+  nlohmann::json cfg = ms.metadata("config");
+  ModelShape& s = info.shape;
+  int64_t max_block = -1;
+  for (auto& l : info.linears) max_block = std::max(max_block, l.block);
+  s.layers = cfg_int(cfg, "num_hidden_layers", max_block + 1);
+  for (auto& l : info.linears) {
+    if (l.kind == Kind::query && s.hidden == 0) s.hidden = l.K;
+    if (l.kind == Kind::ffn && !l.ffn_down && s.intermediate == 0) s.intermediate = l.N;
+    if (l.kind == Kind::head) s.vocab = l.N;
+  }
+  s.hidden = cfg_int(cfg, "hidden_size", s.hidden);
+  s.intermediate = cfg_int(cfg, "intermediate_size", s.intermediate);
+  s.vocab = cfg_int(cfg, "vocab_size", s.vocab);
+  s.heads = cfg_int(cfg, "num_attention_heads", 0);
+  s.kv_heads = cfg_int(cfg, "num_key_value_heads", s.heads);
+  s.head_dim = cfg_int(cfg, "head_dim", s.heads > 0 ? s.hidden / s.heads : 0);
+  // KV shape from the graph when the config is absent: past_key_values.0.value [.., n_kv, L, hd]
+  // in the HF layout, [n_kv, 1, L, hd] after arcl.
+  Graph g0 = ms.graph(0);
+  ValueType vt;
+  if (s.heads == 0 && g0.value_type("past_key_values.0.value", &vt) && vt.dims.size() == 4) {
+    s.kv_heads = vt.dims[0] == 1 || vt.dims[0] < 0 ? vt.dims[1] : vt.dims[0];
+    s.head_dim = vt.dims[3];
+    for (auto& l : info.linears)
+      if (l.kind == Kind::query && s.head_dim > 0) s.heads = l.N / s.head_dim;
+  }
+  if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0)
+    throw Error("aries backend: cannot tell the decoder's layers/heads/head_dim (no HF config in the model set and no "
+                "q_proj / past_key_values.0.value to read them from)");
+
+  // Static context (arcl: attention_mask [1, 1, AR, CL]) and rows per call.
+  s.static_graph = true;
+  for (const Graph& g : ms.graphs()) {
+    ValueType ids, mask;
+    bool has_ids = g.value_type("input_ids", &ids), has_mask = g.value_type("attention_mask", &mask);
+    for (const auto& in : g.inputs()) {
+      ValueType t;
+      if (!g.value_type(in, &t)) continue;
+      for (int64_t d : t.dims)
+        if (d <= 0) s.static_graph = false;
+    }
+    if (has_ids && !ids.dims.empty() && ids.dims.back() > 0) s.max_rows = std::max(s.max_rows, ids.dims.back());
+    if (has_mask && !mask.dims.empty() && mask.dims.back() > 0) s.kv_capacity = std::max(s.kv_capacity, mask.dims.back());
+  }
+  if (!s.static_graph) s.kv_capacity = 0;
+  return info;
+}
+
+void check_compilable(ModelSet ms) {
+  // What the ARIES compiler model lowers: linear algebra, element-wise math, normalisation,
+  // softmax and data movement with static shapes. No data-dependent ops (TopK, Scatter*,
+  // NonZero, loops).
+  static const std::set<std::string> kOps = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf", "Tanh",
+      "Sigmoid", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "ReduceMean",
+      "ReduceSum", "ReduceMax", "LayerNormalization", "Reshape", "Transpose", "Concat", "Slice", "Split",
+      "Squeeze", "Unsqueeze", "Gather", "Expand", "Tile", "Where", "Cast", "Constant", "ConstantOfShape",
+      "Shape", "Identity", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Not",
+      "Range", "Flatten", "Trilu"};
+  for (const Graph& g : ms.graphs()) {
+    for (const auto& in : g.inputs()) {
+      ValueType t;
+      if (!g.value_type(in, &t)) throw Error("aries backend: graph '" + g.name() + "' input '" + in + "' has no type");
+      for (size_t a = 0; a < t.dims.size(); ++a)
+        if (t.dims[a] <= 0)
+          throw Error("aries backend: graph '" + g.name() + "' input '" + in + "' has a symbolic dimension " +
+                      std::to_string(a) + (t.dim_params[a].empty() ? "" : " ('" + t.dim_params[a] + "')") +
+                      ": ARIES runs static shapes only; apply the arcl transform first (or compile with estimate_only)");
+    }
+    size_t i = 0;
+    for (const Node& n : g.nodes()) {
+      std::string op(n.op_type());
+      if ((!n.domain().empty() && n.domain() != "ai.onnx") || !kOps.count(op))
+        throw Error("aries backend: operator '" + op + "' (node " + std::to_string(i) + " '" + std::string(n.name()) +
+                    "' of graph '" + g.name() + "') is not supported by ARIES");
+      ++i;
+    }
+  }
+}
+
+std::vector<std::pair<int64_t, int64_t>> part_ranges(const AriesOptions& o, int64_t layers) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  if (o.split_parts > 0) {
+    if (o.split_parts > layers)
+      throw Error("aries backend: split_parts " + std::to_string(o.split_parts) + " exceeds the model's " +
+                  std::to_string(layers) + " transformer blocks");
+    for (int64_t p = 0; p < o.split_parts; ++p) r.emplace_back(p * layers / o.split_parts, (p + 1) * layers / o.split_parts);
+  } else if (!o.split_blocks.empty()) {
+    int64_t start = 0;
+    for (int64_t b : o.split_blocks) {
+      if (b <= 0 || b >= layers)
+        throw Error("aries backend: split_blocks entry " + std::to_string(b) + " is outside 1.." +
+                    std::to_string(layers - 1) + " (the model has " + std::to_string(layers) + " blocks)");
+      r.emplace_back(start, b);
+      start = b;
+    }
+    r.emplace_back(start, layers);
+  } else {
+    r.emplace_back(0, layers);
+  }
+  return r;
+}
+
+}  // namespace nf::aries
