@@ -1,0 +1,28 @@
+// Where a decoder graph may be cut, found by structure: the embedding lookup's output and
+// the end of every decoder layer (the residual-Add heuristic), or the outputs of nodes
+// whose names match a user regex.
+#pragma once
+
+#include <npuforge/graph/graph_view.h>
+
+#include <string>
+#include <vector>
+
+namespace split {
+
+// The output of the token-embedding lookup: a Gather of an initializer table at indices
+// computed from input_ids. Throws nf::Error when there is not exactly one.
+std::string find_embedding_output(const nf::graph::GraphView& view);
+
+// The residual stream from `start` (the embedding output): each step is an Add of the
+// stream (through no-op Cast/Identity) and a branch computed from it. Decoder layer l ends
+// at the second of its two residual Adds. Returns one value per layer; throws nf::Error
+// when the graph does not show 2 residual Adds per layer.
+std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& start,
+                                             int64_t layers);
+
+// First outputs of the nodes whose name matches `regex` (std::regex_search), in graph
+// order (the graph must be sorted). Throws nf::Error when nothing matches.
+std::vector<std::string> regex_layer_ends(const nf::graph::GraphView& view, const std::string& regex);
+
+}  // namespace split
