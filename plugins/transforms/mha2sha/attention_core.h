@@ -1,0 +1,63 @@
+// Finds attention blocks by structure: Softmax between a score MatMul (Q x K^T) and a value
+// MatMul, and traces Q, K and V back to the linear projections that pack the heads. Every
+// value between a projection and the attention keeps heads on axis 1 ([1, heads, rows,
+// head_dim]), which is what lets mha2sha copy those nodes once per head.
+#pragma once
+
+#include <npuforge/graph/graph_view.h>
+#include <npuforge/graph/value_types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph_edit.h"
+
+namespace mha2sha {
+
+// A linear projection whose output is cut into heads:
+// MatMul(x, W [in, heads*head_dim]) [+ bias] -> Reshape [1, rows, heads, head_dim]
+// -> Transpose(0, 2, 1, 3), then head-wise nodes (RoPE, scaling) up to `end`.
+struct HeadBranch {
+  std::string x;            // projection input [1, rows, in]
+  std::string weight;       // 2-D initializer [in, heads*head_dim]
+  std::string bias;         // 1-D initializer [heads*head_dim] or ""
+  bool bias_first = false;  // Add(bias, MatMul) rather than Add(MatMul, bias)
+  std::string heads_out;    // Transpose output [1, heads, rows, head_dim]
+  std::vector<nf_node*> region;  // nodes from heads_out to end, in graph order
+  std::string end;          // [1, heads, rows, head_dim]
+  int64_t heads = 0, head_dim = 0, rows = 0;
+};
+
+// The cache a K or V branch is appended to: Concat(past, new) along the rows.
+struct PastCache {
+  std::string input;   // the graph input
+  Dims perm;           // hf view [1, n_kv, T, head_dim] = Transpose(input, perm); identity if none
+  bool past_first = true;
+  Dims input_dims;
+};
+
+struct AttentionCore {
+  nf_node* score = nullptr;  // MatMul(q, K^T)
+  nf_node* value = nullptr;  // MatMul(probabilities, V)
+  nf_node* softmax = nullptr;
+  std::vector<nf_node*> score_chain;  // from score's output to value's first input, in order
+  HeadBranch q, k, v;
+  std::optional<PastCache> k_past, v_past;
+  // Nodes that turn the new K/V rows into graph outputs (present.N.*): Identity or Transpose.
+  std::vector<nf_node*> k_outputs, v_outputs;
+  std::string label;  // for messages: the Softmax's name
+};
+
+// Every attention block whose Softmax is found in `g`. Blocks that do not fit the pattern
+// are skipped when `strict` is false, else reported.
+struct CoreSearch {
+  std::vector<AttentionCore> cores;
+  std::vector<std::string> rejected;  // "<softmax>: <why>"
+};
+CoreSearch find_attention_cores(const nf::graph::GraphView& view);
+
+// The core a start point names (its Softmax or one of its two MatMuls), or null.
+const AttentionCore* core_of_node(const std::vector<AttentionCore>& cores, const std::string& node_name);
+
+}  // namespace mha2sha

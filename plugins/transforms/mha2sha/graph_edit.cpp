@@ -1,0 +1,98 @@
+#include "graph_edit.h"
+
+#include <npuforge/graph/value_types.h>
+
+#include <cstring>
+
+namespace mha2sha {
+
+Dims static_dims(const nf::Graph& g, const std::string& value, const std::string& what) {
+  auto t = nf::graph::get_value_type(g, value);
+  if (!t || !t->is_static())
+    throw nf::Error("mha2sha: graph " + g.name() + ": " + what + " '" + value +
+                    "' has no static shape (run arcl first: mha2sha works on static graphs)");
+  return *t->dims;
+}
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+GraphEditor::GraphEditor(nf::Graph g, std::string prefix) : g_(g), prefix_(std::move(prefix)), names_(g) {}
+
+std::string GraphEditor::int64_constant(const std::vector<int64_t>& values) {
+  auto it = constants_.find(values);
+  if (it != constants_.end()) return it->second;
+  const int64_t n = static_cast<int64_t>(values.size());
+  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{n});
+  std::memcpy(t.mutable_data(), values.data(), values.size() * sizeof(int64_t));
+  std::string name = names_.make(prefix_ + "const");
+  g_.set_initializer(name, t);
+  constants_[values] = name;
+  return name;
+}
+
+nf::Node GraphEditor::add(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
+                          const std::string& label) {
+  return g_.add_node(op, in, out, names_.make(prefix_ + label));
+}
+
+nf::Node GraphEditor::clone(const nf::Node& src, const std::vector<std::string>& inputs,
+                            const std::vector<std::string>& outputs, const std::string& label) {
+  nf::Node n = g_.add_node(std::string(src.op_type()), inputs, outputs, names_.make(prefix_ + label),
+                           std::string(src.domain()));
+  const nf_host_api& h = nf::host();
+  for (size_t i = 0; i < h.node_attr_count(src.get()); ++i) {
+    const char* a = h.node_attr_name(src.get(), i);
+    switch (h.node_attr_type(src.get(), a)) {
+      case NF_ATTR_INT: n.set_attr(a, src.attr_int(a, 0)); break;
+      case NF_ATTR_FLOAT: n.set_attr(a, src.attr_float(a, 0.f)); break;
+      case NF_ATTR_STRING: n.set_attr(a, src.attr_string(a, "")); break;
+      case NF_ATTR_INTS: n.set_attr(a, src.attr_ints(a)); break;
+      case NF_ATTR_FLOATS: n.set_attr(a, src.attr_floats(a)); break;
+      case NF_ATTR_TENSOR: n.set_attr(a, src.attr_tensor(a)); break;
+      default:
+        throw nf::Error("mha2sha: cannot copy attribute '" + std::string(a) + "' of node '" + std::string(src.name()) + "'");
+    }
+  }
+  return n;
+}
+
+std::string GraphEditor::reshape(const std::string& value, const Dims& from, const Dims& to, const std::string& label) {
+  if (from == to) return value;
+  std::string out = names_.make(value + ".r");
+  add("Reshape", {value, int64_constant(to)}, {out}, label);
+  return out;
+}
+
+std::string GraphEditor::permute(const std::string& value, const Dims& dims, const Dims& perm, const std::string& label) {
+  Dims out_dims;
+  std::vector<int64_t> moved;  // source axes of size > 1, in output order
+  for (int64_t p : perm) {
+    out_dims.push_back(dims[p]);
+    if (dims[p] != 1) moved.push_back(p);
+  }
+  bool bytes_stay = true;
+  for (size_t i = 1; i < moved.size(); ++i) bytes_stay &= moved[i - 1] < moved[i];
+  std::string key = value;
+  for (int64_t d : out_dims) key += "," + std::to_string(d);
+  key += bytes_stay ? "|r" : "|t";
+  for (int64_t p : moved) key += "," + std::to_string(p);
+  auto it = permuted_.find(key);
+  if (it != permuted_.end()) return it->second;
+  std::string out;
+  if (bytes_stay) {
+    out = reshape(value, dims, out_dims, label);
+  } else {
+    out = names_.make(value + ".t");
+    add("Transpose", {value}, {out}, label).set_attr("perm", perm);
+  }
+  permuted_[key] = out;
+  return out;
+}
+
+}  // namespace mha2sha

@@ -1,0 +1,52 @@
+// Small graph edits mha2sha needs beyond npuforge::graph: copying a node with its
+// attributes, int64 constants, static dims, and transposes that skip no-op layouts.
+#pragma once
+
+#include <npuforge/graph/unique_names.h>
+#include <npuforge/plugin.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mha2sha {
+
+using Dims = std::vector<int64_t>;
+
+// Static dims of a value; throws nf::Error naming `what` when the type is unknown or dynamic.
+Dims static_dims(const nf::Graph& g, const std::string& value, const std::string& what);
+int64_t numel(const Dims& d);
+// `axis` of a rank-`rank` tensor as a non-negative index.
+int64_t normalize_axis(int64_t axis, int64_t rank);
+
+// Values read through the ABI once per graph: int64 constant initializers by content.
+class GraphEditor {
+ public:
+  GraphEditor(nf::Graph g, std::string prefix);
+
+  nf::Graph graph() const { return g_; }
+  std::string fresh(const std::string& base) { return names_.make(base); }
+  void reserve(const std::string& name) { names_.reserve(name); }
+  // An int64 initializer holding `values` (one per distinct content and graph).
+  std::string int64_constant(const std::vector<int64_t>& values);
+  // Adds a node; its name is prefix + `label`, made unique.
+  nf::Node add(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
+               const std::string& label);
+  // A copy of `src` reading `inputs` and writing `outputs`, all attributes copied.
+  nf::Node clone(const nf::Node& src, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+                 const std::string& label);
+  // `value` (dims `dims`) permuted by `perm`. When only size-1 axes move, the bytes do not:
+  // a Reshape (or nothing) stands in for the Transpose. Equal requests share one result.
+  std::string permute(const std::string& value, const Dims& dims, const Dims& perm, const std::string& label);
+  // `value` reshaped to `dims` (nothing when it already has them).
+  std::string reshape(const std::string& value, const Dims& from, const Dims& to, const std::string& label);
+
+ private:
+  nf::Graph g_;
+  std::string prefix_;
+  nf::graph::UniqueNames names_;
+  std::map<std::vector<int64_t>, std::string> constants_;
+  std::map<std::string, std::string> permuted_;
+};
+
+}  // namespace mha2sha
