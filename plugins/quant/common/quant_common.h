@@ -144,8 +144,150 @@ inline EncodingData symmetric_weight_encoding(const float* w, const LinearWeight
   return e;
 }
 
+struct Range {
+  float lo = INFINITY, hi = -INFINITY;
+};
+
+// How activation ranges are estimated from calibration (AIMET's range estimators):
+//   minmax:     the min and max seen;
+//   percentile: the (100 - p)th and pth percentiles of all values (outliers clipped);
+//   mse:        the range [f lo, f hi], f in (0, 1], of least expected squared
+//               quantization error over the values' histogram at the encoding's bit width.
+struct ActivationRange {
+  enum Method { minmax, percentile, mse } method = minmax;
+  double percent = 99.99;  // for percentile
+
+  // Reads "activation_range" and "percentile" from recipe options.
+  static ActivationRange from(const Options& opts) {
+    ActivationRange r;
+    std::string m = opts.get<std::string>("activation_range", "minmax");
+    r.method = m == "percentile" ? percentile : m == "mse" ? mse : minmax;
+    r.percent = opts.get<double>("percentile", 99.99);
+    return r;
+  }
+};
+
+// JSON-schema properties of ActivationRange, for the recipes' schemas.
+#define NF_QUANT_ACTIVATION_RANGE_SCHEMA                                                                   \
+  "\"activation_range\": {\"type\": \"string\", \"enum\": [\"minmax\", \"percentile\", \"mse\"], "          \
+  "\"default\": \"minmax\", \"description\": \"range estimator of activation and KV encodings\"}, "              \
+  "\"percentile\": {\"type\": \"number\", \"minimum\": 50, \"maximum\": 100, \"default\": 99.99, "               \
+  "\"description\": \"activation_range = percentile: the percentile kept at each end\"}"
+
+// A value histogram over a fixed range (the min/max of a first pass).
+struct Histogram {
+  static constexpr int kBins = 2048;
+  Range range;
+  std::vector<double> count = std::vector<double>(kBins, 0.0);
+  double width() const { return (static_cast<double>(range.hi) - range.lo) / kBins; }
+  void add(const float* p, size_t n) {
+    const double w = width();
+    if (!(w > 0)) {
+      count[0] += static_cast<double>(n);
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      int b = static_cast<int>((p[i] - range.lo) / w);
+      count[static_cast<size_t>(std::clamp(b, 0, kBins - 1))] += 1;
+    }
+  }
+  double center(int b) const { return range.lo + (b + 0.5) * width(); }
+};
+
+// Runs every calibration batch, handing each named float value to `visit(index, data, n)`.
+template <class Visit>
+void for_each_calibration_value(const ModelSet& ms, nf_calibration* calib, const std::vector<std::string>& names,
+                                const Context& ctx, const std::string& what, Visit visit) {
+  std::vector<const char*> cnames;
+  for (auto& n : names) cnames.push_back(n.c_str());
+  size_t batches = host().calibration_batch_count(calib);
+  for (size_t b = 0; b < batches; ++b) {
+    ctx.progress(b, batches, what + " batch " + std::to_string(b + 1));
+    std::vector<nf_tensor*> out(names.size(), nullptr);
+    check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
+    std::vector<Tensor> owned;
+    for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
+    for (size_t i = 0; i < names.size(); ++i)
+      if (owned[i].dtype() == NF_DTYPE_FLOAT32) visit(i, owned[i].data_as<float>(), owned[i].nbytes() / sizeof(float));
+  }
+  ctx.progress(batches, batches, what + " done");
+}
+
+// Min/max of named values over every calibration batch.
+inline std::map<std::string, Range> calibrate_ranges(const ModelSet& ms, nf_calibration* calib,
+                                                     const std::vector<std::string>& names, const Context& ctx) {
+  std::map<std::string, Range> ranges;
+  for (auto& n : names) ranges[n];
+  for_each_calibration_value(ms, calib, names, ctx, "calibration", [&](size_t i, const float* p, size_t n) {
+    Range& r = ranges[names[i]];
+    for (size_t j = 0; j < n; ++j) {
+      r.lo = std::min(r.lo, p[j]);
+      r.hi = std::max(r.hi, p[j]);
+    }
+  });
+  return ranges;
+}
+
+// The percentile range of a histogram: values below the (100-p)th / above the pth percentile clipped.
+inline Range percentile_range(const Histogram& h, double p) {
+  double total = 0;
+  for (double c : h.count) total += c;
+  const double tail = total * (100.0 - p) / 100.0;
+  Range r = h.range;
+  double acc = 0;
+  for (int b = 0; b < Histogram::kBins; ++b) {
+    acc += h.count[static_cast<size_t>(b)];
+    if (acc > tail) {
+      r.lo = static_cast<float>(h.range.lo + b * h.width());
+      break;
+    }
+  }
+  acc = 0;
+  for (int b = Histogram::kBins - 1; b >= 0; --b) {
+    acc += h.count[static_cast<size_t>(b)];
+    if (acc > tail) {
+      r.hi = static_cast<float>(h.range.lo + (b + 1) * h.width());
+      break;
+    }
+  }
+  return r;
+}
+
 // Asymmetric per-tensor encoding of a range (AIMET: the range is widened to hold 0, then
 // scale = (max - min) / (2^bw - 1), offset = round(min / scale)).
+inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw);
+
+// Expected squared quantization error of the histogram's values on `e`'s grid.
+inline double histogram_quant_error(const Histogram& h, const EncodingData& e) {
+  const double s = e.scale[0], qmax = std::ldexp(1.0, e.bw) - 1;
+  double err = 0;
+  for (int b = 0; b < Histogram::kBins; ++b) {
+    const double c = h.count[static_cast<size_t>(b)];
+    if (c == 0) continue;
+    const double v = h.center(b);
+    const double q = std::clamp(std::nearbyint(v / s) - e.offset[0], 0.0, qmax);
+    const double d = v - (q + e.offset[0]) * s;
+    err += c * d * d;
+  }
+  return err;
+}
+
+// The range [f lo, f hi] of least histogram_quant_error, f from 1 down to 0.2 in steps of 0.01.
+inline Range mse_range(const Histogram& h, int bw) {
+  Range best = h.range;
+  double best_err = INFINITY;
+  for (int step = 0; step <= 80; ++step) {
+    const float f = 1.f - 0.01f * static_cast<float>(step);
+    EncodingData e = asymmetric_tensor_encoding(h.range.lo * f, h.range.hi * f, bw);
+    const double err = histogram_quant_error(h, e);
+    if (err < best_err) {
+      best_err = err;
+      best = {h.range.lo * f, h.range.hi * f};
+    }
+  }
+  return best;
+}
+
 inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
   lo = std::min(lo, 0.f);
   hi = std::max(hi, 0.f);
@@ -160,42 +302,12 @@ inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
   return e;
 }
 
-struct Range {
-  float lo = INFINITY, hi = -INFINITY;
-};
-
-// Min/max of named values over every calibration batch.
-inline std::map<std::string, Range> calibrate_ranges(const ModelSet& ms, nf_calibration* calib,
-                                                     const std::vector<std::string>& names, const Context& ctx) {
-  std::map<std::string, Range> ranges;
-  std::vector<const char*> cnames;
-  for (auto& n : names) cnames.push_back(n.c_str());
-  size_t batches = host().calibration_batch_count(calib);
-  for (size_t b = 0; b < batches; ++b) {
-    ctx.progress(b, batches, "calibration batch " + std::to_string(b + 1));
-    std::vector<nf_tensor*> out(names.size(), nullptr);
-    check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
-    std::vector<Tensor> owned;
-    for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
-    for (size_t i = 0; i < names.size(); ++i) {
-      Range& r = ranges[names[i]];
-      if (owned[i].dtype() != NF_DTYPE_FLOAT32) continue;
-      const float* p = owned[i].data_as<float>();
-      for (size_t j = 0, n = owned[i].nbytes() / sizeof(float); j < n; ++j) {
-        r.lo = std::min(r.lo, p[j]);
-        r.hi = std::max(r.hi, p[j]);
-      }
-    }
-  }
-  ctx.progress(batches, batches, "calibration done");
-  return ranges;
-}
-
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the
-// present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration.
+// present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration,
+// with ranges from `estimator` (a second calibration pass for percentile and mse).
 // Returns how many were set.
 inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std::vector<LinearWeight>& weights,
-                                 int act_bw, int kv_bw, const Context& ctx) {
+                                 int act_bw, int kv_bw, const Context& ctx, ActivationRange estimator = {}) {
   std::vector<std::string> names;
   auto add = [&](const std::string& n) {
     if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -211,6 +323,19 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
       kv.push_back(o);
     }
   auto ranges = calibrate_ranges(ms, calib, names, ctx);
+  if (estimator.method != ActivationRange::minmax) {
+    std::vector<Histogram> hist(names.size());
+    for (size_t i = 0; i < names.size(); ++i) hist[i].range = ranges[names[i]];
+    for_each_calibration_value(ms, calib, names, ctx, "histograms",
+                               [&](size_t i, const float* p, size_t n) { hist[i].add(p, n); });
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!(hist[i].range.lo <= hist[i].range.hi)) continue;
+      bool is_kv = std::find(kv.begin(), kv.end(), names[i]) != kv.end();
+      ranges[names[i]] = estimator.method == ActivationRange::percentile
+                             ? percentile_range(hist[i], estimator.percent)
+                             : mse_range(hist[i], is_kv ? kv_bw : act_bw);
+    }
+  }
   size_t count = 0;
   for (const auto& [name, r] : ranges) {
     if (!(r.lo <= r.hi)) continue;

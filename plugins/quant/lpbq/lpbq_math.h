@@ -22,8 +22,10 @@ struct LpbqResult {
   std::vector<int32_t> q;              // [N * K], channel-major
 };
 
-// `w` is [K, N] (nk = false, MatMul B) or [N, K] (nk = true); K % block_size == 0.
-inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw, int dbw) {
+// The decomposition from given block scales s_blk ([N * K/block_size], channel-major): what
+// lpbq applies to the block ranges another recipe chose (seqmse's PER_BLOCK encodings).
+inline LpbqResult lpbq_from_block_scales(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw,
+                                         int dbw, const std::vector<float>& s_blk) {
   auto at = [&](int64_t k, int64_t n) { return nk ? w[n * K + k] : w[k * N + n]; };
   const float qmax = std::ldexp(1.f, bw - 1) - 1.f, qmin = -std::ldexp(1.f, bw - 1);
   const float int_max = std::ldexp(1.f, dbw - bw);
@@ -32,19 +34,13 @@ inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, i
   r.channel_scale.resize(static_cast<size_t>(N));
   r.block_ints.resize(static_cast<size_t>(N * r.blocks));
   r.q.resize(static_cast<size_t>(N * K));
-  std::vector<float> s_blk(static_cast<size_t>(r.blocks));
   for (int64_t n = 0; n < N; ++n) {
     float s_max = 0.f;
-    for (int64_t b = 0; b < r.blocks; ++b) {
-      float absmax = 0.f;
-      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k) absmax = std::max(absmax, std::fabs(at(k, n)));
-      s_blk[static_cast<size_t>(b)] = absmax / qmax;
-      s_max = std::max(s_max, s_blk[static_cast<size_t>(b)]);
-    }
+    for (int64_t b = 0; b < r.blocks; ++b) s_max = std::max(s_max, s_blk[static_cast<size_t>(n * r.blocks + b)]);
     const float s_ch = s_max > 0.f ? s_max / int_max : 1.f;
     r.channel_scale[static_cast<size_t>(n)] = s_ch;
     for (int64_t b = 0; b < r.blocks; ++b) {
-      float i_blk = std::clamp(std::nearbyint(s_blk[static_cast<size_t>(b)] / s_ch), 1.f, int_max);
+      float i_blk = std::clamp(std::nearbyint(s_blk[static_cast<size_t>(n * r.blocks + b)] / s_ch), 1.f, int_max);
       r.block_ints[static_cast<size_t>(n * r.blocks + b)] = static_cast<int32_t>(i_blk);
       const float s_eff = s_ch * i_blk;
       for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k)
@@ -52,6 +48,21 @@ inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, i
     }
   }
   return r;
+}
+
+// `w` is [K, N] (nk = false, MatMul B) or [N, K] (nk = true); K % block_size == 0.
+inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw, int dbw) {
+  auto at = [&](int64_t k, int64_t n) { return nk ? w[n * K + k] : w[k * N + n]; };
+  const float qmax = std::ldexp(1.f, bw - 1) - 1.f;
+  const int64_t blocks = K / block_size;
+  std::vector<float> s_blk(static_cast<size_t>(N * blocks));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float absmax = 0.f;
+      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k) absmax = std::max(absmax, std::fabs(at(k, n)));
+      s_blk[static_cast<size_t>(n * blocks + b)] = absmax / qmax;
+    }
+  return lpbq_from_block_scales(w, K, N, nk, block_size, bw, dbw, s_blk);
 }
 
 }  // namespace nf::quant

@@ -28,7 +28,8 @@ const char* kSchema = R"json({
     "activation_bw": {"type": "integer", "enum": [8, 16], "default": 16,
                       "description": "bits of the activation encodings (needs [calibration])"},
     "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8,
-              "description": "bits of the KV-cache encodings (needs [calibration])"}
+              "description": "bits of the KV-cache encodings (needs [calibration])"},
+    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA R"json(
   }
 })json";
 
@@ -57,7 +58,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   // Plan every encoding first: a weight that cannot be blocked fails the stage before
   // any encoding is set.
   std::vector<Planned> plan;
-  size_t n_lpbq = 0;
+  size_t n_lpbq = 0, n_from_blocks = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     const auto& lw = weights[i];
     ctx.progress(i, weights.size(), lw.name);
@@ -74,7 +75,17 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
       throw nf::Error("lpbq: block_size " + std::to_string(block_size) + " does not divide the " +
                       std::to_string(lw.K) + " input channels of weight '" + lw.name + "' [" +
                       std::to_string(lw.nk ? lw.N : lw.K) + ", " + std::to_string(lw.nk ? lw.K : lw.N) + "]");
-    auto r = nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw);
+    // A PER_BLOCK encoding of the same blocks (seqmse's per-block search) gives the block
+    // scales; otherwise they come from each block's absmax.
+    const nf_encoding* prior = ms.encoding(lw.name);
+    const bool from_blocks = prior && prior->enc_type == NF_ENC_PER_BLOCK && prior->is_sym &&
+                             prior->bw == bw && prior->block_size == block_size &&
+                             prior->axis == lw.axis() && prior->block_axis == lw.block_axis() &&
+                             prior->num_scales == static_cast<size_t>(lw.N * (lw.K / block_size));
+    auto r = from_blocks ? nf::quant::lpbq_from_block_scales(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw,
+                                                             std::vector<float>(prior->scale, prior->scale + prior->num_scales))
+                         : nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw);
+    n_from_blocks += from_blocks ? 1 : 0;
     nf::quant::EncodingData e;
     e.type = NF_ENC_LPBQ;
     e.bw = dbw;
@@ -93,6 +104,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   ctx.info(std::to_string(n_lpbq) + " weights at W" + std::to_string(bw) + " blocks of " +
            std::to_string(block_size) + " (int" + std::to_string(dbw) + " per channel), " +
            std::to_string(plan.size() - n_lpbq) + " kept at int8 per channel" +
+           (n_from_blocks ? ", " + std::to_string(n_from_blocks) + " from prior PER_BLOCK ranges" : std::string()) +
            (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
 
   if (!calib) {
@@ -100,7 +112,8 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     return;
   }
   size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
-                                           opts.get<int>("kv_bw", 8), ctx);
+                                           opts.get<int>("kv_bw", 8), ctx,
+                                           nf::quant::ActivationRange::from(opts));
   ctx.info(std::to_string(n) + " activation/KV encodings from " +
            std::to_string(nf::host().calibration_batch_count(calib)) + " calibration batches");
 }
@@ -116,7 +129,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_QUANT,
     "lpbq",
-    "0.1.0",
+    "0.2.0",
     "low-power blockwise quantization: 4-bit weight blocks with integer scales over an int8 per-channel grid",
     kSchema,
     &kApi,

@@ -21,6 +21,7 @@ const char* kSchema = R"json({
                       "description": "bits of the asymmetric activation encodings (needs [calibration])"},
     "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8,
               "description": "bits of the KV-cache encodings (needs [calibration])"},
+    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA R"json(,
     "overrides": {"type": "array", "default": [],
                   "description": "per-weight bit widths: the first pattern (regex on the weight name) that matches wins",
                   "items": {"type": "object", "additionalProperties": false, "required": ["pattern", "weight_bw"],
@@ -73,7 +74,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     ctx.warn("no [calibration] in the manifest: activation and KV encodings are not set");
     return;
   }
-  size_t n = nf::quant::encode_activations(ms, calib, weights, act_bw, kv_bw, ctx);
+  size_t n = nf::quant::encode_activations(ms, calib, weights, act_bw, kv_bw, ctx, nf::quant::ActivationRange::from(opts));
   ctx.info(std::to_string(n) + " activation/KV encodings (A" + std::to_string(act_bw) + ", KV" +
            std::to_string(kv_bw) + ") from " + std::to_string(nf::host().calibration_batch_count(calib)) +
            " calibration batches");
@@ -90,7 +91,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_QUANT,
     "minmax",
-    "0.1.0",
+    "0.2.0",
     "baseline quantization: symmetric min/max weight encodings, calibrated min/max activation and KV encodings",
     kSchema,
     &kApi,

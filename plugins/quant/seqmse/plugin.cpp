@@ -1,0 +1,261 @@
+// seqmse: sequential MSE choice of weight ranges (aimet seq_mse). Linear layers are taken
+// in execution order, grouped by the activation they read (q/k/v share one input); for
+// each group the inputs are captured from calibration with every earlier layer already
+// quantized ('symqt', 'asym') or from the float model ('symfp'), each weight's clip is
+// searched per channel or per block (seqmse_math.h), the weight is frozen at its best
+// clip, and the next group runs on top. Results are encodings: PER_CHANNEL or PER_BLOCK
+// at `weight_bw` for the searched weights, int8 PER_CHANNEL for the excluded ones (LM
+// head by default), min/max activation and KV encodings. Weights stay float at the end.
+//
+// Composition with lpbq: run seqmse with granularity = "per_block" and then lpbq with
+// the same block_size and bw; lpbq takes each PER_BLOCK scale as its block scale s_blk
+// and applies its integer decomposition (see plugins/quant/lpbq/README.md).
+#include <npuforge/plugin.hpp>
+
+#include <chrono>
+#include <map>
+
+#include "common/quant_common.h"
+#include "seqmse/seqmse_math.h"
+
+namespace seqmse {
+namespace {
+
+const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "num_candidates": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 20,
+                       "description": "clip candidates per channel/block: absmax * (i+1)/N, i < N"},
+    "num_batches": {"type": "integer", "minimum": 0, "default": 0,
+                    "description": "calibration batches the losses use (0: all of [calibration])"},
+    "inp_symmetry": {"type": "string", "enum": ["symqt", "symfp", "asym"], "default": "symqt",
+                     "description": "symqt: float and quantized layer both on quantized-model inputs; symfp: both on float-model inputs; asym: float layer on float inputs vs quantized layer on quantized inputs"},
+    "loss_fn": {"type": "string", "enum": ["mse", "l1", "sqnr"], "default": "mse",
+                "description": "output reconstruction loss the search minimizes"},
+    "weight_bw": {"type": "integer", "minimum": 2, "maximum": 4, "default": 4,
+                  "description": "bits of the searched weights (SeqMSE serves 4 bits or fewer)"},
+    "granularity": {"type": "string", "enum": ["per_channel", "per_block"], "default": "per_channel",
+                    "description": "one range per output channel, or per (channel, input block); per_block feeds lpbq"},
+    "block_size": {"type": "integer", "minimum": 1, "default": 64,
+                   "description": "input channels per block (per_block); must divide every searched weight's input channels"},
+    "exclude": {"type": "array", "items": {"type": "string"}, "default": [],
+                "description": "regexes on weight names kept at int8 per channel instead"},
+    "exclude_lm_head": {"type": "boolean", "default": true,
+                        "description": "keep the linear layer producing logits at int8 per channel"},
+    "activation_bw": {"type": "integer", "enum": [8, 16], "default": 16,
+                      "description": "bits of the activation encodings"},
+    "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8, "description": "bits of the KV-cache encodings"},
+    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA R"json(
+  }
+})json";
+
+using nf::quant::LinearWeight;
+
+// Puts the float weights back however the search ends.
+struct RestoreWeights {
+  nf::Graph graph;
+  std::map<std::string, nf::Tensor> originals;
+  ~RestoreWeights() {
+    for (auto& [name, t] : originals) {
+      try {
+        graph.set_initializer(name, t);
+      } catch (...) {
+      }
+    }
+  }
+  void set_float() {
+    for (auto& [name, t] : originals) graph.set_initializer(name, t);
+  }
+};
+
+// Rows [T, K] of activation `name` over the first `batches` calibration batches.
+std::vector<float> capture(nf::ModelSet& ms, nf_calibration* calib, const std::string& name, size_t batches,
+                           int64_t K, int64_t* rows) {
+  std::vector<float> x;
+  const char* names[] = {name.c_str()};
+  for (size_t b = 0; b < batches; ++b) {
+    nf_tensor* out = nullptr;
+    nf::check(nf::host().calibration_run(calib, ms.get(), b, names, 1, &out));
+    nf::Tensor t = nf::Tensor::adopt(out);
+    const size_t count = t.nbytes() / sizeof(float);
+    if (t.dtype() != NF_DTYPE_FLOAT32 || count % static_cast<size_t>(K) != 0)
+      throw nf::Error("seqmse: input '" + name + "' of a linear layer is not float with " + std::to_string(K) +
+                      " features in its last dimension");
+    const float* p = t.data_as<float>();
+    x.resize(x.size() + count);
+    std::copy(p, p + count, x.end() - static_cast<std::ptrdiff_t>(count));
+  }
+  *rows = static_cast<int64_t>(x.size()) / K;
+  return x;
+}
+
+nf::Tensor fake_quantized(const nf::Tensor& w, const LinearWeight& lw, const nf::quant::EncodingData& e) {
+  nf::Tensor q = nf::Tensor::create(NF_DTYPE_FLOAT32, w.dims());
+  const float* src = w.data_as<float>();
+  float* dst = q.mutable_as<float>();
+  const float qmax = std::ldexp(1.f, e.bw - 1) - 1.f, qmin = -std::ldexp(1.f, e.bw - 1);
+  const int64_t blocks = e.type == NF_ENC_PER_BLOCK ? lw.K / e.block_size : 1;
+  for (int64_t k = 0; k < lw.K; ++k)
+    for (int64_t n = 0; n < lw.N; ++n) {
+      size_t s = e.type == NF_ENC_PER_TENSOR ? 0 : static_cast<size_t>(n * blocks + (blocks > 1 ? k / e.block_size : 0));
+      int64_t i = lw.nk ? n * lw.K + k : k * lw.N + n;
+      dst[i] = nf::quant::seqmse_fake_quant(src[i], e.scale[s], qmin, qmax);
+    }
+  return q;
+}
+
+void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
+  nf::ModelSet ms(handle);
+  nf::Context ctx(ctx_handle);
+  nf::Options opts(options_json);
+  const int candidates = opts.get<int>("num_candidates", 20);
+  const std::string symmetry = opts.get<std::string>("inp_symmetry", "symqt");
+  const auto loss = nf::quant::seqmse_loss_from_name(opts.get<std::string>("loss_fn", "mse"));
+  const int bw = opts.get<int>("weight_bw", 4);
+  const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
+  const int64_t block_size = per_block ? opts.get<int64_t>("block_size", 64) : 0;
+  auto excludes = nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {}));
+  if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
+  if (ms.graph_count() != 1)
+    throw nf::Error("seqmse: runs on the source decoder graph, before the transforms (" +
+                    std::to_string(ms.graph_count()) + " graphs in the model set)");
+  const size_t available = nf::host().calibration_batch_count(calib);
+  size_t batches = static_cast<size_t>(opts.get<int64_t>("num_batches", 0));
+  if (batches == 0 || batches > available) {
+    if (batches > available)
+      ctx.warn("num_batches " + std::to_string(batches) + " > the " + std::to_string(available) +
+               " calibration batches: using all of them");
+    batches = available;
+  }
+
+  auto weights = nf::quant::linear_weights(ms);
+  if (weights.empty()) throw nf::Error("seqmse: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  const std::string lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, weights) : "";
+  nf::Graph g = ms.graph(0);
+  auto searched = [&](const LinearWeight& lw) {
+    if (lw.name == lm_head) return false;
+    for (const auto& re : excludes)
+      if (std::regex_search(lw.name, re)) return false;
+    return true;
+  };
+  for (const auto& lw : weights)
+    if (per_block && searched(lw) && lw.K % block_size != 0)
+      throw nf::Error("seqmse: block_size " + std::to_string(block_size) + " does not divide the " +
+                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "'");
+
+  // Groups of layers reading one activation, in execution order.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const LinearWeight*>> groups;
+  for (const auto& lw : weights) {
+    if (!groups.count(lw.input)) order.push_back(lw.input);
+    groups[lw.input].push_back(&lw);
+  }
+
+  RestoreWeights restore{g, {}};
+  for (const auto& lw : weights) restore.originals.emplace(lw.name, g.initializer(lw.name));
+  std::map<std::string, nf::Tensor> frozen;  // fake-quantized weights of the layers done
+  auto set_frozen = [&] {
+    for (auto& [name, t] : frozen) g.set_initializer(name, t);
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  size_t n_searched = 0, n_int8 = 0;
+  double clip_sum = 0;
+  size_t clip_count = 0;
+  for (size_t gi = 0; gi < order.size(); ++gi) {
+    const auto& members = groups[order[gi]];
+    ctx.progress(gi, order.size(), "layer input " + order[gi]);
+    bool any_search = false;
+    for (auto* lw : members) any_search = any_search || searched(*lw);
+    std::vector<float> x_q, x_ref;
+    int64_t T = 0, T_ref = 0;
+    const int64_t K = members[0]->K;
+    if (any_search) {
+      if (symmetry == "symfp") {
+        restore.set_float();
+        x_q = capture(ms, calib, order[gi], batches, K, &T);
+      } else {
+        set_frozen();
+        x_q = capture(ms, calib, order[gi], batches, K, &T);
+        if (symmetry == "asym") {
+          restore.set_float();
+          x_ref = capture(ms, calib, order[gi], batches, K, &T_ref);
+          if (T_ref != T) throw nf::Error("seqmse: float and quantized captures of '" + order[gi] + "' differ in rows");
+        }
+      }
+    }
+    for (auto* lw : members) {
+      const nf::Tensor& w = restore.originals.at(lw->name);
+      nf::quant::EncodingData e;
+      if (!searched(*lw)) {
+        e = nf::quant::symmetric_weight_encoding(w.data_as<float>(), *lw, 8, true);
+        ++n_int8;
+      } else {
+        nf::quant::SeqMseLayer L;
+        L.w = w.data_as<float>();
+        L.K = lw->K;
+        L.N = lw->N;
+        L.nk = lw->nk;
+        L.bw = bw;
+        L.block_size = block_size;
+        L.candidates = candidates;
+        L.loss = loss;
+        L.x_q = x_q.data();
+        L.x_ref = x_ref.empty() ? x_q.data() : x_ref.data();
+        L.T = T;
+        auto r = nf::quant::seqmse_search(L);
+        for (int c : r.candidate) clip_sum += static_cast<double>(c + 1) / candidates;
+        clip_count += r.candidate.size();
+        e.type = per_block ? NF_ENC_PER_BLOCK : NF_ENC_PER_CHANNEL;
+        e.bw = bw;
+        e.sym = true;
+        e.axis = lw->axis();
+        e.block_axis = per_block ? lw->block_axis() : -1;
+        e.block_size = static_cast<int>(block_size);
+        e.scale = std::move(r.scale);
+        e.offset.assign(e.scale.size(), -(1 << (bw - 1)));
+        ++n_searched;
+      }
+      ms.set_encoding(lw->name, e.view());
+      frozen[lw->name] = fake_quantized(w, *lw, e);
+    }
+  }
+  restore.set_float();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char mean_clip[32];
+  std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);
+  ctx.info(std::to_string(n_searched) + " weights searched at W" + std::to_string(bw) + " " +
+           (per_block ? "per block of " + std::to_string(block_size) : std::string("per channel")) + " (" +
+           symmetry + ", " + opts.get<std::string>("loss_fn", "mse") + ", " + std::to_string(candidates) +
+           " candidates, " + std::to_string(batches) + " batches; mean clip " + mean_clip + " of absmax) in " +
+           std::to_string(static_cast<int>(secs)) + " s, " + std::to_string(n_int8) + " kept at int8 per channel" +
+           (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
+
+  size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
+                                           opts.get<int>("kv_bw", 8), ctx,
+                                           nf::quant::ActivationRange::from(opts));
+  ctx.info(std::to_string(n) + " activation/KV encodings from " + std::to_string(available) + " calibration batches");
+}
+
+nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx) {
+  return NF_TRY(quantize(options_json, handle, calib, ctx));
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply};
+
+const nf_plugin_descriptor kDescriptor = {
+    NF_ABI_VERSION,
+    sizeof(nf_plugin_descriptor),
+    NF_KIND_QUANT,
+    "seqmse",
+    "0.1.0",
+    "sequential MSE weight-range search: per-channel or per-block clips chosen layer by layer on calibration inputs",
+    kSchema,
+    &kApi,
+};
+
+}  // namespace
+}  // namespace seqmse
+
+NF_PLUGIN_LIBRARY(&seqmse::kDescriptor)

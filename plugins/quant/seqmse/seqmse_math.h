@@ -1,0 +1,153 @@
+// The SeqMSE search for one linear layer (aimet seq_mse), standalone so tests can check it
+// on constructed layers. For every output channel (per_channel) or every (channel, input
+// block) segment (per_block):
+//   candidate c in [0, C): clip = absmax(segment) * (c + 1) / C, scale = clip / (2^(bw-1) - 1)
+//   wq = clamp(round(w / scale), -2^(bw-1), 2^(bw-1) - 1) * scale
+//   loss = the layer's output reconstruction loss on the segment over the calibration rows,
+//          err_t = x_ref_t . w - x_q_t . wq   (the segment's partial output)
+//   mse: sum err^2; l1: sum |err|; sqnr: sum err^2 / sum (x_ref . w)^2 (noise over signal)
+// and the candidate of least loss wins. Blocks are scored on their own partial outputs, so
+// the choice is separable per block (as AIMET does for blockwise quantizers).
+// x_ref = x_q for 'symqt' and 'symfp' (the caller passes the inputs it captured); 'asym'
+// passes float-model inputs as x_ref and quantized-model inputs as x_q.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nf::quant {
+
+enum class SeqMseLoss { mse, l1, sqnr };
+
+inline SeqMseLoss seqmse_loss_from_name(const std::string& s) {
+  if (s == "mse") return SeqMseLoss::mse;
+  if (s == "l1") return SeqMseLoss::l1;
+  if (s == "sqnr") return SeqMseLoss::sqnr;
+  throw std::invalid_argument("seqmse: loss_fn must be mse, l1 or sqnr (got '" + s + "')");
+}
+
+struct SeqMseLayer {
+  const float* w = nullptr;  // [K, N] (nk = false, MatMul B) or [N, K] (nk = true)
+  int64_t K = 0, N = 0;
+  bool nk = false;
+  int bw = 4;
+  int64_t block_size = 0;  // 0: per channel
+  int candidates = 20;
+  SeqMseLoss loss = SeqMseLoss::mse;
+  const float* x_q = nullptr;    // [T, K] inputs the quantized layer sees
+  const float* x_ref = nullptr;  // [T, K] inputs of the reference output (may equal x_q)
+  int64_t T = 0;
+};
+
+struct SeqMseResult {
+  int64_t blocks = 1;            // segments per channel
+  std::vector<float> scale;      // [N * blocks], channel-major
+  std::vector<int> candidate;    // chosen candidate index per segment
+};
+
+inline float seqmse_fake_quant(float w, float scale, float qmin, float qmax) {
+  return std::clamp(std::nearbyint(w / scale), qmin, qmax) * scale;
+}
+
+inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
+  if (L.candidates < 1) throw std::invalid_argument("seqmse: num_candidates must be >= 1");
+  const int64_t seg = L.block_size > 0 ? L.block_size : L.K;
+  if (L.K % seg != 0) throw std::invalid_argument("seqmse: block_size does not divide the input channels");
+  const float qmax = std::ldexp(1.f, L.bw - 1) - 1.f, qmin = -std::ldexp(1.f, L.bw - 1);
+  const bool same_inputs = L.x_ref == L.x_q;
+  // A Gram matrix per segment (K_seg^2 per candidate) beats the direct product (T * K_seg)
+  // when the segment is shorter than the number of rows; it only serves quadratic losses
+  // over one set of inputs.
+  const bool gram = same_inputs && L.loss != SeqMseLoss::l1 && seg < L.T;
+
+  SeqMseResult r;
+  r.blocks = L.K / seg;
+  r.scale.assign(static_cast<size_t>(L.N * r.blocks), 1.f);
+  r.candidate.assign(r.scale.size(), 0);
+
+  auto at = [&](int64_t k, int64_t n) { return L.nk ? L.w[n * L.K + k] : L.w[k * L.N + n]; };
+  std::vector<double> G;  // per segment: seg x seg, recomputed per block (blocks share it across channels)
+  std::vector<float> w(static_cast<size_t>(seg)), e(static_cast<size_t>(seg)), y_ref(static_cast<size_t>(L.T));
+
+  for (int64_t b = 0; b < r.blocks; ++b) {
+    const int64_t k0 = b * seg;
+    if (gram) {
+      G.assign(static_cast<size_t>(seg * seg), 0.0);
+      for (int64_t t = 0; t < L.T; ++t) {
+        const float* x = L.x_q + t * L.K + k0;
+        for (int64_t i = 0; i < seg; ++i) {
+          const double xi = x[i];
+          double* row = &G[static_cast<size_t>(i * seg)];
+          for (int64_t j = i; j < seg; ++j) row[j] += xi * x[j];
+        }
+      }
+      for (int64_t i = 0; i < seg; ++i)
+        for (int64_t j = 0; j < i; ++j) G[static_cast<size_t>(i * seg + j)] = G[static_cast<size_t>(j * seg + i)];
+    }
+    auto quadratic = [&](const std::vector<float>& v) {
+      double s = 0;
+      for (int64_t i = 0; i < seg; ++i) {
+        double acc = 0;
+        const double* row = &G[static_cast<size_t>(i * seg)];
+        for (int64_t j = 0; j < seg; ++j) acc += row[j] * v[static_cast<size_t>(j)];
+        s += acc * v[static_cast<size_t>(i)];
+      }
+      return s;
+    };
+    for (int64_t n = 0; n < L.N; ++n) {
+      float absmax = 0.f;
+      for (int64_t i = 0; i < seg; ++i) {
+        w[static_cast<size_t>(i)] = at(k0 + i, n);
+        absmax = std::max(absmax, std::fabs(w[static_cast<size_t>(i)]));
+      }
+      const size_t out = static_cast<size_t>(n * r.blocks + b);
+      if (absmax == 0.f) continue;  // scale 1: every weight is exactly 0 on the grid
+
+      double signal = 0;  // sum (x_ref . w)^2, for sqnr
+      if (gram) {
+        signal = quadratic(w);
+      } else {
+        for (int64_t t = 0; t < L.T; ++t) {
+          const float* x = L.x_ref + t * L.K + k0;
+          double acc = 0;
+          for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * w[static_cast<size_t>(i)];
+          y_ref[static_cast<size_t>(t)] = static_cast<float>(acc);
+          signal += acc * acc;
+        }
+      }
+      double best = INFINITY;
+      for (int c = 0; c < L.candidates; ++c) {
+        const float scale = absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
+        double loss = 0;
+        if (gram) {
+          for (int64_t i = 0; i < seg; ++i)
+            e[static_cast<size_t>(i)] = w[static_cast<size_t>(i)] - seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
+          loss = quadratic(e);
+        } else {
+          for (int64_t i = 0; i < seg; ++i)
+            e[static_cast<size_t>(i)] = seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
+          for (int64_t t = 0; t < L.T; ++t) {
+            const float* x = L.x_q + t * L.K + k0;
+            double acc = 0;
+            for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * e[static_cast<size_t>(i)];
+            const double err = y_ref[static_cast<size_t>(t)] - acc;
+            loss += L.loss == SeqMseLoss::l1 ? std::fabs(err) : err * err;
+          }
+        }
+        if (L.loss == SeqMseLoss::sqnr) loss = signal > 0 ? loss / signal : loss;
+        if (loss < best) {  // strict: a tie keeps the smaller clip
+          best = loss;
+          r.scale[out] = scale;
+          r.candidate[out] = c;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace nf::quant

@@ -1,0 +1,103 @@
+// Orthonormal Hadamard rotations for spinquant. A Hadamard matrix of order n exists for
+// the sizes built here: Sylvester's 2^k, Paley's construction I for q + 1 with q a prime
+// = 3 (mod 4) (12, 20, 24, 44, 48, 60, 68, ...), and Kronecker products of the two
+// (e.g. 96 = 12 * 8, 1536 = 12 * 128, 5120 = 20 * 256). Other orders throw.
+// The rotation is R = H diag(s) / sqrt(n), s = random signs from a seed (SpinQuant's
+// random Hadamard; seed 0 keeps all signs +1). R is orthogonal: R R^T = I.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nf::quant {
+
+inline bool is_prime(int64_t p) {
+  if (p < 2) return false;
+  for (int64_t d = 2; d * d <= p; ++d)
+    if (p % d == 0) return false;
+  return true;
+}
+
+// Paley I: order q + 1 from the quadratic residues of GF(q), q prime, q = 3 mod 4.
+inline std::vector<int> paley_hadamard(int64_t q) {
+  const int64_t n = q + 1;
+  std::vector<int> chi(static_cast<size_t>(q), -1);
+  chi[0] = 0;
+  for (int64_t x = 1; x < q; ++x) chi[static_cast<size_t>((x * x) % q)] = 1;
+  // S (skew conference matrix) of order n, then H = I + S.
+  std::vector<int> H(static_cast<size_t>(n * n), 0);
+  for (int64_t j = 1; j < n; ++j) {
+    H[static_cast<size_t>(j)] = 1;       // first row: 0, 1, 1, ...
+    H[static_cast<size_t>(j * n)] = -1;  // first column: 0, -1, -1, ...
+  }
+  for (int64_t i = 1; i < n; ++i)
+    for (int64_t j = 1; j < n; ++j) H[static_cast<size_t>(i * n + j)] = chi[static_cast<size_t>(((j - i) % q + q) % q)];
+  for (int64_t i = 0; i < n; ++i) H[static_cast<size_t>(i * n + i)] = 1;
+  return H;
+}
+
+// +-1 entries of a Hadamard matrix of order n, row-major; throws when none is built here.
+inline std::vector<int> hadamard_matrix(int64_t n) {
+  if (n < 1) throw std::invalid_argument("hadamard: order must be positive");
+  int64_t m = n;
+  int64_t pow2 = 1;
+  while (m % 2 == 0 && m > 1) {
+    m /= 2;
+    pow2 *= 2;
+  }
+  // n = m * 2^k: find a Paley base q + 1 dividing n with n / (q + 1) a power of two.
+  std::vector<int> base{1};
+  int64_t b = 1;
+  if (m != 1) {
+    b = 0;
+    for (int64_t base_order = m; base_order <= n; base_order *= 2) {
+      int64_t q = base_order - 1;
+      if (base_order % 4 == 0 && is_prime(q) && q % 4 == 3) {
+        b = base_order;
+        break;
+      }
+    }
+    if (b == 0)
+      throw std::invalid_argument("no Hadamard matrix of order " + std::to_string(n) +
+                                  " is built here (orders 2^k, and (q+1) * 2^k with q a prime = 3 mod 4)");
+    base = paley_hadamard(b - 1);
+  }
+  // Sylvester doubling up to n.
+  std::vector<int> H = base;
+  for (int64_t size = b; size < n; size *= 2) {
+    std::vector<int> next(static_cast<size_t>(4 * size * size));
+    for (int64_t i = 0; i < size; ++i)
+      for (int64_t j = 0; j < size; ++j) {
+        int v = H[static_cast<size_t>(i * size + j)];
+        next[static_cast<size_t>(i * 2 * size + j)] = v;
+        next[static_cast<size_t>(i * 2 * size + j + size)] = v;
+        next[static_cast<size_t>((i + size) * 2 * size + j)] = v;
+        next[static_cast<size_t>((i + size) * 2 * size + j + size)] = -v;
+      }
+    H = std::move(next);
+  }
+  (void)pow2;
+  return H;
+}
+
+// R = H diag(s) / sqrt(n), row-major n x n, double for exact fusing.
+inline std::vector<double> random_hadamard(int64_t n, uint64_t seed) {
+  std::vector<int> H = hadamard_matrix(n);
+  std::vector<double> s(static_cast<size_t>(n), 1.0);
+  if (seed != 0) {
+    std::mt19937_64 rng(seed);
+    for (auto& v : s) v = (rng() & 1) ? 1.0 : -1.0;
+  }
+  const double norm = 1.0 / std::sqrt(static_cast<double>(n));
+  std::vector<double> R(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      R[static_cast<size_t>(i * n + j)] = H[static_cast<size_t>(i * n + j)] * s[static_cast<size_t>(j)] * norm;
+  return R;
+}
+
+}  // namespace nf::quant

@@ -1,0 +1,220 @@
+// spinquant: rotations that make weights and activations easier to quantize while the
+// float model computes the same function (SpinQuant, Liu et al. 2024; AIMET applies R1).
+//   1. RMSNorm gains are fused into the linear layers that read the norm (gains become 1).
+//   2. R1: a random Hadamard rotation of the hidden size is fused into the embedding, every
+//      layer reading the residual stream (q/k/v/gate/up/lm_head) and writing it (o/down).
+//   3. R2 (option): a Hadamard of head_dim per head on the value and output projections.
+// Weights are rewritten in place; run spinquant before the recipes that set encodings.
+// The equations are in rotate.h, the Hadamard orders in hadamard.h.
+#include <npuforge/plugin.hpp>
+
+#include <set>
+
+#include "spinquant/graph_walk.h"
+#include "spinquant/hadamard.h"
+#include "spinquant/rotate.h"
+
+namespace spinquant {
+namespace {
+
+const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "r1": {"type": "boolean", "default": true, "description": "rotate the residual stream (hidden size) with a Hadamard fused into weights"},
+    "r2": {"type": "boolean", "default": false, "description": "also rotate each attention head's values (v_proj outputs, o_proj inputs); changes the stored V cache"},
+    "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "random signs of the Hadamard columns (0: all +1)"},
+    "untie_embedding": {"type": "boolean", "default": false,
+                        "description": "give a tied LM head its own copy of the embedding (required for tied models: the two get different rotations)"}
+  }
+})json";
+
+bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
+
+struct Embedding {
+  std::string weight, output;
+};
+
+Embedding find_embedding(const GraphView& gv) {
+  auto inputs = gv.graph.inputs();
+  for (const nf::Node& n : gv.graph.nodes()) {
+    if (n.op_type() != "Gather") continue;
+    nf::Tensor t = gv.float_initializer(n.input(0));
+    if (!t || t.dims().size() != 2) continue;
+    if (std::find(inputs.begin(), inputs.end(), n.input(1)) == inputs.end()) continue;
+    return {n.input(0), n.output(0)};
+  }
+  throw nf::Error("spinquant: no token embedding (Gather of a 2-D float weight by a graph input) in the graph");
+}
+
+// The node producing logits, walking back through passthrough/Reshape ops.
+nf::Node lm_head_node(const GraphView& gv) {
+  std::string v = "logits";
+  for (int hops = 0; hops < 8; ++hops) {
+    const nf::Node* p = gv.producer(v);
+    if (!p) break;
+    if (p->op_type() == "MatMul" || p->op_type() == "Gemm") return *p;
+    if (p->op_type() != "Reshape" && !passthrough(p->op_type())) break;
+    v = p->input(0);
+  }
+  throw nf::Error("spinquant: no MatMul/Gemm produces the graph output 'logits'");
+}
+
+// Gives the LM head its own weight when it reads the embedding (Transpose(E) or Gemm with
+// B = E); returns true when it did.
+bool untie_structurally(GraphView& gv, const Embedding& emb, nf::Node head, bool allowed) {
+  std::string b = head.input(1);
+  const nf::Node* tr = gv.producer(b);
+  const bool via_transpose = tr && tr->op_type() == "Transpose" && tr->input(0) == emb.weight;
+  if (b != emb.weight && !via_transpose) return false;
+  if (!allowed)
+    throw nf::Error("spinquant: the LM head shares the embedding '" + emb.weight +
+                    "' (tied); set untie_embedding = true to give it its own copy");
+  nf::Tensor e = gv.float_initializer(emb.weight);
+  auto d = e.dims();
+  std::vector<float> w = read_floats(e);
+  std::string name = emb.weight + ".lm_head";
+  if (via_transpose) {
+    std::vector<float> t(w.size());
+    for (int64_t v = 0; v < d[0]; ++v)
+      for (int64_t k = 0; k < d[1]; ++k) t[static_cast<size_t>(k * d[0] + v)] = w[static_cast<size_t>(v * d[1] + k)];
+    write_initializer(gv.graph, name, {d[1], d[0]}, t);
+  } else {
+    write_initializer(gv.graph, name, d, w);
+  }
+  head.set_input(1, name);
+  if (via_transpose && gv.consumers(tr->output(0)).size() == 1) gv.graph.remove_node(*tr);
+  return true;
+}
+
+void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context* ctx_handle) {
+  nf::ModelSet ms(handle);
+  nf::Context ctx(ctx_handle);
+  nf::Options opts(options_json);
+  const bool r1 = opts.get<bool>("r1", true), r2 = opts.get<bool>("r2", false);
+  const uint64_t seed = static_cast<uint64_t>(opts.get<int64_t>("seed", 0));
+  const bool untie = opts.get<bool>("untie_embedding", false);
+  if (ms.graph_count() != 1)
+    throw nf::Error("spinquant: runs on the source decoder graph, before the transforms (" +
+                    std::to_string(ms.graph_count()) + " graphs in the model set)");
+  if (nf::host().model_set_encoding_count(ms.get()) != 0)
+    throw nf::Error("spinquant: the model set already has encodings; list spinquant before the other [[quant]] recipes");
+  nf::Graph g = ms.graph(0);
+  nlohmann::json config = ms.metadata("config");
+
+  auto gv = std::make_unique<GraphView>(g);
+  Embedding emb = find_embedding(*gv);
+  const int64_t D = gv->float_initializer(emb.weight).dims()[1];
+  bool untied = untie_structurally(*gv, emb, lm_head_node(*gv), untie);
+  if (untied) gv = std::make_unique<GraphView>(g);
+  if (!untied && config.is_object() && config.value("tie_word_embeddings", false)) {
+    // The export already holds two copies, but they are one parameter to HF: rotating
+    // them differently unties them for good.
+    if (!untie)
+      throw nf::Error("spinquant: config.json ties the embedding and the LM head (tie_word_embeddings = true); set "
+                      "untie_embedding = true to rotate them as separate weights");
+    untied = true;
+  }
+  if (untied && config.is_object()) {
+    config["tie_word_embeddings"] = false;
+    ms.set_metadata("config", config);
+  }
+
+  std::vector<RmsNorm> norms;
+  for (auto& n : find_rms_norms(*gv))
+    if (gv->float_initializer(n.gain).numel() == D) norms.push_back(n);
+  if (norms.empty()) throw nf::Error("spinquant: no RMSNorm with a gain of the hidden size " + std::to_string(D));
+  auto fused = fuse_norm_gains(*gv, norms);
+  size_t n_readers = 0, n_writers = 0;
+
+  if (r1) {
+    // The residual stream: the embedding output, Casts of it, and residual Adds (one input
+    // on the stream, the other a linear layer's output: o_proj, down_proj).
+    std::set<std::string> stream{emb.output};
+    std::vector<Linear> writers;
+    std::set<std::string> writer_weights;
+    for (const nf::Node& n : g.nodes()) {
+      std::string_view op = n.op_type();
+      if (passthrough(op) && stream.count(n.input(0))) stream.insert(n.output(0));
+      if (op != "Add" || n.input_count() != 2) continue;
+      const bool a = stream.count(n.input(0)) != 0, b = stream.count(n.input(1)) != 0;
+      if (a == b) continue;
+      std::string other = n.input(a ? 1 : 0);
+      Linear w;
+      if (!linear_writer(*gv, other, &w))
+        throw nf::Error("spinquant: residual Add '" + std::string(n.name()) + "' adds '" + other +
+                        "', which is not a linear layer's output; cannot rotate the residual stream");
+      if (!writer_weights.insert(w.weight).second)
+        throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
+      writers.push_back(w);
+      stream.insert(n.output(0));
+    }
+    for (const auto& v : stream) {
+      if (gv->is_output(v)) throw nf::Error("spinquant: residual value '" + v + "' is a graph output; cannot rotate it");
+      for (const Use& u : gv->consumers(v)) {
+        std::string_view op = u.node.op_type();
+        if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape"))
+          throw nf::Error("spinquant: residual value '" + v + "' feeds a " + std::string(op) + " node ('" +
+                          std::string(u.node.name()) + "') that does not commute with a rotation");
+      }
+    }
+    for (const auto& f : fused)
+      if (!stream.count(f.norm.input))
+        throw nf::Error("spinquant: RMSNorm '" + f.norm.output + "' does not read the residual stream");
+
+    const auto R = nf::quant::random_hadamard(D, seed);
+    rotate_columns(g, emb.weight, R, D);
+    for (const auto& w : writers) rotate_output(g, w, R, D);
+    for (const auto& f : fused)
+      for (const auto& l : f.readers) rotate_input(g, l, R, D);
+    for (const auto& f : fused) n_readers += f.readers.size();
+    n_writers = writers.size();
+  }
+
+  size_t n_heads = 0;
+  if (r2) {
+    int64_t head_dim = 0;
+    if (config.is_object()) {
+      if (config.contains("head_dim") && config["head_dim"].is_number_integer()) head_dim = config["head_dim"];
+      else if (config.contains("num_attention_heads"))
+        head_dim = config.value("hidden_size", int64_t{0}) / config.value("num_attention_heads", int64_t{1});
+    }
+    if (head_dim <= 0) throw nf::Error("spinquant: r2 needs head_dim (or hidden_size and num_attention_heads) in config.json");
+    const auto H = nf::quant::random_hadamard(head_dim, seed == 0 ? 0 : seed + 1);
+    auto attention = find_attention(*gv);
+    if (attention.empty()) throw nf::Error("spinquant: r2: no attention (Softmax @ V) in the graph");
+    for (const auto& a : attention) {
+      rotate_output(g, a.v_proj, H, head_dim);
+      rotate_input(g, a.o_proj, H, head_dim);
+    }
+    n_heads = attention.size();
+  }
+  ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
+           (r1 ? "; R1 (Hadamard " + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
+                     " readers and " + std::to_string(n_writers) + " writers of the residual stream"
+               : std::string()) +
+           (r2 ? "; R2 on " + std::to_string(n_heads) + " attention blocks" : std::string()) +
+           (untied ? "; LM head untied from the embedding" : ""));
+}
+
+nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*, nf_context* ctx) {
+  return NF_TRY(apply_spinquant(options_json, handle, ctx));
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply};
+
+const nf_plugin_descriptor kDescriptor = {
+    NF_ABI_VERSION,
+    sizeof(nf_plugin_descriptor),
+    NF_KIND_QUANT,
+    "spinquant",
+    "0.1.0",
+    "RMSNorm gains fused, then Hadamard rotations (R1 on the hidden size, R2 per head) fused into weights",
+    kSchema,
+    &kApi,
+};
+
+}  // namespace
+}  // namespace spinquant
+
+NF_PLUGIN_LIBRARY(&spinquant::kDescriptor)
