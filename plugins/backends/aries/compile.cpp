@@ -209,10 +209,10 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   nlohmann::json acts = activation_table(ms, o, info.linears, &missing);
   bool calibrated = !acts.empty();
   sim.activations_calibrated = calibrated;
-  if (!calibrated)
+  if (!calibrated && !o.estimate_only)
     ctx.warn("aries: the model set has no calibration encodings: activations will run in float (weights at their "
              "integer grids only); add [calibration] and a quant recipe such as minmax for int8/16-bit activations");
-  else if (missing > 0)
+  else if (missing > 0 && !o.estimate_only)
     ctx.warn("aries: " + std::to_string(missing) + " linear/KV activations have no calibration encoding and run in float");
 
   nlohmann::json linears = linears_json(info.linears, o, parts);

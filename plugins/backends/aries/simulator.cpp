@@ -157,7 +157,7 @@ nlohmann::json simulate(const SimModel& m, const AriesOptions& o, const Device& 
 
   nlohmann::json notes = nlohmann::json::array();
   notes.push_back("simulated with the " + d.id + " data file (fitted: DRAM bandwidth on Llama-3.2-1B decode, MAC efficiency on its TTFT; see the plugin README)");
-  if (!m.activations_calibrated)
+  if (!m.activations_calibrated && !m.estimate_only)
     notes.push_back("no calibration encodings in the model set: timing assumes int8 activations, execution ran them in float");
   if (m.estimate_only) notes.push_back("estimate_only package: shapes and bit config only, no weights");
   if (o.llm.batch_size > 1)
