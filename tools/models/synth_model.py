@@ -47,8 +47,9 @@ NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): Tensor
 
 
 class ExternalWriter:
-    def __init__(self, path):
+    def __init__(self, path, sparse=False):
         self.path = path
+        self.sparse = sparse  # all-zero tensors become holes: a sparse file
         self.f = open(path, "wb")
         self.offset = 0
         self.bytes = 0
@@ -68,7 +69,10 @@ class ExternalWriter:
         if pad:
             self.f.write(b"\0" * pad)
             self.offset += pad
-        self.f.write(memoryview(arr).cast("B"))
+        if self.sparse and not arr.any():
+            self.f.seek(nbytes, 1)
+        else:
+            self.f.write(memoryview(arr).cast("B"))
         t.data_location = TensorProto.EXTERNAL
         for k, v in (("location", os.path.basename(self.path)), ("offset", str(self.offset)),
                      ("length", str(nbytes))):
@@ -79,6 +83,7 @@ class ExternalWriter:
         return t
 
     def close(self):
+        self.f.truncate(self.offset)
         self.f.close()
 
 
@@ -126,7 +131,7 @@ def llama3_inv_freq(inv_freq, rs):
     return np.where(medium, smoothed, inv_l).astype(np.float32)
 
 
-def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print):
+def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print, zeros=False):
     np_dt = np.dtype(dtype)
     onnx_dt = NP2ONNX[np_dt]
     f32 = np_dt == np.float32
@@ -150,13 +155,15 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
 
     os.makedirs(out_dir, exist_ok=True)
     data_path = os.path.join(out_dir, "model.onnx.data")
-    W = ExternalWriter(data_path)
+    W = ExternalWriter(data_path, sparse=zeros)
     rng = np.random.default_rng(seed)
     inits = []
     weight_map = {}  # onnx initializer -> [hf name, "T" if stored transposed]
     mm_counter = [1000]
 
     def normal(shape):
+        if zeros:  # --zeros: shapes only (estimates); calloc'd, never touched, written as holes
+            return np.zeros(shape, dtype=np_dt)
         # generate in float32 row blocks to bound temporary memory, then cast
         out = np.empty(shape, dtype=np_dt)
         flat = out.reshape(shape[0], -1)
@@ -404,6 +411,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tied-layout", default="transpose", choices=["transpose", "duplicate"])
     ap.add_argument("--verify", action="store_true", help="compare with torch (small models only)")
+    ap.add_argument("--zeros", action="store_true",
+                    help="all linear/embedding weights zero, stored as holes of a sparse file: the published "
+                         "shapes for cost estimates (bench/htp_estimate.sh), useless for text")
     args = ap.parse_args()
     with open(args.config) as f:
         cfg = json.load(f)
@@ -415,7 +425,7 @@ def main():
     print(f"synthesizing {cfg.get('architectures', ['?'])[0]}: {cfg['num_hidden_layers']} layers, "
           f"{n / 1e6:.1f}M params, {args.dtype}", flush=True)
     onnx_path, data_path, nbytes = build(cfg, args.out_dir, args.dtype, args.seed, args.tied_layout,
-                                         log=lambda *a: print(*a, flush=True))
+                                         log=lambda *a: print(*a, flush=True), zeros=args.zeros)
     with open(os.path.join(args.out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     print(f"wrote {onnx_path} ({os.path.getsize(onnx_path) / 1e6:.2f} MB) + {data_path} "

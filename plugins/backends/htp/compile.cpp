@@ -1,0 +1,270 @@
+#include "compile.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "container.h"
+#include "estimate.h"
+#include "graph_summary.h"
+#include "options.h"
+
+namespace fs = std::filesystem;
+
+namespace nf::htp {
+namespace {
+
+struct Variant {
+  std::string graph;
+  int64_t ar = 0, cl = 0;
+  std::string split = "1_of_1";
+};
+
+Variant parse_variant(const std::string& name) {
+  static const std::regex re(R"(^ar(\d+)_cl(\d+)(?:_scl\d+)?(?:_(\d+_of_\d+))?$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re))
+    throw Error("htp: graph '" + name + "' is not an AR/CL variant (ar{ar}_cl{cl}[_scl{scl}][_{i}_of_{n}]); run the arcl transform before compiling for htp");
+  Variant v{name, std::stoll(m[1]), std::stoll(m[2]), m[3].matched ? m[3].str() : "1_of_1"};
+  return v;
+}
+
+// Float initializers that feed HMX ops or table lookups, directly or through folded layout ops.
+std::set<std::string> packed_weights_of(Graph g) {
+  std::set<std::string> inits;
+  for (const auto& s : g.initializer_names()) {
+    Tensor t = g.initializer(s);
+    if (t && t.dtype() == NF_DTYPE_FLOAT32 && t.nbytes() > sizeof(float)) inits.insert(s);
+  }
+  static const std::set<std::string> move = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Cast"};
+  std::map<std::string, std::set<std::string>> origin;
+  for (const auto& s : inits) origin[s] = {s};
+  std::set<std::string> used;
+  for (const Node& n : g.nodes()) {
+    std::string op(n.op_type());
+    if (move.count(op)) {
+      for (const auto& o : n.outputs()) origin[o] = origin[n.input(0)];
+    } else if (op == "MatMul" || op == "Gemm" || op == "Conv") {
+      for (size_t i = 0; i < std::min<size_t>(n.input_count(), 2); ++i)
+        for (const auto& s : origin[n.input(i)]) used.insert(s);
+    } else if (op == "Gather") {
+      for (const auto& s : origin[n.input(0)]) used.insert(s);
+    }
+  }
+  return used;
+}
+
+// Storage of one weight from its encoding (or fp16 without one).
+StoredTensor plan_weight(ModelSet ms, const std::string& name, const Tensor& t, const HtpOptions& o, WeightInfo* info) {
+  StoredTensor s;
+  s.name = name;
+  s.dims = t.dims();
+  const nf_encoding* e = ms.encoding(name);
+  if (!e || e->is_float) {
+    if (!o.fp16_relaxed_precision)
+      throw Error("htp: weight '" + name + "' has no integer encoding and fp16_relaxed_precision is false: quantize it (a quant recipe) or allow fp16");
+    s.storage = Storage::Fp16;
+    info->bits = 16;
+    info->is_float = true;
+    info->bytes = s.payload_bytes();
+    return s;
+  }
+  auto bad = [&](const std::string& why) { return Error("htp: encoding of weight '" + name + "': " + why); };
+  const bool lpbq = e->enc_type == NF_ENC_LPBQ;
+  const int bits = lpbq ? e->compressed_bw : e->bw;
+  if (bits < 2 || bits > 16) throw bad(std::to_string(bits) + "-bit weights; HTP stores 4, 8 or 16 bits");
+  s.storage = bits <= 4 ? Storage::Int4 : bits <= 8 ? Storage::Int8 : Storage::Int16;
+  const int rank = static_cast<int>(s.dims.size());
+  s.encoding = e->enc_type == NF_ENC_PER_TENSOR ? "PER_TENSOR" : e->enc_type == NF_ENC_PER_CHANNEL ? "PER_CHANNEL"
+               : e->enc_type == NF_ENC_PER_BLOCK ? "PER_BLOCK" : "LPBQ";
+  int64_t channels = 1;
+  if (e->enc_type != NF_ENC_PER_TENSOR) {
+    if (e->axis < 0 || e->axis >= rank) throw bad("channel axis " + std::to_string(e->axis) + " is outside rank " + std::to_string(rank));
+    s.axis = e->axis;
+    channels = s.dims[static_cast<size_t>(e->axis)];
+  }
+  if (e->enc_type == NF_ENC_PER_BLOCK || lpbq) {
+    if (rank != 2 || e->block_axis != 1 - e->axis || e->block_size <= 0) throw bad("blockwise encodings need a 2-D weight with block axis = the other axis");
+    s.block_axis = e->block_axis;
+    s.block_size = e->block_size;
+  }
+  const int64_t nb = s.blocks();
+  const size_t groups = static_cast<size_t>(channels * nb);
+  size_t need = e->enc_type == NF_ENC_PER_TENSOR ? 1 : e->enc_type == NF_ENC_PER_BLOCK ? groups : static_cast<size_t>(channels);
+  if (e->num_scales != need) throw bad(std::to_string(e->num_scales) + " scales, expected " + std::to_string(need));
+  if (lpbq && e->num_block_ints != groups) throw bad(std::to_string(e->num_block_ints) + " per-block ints, expected " + std::to_string(groups));
+  s.scales.resize(groups);
+  s.zeros.resize(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    size_t c = g / static_cast<size_t>(nb);
+    size_t src = e->enc_type == NF_ENC_PER_TENSOR ? 0 : e->enc_type == NF_ENC_PER_BLOCK ? g : c;
+    float sc = e->scale[src];
+    if (lpbq) sc *= static_cast<float>(e->per_block_int_scale[g]);
+    s.scales[g] = sc;
+    // The kernels' signed grid: w = (q + zero) * scale; AIMET's unsigned offset shifts by 2^(bits-1).
+    s.zeros[g] = e->is_sym ? 0.f : static_cast<float>(e->offset[src] + (1 << (bits - 1)));
+  }
+  // Device bytes as the chip stores them: LPBQ = 4-bit values + (dbw-bw)-bit block ints +
+  // fp32 per-channel scales; others = values + fp32 scale (and int offset) per group.
+  info->bits = bits;
+  info->lpbq = lpbq;
+  uint64_t meta = lpbq ? (groups * static_cast<uint64_t>(e->bw - e->compressed_bw) + 7) / 8 + channels * 4
+                       : need * (e->is_sym ? 4 : 8);
+  info->bytes = s.payload_bytes() + meta;
+  return s;
+}
+
+// Swaps packed weights for empty placeholders while the graphs are saved (the container
+// holds them), restoring the model set afterwards even on error.
+class PlaceholderSwap {
+ public:
+  PlaceholderSwap(ModelSet ms, const std::map<std::string, std::set<std::string>>& by_graph) {
+    for (const auto& [graph, names] : by_graph) {
+      Graph g(host().model_set_find_graph(ms.get(), graph.c_str()));
+      for (const auto& n : names) {
+        saved_.push_back({g, n, g.initializer(n)});
+        std::vector<int64_t> dims{0};
+        g.set_initializer(n, Tensor::create(NF_DTYPE_FLOAT32, dims));
+      }
+    }
+  }
+  ~PlaceholderSwap() {
+    for (auto& s : saved_)
+      if (nf_status* st = host().graph_set_initializer(s.g.get(), s.name.c_str(), s.t.get())) host().status_release(st);
+  }
+
+ private:
+  struct Saved {
+    Graph g;
+    std::string name;
+    Tensor t;
+  };
+  std::vector<Saved> saved_;
+};
+
+void write_json(const fs::path& p, const nlohmann::json& j) {
+  std::ofstream f(p);
+  f << j.dump(1) << "\n";
+  if (!f) throw Error("htp: cannot write " + p.string());
+}
+
+}  // namespace
+
+void compile(const char* options_json, const nf_model_set* ms_in, const std::string& out_dir, Context ctx) {
+  HtpOptions o = HtpOptions::parse(Options(options_json).json());
+  ModelSet ms(const_cast<nf_model_set*>(ms_in));
+  if (ms.graph_count() == 0) throw Error("htp: the model set has no graphs");
+
+  // 1. ops, static shapes, variant names; weight sharing needs one AR when disabled.
+  std::vector<Variant> variants;
+  std::set<int64_t> ars;
+  for (const Graph& g : ms.graphs()) {
+    check_ops(g);
+    check_static(g);
+    variants.push_back(parse_variant(g.name()));
+    ars.insert(variants.back().ar);
+  }
+  if (!o.weight_sharing && ars.size() > 1)
+    throw Error("htp: weight_sharing = false needs a single AR variant (the model set has " + std::to_string(ars.size()) +
+                " AR values; set the arcl transform's arn to one value or keep weight_sharing)");
+
+  // 2. Weight groups: one per split (shared by its variants), or one per graph without sharing.
+  std::map<std::string, std::vector<std::string>> group_graphs;
+  std::map<std::string, std::set<std::string>> graph_weights;
+  for (const auto& v : variants) {
+    std::string group = o.weight_sharing ? v.split : v.graph;
+    group_graphs[group].push_back(v.graph);
+    graph_weights[v.graph] = packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())));
+  }
+  std::map<std::string, WeightInfo> weights;
+  std::map<std::string, std::vector<StoredTensor>> group_tensors;
+  std::map<std::string, std::vector<Tensor>> group_sources;
+  nlohmann::json splits = nlohmann::json::array();
+  uint64_t total_weight_bytes = 0;
+  for (const auto& [group, graphs] : group_graphs) {
+    std::set<std::string> names;
+    for (const auto& g : graphs) names.insert(graph_weights[g].begin(), graph_weights[g].end());
+    Graph first(host().model_set_find_graph(ms.get(), graphs.front().c_str()));
+    uint64_t bytes = 0;
+    for (const auto& name : names) {
+      Graph holder = first;
+      for (const auto& g : graphs)
+        if (graph_weights[g].count(name)) {
+          holder = Graph(host().model_set_find_graph(ms.get(), g.c_str()));
+          break;
+        }
+      Tensor t = holder.initializer(name);
+      WeightInfo info;
+      group_tensors[group].push_back(plan_weight(ms, name, t, o, &info));
+      group_sources[group].push_back(t);
+      weights[name] = info;
+      bytes += info.bytes;
+    }
+    total_weight_bytes += bytes;
+    splits.push_back({{"name", group}, {"file", "htp/weights_" + group + ".bin"}, {"graphs", graphs}, {"weight_bytes", bytes}});
+  }
+
+  // 3. Summaries for the hardware model, then the chip's limits (VTCM tiles, memory).
+  nlohmann::json summaries = nlohmann::json::object();
+  for (const auto& v : variants) {
+    CostPolicy policy{o.fp16_relaxed_precision, o.assume_activation_bw, o.assume_kv_bw};
+    nlohmann::json s = summarize(ms, Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), weights, policy);
+    s["ar"] = v.ar;
+    s["cl"] = v.cl;
+    s["split"] = v.split;
+    summaries[v.graph] = std::move(s);
+  }
+  nlohmann::json vlist = nlohmann::json::array();
+  for (const auto& v : variants) vlist.push_back({{"graph", v.graph}, {"ar", v.ar}, {"cl", v.cl}, {"split", v.split}});
+  nlohmann::json weights_json = nlohmann::json::object();
+  for (const auto& [n, w] : weights) weights_json[n] = {{"bits", w.bits}, {"bytes", w.bytes}, {"lpbq", w.lpbq}};
+  nlohmann::json meta = {{"backend", "htp"},
+                         {"version", kVersion},
+                         {"options", o.resolved_json()},
+                         {"chip", {{"chipset", o.chipset}, {"name", o.chip.marketing_name}, {"file", fs::path(o.chip.file).filename().string()}}},
+                         {"splits", splits},
+                         {"variants", vlist},
+                         {"weights", weights_json},
+                         {"weight_bytes", total_weight_bytes},
+                         {"model", "model"}};
+  check_fits(o, meta, summaries);
+
+  // 4. Artifacts: graphs without packed weights, one container per group, the JSONs.
+  fs::create_directories(fs::path(out_dir) / "htp");
+  fs::create_directories(fs::path(out_dir) / "model");
+  {
+    PlaceholderSwap swap(ms, graph_weights);
+    check(host().model_set_save(ms.get(), (fs::path(out_dir) / "model").string().c_str()));
+  }
+  size_t done = 0;
+  for (const auto& s : splits) {
+    std::string group = s["name"];
+    ctx.progress(done++, splits.size(), "packing weights of " + group);
+    auto& sources = group_sources[group];
+    write_container((fs::path(out_dir) / s["file"].get<std::string>()).string(), {{"split", group}, {"graphs", s["graphs"]}},
+                    group_tensors[group], [&](size_t i) { return sources[i].data_as<float>(); });
+  }
+  write_json(fs::path(out_dir) / "htp" / "graphs.json", summaries);
+  write_json(fs::path(out_dir) / "htp.json", meta);
+
+  // Backend extensions in the QNN HTP layout (one graphs entry per weight-shared context).
+  nlohmann::json gl = nlohmann::json::array();
+  for (const auto& s : splits)
+    gl.push_back({{"graph_names", s["graphs"]}, {"vtcm_mb", o.vtcm_size_in_mb}, {"O", o.optimization_type},
+                  {"hvx_threads", o.hvx_threads}, {"fp16_relaxed_precision", o.fp16_relaxed_precision ? 1 : 0}});
+  nlohmann::json ext = {
+      {"graphs", gl},
+      {"devices", nlohmann::json::array({{{"soc_model", o.soc_model}, {"dsp_arch", o.dsp_arch},
+                                          {"cores", nlohmann::json::array({{{"core_id", 0}, {"perf_profile", o.perf_profile},
+                                                                            {"rpc_control_latency", o.rpc_control_latency}}})}}})},
+      {"context", {{"weight_sharing_enabled", o.weight_sharing}, {"extended_udma", o.extended_udma}}},
+      {"memory", {{"mem_type", "shared_buffer"}}}};
+  write_json(fs::path(out_dir) / "htp" / "backend_extensions.json", ext);
+  ctx.info("htp: " + std::to_string(variants.size()) + " graph(s), " + std::to_string(splits.size()) + " weight container(s), " +
+           std::to_string(total_weight_bytes >> 20) + " MiB of weights for " + o.chipset);
+}
+
+}  // namespace nf::htp

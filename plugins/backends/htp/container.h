@@ -1,0 +1,58 @@
+// The weight container of one split (format in README.md, "Weight container"): a header,
+// a JSON table of tensors, then 64-byte aligned payloads. Integer weights are stored at
+// their encoding's width on the grid real = (q + zero) * scale (q signed, as the chip's
+// kernels see it); weights without an encoding at fp16.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace nf::htp {
+
+constexpr char kContainerMagic[8] = {'N', 'F', 'H', 'T', 'P', 'W', '0', '1'};
+
+enum class Storage { Int4, Int8, Int16, Fp16 };
+const char* storage_name(Storage s);
+int storage_bits(Storage s);
+
+// One stored tensor. Quantization groups: one per (channel, block); `axis` < 0 = one group.
+struct StoredTensor {
+  std::string name;
+  std::vector<int64_t> dims;
+  Storage storage = Storage::Fp16;
+  std::string encoding;       // "LPBQ", "PER_CHANNEL", ..., "" for fp16
+  int axis = -1;              // channel axis
+  int block_axis = -1;
+  int64_t block_size = 0;
+  std::vector<float> scales;  // per group (channel-major: channel * blocks + block)
+  std::vector<float> zeros;   // per group
+
+  int64_t numel() const;
+  uint64_t payload_bytes() const;  // the stored values
+  int64_t blocks() const;          // blocks along block_axis (1 when not blockwise)
+  // Group of element i (row-major).
+  int64_t group_of(int64_t i) const;
+};
+
+// Quantizes float values onto the tensor's grid (or to fp16) into `out` (payload_bytes()).
+void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out);
+// Reverse: the stored values as floats, exactly on the grid.
+void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out);
+
+// Writes a container; `source(i)` returns the float data of tensor i (numel floats).
+void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
+                     const std::function<const float*(size_t)>& source);
+
+struct LoadedContainer {
+  nlohmann::json info;
+  std::vector<StoredTensor> tensors;
+  std::vector<std::vector<float>> values;  // dequantized, per tensor
+};
+// Reads and checks a container (magic, table, every range inside the file, sizes).
+LoadedContainer read_container(const std::string& path);
+
+}  // namespace nf::htp

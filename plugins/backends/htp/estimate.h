@@ -1,0 +1,21 @@
+// The hardware model: a roofline per op over VTCM-tiled matmuls (HMX MACs at the
+// operands' precision vs DRAM bytes at their stored widths), HVX vector work, the KV cache
+// and other graph inputs read from DRAM once, per-op and per-graph overheads. Every figure
+// comes from the chip file; the output fields follow host/cli/cmd_estimate.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "options.h"
+
+namespace nf::htp {
+
+// Refuses at compile what the chip cannot hold: an HMX tile pass that does not fit the
+// configured VTCM, a package bigger than the memory limit.
+void check_fits(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries);
+
+// workload: {"prompt_len"?: N, "context_len"?: N}.
+nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries,
+                        const nlohmann::json& workload);
+
+}  // namespace nf::htp
