@@ -67,6 +67,12 @@ const fs::path& packages() {
   return out;
 }
 
+// Removes this process's work dir at exit.
+struct CleanUp : ::testing::Environment {
+  void TearDown() override { fs::remove_all(work_dir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
 struct Scores {
   double agreement = 0, perplexity = 0, float_perplexity = 0;
   int64_t tokens = 0;
@@ -163,7 +169,7 @@ double eval_ppl(const std::string& model) {
 
 }  // namespace
 
-TEST(AriesPackage, LayoutAndRun) {
+static void check_LayoutAndRun() {
   fs::path pkg = packages() / "aries";
   ASSERT_TRUE(fs::exists(pkg / "package.json"));
   EXPECT_TRUE(fs::exists(pkg / "artifacts" / "part_0_of_1.mxq"));
@@ -180,7 +186,7 @@ TEST(AriesPackage, LayoutAndRun) {
   EXPECT_FALSE(run.out.empty());
 }
 
-TEST(AriesPackage, W8AgreesWithFloatGreedy) {
+static void check_W8AgreesWithFloatGreedy() {
   Scores s = score(packages() / "aries");
   std::printf("tiny_llama heldout (%lld tokens), aries W8 (int8 weights, int8 activations, 16-bit down-proj, KV int8): "
               "greedy agreement %.4f; perplexity float %.4f, aries %.4f (%+.2f%%)\n",
@@ -195,7 +201,7 @@ TEST(AriesPackage, W8AgreesWithFloatGreedy) {
   EXPECT_NE(q, fp) << "the package should run integer grids, not fp32";
 }
 
-TEST(AriesPackage, W4ProjectionsReported) {
+static void check_W4ProjectionsReported() {
   Scores s = score(packages() / "aries_w4");
   double fp = s.float_perplexity, q = s.perplexity;
   std::printf("tiny_llama heldout (%lld tokens), aries W4 (query/key/output/ffn int4 per channel + search_weight_scale, "
@@ -210,7 +216,7 @@ TEST(AriesPackage, W4ProjectionsReported) {
   EXPECT_LT(q, 2 * fp);
 }
 
-TEST(AriesPackage, CorruptedContainerIsRefused) {
+static void check_CorruptedContainerIsRefused() {
   fs::path copy = work_dir() / "corrupt";
   fs::remove_all(copy);
   fs::copy(packages() / "aries", copy, fs::copy_options::recursive);
@@ -233,7 +239,7 @@ TEST(AriesPackage, CorruptedContainerIsRefused) {
   EXPECT_NE(msg.find("corrupted (checksum mismatch)"), std::string::npos) << msg;
 }
 
-TEST(AriesPackage, EstimateFromThePackage) {
+static void check_EstimateFromThePackage() {
   const nf_backend_api* api = registry().find(NF_KIND_BACKEND, "aries")->backend();
   auto estimate = [&](const nlohmann::json& wl) {
     std::string out;
@@ -253,6 +259,19 @@ TEST(AriesPackage, EstimateFromThePackage) {
   EXPECT_GT(a["memory_bytes"].get<double>(), a["weight_bytes"].get<double>());
   auto w4 = nlohmann::json::parse(test::slurp(packages() / "aries_w4" / "artifacts" / "aries.json"));
   EXPECT_LT(w4["memory"]["weight_bytes"].get<double>(), 0.75 * nlohmann::json::parse(test::slurp(packages() / "aries" / "artifacts" / "aries.json"))["memory"]["weight_bytes"].get<double>());
+}
+
+// Each ctest case is its own process: the packages are built once per case, so the
+// checks that share them are grouped.
+TEST(AriesPackage, RoundTripCorruptionEstimate) {
+  check_LayoutAndRun();
+  check_CorruptedContainerIsRefused();
+  check_EstimateFromThePackage();
+}
+
+TEST(AriesPackage, W8AndW4AgainstFloat) {
+  check_W8AgreesWithFloatGreedy();
+  check_W4ProjectionsReported();
 }
 
 TEST(AriesCompile, Refusals) {
