@@ -1,9 +1,12 @@
 // `npuforge run MODEL.onnx|PACKAGE (--prompt TEXT | --prompt-ids 1,2,3) [...]`.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/open_model.h"
+#include "manifest/schema.h"
+#include "pipeline/util.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +34,74 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     start = end + 1;
   }
   return ids;
+}
+
+// Matrix multiply-adds of one token through a Llama-layout decoder, from its config.json
+// (0 when the config lacks a field).
+double target_macs_per_token(const nlohmann::json& c) {
+  auto get = [&](const char* k, double dflt) { return c.contains(k) && c[k].is_number() ? c[k].get<double>() : dflt; };
+  const double h = get("hidden_size", 0), inter = get("intermediate_size", 0), layers = get("num_hidden_layers", 0),
+               heads = get("num_attention_heads", 0), kv = get("num_key_value_heads", heads),
+               hd = get("head_dim", heads > 0 ? h / heads : 0), vocab = get("vocab_size", 0);
+  return layers * (h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter) + h * vocab;
+}
+
+// On packages whose backend estimates (htp, aries): simulated decode time of these new
+// tokens without and with the decoder. Plain decoding costs one decode step per token. The
+// decoder costs each target forward as one pass of its most rows (the estimate of a prompt
+// of that many rows: the largest AR variant / one prefill chunk) and each draft pass as a
+// decode step scaled by the draft's MACs per row over the target's (decode is bound by
+// streaming weights; the draft is assumed stored like the target).
+nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
+  const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
+  if (!backend || !backend->backend()->estimate) return nullptr;
+  auto estimate = [&](int64_t prompt_len) {
+    nlohmann::json wl{{"prompt_len", prompt_len}, {"context_len", context_len}};
+    std::string out, options = model.package->backend_options().dump(), w = wl.dump();
+    auto collect = [](void* user, const char* json) { *static_cast<std::string*>(user) = json; };
+    host::throw_if_error(backend->backend()->estimate(options.c_str(), model.package->artifacts().string().c_str(),
+                                                      w.c_str(), collect, &out),
+                         "backend '" + backend->name + "' estimate");
+    return nlohmann::json::parse(out);
+  };
+  nlohmann::json r{{"backend", backend->name}, {"simulated", true}};
+  try {
+    nlohmann::json one = estimate(1), tree = estimate(std::max<int64_t>(1, s.max_rows));
+    const double step_ms = one.at("decode_ms_per_token").get<double>();
+    const double tree_ms = tree.at("ttft_ms").get<double>();
+    double draft_ms = 0;
+    nlohmann::json notes = nlohmann::json::array();
+    if (s.draft_forwards > 0) {
+      nlohmann::json config;
+      if (model.package->meta.contains("config") && model.package->meta["config"].is_string())
+        config = nlohmann::json::parse(host::read_text_file(model.package->dir / model.package->meta["config"].get<std::string>()),
+                                       nullptr, false);
+      const double target = target_macs_per_token(config);
+      const double draft = s.decoder.value("draft_macs_per_row", 0.0);
+      if (target <= 0 || draft <= 0) {
+        notes.push_back("draft passes not costed: no config.json or no draft_macs_per_row");
+      } else {
+        draft_ms = step_ms * draft / target;
+        notes.push_back("a draft pass costs a decode step x draft MACs / target MACs per token (" +
+                        std::to_string(draft / target).substr(0, 5) + ")");
+      }
+    }
+    const double plain = static_cast<double>(s.gen.new_tokens) * step_ms;
+    const double spec = static_cast<double>(s.target_forwards) * tree_ms + static_cast<double>(s.draft_forwards) * draft_ms;
+    notes.push_back("a target forward of up to " + std::to_string(s.max_rows) +
+                    " rows costs the estimate of a " + std::to_string(s.max_rows) + "-token prompt");
+    r.update({{"context_len", context_len},
+              {"decode_step_ms", step_ms},
+              {"tree_pass_ms", tree_ms},
+              {"draft_pass_ms", draft_ms},
+              {"plain_decode_ms", plain},
+              {"speculative_decode_ms", spec},
+              {"speedup", spec > 0 ? plain / spec : 0.0},
+              {"notes", notes}});
+  } catch (const std::exception& e) {
+    r["error"] = e.what();
+  }
+  return r;
 }
 
 }  // namespace
@@ -110,6 +181,19 @@ void add_run(CLI::App& app) {
       }
     }
 
+    if (decoder) {
+      // Asset options (a draft model, learned embeddings) are relative to the package, or
+      // to the folder of a bare model.onnx. Defaults first, so a default path resolves too;
+      // schema errors are reported by generate_speculative.
+      std::filesystem::path base =
+          model->package ? model->package->dir : std::filesystem::absolute(path).parent_path();
+      manifest::validate_json(decoder->schema, doptions);
+      for (const std::string& key : manifest::asset_properties(decoder->schema))
+        if (doptions.contains(key) && doptions[key].is_string() &&
+            std::filesystem::path(doptions[key].get<std::string>()).is_relative())
+          doptions[key] = (base / doptions[key].get<std::string>()).string();
+    }
+
     host::GenerateStats st;
     std::vector<int32_t> out;
     std::optional<host::SpeculativeStats> spec_stats;
@@ -130,7 +214,13 @@ void add_run(CLI::App& app) {
                          {"decode_tokens_per_s",
                           st.decode_seconds > 0 && st.new_tokens > 1 ? (st.new_tokens - 1) / st.decode_seconds : 0.0},
                          {"stop_reason", st.stop_reason}};
-    if (spec_stats) stats["speculative"] = spec_stats->to_json();
+    if (spec_stats) {
+      stats["speculative"] = spec_stats->to_json();
+      if (model->package) {
+        auto sim = simulated_decode(*model, *spec_stats, st.prompt_tokens + st.new_tokens);
+        if (!sim.is_null()) stats["speculative"]["simulated"] = sim;
+      }
+    }
     if (json) {
       nlohmann::json j{{"tokens", out}, {"stats", stats}};
       if (tok) j["text"] = tok->decode(out);
@@ -142,12 +232,23 @@ void add_run(CLI::App& app) {
                    static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.new_tokens),
                    stats["prefill_tokens_per_s"].get<double>(), stats["decode_tokens_per_s"].get<double>());
       if (show_stats && spec_stats)
-        std::fprintf(stderr, "speculative %s: tau %.3f tokens/forward, acceptance %.3f, %lld forwards (%lld backend passes, max %lld rows), %.3f s\n",
+        std::fprintf(stderr, "speculative %s: tau %.3f tokens/forward, acceptance %.3f, %lld forwards (%lld draft forwards, %lld backend passes, max %lld rows), %.3f s\n",
                      decoder->name.c_str(), spec_stats->tau, spec_stats->acceptance_rate,
                      static_cast<long long>(spec_stats->target_forwards),
+                     static_cast<long long>(spec_stats->draft_forwards),
                      static_cast<long long>(spec_stats->gen.forward_passes), static_cast<long long>(spec_stats->max_rows),
                      spec_stats->wall_seconds);
-      else if (show_stats)
+      if (show_stats && spec_stats && stats["speculative"].contains("simulated")) {
+        const auto& sim = stats["speculative"]["simulated"];
+        if (sim.contains("error"))
+          std::fprintf(stderr, "simulated on %s: %s\n", sim["backend"].get<std::string>().c_str(),
+                       sim["error"].get<std::string>().c_str());
+        else
+          std::fprintf(stderr, "simulated on %s: decode %.2f ms plain, %.2f ms with %s (%.2fx)\n",
+                       sim["backend"].get<std::string>().c_str(), sim["plain_decode_ms"].get<double>(),
+                       sim["speculative_decode_ms"].get<double>(), decoder->name.c_str(), sim["speedup"].get<double>());
+      }
+      if (show_stats && !spec_stats)
         std::fprintf(stderr, "no speculative decoder: %lld forwards, %.3f s\n", static_cast<long long>(st.forward_passes),
                      st.prefill_seconds + st.decode_seconds);
     }

@@ -350,4 +350,12 @@ std::vector<OptionDoc> describe_options(const json& schema) {
   return out;
 }
 
+std::vector<std::string> asset_properties(const json& schema) {
+  std::vector<std::string> out;
+  if (!schema.is_object() || !schema.contains("properties") || !schema["properties"].is_object()) return out;
+  for (const auto& [key, prop] : schema["properties"].items())
+    if (prop.is_object() && prop.value("format", "") == "asset") out.push_back(key);
+  return out;
+}
+
 }  // namespace nf::manifest

@@ -1,7 +1,8 @@
 // A small JSON-schema validator: the subset plugins use to describe their options.
 // Keywords: type (name or list), properties, additionalProperties, required, default,
 // enum, minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, items,
-// minItems, maxItems, uniqueItems, oneOf, anyOf, description (documentation only).
+// minItems, maxItems, uniqueItems, oneOf, anyOf, description (documentation only),
+// format (only "asset" has a meaning: see asset_properties).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,12 @@ struct SchemaNames {
 // Throws nlohmann::json::exception only if the schema itself is malformed.
 std::vector<SchemaError> validate_json(const nlohmann::json& schema, nlohmann::json& value,
                                        const SchemaNames& names = {});
+
+// Top-level string properties marked "format": "asset": paths to files or directories that
+// ship with the model (a draft model, learned embeddings). `npuforge build` copies them into
+// the package; `npuforge run` resolves relative values against the package (or the folder
+// of a bare model.onnx).
+std::vector<std::string> asset_properties(const nlohmann::json& schema);
 
 // "integer", "list of integer", "integer or list of integer", "boolean", "table", ...
 std::string type_name(const nlohmann::json& schema);

@@ -6,6 +6,7 @@
 
 #include "api/host_api.h"
 #include "calibration/calibration.h"
+#include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/package.h"
 #include "pipeline/stage_cache.h"
@@ -46,6 +47,44 @@ void call_plugin(const std::string& label, Call&& call) {
     throw Cancelled();
   }
   throw_if_error(st, label);
+}
+
+// The speculative decoder's asset options (schema "format": "asset"), resolved: a value
+// from the manifest is relative to the manifest, a default to the model's folder. Throws
+// when one does not exist, so a build fails before any stage runs.
+std::vector<std::pair<std::string, fs::path>> decoder_assets(const manifest::Manifest& m, const Registry& registry) {
+  std::vector<std::pair<std::string, fs::path>> out;
+  if (!m.speculative) return out;
+  const manifest::PluginUse& use = *m.speculative;
+  const PluginInfo* decoder = registry.find(NF_KIND_SPECULATIVE, use.name);
+  if (!decoder) return out;
+  nlohmann::json filled = use.options;
+  manifest::validate_json(decoder->schema, filled);
+  for (const std::string& key : manifest::asset_properties(decoder->schema)) {
+    if (!filled.contains(key) || !filled[key].is_string()) continue;
+    const bool given = use.option_locations.count("/" + key) > 0;  // else the schema's default
+    fs::path src = filled[key].get<std::string>();
+    if (src.is_relative()) src = (given ? fs::path(m.dir) : fs::path(m.model_onnx).parent_path()) / src;
+    if (!fs::exists(src))
+      throw std::runtime_error(m.path + ": speculative decoder '" + use.name + "' needs its asset '" + key + "' at " +
+                               src.string() + (given ? "" : " (the default, beside model.onnx)") +
+                               ", which does not exist; see the decoder's README for how to make it");
+    out.emplace_back(key, src);
+  }
+  return out;
+}
+
+// Copies the decoder's assets into `package`/assets/<decoder>/ and returns its options with
+// package-relative paths.
+nlohmann::json package_decoder_assets(const manifest::Manifest& m, const Registry& registry, const fs::path& package) {
+  nlohmann::json options = m.speculative->options;
+  for (const auto& [key, src] : decoder_assets(m, registry)) {
+    fs::path rel = fs::path("assets") / m.speculative->name / src.filename();
+    fs::create_directories(package / rel.parent_path());
+    fs::copy(src, package / rel, fs::copy_options::recursive);
+    options[key] = rel.string();
+  }
+  return options;
 }
 
 }  // namespace
@@ -131,6 +170,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     throw std::runtime_error(m.path + ": no target named '" + req.target + "' (targets: " + names + ")");
   }
 
+  decoder_assets(m, registry);  // a missing draft fails now, not after the compile
   StageCache cache(req.cache_root.empty() ? StageCache::default_root() : req.cache_root, req.use_cache);
   auto t_load = std::chrono::steady_clock::now();
   stage_hook("load");
@@ -211,7 +251,9 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     for (const auto& [k, v] : ms->metadata)
       if (k != "config" && k != "source_key") extra[k] = nlohmann::json::parse(v);
     meta["metadata"] = extra;
-    if (m.speculative) meta["speculative"] = {{"decoder", m.speculative->name}, {"options", m.speculative->options}};
+    if (m.speculative)
+      meta["speculative"] = {{"decoder", m.speculative->name},
+                             {"options", package_decoder_assets(m, registry, staging.path())}};
 
     nlohmann::json report{{"target", target},
                           {"backend", backend->name},

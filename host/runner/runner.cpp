@@ -184,9 +184,30 @@ void DynamicRunner::forward(const int32_t* tokens, const int32_t* parents, size_
                   static_cast<size_t>(vocab_) * sizeof(float));
       if (!row_pass_[r]) row_pass_[r] = pass;
     }
-    extras_ = pass->extras;
   }
+  // Extra outputs per row, in row order, as the static runner gives them: [1, n_rows, ...].
+  extras_.clear();
+  for (size_t e = 0; e < io_.extra_outputs.size(); ++e) extras_.push_back(gather_rows(e, paths));
   row_paths_ = std::move(paths);
+}
+
+TensorPtr DynamicRunner::gather_rows(size_t e, const std::vector<std::vector<int32_t>>& paths) const {
+  const ir::Tensor& first = row_pass_[0]->extras[e]->tensor;
+  if (first.dims.size() < 2 || first.dims[0] != 1) return row_pass_.back()->extras[e];  // not per row
+  std::vector<int64_t> dims = first.dims;
+  dims[1] = static_cast<int64_t>(paths.size());
+  auto out = ir::make_tensor_ref(ir::Tensor::zeros(first.dtype, dims));
+  size_t row_bytes = ir::dtype_size(first.dtype);
+  for (size_t d = 2; d < dims.size(); ++d) row_bytes *= static_cast<size_t>(dims[d]);
+  auto* dst = static_cast<uint8_t*>(out->tensor.mutable_data());
+  for (size_t r = 0; r < paths.size(); ++r) {
+    const ir::Tensor& src = row_pass_[r]->extras[e]->tensor;
+    size_t depth = paths[r].size() - 1;
+    if (src.dims.size() != dims.size() || src.dims[1] <= static_cast<int64_t>(depth))
+      throw std::runtime_error("runner: extra output '" + io_.extra_outputs[e] + "' has no row per token");
+    std::memcpy(dst + r * row_bytes, static_cast<const uint8_t*>(src.data()) + depth * row_bytes, row_bytes);
+  }
+  return out;
 }
 
 void DynamicRunner::commit(const int32_t* rows, size_t n) {
@@ -198,8 +219,11 @@ void DynamicRunner::commit(const int32_t* rows, size_t n) {
     if (row_paths_[r].size() != i + 1 || (i > 0 && row_paths_[r][i - 1] != rows[i - 1]))
       throw std::runtime_error("runner: committed rows must form a path from a root, in order");
   }
-  // The pass of the last row holds its whole path as a prefix.
+  // The pass of the last row holds its whole path as a prefix. Extra outputs stay the
+  // last forward's, per row.
+  auto extras = std::move(extras_);
   adopt(*row_pass_[static_cast<size_t>(rows[n - 1])], n_past_ + static_cast<int64_t>(n));
+  extras_ = std::move(extras);
   row_paths_.clear();
   row_pass_.clear();
 }

@@ -64,6 +64,8 @@ class DynamicRunner final : public Runner {
   // One pass over `tokens` after the committed cache; does not commit.
   Pass run(std::span<const int32_t> tokens, bool all_rows);
   void adopt(Pass& p, int64_t new_len);  // makes p's presents (cut to new_len) the cache
+  // Extra output e of the last row call, one row per scored row.
+  TensorPtr gather_rows(size_t e, const std::vector<std::vector<int32_t>>& paths) const;
 
   BackendSession& session_;
   DecoderIO io_;

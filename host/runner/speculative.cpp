@@ -49,6 +49,7 @@ nlohmann::json SpeculativeStats::to_json() const {
           {"acceptance_rate", acceptance_rate},
           {"steps", steps},
           {"target_forwards", target_forwards},
+          {"draft_forwards", draft_forwards},
           {"backend_passes", gen.forward_passes},
           {"max_rows", max_rows},
           {"wall_seconds", wall_seconds},
@@ -117,6 +118,8 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
       *static_cast<nlohmann::json*>(user) = nlohmann::json::parse(json, nullptr, false);
     }, &st.decoder);
 
+  if (st.decoder.is_object() && st.decoder.contains("draft_forwards") && st.decoder["draft_forwards"].is_number_integer())
+    st.draft_forwards = st.decoder["draft_forwards"].get<int64_t>();
   st.gen.decode_seconds = t2 - t1;
   st.gen.new_tokens = static_cast<int64_t>(out.size());
   st.gen.forward_passes = runner.forward_passes() - passes0;

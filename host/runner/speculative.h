@@ -13,6 +13,7 @@ struct SpeculativeStats {
   GenerateStats gen;           // forward_passes: backend passes (a DynamicRunner runs one per tree path)
   int64_t steps = 0;           // decoder steps
   int64_t target_forwards = 0; // runner forward calls made by the decoder during decode
+  int64_t draft_forwards = 0;  // draft model passes, as the decoder counts them (0: no draft model)
   int64_t max_rows = 0;        // most rows in one forward call
   double tau = 0;              // new tokens per target forward (the bonus token included)
   double acceptance_rate = 0;  // share of new tokens that were accepted draft tokens

@@ -369,7 +369,7 @@ std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool al
     }
     Pass p = run(vi, tokens.subspan(done, take), parents, positions);
     keep(p, rows);
-    extras_ = std::move(p.extras);
+    append_extra_rows(p, take, done == 0);
     done += take;
     if (all_rows)
       out.insert(out.end(), p.logits.begin(), p.logits.end());
@@ -377,6 +377,40 @@ std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool al
       out.assign(p.logits.end() - io_.vocab, p.logits.end());
   }
   return out;
+}
+
+void StaticRunner::append_extra_rows(Pass& p, size_t rows, bool first_chunk) {
+  // Per-row outputs ([1, AR, ...]) of every chunk, padding dropped: one row per appended token.
+  auto real_rows = [&](const TensorPtr& t) {
+    std::vector<int64_t> dims = t->tensor.dims;
+    dims[1] = static_cast<int64_t>(rows);
+    auto out = ir::make_tensor_ref(ir::Tensor::zeros(t->tensor.dtype, dims));
+    std::memcpy(out->tensor.mutable_data(), t->tensor.data(), out->tensor.nbytes());
+    return out;
+  };
+  const int64_t ar = io_.variants[p.variant].ar;
+  std::map<std::string, TensorPtr> next;
+  for (auto& [name, t] : p.extras) {
+    const auto& d = t->tensor.dims;
+    if (d.size() < 2 || d[0] != 1 || d[1] != ar) {
+      next[name] = t;  // not per row: the last chunk's
+      continue;
+    }
+    auto it = extras_.find(name);
+    if (first_chunk || it == extras_.end() || it->second->tensor.dims.size() != d.size()) {
+      next[name] = real_rows(t);
+      continue;
+    }
+    const ir::Tensor& prev = it->second->tensor;
+    std::vector<int64_t> dims = prev.dims;
+    dims[1] += static_cast<int64_t>(rows);
+    auto out = ir::make_tensor_ref(ir::Tensor::zeros(prev.dtype, dims));
+    auto* dst = static_cast<uint8_t*>(out->tensor.mutable_data());
+    std::memcpy(dst, prev.data(), prev.nbytes());
+    std::memcpy(dst + prev.nbytes(), t->tensor.data(), out->tensor.nbytes() - prev.nbytes());
+    next[name] = out;
+  }
+  extras_ = std::move(next);
 }
 
 void StaticRunner::forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {

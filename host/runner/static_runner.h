@@ -50,7 +50,8 @@ struct StaticIO {
 // of `_scl` variants get a shifted window: cache slot j holds position
 // max(0, n_past - (SCL-AR)) + j, i.e. the last SCL-AR committed positions in order, and
 // sliding_attention_mask lets a row at position p see positions > p - window (as HF does).
-// last_output() is the last pass's tensor as the graph made it: [1, AR, ...], rows first.
+// last_output() after a row call is that pass's tensor as the graph made it: [1, AR, ...],
+// rows first; after append() it holds one row per appended token (chunks joined).
 class StaticRunner final : public Runner {
  public:
   StaticRunner(BackendSession& session, StaticIO io);
@@ -88,6 +89,8 @@ class StaticRunner final : public Runner {
            std::span<const int64_t> positions);
   // Appends rows `rows` of pass p to the KV store.
   void keep(const Pass& p, std::span<const int32_t> rows);
+  // After a prefill chunk of `rows` tokens: extra outputs accumulate one row per token.
+  void append_extra_rows(Pass& p, size_t rows, bool first_chunk);
 
   BackendSession& session_;
   StaticIO io_;

@@ -1,0 +1,342 @@
+// eaglet: EAGLE-2 style speculative decoding with a small trained draft.
+//
+// One step:
+//  1. The draft catches up on the tokens accepted last step (their target features, now
+//     known) and runs the root entry (feature of the newest committed token, current
+//     token): its output predicts the current token's children.
+//  2. Dynamic tree: for draft_len - 1 more draft passes, the n_branches most likely nodes
+//     of the newest depth (by cumulative draft probability) are expanded, each into its
+//     n_branches most likely children.
+//  3. Rerank every drafted node by cumulative probability and keep the best ones that fit
+//     the target's budget (max_tokens_target_can_evaluate, at most the runner's rows);
+//     the kept set is closed under parents because a child is never likelier than its parent.
+//  4. One target forward scores the root and the kept nodes; the walk draws the target's
+//     token at each node through `sample` and follows the matching child (lossless for
+//     greedy; sampled output keeps the target's distribution since the draft is
+//     deterministic). The accepted path is committed; the token drawn at the first
+//     mismatch is the next step's root.
+#include <npuforge/plugin.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "draft_model.h"
+
+namespace {
+
+constexpr const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "draft": {"type": "string", "format": "asset", "default": "eaglet",
+              "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py); relative to the model's folder, copied into packages by the build"},
+    "draft_len": {"type": "integer", "minimum": 1, "maximum": 16, "default": 5,
+                  "description": "draft passes per step = the deepest drafted token"},
+    "n_branches": {"type": "integer", "minimum": 1, "maximum": 16, "default": 4,
+                   "description": "nodes expanded per depth, and children drafted per expanded node"},
+    "max_tokens_target_can_evaluate": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 32,
+                                       "description": "rows of one target forward (root + drafted tokens); trimmed to the runner's largest AR variant with a warning"},
+    "draft_kv_cache": {"type": "boolean", "default": true,
+                       "description": "keep the draft's KV cache of the accepted text across steps; false: the draft sees only the current root and its tree"}
+  }
+})json";
+
+constexpr const char* kFeature = "hidden_states";
+
+struct Node {
+  int32_t token = 0;
+  int32_t parent = -1;  // node index; -1: the root (current token)
+  int depth = 1;
+  double logp = 0;      // cumulative draft log probability from the root
+  int32_t entry = -1;   // draft scratch entry once expanded
+  size_t feature = 0;   // index into features_: the draft's output for the parent's entry
+};
+
+// Log-softmax, then the k best (token, log p) pairs.
+std::vector<std::pair<int32_t, double>> top_k(const float* logits, size_t vocab, int k) {
+  const float mx = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  std::vector<int32_t> idx(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t kk = std::min(static_cast<size_t>(k), vocab);
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(kk), idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<std::pair<int32_t, double>> out;
+  for (size_t i = 0; i < kk; ++i) out.emplace_back(idx[i], static_cast<double>(logits[idx[i]]) - lse);
+  return out;
+}
+
+class Eaglet {
+ public:
+  Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
+      : runner_(runner), draft_(o.get<std::string>("draft", "eaglet")) {
+    draft_len_ = o.get<int>("draft_len", 5);
+    branches_ = o.get<int>("n_branches", 4);
+    use_cache_ = o.get<bool>("draft_kv_cache", true);
+    vocab_ = nf::host().runner_vocab_size(runner);
+    const DraftCfg& c = draft_.config();
+    H_ = static_cast<size_t>(c.hidden);
+    if (static_cast<size_t>(c.vocab) != vocab_)
+      throw nf::Error("eaglet: the draft's vocabulary is " + std::to_string(c.vocab) + ", the target's " +
+                      std::to_string(vocab_) + " (a draft is trained for one target)");
+    const size_t asked = static_cast<size_t>(o.get<int>("max_tokens_target_can_evaluate", 32));
+    const size_t max_rows = nf::host().runner_max_rows(runner);
+    budget_ = std::min(asked, max_rows);
+    if (budget_ < asked)
+      ctx.warn("max_tokens_target_can_evaluate " + std::to_string(asked) + " exceeds the runner's " +
+               std::to_string(max_rows) + " rows per forward; using " + std::to_string(budget_));
+
+    // The prefill's features: one row per prompt token.
+    nf_tensor* hs = nf::host().runner_last_output(runner, kFeature);
+    if (!hs)
+      throw nf::Error("eaglet: the target has no 'hidden_states' output (the LM head's input); add the "
+                      "hidden_states transform to the manifest's transforms, before arcl");
+    std::vector<float> f = features_of(hs, 0, SIZE_MAX);
+    const size_t rows = f.size() / H_;
+    if (rows == 0) throw nf::Error("eaglet: the target's hidden_states has no rows after the prefill");
+    // Entries (f_j, x_{j+1}) for the prompt positions whose features we have.
+    const size_t first = n_prompt > rows ? n_prompt - rows : 0;
+    for (size_t j = first; j + 1 < n_prompt; ++j)
+      pending_.push_back({{f.begin() + static_cast<long>((j - first) * H_), f.begin() + static_cast<long>((j - first + 1) * H_)},
+                          prompt[j + 1], static_cast<int64_t>(j)});
+    last_feature_.assign(f.end() - static_cast<long>(H_), f.end());
+    if (!use_cache_) pending_.clear();
+  }
+
+  size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
+    if (max_out == 0) throw nf::Error("eaglet: step with no room for tokens");
+    const int32_t cur = next_ >= 0 ? next_ : sample(user, last_logits);
+    next_ = -1;
+    const int64_t P = static_cast<int64_t>(nf::host().runner_n_past(runner_));  // cur's position
+
+    std::vector<Node> nodes;
+    if (budget_ > 1) draft_tree(cur, P, nodes);
+    std::vector<int32_t> kept = rerank(nodes);
+
+    // Target rows: the root, then kept nodes (parents before children: kept is by depth).
+    std::vector<int32_t> tokens{cur}, parents{-1}, row_of(nodes.size(), -1);
+    for (int32_t n : kept) {
+      const Node& node = nodes[static_cast<size_t>(n)];
+      row_of[static_cast<size_t>(n)] = static_cast<int32_t>(tokens.size());
+      tokens.push_back(node.token);
+      parents.push_back(node.parent < 0 ? 0 : row_of[static_cast<size_t>(node.parent)]);
+    }
+    const size_t n_rows = tokens.size();
+    if (n_rows > nf::host().runner_max_rows(runner_)) throw nf::Error("eaglet: tree exceeds the runner's rows");
+    std::vector<float> logits(n_rows * vocab_);
+    nf::check(nf::host().runner_forward(runner_, tokens.data(), parents.data(), n_rows, logits.data()));
+    ++stats_.target_forwards;
+    stats_.rows += n_rows;
+    stats_.max_rows = std::max(stats_.max_rows, n_rows);
+    stats_.drafted += n_rows - 1;
+
+    // Children of each row by token.
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> child(n_rows);
+    for (size_t r = 1; r < n_rows; ++r) child[static_cast<size_t>(parents[r])].emplace_back(tokens[r], static_cast<int32_t>(r));
+    std::vector<int32_t> path{0}, accepted{cur};
+    int32_t row = 0;
+    while (accepted.size() < max_out) {
+      const int32_t t = sample(user, logits.data() + static_cast<size_t>(row) * vocab_);
+      auto it = std::find_if(child[static_cast<size_t>(row)].begin(), child[static_cast<size_t>(row)].end(),
+                             [&](const auto& c) { return c.first == t; });
+      if (it == child[static_cast<size_t>(row)].end()) {
+        next_ = t;
+        break;
+      }
+      row = it->second;
+      path.push_back(row);
+      accepted.push_back(t);
+    }
+    // Features of the accepted rows, read before the commit (the rows of this forward).
+    nf_tensor* hs = nf::host().runner_last_output(runner_, kFeature);
+    if (!hs) throw nf::Error("eaglet: the target forward returned no 'hidden_states'");
+    std::vector<float> f = features_of(hs, 0, n_rows);
+    nf::check(nf::host().runner_commit(runner_, path.data(), path.size()));
+    std::memcpy(last_logits, logits.data() + static_cast<size_t>(row) * vocab_, vocab_ * sizeof(float));
+    stats_.accepted_draft += accepted.size() - 1;
+
+    // Next step's catch-up entries: (feature of path[i], accepted[i+1]) at position P + i.
+    for (size_t i = 0; i + 1 < path.size(); ++i)
+      if (use_cache_)
+        pending_.push_back({row_feature(f, path[i]), accepted[i + 1], P + static_cast<int64_t>(i)});
+    last_feature_ = row_feature(f, path.back());
+    std::copy(accepted.begin(), accepted.end(), out);
+    return accepted.size();
+  }
+
+  std::string stats() const {
+    nlohmann::json j{{"draft_len", draft_len_},
+                     {"n_branches", branches_},
+                     {"max_tokens_target_can_evaluate", budget_},
+                     {"draft_kv_cache", use_cache_},
+                     {"target_forwards", stats_.target_forwards},
+                     {"draft_forwards", stats_.draft_forwards},
+                     {"draft_rows", stats_.draft_rows},
+                     {"rows", stats_.rows},
+                     {"max_rows", stats_.max_rows},
+                     {"drafted_tokens_verified", stats_.drafted},
+                     {"accepted_draft_tokens", stats_.accepted_draft},
+                     {"draft_weight_bytes_per_pass", draft_.weight_bytes_per_pass()},
+                     {"draft_macs_per_row", draft_.macs_per_row()}};
+    return j.dump();
+  }
+
+ private:
+  using DraftCfg = eaglet::DraftConfig;
+  struct Entry {
+    std::vector<float> feature;
+    int32_t token;
+    int64_t position;
+  };
+
+  // Rows [from, to) of a [1, rows, hidden] float32 tensor, as floats.
+  std::vector<float> features_of(nf_tensor* t, size_t from, size_t to) const {
+    nf::Tensor hs = nf::Tensor::borrow(t);
+    auto dims = hs.dims();
+    if (hs.dtype() != NF_DTYPE_FLOAT32 || dims.size() != 3 || dims[0] != 1 || static_cast<size_t>(dims[2]) != H_)
+      throw nf::Error("eaglet: the target's hidden_states should be float32 [1, rows, " + std::to_string(H_) +
+                      "] (the draft's hidden size)");
+    to = std::min(to, static_cast<size_t>(dims[1]));
+    const float* p = hs.data_as<float>();
+    return {p + from * H_, p + to * H_};
+  }
+  std::vector<float> row_feature(const std::vector<float>& f, int32_t row) const {
+    return {f.begin() + static_cast<long>(static_cast<size_t>(row) * H_),
+            f.begin() + static_cast<long>((static_cast<size_t>(row) + 1) * H_)};
+  }
+
+  // Fills `nodes` with the drafted tree under the current token.
+  void draft_tree(int32_t cur, int64_t P, std::vector<Node>& nodes) {
+    if (!use_cache_) draft_.clear_cache();
+    draft_.clear_scratch();
+    // Catch-up entries and the root entry, committed to the draft's cache in order.
+    std::vector<eaglet::DraftModel::Row> rows;
+    for (const Entry& e : pending_) rows.push_back({e.feature.data(), e.token, e.position, -1});
+    rows.push_back({last_feature_.data(), cur, P - 1, -1});
+    std::vector<float> feats(rows.size() * H_), logits(rows.size() * vocab_);
+    draft_.run_committed(rows, feats.data(), logits.data());
+    pending_.clear();
+    count_draft(rows.size());
+    features_.assign(feats.end() - static_cast<long>(H_), feats.end());  // features_[0]: the root's output
+    std::vector<int32_t> frontier;
+    for (auto [tok, lp] : top_k(logits.data() + (rows.size() - 1) * vocab_, vocab_, branches_)) {
+      frontier.push_back(static_cast<int32_t>(nodes.size()));
+      nodes.push_back({tok, -1, 1, lp, -1, 0});
+    }
+    for (int depth = 2; depth <= draft_len_ && !frontier.empty(); ++depth) {
+      // Expand the n_branches likeliest nodes of the newest depth.
+      std::sort(frontier.begin(), frontier.end(), [&](int32_t a, int32_t b) {
+        return nodes[static_cast<size_t>(a)].logp > nodes[static_cast<size_t>(b)].logp;
+      });
+      if (frontier.size() > static_cast<size_t>(branches_)) frontier.resize(static_cast<size_t>(branches_));
+      std::vector<eaglet::DraftModel::Row> xs;
+      for (int32_t n : frontier) {
+        const Node& node = nodes[static_cast<size_t>(n)];
+        const int32_t parent_entry = node.parent < 0 ? -1 : nodes[static_cast<size_t>(node.parent)].entry;
+        xs.push_back({features_.data() + node.feature * H_, node.token, P + node.depth - 1, parent_entry});
+      }
+      std::vector<float> f(xs.size() * H_), l(xs.size() * vocab_);
+      std::vector<int32_t> ids = draft_.run_scratch(xs, f.data(), l.data());
+      count_draft(xs.size());
+      std::vector<int32_t> next;
+      for (size_t i = 0; i < frontier.size(); ++i) {
+        const size_t n = static_cast<size_t>(frontier[i]);
+        nodes[n].entry = ids[i];
+        const size_t feature = features_.size() / H_;
+        features_.insert(features_.end(), f.begin() + static_cast<long>(i * H_), f.begin() + static_cast<long>((i + 1) * H_));
+        for (auto [tok, lp] : top_k(l.data() + i * vocab_, vocab_, branches_)) {
+          next.push_back(static_cast<int32_t>(nodes.size()));
+          nodes.push_back({tok, static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1, feature});
+        }
+      }
+      frontier = std::move(next);
+    }
+  }
+
+  // The budget - 1 likeliest nodes, closed under parents, ordered by depth.
+  std::vector<int32_t> rerank(const std::vector<Node>& nodes) const {
+    std::vector<int32_t> order(nodes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      const Node &x = nodes[static_cast<size_t>(a)], &y = nodes[static_cast<size_t>(b)];
+      return x.logp > y.logp || (x.logp == y.logp && x.depth < y.depth);
+    });
+    std::vector<char> in(nodes.size(), 0);
+    std::vector<int32_t> kept;
+    for (int32_t n : order) {
+      if (kept.size() + 1 >= budget_) break;
+      const Node& node = nodes[static_cast<size_t>(n)];
+      if (node.parent >= 0 && !in[static_cast<size_t>(node.parent)]) continue;
+      in[static_cast<size_t>(n)] = 1;
+      kept.push_back(n);
+    }
+    std::stable_sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) {
+      return nodes[static_cast<size_t>(a)].depth < nodes[static_cast<size_t>(b)].depth;
+    });
+    return kept;
+  }
+
+  void count_draft(size_t rows) {
+    ++stats_.draft_forwards;
+    stats_.draft_rows += rows;
+  }
+
+  struct Counters {
+    size_t target_forwards = 0, draft_forwards = 0, draft_rows = 0, rows = 0, max_rows = 0, drafted = 0,
+           accepted_draft = 0;
+  };
+
+  nf_runner* runner_;
+  eaglet::DraftModel draft_;
+  int draft_len_ = 5, branches_ = 4;
+  bool use_cache_ = true;
+  size_t vocab_ = 0, H_ = 0, budget_ = 1;
+  std::vector<Entry> pending_;      // accepted (feature, next token) pairs the draft has not seen
+  std::vector<float> last_feature_; // the target's feature of the newest committed token
+  std::vector<float> features_;     // this step's draft output features (root's first)
+  int32_t next_ = -1;               // token drawn at the last mismatch: the next root
+  Counters stats_;
+};
+
+nf_status* create(const char* options_json, nf_runner* runner, const int32_t* prompt, size_t n_prompt,
+                  nf_context* ctx, nf_decoder** out) {
+  return NF_TRY({
+    if (n_prompt == 0) throw nf::Error("eaglet: empty prompt");
+    auto* d = new Eaglet(nf::Options(options_json), runner, prompt, n_prompt, nf::Context(ctx));
+    *out = reinterpret_cast<nf_decoder*>(d);
+  });
+}
+
+void release(nf_decoder* d) { delete reinterpret_cast<Eaglet*>(d); }
+
+nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
+                int32_t* out_tokens, size_t max_out, size_t* n_out) {
+  return NF_TRY({ *n_out = reinterpret_cast<Eaglet*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
+}
+
+void stats(nf_decoder* d, nf_json_sink sink, void* user) {
+  std::string s = reinterpret_cast<Eaglet*>(d)->stats();
+  sink(user, s.c_str());
+}
+
+const nf_speculative_api kApi = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
+
+const nf_plugin_descriptor kEaglet = {NF_ABI_VERSION,
+                                      sizeof(nf_plugin_descriptor),
+                                      NF_KIND_SPECULATIVE,
+                                      "eaglet",
+                                      "0.1.0",
+                                      "EAGLE-2 style draft on the target's hidden states: dynamic tree, one target pass",
+                                      kSchema,
+                                      &kApi};
+
+}  // namespace
+
+NF_PLUGIN_LIBRARY(&kEaglet)

@@ -1,0 +1,67 @@
+// hidden_states: exposes the decoder's last hidden state (the LM head's input, i.e. after
+// the final norm) as an extra graph output, for drafts that read the target's features
+// (eaglet). Numerics of the other outputs do not change: one Identity node is added.
+#include <npuforge/plugin.hpp>
+
+#include <algorithm>
+
+namespace {
+
+constexpr const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "output": {"type": "string", "default": "hidden_states",
+               "description": "name of the new graph output"}
+  }
+})json";
+
+void expose(nf::Graph g, const std::string& output) {
+  auto outputs = g.outputs();
+  if (std::find(outputs.begin(), outputs.end(), output) != outputs.end()) return;  // already there
+  if (std::find(outputs.begin(), outputs.end(), "logits") == outputs.end())
+    throw nf::Error("hidden_states: graph '" + g.name() + "' has no 'logits' output");
+  auto inits = g.initializer_names();
+  for (nf::Node n : g.nodes()) {
+    if (n.output_count() != 1 || n.output(0) != "logits") continue;
+    if (n.op_type() != "MatMul" || n.input_count() != 2)
+      throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' comes from a " + std::string(n.op_type()) +
+                      " node; expected the LM head's MatMul (hidden x weight)");
+    const std::string hidden = n.input(0), weight = n.input(1);
+    nf::ValueType wt, lt;
+    if (!g.value_type(weight, &wt) || wt.dims.size() != 2 || wt.dims[0] <= 0)
+      throw nf::Error("hidden_states: the LM head weight '" + weight + "' of graph '" + g.name() +
+                      "' needs a static [hidden, vocab] shape");
+    if (!g.value_type("logits", &lt) || lt.dims.size() != 3)
+      throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' should be [batch, sequence, vocab]");
+    g.add_node("Identity", {hidden}, {output}, "/hidden_states/Identity");
+    g.set_value_type(output, lt.dtype, {lt.dims[0], lt.dims[1], wt.dims[0]}, {lt.dim_params[0], lt.dim_params[1], ""});
+    outputs.push_back(output);
+    g.set_outputs(outputs);
+    return;
+  }
+  throw nf::Error("hidden_states: no node of graph '" + g.name() + "' makes 'logits'");
+}
+
+nf_status* apply(const char* options_json, nf_model_set* handle, nf_context*) {
+  return NF_TRY({
+    nf::ModelSet ms(handle);
+    const std::string output = nf::Options(options_json).get<std::string>("output", "hidden_states");
+    for (nf::Graph g : ms.graphs()) expose(g, output);
+  });
+}
+
+const nf_transform_api kApi = {NF_ABI_VERSION, sizeof(nf_transform_api), apply};
+
+const nf_plugin_descriptor kDescriptor = {NF_ABI_VERSION,
+                                          sizeof(nf_plugin_descriptor),
+                                          NF_KIND_TRANSFORM,
+                                          "hidden_states",
+                                          "0.1.0",
+                                          "adds the LM head's input (the last hidden state) as a graph output",
+                                          kSchema,
+                                          &kApi};
+
+}  // namespace
+
+NF_PLUGIN_LIBRARY(&kDescriptor)

@@ -1,0 +1,262 @@
+// The eaglet speculative decoder (plugins/speculative/eaglet) on tiny_llama with its trained
+// draft (tests/models/tiny_llama/eaglet): greedy output equals plain greedy token for token
+// on the dynamic runner (model.onnx + the hidden_states transform) and on an arcl package
+// (StaticRunner), rows stay within the runner's limit, a model without hidden states or
+// without a draft is refused with a clear error, and `npuforge build`/`run` ship and use the
+// draft from the package.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../cli/cli_support.h"
+#include "api/host_api.h"
+#include "manifest/manifest.h"
+#include "manifest/schema.h"
+#include "pipeline/package.h"
+#include "pipeline/pipeline.h"
+#include "runner/generate.h"
+#include "runner/speculative.h"
+#include "runner/static_runner.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+host::Registry& registry() {
+  static host::Registry* r = [] {
+    auto* reg = new host::Registry();
+    reg->load_directories({host::Registry::builtin_dir(), std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
+    return reg;
+  }();
+  return *r;
+}
+
+const host::PluginInfo& plugin(nf_plugin_kind kind, const char* name) {
+  const host::PluginInfo* p = registry().find(kind, name);
+  if (!p) throw std::runtime_error(std::string("plugin not built: ") + name);
+  return *p;
+}
+
+const std::string kDraft = test::model_dir("tiny_llama") + "/eaglet";
+
+struct Model {
+  std::unique_ptr<ir::ModelSet> ms;
+  std::unique_ptr<host::BackendSession> session;
+  std::unique_ptr<host::Runner> runner;
+};
+
+// tiny_llama's model.onnx on the cpu backend, with the hidden_states output unless `plain`.
+Model open_dynamic(bool plain = false) {
+  Model m;
+  m.ms = host::load_source_model(test::model_dir("tiny_llama") + "/model.onnx", "");
+  if (!plain) {
+    nf_context ctx{"transform hidden_states", {}};
+    host::throw_if_error(plugin(NF_KIND_TRANSFORM, "hidden_states").transform()->apply("{}", host::handle(m.ms.get()), &ctx),
+                         "hidden_states");
+  }
+  nlohmann::json options = nlohmann::json::object();
+  const auto& cpu = plugin(NF_KIND_BACKEND, "cpu");
+  manifest::validate_json(cpu.schema, options);
+  m.session = host::BackendSession::open_model_set(cpu, options, *m.ms);
+  m.runner = std::make_unique<host::DynamicRunner>(*m.session, host::DecoderIO::from_spec(host::graph_specs(*m.ms)[0]));
+  return m;
+}
+
+struct Package {
+  host::Registry registry;
+  fs::path dir;
+  host::Package pkg;
+  std::unique_ptr<host::BackendSession> session;
+  std::unique_ptr<host::Runner> runner;
+};
+
+// Builds tiny_llama with hidden_states + arcl (AR 1/16, CL 256) for cpu, eaglet named in
+// [speculative] with the given extra lines; returns the opened package.
+std::unique_ptr<Package> build_package(const fs::path& work, const std::string& speculative_extra = "") {
+  fs::path model = test::model_dir("tiny_llama");
+  std::string toml = "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
+                     (model / "config.json").string() + "\"\ntokenizer = \"" + (model / "tokenizer.json").string() +
+                     "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[[transform]]\nplugin = \"arcl\"\n"
+                     "arn = [1, 16]\ncontext_length = [256]\n\n[speculative]\ndecoder = \"eaglet\"\n" +
+                     speculative_extra + "\n[targets.cpu]\nbackend = \"cpu\"\n";
+  fs::create_directories(work);
+  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
+  auto p = std::make_unique<Package>();
+  auto errors = host::load_and_validate(m, p->registry);
+  if (!errors.empty()) throw std::runtime_error(errors[0]);
+  host::BuildRequest req;
+  req.out_dir = work / "out";
+  req.use_cache = false;
+  req.cache_root = work / "cache";
+  p->dir = host::build(m, p->registry, req).packages.at(0);
+  p->pkg = host::open_package(p->dir);
+  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
+  p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
+  p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
+  return p;
+}
+
+std::vector<int32_t> plain_greedy(host::Runner& r, const std::vector<int32_t>& prompt, int n) {
+  r.reset();
+  host::Sampler s({});
+  return host::generate(r, prompt, n, s, {}, nullptr, nullptr);
+}
+
+std::vector<int32_t> eaglet(host::Runner& r, const std::vector<int32_t>& prompt, int n, host::SpeculativeStats* st,
+                            nlohmann::json options = nlohmann::json::object(), host::SamplingParams sp = {}) {
+  r.reset();
+  host::Sampler s(sp);
+  if (!options.contains("draft")) options["draft"] = kDraft;
+  return host::generate_speculative(r, plugin(NF_KIND_SPECULATIVE, "eaglet"), options, prompt, n, s, {}, nullptr, st);
+}
+
+std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens, size_t skip = 0) {
+  auto tok = Tokenizer::load(test::model_dir("tiny_llama") + "/tokenizer.json");
+  std::ifstream in(test::model_dir("tiny_llama") + "/heldout.txt");
+  std::vector<std::vector<int32_t>> out;
+  for (std::string line; out.size() < count && std::getline(in, line);) {
+    if (line.size() < 80 || skip-- > 0) continue;
+    auto ids = tok.encode(line);
+    if (ids.size() > max_tokens) ids.resize(max_tokens);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+void expect_lossless(host::Runner& r, const std::vector<int32_t>& prompt, int n, const nlohmann::json& options = {}) {
+  auto want = plain_greedy(r, prompt, n);
+  host::SpeculativeStats st;
+  auto got = eaglet(r, prompt, n, &st, options.is_null() ? nlohmann::json::object() : options);
+  EXPECT_EQ(got, want) << "prompt of " << prompt.size() << " tokens, " << n << " new, options " << options.dump();
+  EXPECT_GE(st.tau, 1.0);
+  EXPECT_LE(st.max_rows, static_cast<int64_t>(r.max_rows()));
+  EXPECT_EQ(st.gen.new_tokens, n);
+  if (options.is_null() || options.value("max_tokens_target_can_evaluate", 32) > 1)
+    EXPECT_GE(st.decoder.value("draft_forwards", 0), 1);  // else no room to draft
+}
+
+}  // namespace
+
+TEST(EagletDynamic, GreedyEqualsPlainGreedy) {
+  Model m = open_dynamic();
+  std::vector<std::vector<int32_t>> prompts{{1}, {2046}, {1, 5, 9, 5, 9, 5}};
+  for (auto& p : heldout_prompts(2, 24)) prompts.push_back(p);
+  // A small tree keeps the dynamic runner (one pass per tree path) fast.
+  nlohmann::json small{{"max_tokens_target_can_evaluate", 8}, {"draft_len", 4}, {"n_branches", 2}};
+  for (const auto& p : prompts)
+    for (int n : {1, 6, 30}) expect_lossless(*m.runner, p, n, small);
+  auto p = heldout_prompts(1, 32)[0];
+  expect_lossless(*m.runner, p, 24);  // defaults
+  expect_lossless(*m.runner, p, 24, {{"draft_kv_cache", false}, {"max_tokens_target_can_evaluate", 10}});
+  expect_lossless(*m.runner, p, 12, {{"draft_len", 1}, {"n_branches", 1}});
+  expect_lossless(*m.runner, p, 12, {{"max_tokens_target_can_evaluate", 1}});  // no room to draft: plain
+}
+
+TEST(EagletDynamic, RowsAreTrimmedToTheRunner) {
+  Model m = open_dynamic();
+  auto p = heldout_prompts(1, 16)[0];
+  host::SpeculativeStats st;
+  auto want = plain_greedy(*m.runner, p, 16);
+  // 1024 rows asked, the dynamic runner takes 64: trimmed (with a warning), still lossless.
+  auto got = eaglet(*m.runner, p, 16, &st, {{"max_tokens_target_can_evaluate", 1024}, {"n_branches", 16}, {"draft_len", 8}});
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(st.decoder["max_tokens_target_can_evaluate"], 64);
+  EXPECT_LE(st.max_rows, 64);
+  EXPECT_GT(st.max_rows, 8);
+}
+
+TEST(EagletDynamic, SamplingIsSeededAndRuns) {
+  Model m = open_dynamic();
+  auto prompt = heldout_prompts(1, 16)[0];
+  nlohmann::json small{{"max_tokens_target_can_evaluate", 8}};
+  host::SpeculativeStats st;
+  auto a = eaglet(*m.runner, prompt, 24, &st, small, {0.8f, 40, 0.95f, 7});
+  auto b = eaglet(*m.runner, prompt, 24, &st, small, {0.8f, 40, 0.95f, 7});
+  EXPECT_EQ(a.size(), 24u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(EagletDynamic, MissingHiddenStatesOrDraftIsAClearError) {
+  host::SpeculativeStats st;
+  {
+    Model plain = open_dynamic(true);
+    try {
+      eaglet(*plain.runner, {1, 2, 3}, 4, &st);
+      FAIL() << "a target without hidden_states was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("no 'hidden_states' output"), std::string::npos) << e.what();
+    }
+  }
+  Model m = open_dynamic();
+  try {
+    eaglet(*m.runner, {1, 2, 3}, 4, &st, {{"draft", "/nonexistent/eaglet"}});
+    FAIL() << "a missing draft was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no draft at '/nonexistent/eaglet/draft.json'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(eaglet(*m.runner, {1, 2}, 4, &st, {{"draft_len", 0}}), std::runtime_error);
+  EXPECT_THROW(eaglet(*m.runner, {1, 2}, 4, &st, {{"n_branch", 2}}), std::runtime_error);
+}
+
+TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  auto p = build_package(work);
+  ASSERT_NE(dynamic_cast<host::StaticRunner*>(p->runner.get()), nullptr);
+  EXPECT_EQ(p->runner->max_rows(), 16u);
+  // The draft is part of the package; the manifest entry points at it.
+  auto spec = p->pkg.meta.at("speculative");
+  EXPECT_EQ(spec["decoder"], "eaglet");
+  EXPECT_EQ(spec["options"]["draft"], "assets/eaglet/eaglet");
+  EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));
+  nlohmann::json in_package{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
+
+  host::Runner& r = *p->runner;
+  std::vector<std::vector<int32_t>> prompts{{1}, {1, 5, 9, 5, 9, 5}};
+  for (auto& q : heldout_prompts(2, 40, 2)) prompts.push_back(q);  // 40 tokens: 3 prefill chunks
+  for (const auto& q : prompts)
+    for (int n : {1, 9, 40}) expect_lossless(r, q, n, in_package);
+  nlohmann::json trimmed = in_package;
+  trimmed["max_tokens_target_can_evaluate"] = 32;  // > AR 16: trimmed
+  host::SpeculativeStats st;
+  auto want = plain_greedy(r, prompts[2], 30);
+  EXPECT_EQ(eaglet(r, prompts[2], 30, &st, trimmed), want);
+  EXPECT_EQ(st.decoder["max_tokens_target_can_evaluate"], 16);
+  EXPECT_LE(st.max_rows, 16);
+
+  // The CLI: the package's [speculative] entry picks eaglet; --decoder none is plain.
+  std::vector<std::string> args{"run", p->dir.string(), "--prompt-ids", "450,1536,310,278,1", "--max-new-tokens", "20", "--json"};
+  auto spec_run = test::npuforge(args);
+  ASSERT_EQ(spec_run.exit_code, 0) << spec_run.err;
+  args.insert(args.end(), {"--decoder", "none"});
+  auto plain_run = test::npuforge(args);
+  ASSERT_EQ(plain_run.exit_code, 0) << plain_run.err;
+  auto sj = nlohmann::json::parse(spec_run.out), pj = nlohmann::json::parse(plain_run.out);
+  EXPECT_EQ(sj["tokens"], pj["tokens"]);
+  const auto& s = sj["stats"]["speculative"];
+  EXPECT_GE(s["tau"].get<double>(), 1.0);
+  EXPECT_GE(s["draft_forwards"].get<int64_t>(), 1);
+  EXPECT_GE(s["target_forwards"].get<int64_t>(), 1);
+  EXPECT_TRUE(s.contains("acceptance_rate"));
+  EXPECT_TRUE(s.contains("wall_seconds"));
+  auto text = test::npuforge({"run", p->dir.string(), "--prompt-ids", "450,1536", "--max-new-tokens", "8", "--stats"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.err.find("draft forwards"), std::string::npos) << text.err;
+  fs::remove_all(work);
+}
+
+TEST(EagletPackage, BuildWithoutTheDraftIsAClearError) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_missing_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  try {
+    build_package(work, "draft = \"no_such_draft\"\n");
+    FAIL() << "built a package without its draft";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs its asset 'draft'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no_such_draft"), std::string::npos) << e.what();
+  }
+  fs::remove_all(work);
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/python3
+"""Train the eaglet draft (EAGLE-2 style) for tests/models/tiny_llama.
+
+Run with Debian's python (torch 1.13):
+    /usr/bin/python3 tools/speculative/train_eaglet.py [--steps 400] [--threads 2]
+
+The draft sees, at position i, the target's last hidden state f_i (the input of the
+LM head, i.e. after the final norm) and the embedding of the next token x_{i+1}:
+    g_{i+1} = norm(layer(fc([emb(x_{i+1}), f_i])))      (one Llama decoder layer)
+    logits  = lm_head(g_{i+1})                          (the target's frozen LM head)
+and learns to predict f_{i+1} (smooth L1) and the target's next-token distribution
+(cross entropy against the target's softmax). Features come from the frozen target
+over windows of its own training text.
+
+Output (the eaglet plugin's asset, copied into packages by `npuforge build`):
+    tests/models/tiny_llama/eaglet/draft.json   config + tensor table + training metrics
+    tests/models/tiny_llama/eaglet/draft.bin    the tensors, float16, little endian
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tools", "models"))
+import bytebpe  # noqa: E402
+import corpus  # noqa: E402
+import hf_decoder as hd  # noqa: E402
+
+MODEL_DIR = os.path.join(REPO, "tests", "models", "tiny_llama")
+SEQ = 64
+BATCH = 8
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+class Draft(nn.Module):
+    def __init__(self, c, inter):
+        super().__init__()
+        h = c.hidden_size
+        dc = hd.Config({**c.raw, "intermediate_size": inter, "num_hidden_layers": 1})
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        self.layer = hd.DecoderLayer(dc)
+        self.norm = hd.RMSNorm(h, c.rms_norm_eps)
+        self.rotary = hd.RotaryEmbedding(c.head_dim, c.rope_theta)
+        self.cfg = dc
+
+    def forward(self, emb_next, feat, positions):
+        """emb_next, feat: [B, T, H]; positions [B, T]. Causal over T."""
+        x = self.fc(torch.cat([emb_next, feat], dim=-1))
+        b, t = x.shape[0], x.shape[1]
+        mask = hd.build_attention_mask(torch.ones(b, t, dtype=torch.int64), t, 0, None, x.dtype)
+        cos, sin = self.rotary(positions)
+        c = self.cfg
+        empty = torch.zeros(b, c.num_key_value_heads, 0, c.head_dim)
+        x, _ = self.layer(x, cos, sin, mask, empty, empty)
+        return self.norm(x)
+
+
+@torch.no_grad()
+def target_features(model, x):
+    """x [B, T] -> (features after the final norm [B, T, H], logits [B, T, V])."""
+    am = torch.ones_like(x)
+    pos = torch.arange(x.shape[1])[None].expand_as(x)
+    emb = model.embed_tokens(x)
+    mask = hd.build_attention_mask(am, x.shape[1], 0, None, emb.dtype)
+    cos, sin = model.rotary(pos)
+    h = emb
+    for layer, (pk, pv) in zip(model.layers, model.empty_past(x.shape[0])):
+        h, _ = layer(h, cos, sin, mask, pk, pv)
+    f = model.norm(h)
+    return f, model.lm_head(f)
+
+
+def draft_loss(draft, model, x, f, noise):
+    """x [B, T] tokens, f [B, T, H] the target's features over x."""
+    logits = model.lm_head(f)
+    emb_next = model.embed_tokens(x[:, 1:]).detach()
+    feat_in = f[:, :-1]
+    if noise > 0:
+        feat_in = feat_in + noise * torch.randn_like(feat_in) * feat_in.std()
+    pos = torch.arange(x.shape[1] - 1)[None].expand(x.shape[0], -1)
+    g = draft(emb_next, feat_in, pos)
+    want_f, want_logits = f[:, 1:], logits[:, 1:]
+    reg = F.smooth_l1_loss(g, want_f)
+    pred = model.lm_head(g)
+    ce = -(F.softmax(want_logits, -1) * F.log_softmax(pred, -1)).sum(-1).mean()
+    top1 = (pred.argmax(-1) == want_logits.argmax(-1)).float().mean()
+    return reg, ce, top1
+
+
+def export(draft, model, cfg, inter, path, metrics):
+    os.makedirs(path, exist_ok=True)
+    sd = {
+        "embed": model.embed_tokens.weight,
+        "lm_head": model.lm_head.weight,
+        "fc.weight": draft.fc.weight,
+        "fc.bias": draft.fc.bias,
+        "input_norm": draft.layer.input_layernorm.weight,
+        "q_proj": draft.layer.self_attn.q_proj.weight,
+        "k_proj": draft.layer.self_attn.k_proj.weight,
+        "v_proj": draft.layer.self_attn.v_proj.weight,
+        "o_proj": draft.layer.self_attn.o_proj.weight,
+        "post_norm": draft.layer.post_attention_layernorm.weight,
+        "gate_proj": draft.layer.mlp.gate_proj.weight,
+        "up_proj": draft.layer.mlp.up_proj.weight,
+        "down_proj": draft.layer.mlp.down_proj.weight,
+        "final_norm": draft.norm.weight,
+    }
+    tensors, blob, offset = {}, [], 0
+    for name, t in sd.items():
+        a = t.detach().cpu().numpy().astype("<f2")
+        tensors[name] = {"dtype": "float16", "shape": list(a.shape), "offset": offset, "nbytes": a.nbytes}
+        blob.append(a.tobytes())
+        offset += a.nbytes
+    meta = {
+        "format": "npuforge-eaglet-draft",
+        "version": 1,
+        "feature": "hidden_states",
+        "feature_is": "the target's LM head input (after the final norm)",
+        "config": {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "intermediate_size": inter,
+                   "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+                   "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta},
+        "tensors": tensors,
+        "training": metrics,
+    }
+    with open(os.path.join(path, "draft.bin"), "wb") as f:
+        for b in blob:
+            f.write(b)
+    with open(os.path.join(path, "draft.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    log(f"wrote {path}/draft.json + draft.bin ({offset} bytes)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--inter", type=int, default=352, help="draft MLP width")
+    ap.add_argument("--train-chars", type=int, default=400_000)
+    ap.add_argument("--windows", type=int, default=320, help="training windows of SEQ tokens (features cached)")
+    ap.add_argument("--noise", type=float, default=0.05)
+    ap.add_argument("--out", default=os.path.join(MODEL_DIR, "eaglet"))
+    ap.add_argument("--export-every", type=int, default=50, help="export the draft every N steps too")
+    ap.add_argument("--feature-cache", default="", help="folder to keep the target's features between runs")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    t_start = time.time()
+
+    state = torch.load(os.path.join(MODEL_DIR, "model.pt"))
+    cfg = hd.Config(state["config"])
+    cfg.raw = state["config"]
+    model = hd.DecoderLM(cfg)
+    model.load_state_dict(state["model"])
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+
+    tok = bytebpe.Tokenizer.load(os.path.join(MODEL_DIR, "tokenizer.json"))
+    eos = tok.specials["<|eos|>"]
+    docs = corpus.load_documents()
+    train_docs, held_docs, _ = corpus.split_documents(docs)
+    ids, chars = [], 0
+    for t in train_docs:
+        if chars >= args.train_chars:
+            break
+        ids += tok.encode(t) + [eos]
+        chars += len(t)
+    data = torch.tensor(ids, dtype=torch.int64)
+    held = torch.tensor(tok.encode("\n".join(held_docs))[:64 * SEQ], dtype=torch.int64)
+    log(f"train tokens {len(ids)} ({chars} chars), held-out tokens {len(held)}")
+
+    # The target's features over fixed windows, computed once (the target is frozen).
+    g = torch.Generator().manual_seed(1)
+    starts = torch.randint(0, len(data) - SEQ - 1, (args.windows,), generator=g)
+    wx = torch.stack([data[s:s + SEQ] for s in starts.tolist()])
+    hx = held.view(-1, SEQ)
+    cache = os.path.join(args.feature_cache, f"eaglet_features_{args.windows}_{SEQ}_{len(ids)}.pt")
+    if args.feature_cache and os.path.exists(cache):
+        wf, hf = torch.load(cache)
+    else:
+        wf = torch.cat([target_features(model, wx[i:i + 16])[0] for i in range(0, len(wx), 16)])
+        hf = target_features(model, hx)[0]
+        if args.feature_cache:
+            torch.save((wf, hf), cache)
+    log(f"target features for {len(wx)} windows in {time.time() - t_start:.0f}s")
+
+    draft = Draft(cfg, args.inter)
+    for m in draft.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    opt = torch.optim.AdamW(draft.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    t0 = time.time()
+    warmup = 30
+    for step in range(args.steps):
+        lr = 2e-3 * min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+        for pg in opt.param_groups:
+            pg["lr"] = lr
+        pick = torch.randint(0, len(wx), (BATCH,), generator=g)
+        reg, ce, top1 = draft_loss(draft, model, wx[pick], wf[pick], args.noise)
+        loss = reg + 0.1 * ce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if args.export_every and (step + 1) % args.export_every == 0 and step + 1 < args.steps:
+            draft.eval()
+            with torch.no_grad():
+                reg_h, ce_h, top1_h = draft_loss(draft, model, hx, hf, 0.0)
+            draft.train()
+            log(f"step {step + 1}: held-out top1 {float(top1_h):.3f}; exporting")
+            export(draft, model, cfg, args.inter, args.out,
+                   {"steps": step + 1, "partial": True, "heldout_top1_vs_target": round(float(top1_h), 4)})
+        if (step + 1) % 25 == 0 or step == 0:
+            log(f"step {step + 1}/{args.steps} reg {float(reg):.4f} ce {float(ce):.3f} top1 {float(top1):.3f} "
+                f"{time.time() - t0:.0f}s")
+    draft.eval()
+    with torch.no_grad():
+        reg, ce, top1 = draft_loss(draft, model, hx, hf, 0.0)
+    metrics = {"steps": args.steps, "batch": BATCH, "seq": SEQ, "windows": args.windows,
+               "train_tokens": len(ids), "inter": args.inter, "noise": args.noise,
+               "train_seconds": round(time.time() - t0, 1), "threads": args.threads,
+               "heldout_top1_vs_target": round(float(top1), 4), "heldout_ce": round(float(ce), 4),
+               "heldout_smooth_l1": round(float(reg), 5)}
+    log(f"held-out: top1 agreement with the target {float(top1):.3f}, ce {float(ce):.3f}")
+    export(draft, model, cfg, args.inter, args.out, metrics)
+
+
+if __name__ == "__main__":
+    main()
