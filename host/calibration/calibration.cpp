@@ -9,6 +9,7 @@
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/session.h"
+#include "pipeline/util.h"
 #include "runner/runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -131,16 +132,40 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
   std::copy(result.begin(), result.end(), out);
 }
 
-std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry) {
-  if (!m.calibration) return nullptr;
-  const PluginInfo* cpu = registry.find(NF_KIND_BACKEND, "cpu");
-  if (!cpu) throw std::runtime_error("calibration runs the model on the cpu backend, which is not installed");
+namespace {
+std::string tokenizer_of(const manifest::Manifest& m) {
   std::string tokenizer = m.model_tokenizer;
   if (tokenizer.empty()) {
     fs::path beside = fs::path(m.model_onnx).parent_path() / "tokenizer.json";
     if (fs::is_regular_file(beside)) tokenizer = beside.string();
   }
-  return std::make_unique<TextCalibration>(*m.calibration, tokenizer, *cpu);
+  return tokenizer;
+}
+
+std::string content_hash(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || !fs::is_regular_file(path, ec)) return "missing";
+  try {
+    return hash_string(read_text_file(path));
+  } catch (const std::exception&) {
+    return "unreadable";
+  }
+}
+}  // namespace
+
+nlohmann::json calibration_cache_key(const manifest::Manifest& m) {
+  if (!m.calibration) return nullptr;
+  return {{"text", content_hash(m.calibration->text)},
+          {"num_samples", m.calibration->num_samples},
+          {"sequence_length", m.calibration->sequence_length},
+          {"tokenizer", content_hash(tokenizer_of(m))}};
+}
+
+std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry) {
+  if (!m.calibration) return nullptr;
+  const PluginInfo* cpu = registry.find(NF_KIND_BACKEND, "cpu");
+  if (!cpu) throw std::runtime_error("calibration runs the model on the cpu backend, which is not installed");
+  return std::make_unique<TextCalibration>(*m.calibration, tokenizer_of(m), *cpu);
 }
 
 }  // namespace nf::host

@@ -40,6 +40,12 @@ class TextCalibration final : public nf_calibration {
   std::vector<std::vector<int32_t>> batches_;
 };
 
+// What the calibration of `m` contributes to a quant stage's cache key: a hash of the text
+// file's content (or of its absence), num_samples, sequence_length and the tokenizer's
+// content; null without [calibration]. Never throws: an unreadable file is reported when
+// the stage runs.
+nlohmann::json calibration_cache_key(const manifest::Manifest& m);
+
 // The calibration of a build: null when the manifest has no [calibration]. The tokenizer
 // is [model] tokenizer, else tokenizer.json beside the model; the cpu backend must be in
 // `registry`. Throws std::runtime_error (one line) on unusable calibration data.

@@ -23,6 +23,7 @@ void add_inspect(CLI::App& app);
 void add_build(CLI::App& app);
 void add_run(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_export_qdq(CLI::App& app);
 void add_estimate(CLI::App& app);
 
 }  // namespace nf::cli

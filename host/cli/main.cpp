@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   nf::cli::add_build(app);
   nf::cli::add_run(app);
   nf::cli::add_eval(app);
+  nf::cli::add_export_qdq(app);
   nf::cli::add_estimate(app);
   nf::host::install_cancel_handler();
   try {

@@ -94,6 +94,7 @@ PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, int wi
       double s = 0;
       for (size_t v = 0; v < vocab; ++v) s += std::exp(static_cast<double>(row[v] - m));
       nll += (std::log(s) + m) - row[win[i + 1]];
+      r.top1.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
       ++r.tokens_scored;
     }
     ++r.windows;

@@ -50,6 +50,7 @@ struct PerplexityResult {
   double perplexity = 0, mean_nll = 0;
   int64_t tokens_scored = 0, windows = 0;
   double seconds = 0;
+  std::vector<int32_t> top1;  // argmax of every scored row, in order (for agreement with a reference)
 };
 
 // Scores `ids` in consecutive non-overlapping windows of `window` tokens (the last partial

@@ -1,0 +1,536 @@
+// seqmse and spinquant: the SeqMSE search picks the known best clip of a constructed layer,
+// seqmse on tiny_llama writes per-block encodings lpbq then decomposes, SpinQuant keeps
+// float logits within 1e-4 (tiny_llama with R1+R2, mistral_swa whose hidden size 96 needs a
+// Paley Hadamard, tied qwen2), the Hadamard orders, the encodings file of a build against
+// the AIMET 1.0.0 format, bad inputs, and the calibration text in the stage-cache key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "calibration/calibration.h"
+#include "cli/cli_support.h"
+#include "manifest/schema.h"
+#include "onnx/onnx_io.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/session.h"
+#include "seqmse/seqmse_math.h"
+#include "spinquant/hadamard.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models";
+const std::string kTiny = kModels + "/tiny_llama";
+
+host::Registry& registry() {
+  static host::Registry* reg = [] {
+    auto* r = new host::Registry;
+    r->load_directories({host::Registry::builtin_dir()});
+    return r;
+  }();
+  return *reg;
+}
+
+const host::PluginInfo& cpu() {
+  const host::PluginInfo* p = registry().find(NF_KIND_BACKEND, "cpu");
+  EXPECT_NE(p, nullptr);
+  return *p;
+}
+
+std::unique_ptr<host::TextCalibration> calibration(const std::string& model_dir, int samples, int len) {
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = samples;
+  c.sequence_length = len;
+  return std::make_unique<host::TextCalibration>(c, model_dir + "/tokenizer.json", cpu());
+}
+
+std::string apply_recipe(const std::string& name, nlohmann::json options, ir::ModelSet& ms, nf_calibration* calib) {
+  const host::PluginInfo* p = registry().find(NF_KIND_QUANT, name);
+  if (!p) return "no plugin " + name;
+  auto errors = manifest::validate_json(p->schema, options);
+  if (!errors.empty()) return "schema: " + errors[0].message;
+  nf_context ctx{"quant " + name, [](uint64_t, uint64_t, const std::string&) { return false; }};
+  std::string json = options.dump();
+  nf_status* st = p->quant()->apply(json.c_str(), host::handle(&ms), calib, &ctx);
+  if (!st) return "";
+  std::string msg = host::host_api()->status_message(st);
+  host::host_api()->status_release(st);
+  return msg;
+}
+
+// Float logits of one prefill of ids 1..T (mod vocab) through the cpu backend, encodings off.
+std::vector<float> float_logits(ir::ModelSet& ms, int64_t T, int64_t vocab) {
+  auto session = host::BackendSession::open_model_set(cpu(), {{"use_encodings", false}}, ms);
+  const ir::Graph& g = *ms.graphs[0];
+  std::vector<int64_t> ids, ones(static_cast<size_t>(T), 1), pos;
+  for (int64_t i = 0; i < T; ++i) {
+    ids.push_back((i * 7919 + 13) % vocab);
+    pos.push_back(i);
+  }
+  auto i64 = [&](const std::vector<int64_t>& v) {
+    return ir::make_tensor_ref(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, {1, T}, v));
+  };
+  std::vector<host::NamedTensor> in;
+  for (const auto& name : g.inputs) {
+    if (name == "input_ids") in.push_back({name, i64(ids)});
+    else if (name == "attention_mask") in.push_back({name, i64(ones)});
+    else if (name == "position_ids") in.push_back({name, i64(pos)});
+    else {
+      const auto& shape = *g.types.at(name).shape;
+      in.push_back({name, ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, shape[1].value, 0, shape[3].value}))});
+    }
+  }
+  auto out = session->run(g.name, in, {"logits"});
+  const float* p = out[0]->tensor.as<float>();
+  return std::vector<float>(p, p + out[0]->tensor.numel());
+}
+
+// max |a - b| and max |a|.
+std::pair<double, double> max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+    m = std::max(m, static_cast<double>(std::fabs(a[i])));
+  }
+  return {d, m};
+}
+
+}  // namespace
+
+// One channel [1.0, 0.1, 0.2, -0.3] whose outlier 1.0 multiplies an input that is always 0:
+// only 0.1, 0.2, -0.3 reach the output, and of the 10 candidates (clip = (c+1)/10, 4 bits,
+// scale = clip / 7) only c = 6 (scale 0.1) represents all three exactly. Min/max (c = 9,
+// scale 1/7) would not. The second channel's inputs all matter: its best clip is the full
+// range (its weights are multiples of 1/7). Checked for the Gram (mse, sqnr) and direct
+// (l1, asym) paths.
+TEST(SeqMseMath, PicksTheKnownBestClip) {
+  const int64_t K = 4, N = 2, T = 64;
+  std::vector<float> w = {1.0f, 3.f / 7,    // [K, N] row-major
+                          0.1f, -2.f / 7,   //
+                          0.2f, 1.f / 7,    //
+                          -0.3f, 3.f / 7 + 0.5f};
+  // channel 1 absmax is 3/7 + 0.5; use a channel whose weights are on the full-range grid:
+  w[7] = 1.f;  // channel 1 = [3/7, -2/7, 1/7, 1]: scale 1/7 represents all exactly
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(static_cast<size_t>(T * K));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(t * K + k)] = k == 0 ? 0.f : nd(rng);
+  for (auto loss : {quant::SeqMseLoss::mse, quant::SeqMseLoss::sqnr, quant::SeqMseLoss::l1}) {
+    quant::SeqMseLayer L;
+    L.w = w.data();
+    L.K = K;
+    L.N = N;
+    L.bw = 4;
+    L.candidates = 10;
+    L.loss = loss;
+    L.x_q = L.x_ref = x.data();
+    L.T = T;
+    auto r = quant::seqmse_search(L);
+    ASSERT_EQ(r.blocks, 1);
+    EXPECT_EQ(r.candidate[0], 6) << "loss " << static_cast<int>(loss);
+    EXPECT_NEAR(r.scale[0], 0.1f, 1e-6f);
+    EXPECT_EQ(r.candidate[1], 9);
+    EXPECT_NEAR(r.scale[1], 1.f / 7, 1e-6f);
+  }
+  // asym: x_ref a separate (equal) buffer takes the direct path; same answer.
+  std::vector<float> x_ref = x;
+  quant::SeqMseLayer L;
+  L.w = w.data();
+  L.K = K;
+  L.N = N;
+  L.candidates = 10;
+  L.x_q = x.data();
+  L.x_ref = x_ref.data();
+  L.T = T;
+  EXPECT_EQ(quant::seqmse_search(L).candidate[0], 6);
+  // When the outlier's input is live, clipping it costs more than the rounding it saves.
+  for (int64_t t = 0; t < T; ++t) x[static_cast<size_t>(t * K)] = nd(rng);
+  L.x_ref = x.data();
+  EXPECT_EQ(quant::seqmse_search(L).candidate[0], 9);
+}
+
+TEST(Hadamard, OrdersAndOrthogonality) {
+  for (int64_t n : {1, 2, 8, 12, 20, 24, 96, 256}) {
+    auto R = quant::random_hadamard(n, n == 96 ? 5 : 0);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int64_t k = 0; k < n; ++k) dot += R[static_cast<size_t>(i * n + k)] * R[static_cast<size_t>(j * n + k)];
+        worst = std::max(worst, std::fabs(dot - (i == j ? 1.0 : 0.0)));
+      }
+    EXPECT_LT(worst, 1e-12) << "order " << n;
+  }
+  try {
+    quant::hadamard_matrix(36);  // 36 = 9 * 4: 35 is not prime, 9 - 1 not = 3 mod 4
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no Hadamard matrix of order 36"), std::string::npos) << e.what();
+  }
+}
+
+// R1 + R2 on tiny_llama; R1 on mistral_swa (hidden 96 = 12 * 8); qwen2 ties its embedding.
+TEST(SpinQuant, FloatLogitsWithin1e4) {
+  struct Case {
+    std::string model;
+    nlohmann::json options;
+  };
+  for (const Case& c : {Case{"tiny_llama", {{"r2", true}, {"seed", 3}}}, Case{"mistral_swa", {{"seed", 1}}},
+                        Case{"qwen2", {{"untie_embedding", true}, {"r2", true}}}}) {
+    const std::string dir = kModels + "/" + c.model;
+    auto ms = host::load_source_model(dir + "/model.onnx", "");
+    const int64_t vocab = nlohmann::json::parse(test::slurp(dir + "/config.json"))["vocab_size"];
+    auto before = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(apply_recipe("spinquant", c.options, *ms, nullptr), "") << c.model;
+    auto after = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(before.size(), after.size());
+    auto [d, m] = max_diff(before, after);
+    std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(),
+                d, m);
+    EXPECT_LT(d, 1e-4) << c.model;
+  }
+}
+
+TEST(SpinQuant, TiedEmbeddingNeedsUntie) {
+  auto ms = host::load_source_model(kModels + "/qwen2/model.onnx", "");
+  std::string err = apply_recipe("spinquant", nlohmann::json::object(), *ms, nullptr);
+  EXPECT_NE(err.find("set untie_embedding = true"), std::string::npos) << err;
+}
+
+TEST(SeqMseRecipe, PerBlockFeedsLpbq) {
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  auto calib = calibration(kTiny, 2, 32);
+  ASSERT_EQ(apply_recipe("seqmse", {{"granularity", "per_block"}, {"block_size", 64}, {"num_candidates", 10}}, *ms,
+                         calib.get()),
+            "");
+  // A q_proj-like weight [256, 256]: PER_BLOCK, 256 * 4 scales; the LM head int8 per channel.
+  const std::string q = "onnx::MatMul_1121";
+  ASSERT_TRUE(ms->encodings.count(q));
+  const nf_encoding& e = ms->encodings.at(q).view;
+  EXPECT_EQ(e.enc_type, NF_ENC_PER_BLOCK);
+  EXPECT_EQ(e.bw, 4);
+  EXPECT_EQ(e.block_size, 64);
+  EXPECT_EQ(e.num_scales, 256u * 4u);
+  std::vector<float> block_scales(e.scale, e.scale + e.num_scales);
+  size_t per_channel = 0, per_block = 0, activations = 0;
+  for (const auto& [name, enc] : ms->encodings) {
+    per_channel += enc.view.enc_type == NF_ENC_PER_CHANNEL;
+    per_block += enc.view.enc_type == NF_ENC_PER_BLOCK;
+    activations += enc.view.enc_type == NF_ENC_PER_TENSOR;
+  }
+  EXPECT_EQ(per_block, 28u);  // 4 layers * 7 linears
+  EXPECT_EQ(per_channel, 1u);  // LM head
+  EXPECT_GT(activations, 20u);
+  // Some block clips are below the block's absmax (the search did something).
+  const float* w = ms->graphs[0]->initializers.at(q)->tensor.as<float>();
+  size_t clipped = 0;
+  for (int64_t n = 0; n < 256; ++n)
+    for (int64_t b = 0; b < 4; ++b) {
+      float absmax = 0;
+      for (int64_t k = b * 64; k < (b + 1) * 64; ++k) absmax = std::max(absmax, std::fabs(w[k * 256 + n]));
+      clipped += block_scales[static_cast<size_t>(n * 4 + b)] < absmax / 7 * 0.999f;
+    }
+  EXPECT_GT(clipped, 0u);
+  // lpbq keeps those block ranges: s_ch = max_b s_blk / 16, i_blk = round(s_blk / s_ch).
+  ASSERT_EQ(apply_recipe("lpbq", {{"block_size", 64}}, *ms, calib.get()), "");
+  const nf_encoding& l = ms->encodings.at(q).view;
+  ASSERT_EQ(l.enc_type, NF_ENC_LPBQ);
+  for (int64_t n = 0; n < 256; ++n) {
+    float s_max = 0;
+    for (int64_t b = 0; b < 4; ++b) s_max = std::max(s_max, block_scales[static_cast<size_t>(n * 4 + b)]);
+    ASSERT_FLOAT_EQ(l.scale[n], s_max / 16) << n;
+    for (int64_t b = 0; b < 4; ++b) {
+      float expect = std::clamp(std::nearbyint(block_scales[static_cast<size_t>(n * 4 + b)] / l.scale[n]), 1.f, 16.f);
+      ASSERT_EQ(l.per_block_int_scale[n * 4 + b], static_cast<int32_t>(expect));
+    }
+  }
+}
+
+TEST(SeqMseRecipe, BadInputs) {
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  EXPECT_NE(apply_recipe("seqmse", nlohmann::json::object(), *ms, nullptr).find("seqmse: needs [calibration]"),
+            std::string::npos);
+  auto calib = calibration(kTiny, 1, 16);
+  std::string err = apply_recipe("seqmse", {{"granularity", "per_block"}, {"block_size", 48}}, *ms, calib.get());
+  EXPECT_NE(err.find("block_size 48 does not divide the 256 input channels of weight"), std::string::npos) << err;
+  EXPECT_TRUE(ms->encodings.empty());
+  EXPECT_NE(apply_recipe("seqmse", {{"weight_bw", 8}}, *ms, calib.get()).find("schema"), std::string::npos);
+  // spinquant after another recipe: its rotation would invalidate the encodings.
+  ASSERT_EQ(apply_recipe("minmax", nlohmann::json::object(), *ms, nullptr), "");
+  err = apply_recipe("spinquant", nlohmann::json::object(), *ms, nullptr);
+  EXPECT_NE(err.find("list spinquant before the other [[quant]] recipes"), std::string::npos) << err;
+}
+
+namespace {
+
+// Builds tiny_llama with `quant_and_transforms` and [calibration] on heldout.txt; returns
+// the package directory ("" on failure).
+fs::path build_tiny(const std::string& name, const std::string& quant_and_transforms, const std::string& calib_text,
+                    const std::string& cache_dir = "") {
+  auto dir = fs::temp_directory_path() / ("nf_recipes_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.toml") << "[model]\n"
+                                       << "onnx = \"" << kTiny << "/model.onnx\"\n"
+                                       << "tokenizer = \"" << kTiny << "/tokenizer.json\"\n\n"
+                                       << "[calibration]\ntext = \"" << calib_text << "\"\n"
+                                       << "num_samples = 2\nsequence_length = 32\n\n"
+                                       << quant_and_transforms << "\n"
+                                       << "[targets.cpu]\nbackend = \"cpu\"\n";
+  std::vector<std::string> args = {"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string()};
+  if (cache_dir.empty()) args.push_back("--no-cache");
+  else {
+    args.push_back("--cache-dir");
+    args.push_back(cache_dir);
+  }
+  auto r = test::npuforge(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (r.exit_code != 0) return {};
+  return dir / "out" / "cpu";
+}
+
+// Values of every graph that should carry an encoding but do not: each linear layer's
+// constant weight, its input and output, the KV cache inputs and outputs.
+std::vector<std::string> missing_encodings(const ir::ModelSet& ms) {
+  std::vector<std::string> missing;
+  auto need = [&](const ir::Graph& g, const std::string& v) {
+    if (!ms.encodings.count(v)) missing.push_back(g.name + ": " + v);
+  };
+  for (const auto& g : ms.graphs) {
+    for (const auto& n : g->nodes) {
+      if ((n->op_type != "MatMul" && n->op_type != "Gemm") || n->inputs.size() < 2) continue;
+      const ir::Tensor* w = g->initializer(n->inputs[1]);
+      if (!w || w->dims.size() != 2) continue;
+      need(*g, n->inputs[1]);
+      need(*g, n->inputs[0]);
+      need(*g, n->outputs[0]);
+    }
+    for (const auto& i : g->inputs)
+      if (i.find("past_key_values") != std::string::npos) need(*g, i);
+    for (const auto& o : g->outputs)
+      if (o.find("present") != std::string::npos) need(*g, o);
+  }
+  return missing;
+}
+
+// Checks an encodings.json against the AIMET 1.0.0 format: field names, types, and array
+// lengths per enc_type (PER_TENSOR 1; PER_CHANNEL channels; PER_BLOCK and LPBQ as the
+// weight's shape says). Returns the problems found.
+std::vector<std::string> validate_aimet_1_0_0(const nlohmann::json& j, const std::map<std::string, std::vector<int64_t>>& shapes) {
+  std::vector<std::string> bad;
+  if (j.value("version", "") != "1.0.0") bad.push_back("version is not 1.0.0");
+  for (const char* section : {"activation_encodings", "param_encodings"}) {
+    if (!j.contains(section) || !j[section].is_array()) {
+      bad.push_back(std::string(section) + " is not a list");
+      continue;
+    }
+    for (const auto& e : j[section]) {
+      std::string name = e.value("name", "");
+      auto need = [&](const char* k, bool ok) {
+        if (!e.contains(k) || !ok) bad.push_back(name + ": field " + k);
+      };
+      need("name", e.contains("name") && e["name"].is_string());
+      need("enc_type", e.contains("enc_type") && e["enc_type"].is_string());
+      need("dtype", e.contains("dtype") && (e["dtype"] == "INT" || e["dtype"] == "FLOAT"));
+      need("bw", e.contains("bw") && e["bw"].is_number_integer());
+      need("is_sym", e.contains("is_sym") && e["is_sym"].is_boolean());
+      need("scale", e.contains("scale") && e["scale"].is_array());
+      need("offset", e.contains("offset") && e["offset"].is_array());
+      if (!e.contains("scale") || !e.contains("offset") || !e.contains("enc_type")) continue;
+      std::string type = e["enc_type"];
+      size_t n = e["scale"].size();
+      if (e["offset"].size() != n) bad.push_back(name + ": offset and scale lengths differ");
+      bool param = std::string(section) == "param_encodings";
+      if (type == "PER_TENSOR") {
+        if (n != 1) bad.push_back(name + ": PER_TENSOR with " + std::to_string(n) + " scales");
+      } else if (!param || !shapes.count(name)) {
+        bad.push_back(name + ": " + type + " on something that is not a known weight");
+      } else {
+        const auto& d = shapes.at(name);
+        int axis = e.value("axis", 1);
+        int64_t ch = d[static_cast<size_t>(axis)], in = d[static_cast<size_t>(1 - axis)];
+        if (type == "PER_CHANNEL") {
+          if (static_cast<int64_t>(n) != ch) bad.push_back(name + ": PER_CHANNEL scales != channels");
+        } else if (type == "PER_BLOCK" || type == "LPBQ") {
+          int64_t bs = e.value("block_size", 0);
+          if (bs <= 0 || in % bs != 0) {
+            bad.push_back(name + ": block_size");
+            continue;
+          }
+          if (type == "PER_BLOCK" && static_cast<int64_t>(n) != ch * (in / bs)) bad.push_back(name + ": PER_BLOCK scales");
+          if (type == "LPBQ") {
+            if (static_cast<int64_t>(n) != ch) bad.push_back(name + ": LPBQ scales != channels");
+            if (!e.contains("compressed_bw") || !e.contains("per_block_int_scale") ||
+                static_cast<int64_t>(e["per_block_int_scale"].size()) != ch * (in / bs))
+              bad.push_back(name + ": LPBQ compressed_bw / per_block_int_scale");
+          }
+        } else {
+          bad.push_back(name + ": unknown enc_type " + type);
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+// seqmse (per block) + lpbq, A8: the package's encodings.json is AIMET 1.0.0 with LPBQ,
+// PER_CHANNEL (LM head) and PER_TENSOR entries of the right lengths, and every linear
+// layer's weight, input and output and every KV input/output has an encoding.
+TEST(QuantPackage, EncodingsFileIsAimet100AndCoversTheGraph) {
+  fs::path pkg = build_tiny("aimet",
+                            "[[quant]]\nrecipe = \"seqmse\"\ngranularity = \"per_block\"\nblock_size = 64\n"
+                            "num_candidates = 8\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\nactivation_bw = 8\n",
+                            kTiny + "/heldout.txt");
+  ASSERT_FALSE(pkg.empty());
+  fs::path model = pkg / "artifacts" / "model";
+  auto j = nlohmann::json::parse(test::slurp(model / "encodings.json"));
+  auto ms = onnx_io::load_model_set(model.string());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : ms->graphs[0]->initializers) shapes[name] = t->tensor.dims;
+  auto bad = validate_aimet_1_0_0(j, shapes);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " problems, first: " << (bad.empty() ? "" : bad[0]);
+  std::map<std::string, int> types;
+  for (const auto& e : j["param_encodings"]) types[e["enc_type"]]++;
+  EXPECT_EQ(types["LPBQ"], 28);
+  EXPECT_EQ(types["PER_CHANNEL"], 1);
+  for (const auto& e : j["activation_encodings"]) EXPECT_EQ(e["bw"], 8) << e["name"];
+}
+
+// Transforms carry encodings: after arcl (two AR variants) every weight, linear input and
+// output and KV input/output of every final graph still has its encoding.
+TEST(QuantPackage, ArclKeepsEveryEncoding) {
+  fs::path pkg = build_tiny("arcl",
+                            "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\nactivation_bw = 8\n\n"
+                            "[[transform]]\nplugin = \"arcl\"\narn = [1, 16]\ncontext_length = [64]\n",
+                            kTiny + "/heldout.txt");
+  ASSERT_FALSE(pkg.empty());
+  auto ms = onnx_io::load_model_set((pkg / "artifacts" / "model").string());
+  ASSERT_GE(ms->graphs.size(), 2u);
+  auto missing = missing_encodings(*ms);
+  EXPECT_TRUE(missing.empty()) << missing.size() << " values without an encoding, first: "
+                               << (missing.empty() ? "" : missing[0]);
+}
+
+// The stage-cache key holds the calibration text: the same manifest over another text
+// rebuilds the quant stage instead of replaying the cached one.
+TEST(QuantPackage, CalibrationTextIsPartOfTheCacheKey) {
+  auto dir = fs::temp_directory_path() / ("nf_recipes_cachekey_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string text = test::slurp(kTiny + "/heldout.txt");
+  std::ofstream(dir / "a.txt") << text;
+  std::ofstream(dir / "b.txt") << text.substr(text.size() / 2) << text.substr(0, text.size() / 2);
+  const std::string quant = "[[quant]]\nrecipe = \"minmax\"\n";
+  auto stage_of = [&](const fs::path& pkg) {
+    auto meta = nlohmann::json::parse(test::slurp(pkg / "package.json"));
+    return meta["stages"][0];
+  };
+  fs::path a1 = build_tiny("cache_a1", quant, (dir / "a.txt").string(), (dir / "cache").string());
+  fs::path a2 = build_tiny("cache_a2", quant, (dir / "a.txt").string(), (dir / "cache").string());
+  fs::path b = build_tiny("cache_b", quant, (dir / "b.txt").string(), (dir / "cache").string());
+  ASSERT_FALSE(a1.empty() || a2.empty() || b.empty());
+  EXPECT_FALSE(stage_of(a1)["cached"].get<bool>());
+  EXPECT_TRUE(stage_of(a2)["cached"].get<bool>()) << "same text, same options: replayed";
+  EXPECT_FALSE(stage_of(b)["cached"].get<bool>()) << "another calibration text must not replay the cached stage";
+  EXPECT_NE(stage_of(a1)["key"], stage_of(b)["key"]);
+  for (const auto& p : {a1, a2, b}) fs::remove_all(p.parent_path().parent_path());
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// Runs a shell command, returning its stdout ("" and *ok = false on a non-zero exit).
+std::string shell(const std::string& cmd, bool* ok) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *ok = ::pclose(p) == 0;
+  return out;
+}
+
+// Logits of one prefill of `ids` through the package's artifacts on the cpu backend
+// (encodings on: the quantized numerics `npuforge eval` uses).
+std::vector<float> package_logits(const fs::path& pkg, const std::vector<int64_t>& ids) {
+  auto session = host::BackendSession::open_artifacts(cpu(), nlohmann::json::object(), (pkg / "artifacts").string());
+  auto ms = onnx_io::load_model_set((pkg / "artifacts" / "model").string());
+  const int64_t T = static_cast<int64_t>(ids.size());
+  auto i64 = [](std::vector<int64_t> dims, const std::vector<int64_t>& v) {
+    return ir::make_tensor_ref(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, std::move(dims), v));
+  };
+  std::vector<int64_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
+  std::vector<host::NamedTensor> in = {{"input_ids", i64({1, T}, ids)},
+                                       {"attention_mask", i64({1, T}, std::vector<int64_t>(ids.size(), 1))},
+                                       {"position_ids", i64({1, T}, pos)}};
+  for (int l = 0; l < 4; ++l)
+    for (const char* kv : {"key", "value"})
+      in.push_back({"past_key_values." + std::to_string(l) + "." + kv,
+                    ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, 4, 0, 32}))});
+  auto out = session->run(ms->graphs[0]->name, in, {"logits"});
+  const float* p = out[0]->tensor.as<float>();
+  return std::vector<float>(p, p + out[0]->tensor.numel());
+}
+
+}  // namespace
+
+// QDQ export run by ONNX Runtime (bench/node_modules/onnxruntime-node) matches the package's
+// quantized logits: W8 per-channel A8 (real uint8 Q/DQ pairs) and LPBQ W4 A16 (int8
+// DequantizeLinear of q * i_blk; A16 emulated in float ops). Skipped without Node.js or
+// onnxruntime-node (the test script installs neither; bench/ has them).
+TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
+  const std::string modules = std::string(NPUFORGE_SOURCE_DIR) + "/bench/node_modules";
+  bool ok = false;
+  shell("node --version >/dev/null 2>&1", &ok);
+  if (!ok || !fs::exists(modules + "/onnxruntime-node")) GTEST_SKIP() << "needs node and " << modules << "/onnxruntime-node";
+  const std::vector<int64_t> ids = {2046, 83, 76, 301, 45, 1021, 12, 590, 33, 7, 881, 64, 1500, 9, 250, 31};
+  std::string id_list;
+  for (auto i : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(i);
+  struct Case {
+    std::string name, quant;
+  };
+  for (const Case& c : {Case{"w8a8", "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 8\n"},
+                        Case{"lpbq_a16", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n"}}) {
+    fs::path pkg = build_tiny("qdq_" + c.name, c.quant, kTiny + "/heldout.txt");
+    ASSERT_FALSE(pkg.empty());
+    fs::path out = pkg.parent_path().parent_path() / "qdq";
+    auto r = test::npuforge({"export-qdq", pkg.string(), "--out", out.string(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto summary = nlohmann::json::parse(r.out);
+    ASSERT_EQ(summary.size(), 1u);
+    EXPECT_EQ(summary[0]["weights_dequantize_linear"], 29) << summary.dump();
+    std::string ort = shell("node " + test::quote(std::string(NPUFORGE_SOURCE_DIR) + "/tests/quant/ort_logits.mjs") +
+                                " " + test::quote(modules) + " " + test::quote(summary[0]["file"].get<std::string>()) +
+                                " " + id_list + " 2>&1",
+                            &ok);
+    ASSERT_TRUE(ok) << ort.substr(0, 2000);
+    auto j = nlohmann::json::parse(ort);
+    std::vector<float> theirs = j["logits"].get<std::vector<float>>();
+    std::vector<float> ours = package_logits(pkg, ids);
+    ASSERT_EQ(theirs.size(), ours.size());
+    auto [d, m] = max_diff(ours, theirs);
+    size_t vocab = 2048, agree = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      auto a = std::max_element(ours.begin() + t * vocab, ours.begin() + (t + 1) * vocab) - ours.begin();
+      auto b = std::max_element(theirs.begin() + t * vocab, theirs.begin() + (t + 1) * vocab) - theirs.begin();
+      agree += a == b;
+    }
+    std::printf("QDQ %s: ORT vs npuforge quantized logits max |diff| %.4g (max |logit| %.3g), top-1 %zu/%zu; %s\n",
+                c.name.c_str(), d, m, agree, ids.size(), summary[0].dump().c_str());
+    EXPECT_LT(d, 0.02 * m) << c.name;
+    EXPECT_GE(agree, ids.size() - 1) << c.name;
+    fs::remove_all(pkg.parent_path().parent_path());
+  }
+}
