@@ -184,7 +184,11 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
     std::string label = std::string(kind_name(kind)) + " " + use.name;
     stage_hook(label);
-    key = StageCache::key(key, kind_name(kind), p->name, p->version, use.options);
+    // A quant stage's output also depends on its calibration data.
+    key = StageCache::key(key, kind_name(kind), p->name, p->version,
+                          kind == NF_KIND_QUANT ? nlohmann::json{{"options", use.options},
+                                                                 {"calibration", calibration_cache_key(m)}}
+                                                : use.options);
     auto t0 = std::chrono::steady_clock::now();
     bool cached = false;
     if (auto hit = cache.load(key)) {
