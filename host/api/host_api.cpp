@@ -406,6 +406,15 @@ nf_status* runner_commit(nf_runner* r, const int32_t* rows, size_t n) {
   return guarded([&] { r->commit(rows, n); });
 }
 nf_tensor* runner_last_output(nf_runner* r, const char* name) { return r->last_output(name); }
+size_t runner_input_vocab_size(const nf_runner* r) { return r->input_vocab_size(); }
+nf_status* runner_set_prefix_kv(nf_runner* r, size_t layers, size_t kv_heads, size_t n, size_t head_dim,
+                                const float* keys, const float* values) {
+  return guarded([&] { r->set_prefix_kv(layers, kv_heads, n, head_dim, keys, values); });
+}
+nf_status* runner_forward_flags(nf_runner* r, const int32_t* tokens, const int32_t* parents, const uint32_t* flags,
+                                size_t n, float* logits) {
+  return guarded([&] { r->forward_flags(tokens, parents, flags, n, logits); });
+}
 
 size_t calibration_batch_count(const nf_calibration* c) { return c->batch_count(); }
 nf_status* calibration_run(nf_calibration* c, nf_model_set* ms, size_t index, const char* const* names, size_t n,
@@ -500,6 +509,9 @@ nf_host_api make_api() {
   a.runner_last_output = runner_last_output;
   a.calibration_batch_count = calibration_batch_count;
   a.calibration_run = calibration_run;
+  a.runner_input_vocab_size = runner_input_vocab_size;
+  a.runner_set_prefix_kv = runner_set_prefix_kv;
+  a.runner_forward_flags = runner_forward_flags;
   return a;
 }
 
@@ -531,3 +543,15 @@ void throw_if_error(nf_status* st, const std::string& prefix) {
 }
 
 }  // namespace nf::host
+
+// Defaults for runners without prefix KV: plain rows only.
+void nf_runner::set_prefix_kv(size_t, size_t, size_t n, size_t, const float*, const float*) {
+  if (n > 0) throw std::runtime_error("runner: this runner has no prefix KV rows");
+}
+
+void nf_runner::forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                              float* logits) {
+  for (size_t r = 0; flags && r < n_rows; ++r)
+    if (flags[r]) throw std::runtime_error("runner: this runner takes no row flags");
+  forward(tokens, parents, n_rows, logits);
+}

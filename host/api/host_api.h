@@ -29,6 +29,14 @@ struct nf_runner {
   virtual void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) = 0;
   virtual void commit(const int32_t* rows, size_t n) = 0;
   virtual nf_tensor* last_output(const char* name) = 0;
+  // Extra input tokens and prefix KV (ssd's forecast tokens and KV prefix); a runner
+  // without them keeps these defaults.
+  virtual size_t input_vocab_size() const { return vocab_size(); }
+  virtual void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                             const float* values);
+  // forward() with per-row flags (NF_ROW_SEES_PREFIX); flags may be null.
+  virtual void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                             float* logits);
 };
 
 // Implemented by the host's calibration (host/calibration); reached by quant recipes.

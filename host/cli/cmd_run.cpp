@@ -130,7 +130,7 @@ void add_run(CLI::App& app) {
   cmd->callback([] {
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
-    auto model = open_model(path);
+    auto model = open_model(path, decoder_name == "none" ? "" : decoder_name);
     std::optional<Tokenizer> tok;
     if (!model->tokenizer.empty()) tok = Tokenizer::load(model->tokenizer);
     std::vector<int32_t> ids;

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/speculative_assets.h"
 #include "runner/static_runner.h"
 
 namespace fs = std::filesystem;
@@ -29,7 +30,7 @@ int64_t vocab_of(const nlohmann::json& graph_spec) {
 
 }  // namespace
 
-std::unique_ptr<OpenModel> open_model(const std::string& path) {
+std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string& decoder) {
   auto m = std::make_unique<OpenModel>();
   m->registry.load_directories(host::Registry::search_path());
   nlohmann::json graphs, metadata;
@@ -46,6 +47,11 @@ std::unique_ptr<OpenModel> open_model(const std::string& path) {
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, "cpu");
     if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)");
     m->model_set = host::load_source_model(path, "");
+    if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder))
+      if (auto a = host::find_speculative_assets(d->schema, nlohmann::json::object(), "", fs::path(path).parent_path())) {
+        if (!host::add_extra_embeddings(*m->model_set, *a).empty())
+          metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
+      }
     m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);
     fs::path tok = fs::path(path).parent_path() / "tokenizer.json";
     if (fs::is_regular_file(tok)) m->tokenizer = tok.string();

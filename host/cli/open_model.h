@@ -23,6 +23,8 @@ struct OpenModel {
   int64_t vocab = -1;     // from the logits shape, -1 when symbolic
 };
 
-std::unique_ptr<OpenModel> open_model(const std::string& path);
+// `decoder`: the speculative decoder a bare .onnx will run with ("" or "none": none); its
+// assets' extra embedding rows (ssd's forecast tokens) are appended before the model opens.
+std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string& decoder = "");
 
 }  // namespace nf::cli

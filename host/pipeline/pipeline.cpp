@@ -9,6 +9,7 @@
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/package.h"
+#include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/util.h"
 
@@ -177,6 +178,15 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   auto ms = load_source_model(m.model_onnx, m.model_config);
   std::string key = nlohmann::json::parse(ms->metadata["source_key"]).get<std::string>();
   spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
+  // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
+  // embedding table before any stage, so quant recipes and transforms see the final table.
+  if (m.speculative)
+    if (const PluginInfo* d = registry.find(NF_KIND_SPECULATIVE, m.speculative->name))
+      if (auto a = find_speculative_assets(d->schema, m.speculative->options, m.dir,
+                                           fs::path(m.model_onnx).parent_path())) {
+        std::string rows = add_extra_embeddings(*ms, *a);
+        if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
+      }
 
   nlohmann::json stages = nlohmann::json::array();
   auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {

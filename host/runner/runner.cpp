@@ -42,6 +42,26 @@ TensorPtr cut_time(const TensorPtr& t, int64_t len) {
   return out;
 }
 
+// [1, h, a, d] ++ [1, h, b, d] along the positions axis.
+TensorPtr concat_time(const TensorPtr& a, const TensorPtr& b) {
+  const auto& da = a->tensor.dims;
+  const auto& db = b->tensor.dims;
+  if (da.size() != 4 || db.size() != 4 || da[1] != db[1] || da[3] != db[3] || a->tensor.dtype != b->tensor.dtype)
+    throw std::runtime_error("runner: cannot join KV tensors of different shapes");
+  auto out = ir::make_tensor_ref(ir::Tensor::zeros(a->tensor.dtype, {1, da[1], da[2] + db[2], da[3]}));
+  const size_t row = static_cast<size_t>(da[3]) * ir::dtype_size(a->tensor.dtype);
+  auto* dst = static_cast<uint8_t*>(out->tensor.mutable_data());
+  for (int64_t h = 0; h < da[1]; ++h) {
+    std::memcpy(dst, static_cast<const uint8_t*>(a->tensor.data()) + static_cast<size_t>(h * da[2]) * row,
+                static_cast<size_t>(da[2]) * row);
+    dst += static_cast<size_t>(da[2]) * row;
+    std::memcpy(dst, static_cast<const uint8_t*>(b->tensor.data()) + static_cast<size_t>(h * db[2]) * row,
+                static_cast<size_t>(db[2]) * row);
+    dst += static_cast<size_t>(db[2]) * row;
+  }
+  return out;
+}
+
 }  // namespace
 
 DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
@@ -96,19 +116,28 @@ void DynamicRunner::reset() {
   }
   row_paths_.clear();
   row_pass_.clear();
+  row_flags_.clear();
+  prefix_k_.clear();
+  prefix_v_.clear();
 }
 
 DynamicRunner::Pass DynamicRunner::run(std::span<const int32_t> tokens, bool all_rows) {
+  return run_after(keys_, values_, n_past_, n_past_, tokens, all_rows);
+}
+
+DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_k, const std::vector<TensorPtr>& past_v,
+                                             int64_t past_len, int64_t first_pos, std::span<const int32_t> tokens,
+                                             bool all_rows) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw std::runtime_error("runner: no tokens to run");
   std::vector<NamedTensor> in;
   in.push_back({io_.input_ids, int64_tensor({1, n}, [&](int64_t i) { return tokens[static_cast<size_t>(i)]; })});
-  in.push_back({io_.attention_mask, int64_tensor({1, n_past_ + n}, [](int64_t) { return 1; })});
+  in.push_back({io_.attention_mask, int64_tensor({1, past_len + n}, [](int64_t) { return 1; })});
   if (!io_.position_ids.empty())
-    in.push_back({io_.position_ids, int64_tensor({1, n}, [&](int64_t i) { return n_past_ + i; })});
-  for (size_t l = 0; l < keys_.size(); ++l) {
-    in.push_back({io_.past_keys[l], keys_[l]});
-    in.push_back({io_.past_values[l], values_[l]});
+    in.push_back({io_.position_ids, int64_tensor({1, n}, [&](int64_t i) { return first_pos + i; })});
+  for (size_t l = 0; l < past_k.size(); ++l) {
+    in.push_back({io_.past_keys[l], past_k[l]});
+    in.push_back({io_.past_values[l], past_v[l]});
   }
   std::vector<std::string> out{io_.logits};
   for (size_t l = 0; l < keys_.size(); ++l) {
@@ -156,6 +185,7 @@ std::vector<float> DynamicRunner::append(std::span<const int32_t> tokens, bool a
 }
 
 void DynamicRunner::forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {
+  row_flags_.clear();
   if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
   if (n_rows > max_rows()) throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the limit of " +
                                                     std::to_string(max_rows()));
@@ -218,6 +248,8 @@ void DynamicRunner::commit(const int32_t* rows, size_t n) {
       throw std::runtime_error("runner: commit of row " + std::to_string(rows[i]) + " that the last forward did not score");
     if (row_paths_[r].size() != i + 1 || (i > 0 && row_paths_[r][i - 1] != rows[i - 1]))
       throw std::runtime_error("runner: committed rows must form a path from a root, in order");
+    if (r < row_flags_.size() && row_flags_[r])
+      throw std::runtime_error("runner: row " + std::to_string(r) + " is a flagged (scratch) row and cannot be committed");
   }
   // The pass of the last row holds its whole path as a prefix. Extra outputs stay the
   // last forward's, per row.
@@ -232,6 +264,109 @@ nf_tensor* DynamicRunner::last_output(const char* name) {
   for (size_t e = 0; e < io_.extra_outputs.size() && e < extras_.size(); ++e)
     if (io_.extra_outputs[e] == name) return handle(extras_[e].get());
   return nullptr;
+}
+
+void check_row_flags(const int32_t* parents, const uint32_t* flags, size_t n_rows, size_t prefix_rows) {
+  if (!flags) return;
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (flags[r] & ~NF_ROW_SEES_PREFIX)
+      throw std::runtime_error("runner: row " + std::to_string(r) + " has unknown flags " + std::to_string(flags[r]));
+    if ((flags[r] & NF_ROW_SEES_PREFIX) && prefix_rows == 0)
+      throw std::runtime_error("runner: row " + std::to_string(r) + " is flagged to see the prefix KV, but none is set");
+    if (parents[r] >= 0 && parents[r] < static_cast<int32_t>(r) && flags[parents[r]] && !flags[r])
+      throw std::runtime_error("runner: row " + std::to_string(r) + " is plain under flagged row " +
+                               std::to_string(parents[r]) + " (a flagged row's children must be flagged)");
+  }
+}
+
+// Prefix KV as [1, kv_heads, n, head_dim] per layer, from [layers][kv_heads][n][head_dim].
+void DynamicRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                                  const float* values) {
+  if (n > 0 && (layers != io_.past_keys.size() || static_cast<int64_t>(kv_heads) != io_.kv_heads ||
+                static_cast<int64_t>(head_dim) != io_.head_dim))
+    throw std::runtime_error("runner: prefix KV is [" + std::to_string(layers) + " layers, " + std::to_string(kv_heads) +
+                             " kv heads, head_dim " + std::to_string(head_dim) + "], the model's cache is [" +
+                             std::to_string(io_.past_keys.size()) + ", " + std::to_string(io_.kv_heads) + ", " +
+                             std::to_string(io_.head_dim) + "]");
+  if (n > 0 && io_.position_ids.empty())
+    throw std::runtime_error("runner: graph '" + io_.graph + "' has no position_ids input; prefix KV rows need explicit positions");
+  prefix_k_.clear();
+  prefix_v_.clear();
+  const size_t per_layer = kv_heads * n * head_dim;
+  for (size_t l = 0; n > 0 && l < layers; ++l)
+    for (bool key : {true, false}) {
+      auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io_.kv_heads, static_cast<int64_t>(n), io_.head_dim}));
+      const float* src = (key ? keys : values) + l * per_layer;
+      std::copy(src, src + per_layer, t->tensor.mutable_as<float>());
+      (key ? prefix_k_ : prefix_v_).push_back(std::move(t));
+    }
+}
+
+void DynamicRunner::forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                                  float* logits) {
+  bool any = false;
+  for (size_t r = 0; flags && r < n_rows; ++r) any |= flags[r] != 0;
+  if (!any) return forward(tokens, parents, n_rows, logits);
+  if (n_rows > max_rows()) throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the limit of " +
+                                                    std::to_string(max_rows()));
+  const size_t P = prefix_k_.empty() ? 0 : static_cast<size_t>(prefix_k_[0]->tensor.dims[2]);
+  check_row_flags(parents, flags, n_rows, P);
+  std::vector<std::vector<int32_t>> paths(n_rows);
+  std::vector<bool> has_child(n_rows, false), has_plain_child(n_rows, false);
+  for (size_t r = 0; r < n_rows; ++r) {
+    int32_t p = parents[r];
+    if (p >= static_cast<int32_t>(r) || p < -1)
+      throw std::runtime_error("runner: row " + std::to_string(r) + " has parent " + std::to_string(p) +
+                               " (a parent must be an earlier row or -1)");
+    if (p >= 0) {
+      paths[r] = paths[static_cast<size_t>(p)];
+      has_child[static_cast<size_t>(p)] = true;
+      if (!flags[r]) has_plain_child[static_cast<size_t>(p)] = true;
+    }
+    paths[r].push_back(static_cast<int32_t>(r));
+  }
+  auto take_logits = [&](const Pass& pass, const std::vector<int32_t>& rows, size_t from) {
+    const size_t V = static_cast<size_t>(vocab_);
+    for (size_t d = from; d < rows.size(); ++d)
+      std::memcpy(logits + static_cast<size_t>(rows[d]) * V, pass.logits.data() + (d - from) * V, V * sizeof(float));
+  };
+  // Plain rows: one pass per plain path end, after the committed cache.
+  row_pass_.assign(n_rows, nullptr);
+  for (size_t end = 0; end < n_rows; ++end) {
+    if (flags[end] || has_plain_child[end]) continue;
+    std::vector<int32_t> toks;
+    for (int32_t r : paths[end]) toks.push_back(tokens[r]);
+    auto pass = std::make_shared<Pass>(run(toks, true));
+    take_logits(*pass, paths[end], 0);
+    for (int32_t r : paths[end])
+      if (!row_pass_[static_cast<size_t>(r)]) row_pass_[static_cast<size_t>(r)] = pass;
+  }
+  // Flagged tails: one pass per flagged leaf after [prefix | committed | its plain rows].
+  for (size_t leaf = 0; leaf < n_rows; ++leaf) {
+    if (!flags[leaf] || has_child[leaf]) continue;
+    const auto& path = paths[leaf];
+    size_t d0 = 0;
+    while (!flags[static_cast<size_t>(path[d0])]) ++d0;
+    std::vector<TensorPtr> pk, pv;
+    for (size_t l = 0; l < keys_.size(); ++l) {
+      TensorPtr bk = keys_[l], bv = values_[l];
+      if (d0 > 0) {
+        const Pass& base = *row_pass_[static_cast<size_t>(path[d0 - 1])];
+        bk = cut_time(base.keys[l], n_past_ + static_cast<int64_t>(d0));
+        bv = cut_time(base.values[l], n_past_ + static_cast<int64_t>(d0));
+      }
+      pk.push_back(concat_time(prefix_k_[l], bk));
+      pv.push_back(concat_time(prefix_v_[l], bv));
+    }
+    std::vector<int32_t> toks;
+    for (size_t d = d0; d < path.size(); ++d) toks.push_back(tokens[path[d]]);
+    Pass pass = run_after(pk, pv, static_cast<int64_t>(P) + n_past_ + static_cast<int64_t>(d0),
+                          n_past_ + static_cast<int64_t>(d0), toks, true);
+    take_logits(pass, path, d0);
+  }
+  extras_.clear();  // per-row extra outputs are not gathered for flagged calls
+  row_paths_ = std::move(paths);
+  row_flags_.assign(flags, flags + n_rows);
 }
 
 }  // namespace nf::host

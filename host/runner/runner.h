@@ -35,6 +35,14 @@ class Runner : public nf_runner {
   virtual std::vector<float> append(std::span<const int32_t> tokens, bool all_rows = false) = 0;
   virtual void reset() = 0;
   virtual int64_t forward_passes() const = 0;
+
+  // Extra embedding rows the graphs carry beyond the logits' vocab (metadata
+  // "extra_embeddings"): token ids vocab .. vocab+n-1 are valid inputs.
+  void set_extra_input_tokens(size_t n) { extra_input_tokens_ = n; }
+  size_t input_vocab_size() const override { return vocab_size() + extra_input_tokens_; }
+
+ protected:
+  size_t extra_input_tokens_ = 0;
 };
 
 // Runner over the dynamic KV layout of HF exports: past key/values grow by concatenation.
@@ -54,6 +62,12 @@ class DynamicRunner final : public Runner {
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
   void commit(const int32_t* rows, size_t n) override;
   nf_tensor* last_output(const char* name) override;
+  // The prefix is prepended to the past of flagged rows' passes: a path's plain rows run
+  // first, its flagged tail then runs after [prefix | committed | plain rows].
+  void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                     const float* values) override;
+  void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                     float* logits) override;
 
  private:
   struct Pass {
@@ -63,6 +77,10 @@ class DynamicRunner final : public Runner {
   };
   // One pass over `tokens` after the committed cache; does not commit.
   Pass run(std::span<const int32_t> tokens, bool all_rows);
+  // One pass after the given past (past_len positions of attention_mask), tokens at
+  // positions first_pos.. ; all rows' logits.
+  Pass run_after(const std::vector<TensorPtr>& past_k, const std::vector<TensorPtr>& past_v, int64_t past_len,
+                 int64_t first_pos, std::span<const int32_t> tokens, bool all_rows);
   void adopt(Pass& p, int64_t new_len);  // makes p's presents (cut to new_len) the cache
   // Extra output e of the last row call, one row per scored row.
   TensorPtr gather_rows(size_t e, const std::vector<std::vector<int32_t>>& paths) const;
@@ -78,6 +96,12 @@ class DynamicRunner final : public Runner {
   std::vector<std::vector<int32_t>> row_paths_;
   std::vector<int32_t> row_tokens_;
   std::vector<std::shared_ptr<Pass>> row_pass_;
+  std::vector<uint32_t> row_flags_;             // last row call's flags (empty: none)
+  std::vector<TensorPtr> prefix_k_, prefix_v_;  // per layer [1, kv_heads, P, head_dim]
 };
+
+// Checks row flags of a row call: known bits only, a prefix to see, and a flagged row's
+// children flagged too. Throws a one-line error.
+void check_row_flags(const int32_t* parents, const uint32_t* flags, size_t n_rows, size_t prefix_rows);
 
 }  // namespace nf::host

@@ -28,6 +28,17 @@ struct CountingRunner final : nf_runner {
   }
   void commit(const int32_t* rows, size_t n) override { inner.commit(rows, n); }
   nf_tensor* last_output(const char* name) override { return inner.last_output(name); }
+  size_t input_vocab_size() const override { return inner.input_vocab_size(); }
+  void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                     const float* values) override {
+    inner.set_prefix_kv(layers, kv_heads, n, head_dim, keys, values);
+  }
+  void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                     float* logits) override {
+    inner.forward_flags(tokens, parents, flags, n_rows, logits);
+    ++forwards;
+    most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(n_rows));
+  }
 
   Runner& inner;
   int64_t forwards = 0, most_rows = 0;

@@ -184,6 +184,10 @@ void StaticRunner::reset() {
   extras_.clear();
   row_pass_.reset();
   row_parents_.clear();
+  row_flags_.clear();
+  prefix_len_ = 0;
+  prefix_k_.clear();
+  prefix_v_.clear();
 }
 
 size_t StaticRunner::pick(int64_t rows, bool partial) const {
@@ -197,8 +201,8 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
   bool short_window = false;
   for (size_t i = 0; i < io_.variants.size(); ++i) {
     const auto& v = io_.variants[i];
-    if (n_past_ + v.ar > v.cl) continue;
-    if (n_past_ > v.exact_until) {
+    if (n_past_ + v.ar + prefix_len_ > v.cl) continue;  // the prefix KV takes cache slots
+    if (n_past_ > v.exact_until - prefix_len_) {
       short_window |= v.ar >= rows || partial;
       continue;
     }
@@ -215,11 +219,12 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
                              std::to_string(n_past_) + " tokens: their sliding caches hold fewer than the " +
                              std::to_string(io_.window - 1) + " positions the window needs");
   throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(n_past_) +
-                           " in the cache, " + std::to_string(rows) + " more requested)");
+                           " in the cache, " + (prefix_len_ ? std::to_string(prefix_len_) + " prefix KV rows, " : "") +
+                           std::to_string(rows) + " more requested)");
 }
 
 StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens, std::span<const int32_t> parents,
-                                     std::span<const int64_t> positions) {
+                                     std::span<const int64_t> positions, std::span<const uint32_t> flags) {
   const StaticIO::Variant& v = io_.variants[vi];
   const int64_t ar = v.ar, rows = static_cast<int64_t>(tokens.size());
   const int64_t kvh = io_.kv_heads, hd = io_.head_dim;
@@ -234,15 +239,19 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   for (int64_t i = 0; i < ar; ++i)
     for (int64_t j = i; j >= 0; j = i < rows ? parents[j] : -1) sees[i * ar + j] = true;
 
-  // Mask over `cols` columns: cache slot c holds position start + c (c < cols - AR).
+  // Mask over `cols` columns: cache slot c holds position start + c (c < cols - AR - P);
+  // the last P cache slots hold the prefix KV, seen by flagged rows only.
+  auto sees_prefix = [&](int64_t i) { return i < rows && !flags.empty() && (flags[i] & NF_ROW_SEES_PREFIX); };
   auto mask = [&](int64_t cols, bool windowed) {
-    const int64_t slots = cols - ar, start = std::max<int64_t>(0, n_past_ - slots);
+    const int64_t slots = cols - ar - prefix_len_, start = std::max<int64_t>(0, n_past_ - slots);
     auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, 1, ar, cols}));
     float* m = t->tensor.mutable_as<float>();
     for (int64_t i = 0; i < ar; ++i) {
       float* row = m + i * cols;
       auto near = [&](int64_t q) { return !windowed || q > pos[i] - io_.window; };
       for (int64_t c = 0; c < slots; ++c) row[c] = i < rows && start + c < n_past_ && near(start + c) ? 0.f : masked;
+      for (int64_t c = slots; c < slots + prefix_len_; ++c) row[c] = sees_prefix(i) ? 0.f : masked;
+      row += prefix_len_;
       for (int64_t j = 0; j < ar; ++j) row[slots + j] = sees[i * ar + j] && near(pos[j]) ? 0.f : masked;
     }
     return t;
@@ -258,9 +267,11 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     }
     return t;
   };
-  // Layer l's committed rows as a cache input of `len` slots (the last `len` positions).
+  // Layer l's committed rows as a cache input of `len` slots (the last len-P positions,
+  // then the P prefix rows).
   auto cache = [&](size_t l, bool key, int64_t len) {
-    const int64_t start = std::max<int64_t>(0, n_past_ - len), n = n_past_ - start;
+    const int64_t committed = len - prefix_len_;
+    const int64_t start = std::max<int64_t>(0, n_past_ - committed), n = n_past_ - start;
     const bool transposed = key && io_.htp;
     std::vector<int64_t> dims = io_.htp ? (key ? std::vector<int64_t>{kvh, 1, hd, len} : std::vector<int64_t>{kvh, 1, len, hd})
                                         : std::vector<int64_t>{1, kvh, len, hd};
@@ -274,6 +285,15 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
           for (int64_t d = 0; d < hd; ++d) dst[(h * hd + d) * len + c] = s[d];
         else
           std::memcpy(dst + (h * len + c) * hd, s, static_cast<size_t>(hd) * sizeof(float));
+      }
+    const float* pre = prefix_len_ ? (key ? prefix_k_ : prefix_v_)[l].data() : nullptr;  // [kvh][P][hd]
+    for (int64_t h = 0; h < kvh; ++h)
+      for (int64_t c = 0; c < prefix_len_; ++c) {
+        const float* s = pre + (h * prefix_len_ + c) * hd;
+        if (transposed)
+          for (int64_t d = 0; d < hd; ++d) dst[(h * hd + d) * len + committed + c] = s[d];
+        else
+          std::memcpy(dst + (h * len + committed + c) * hd, s, static_cast<size_t>(hd) * sizeof(float));
       }
     return t;
   };
@@ -414,6 +434,29 @@ void StaticRunner::append_extra_rows(Pass& p, size_t rows, bool first_chunk) {
 }
 
 void StaticRunner::forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {
+  forward_flags(tokens, parents, nullptr, n_rows, logits);
+}
+
+void StaticRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                                 const float* values) {
+  if (n > 0 && (static_cast<int64_t>(layers) != io_.layers || static_cast<int64_t>(kv_heads) != io_.kv_heads ||
+                static_cast<int64_t>(head_dim) != io_.head_dim))
+    throw std::runtime_error("runner: prefix KV is [" + std::to_string(layers) + " layers, " + std::to_string(kv_heads) +
+                             " kv heads, head_dim " + std::to_string(head_dim) + "], the model's cache is [" +
+                             std::to_string(io_.layers) + ", " + std::to_string(io_.kv_heads) + ", " +
+                             std::to_string(io_.head_dim) + "]");
+  prefix_len_ = static_cast<int64_t>(n);
+  const size_t per_layer = kv_heads * n * head_dim;
+  prefix_k_.assign(n ? layers : 0, {});
+  prefix_v_.assign(n ? layers : 0, {});
+  for (size_t l = 0; n > 0 && l < layers; ++l) {
+    prefix_k_[l].assign(keys + l * per_layer, keys + (l + 1) * per_layer);
+    prefix_v_[l].assign(values + l * per_layer, values + (l + 1) * per_layer);
+  }
+}
+
+void StaticRunner::forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                                 float* logits) {
   if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
   if (n_rows > max_rows())
     throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the largest AR variant (" +
@@ -426,8 +469,11 @@ void StaticRunner::forward(const int32_t* tokens, const int32_t* parents, size_t
                                " (a parent must be an earlier row or -1)");
     positions[r] = p < 0 ? n_past_ : positions[static_cast<size_t>(p)] + 1;  // n_past + depth
   }
+  check_row_flags(parents, flags, n_rows, static_cast<size_t>(prefix_len_));
+  row_flags_.assign(n_rows, 0);
+  if (flags) row_flags_.assign(flags, flags + n_rows);
   size_t vi = pick(static_cast<int64_t>(n_rows), false);
-  auto pass = std::make_shared<Pass>(run(vi, {tokens, n_rows}, {parents, n_rows}, positions));
+  auto pass = std::make_shared<Pass>(run(vi, {tokens, n_rows}, {parents, n_rows}, positions, row_flags_));
   std::memcpy(logits, pass->logits.data(), pass->logits.size() * sizeof(float));
   extras_ = pass->extras;
   row_pass_ = std::move(pass);
@@ -442,6 +488,8 @@ void StaticRunner::commit(const int32_t* rows, size_t n) {
       throw std::runtime_error("runner: commit of row " + std::to_string(rows[i]) + " that the last forward did not score");
     if (row_parents_[static_cast<size_t>(rows[i])] != (i == 0 ? -1 : rows[i - 1]))
       throw std::runtime_error("runner: committed rows must form a path from a root, in order");
+    if (row_flags_[static_cast<size_t>(rows[i])])
+      throw std::runtime_error("runner: row " + std::to_string(rows[i]) + " is a flagged (scratch) row and cannot be committed");
   }
   keep(*row_pass_, {rows, n});
   row_pass_.reset();
@@ -455,14 +503,24 @@ nf_tensor* StaticRunner::last_output(const char* name) {
 
 std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::json& graph_specs,
                                     const nlohmann::json& metadata) {
+  std::unique_ptr<Runner> r;
   if (metadata.is_object() && metadata.contains("io") && metadata["io"].is_object() &&
       metadata["io"].value("layout", "") == "static")
-    return std::make_unique<StaticRunner>(session, StaticIO::parse(metadata["io"], graph_specs));
-  if (graph_specs.size() != 1)
+    r = std::make_unique<StaticRunner>(session, StaticIO::parse(metadata["io"], graph_specs));
+  else if (graph_specs.size() != 1)
     throw std::runtime_error(std::to_string(graph_specs.size()) +
                              " graphs but no static-layout metadata (metadata.io.layout \"static\"); the dynamic "
                              "runner needs exactly one graph");
-  return std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(graph_specs[0]));
+  else
+    r = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(graph_specs[0]));
+  // Extra embedding rows (e.g. ssd's forecast tokens) the build appended to the graphs.
+  if (metadata.is_object() && metadata.contains("extra_embeddings")) {
+    const auto& e = metadata["extra_embeddings"];
+    if (!e.is_object() || !e.contains("rows") || !e["rows"].is_number_unsigned())
+      throw std::runtime_error("metadata extra_embeddings needs an unsigned integer 'rows'");
+    r->set_extra_input_tokens(e["rows"].get<size_t>());
+  }
+  return r;
 }
 
 }  // namespace nf::host

@@ -65,6 +65,11 @@ class StaticRunner final : public Runner {
   size_t n_past() const override { return static_cast<size_t>(n_past_); }
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
   void commit(const int32_t* rows, size_t n) override;
+  // The prefix KV takes the last P slots of every cache input (and P of the context).
+  void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
+                     const float* values) override;
+  void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
+                     float* logits) override;
   nf_tensor* last_output(const char* name) override;
 
   // The base graph name of the last pass's variant (for logs and tests).
@@ -86,7 +91,7 @@ class StaticRunner final : public Runner {
   // One pass: rows[i] has token, position and parent (-1: sees only the cache; the rows of
   // a chunk chain to each other). Does not commit.
   Pass run(size_t variant, std::span<const int32_t> tokens, std::span<const int32_t> parents,
-           std::span<const int64_t> positions);
+           std::span<const int64_t> positions, std::span<const uint32_t> flags = {});
   // Appends rows `rows` of pass p to the KV store.
   void keep(const Pass& p, std::span<const int32_t> rows);
   // After a prefill chunk of `rows` tokens: extra outputs accumulate one row per token.
@@ -102,6 +107,9 @@ class StaticRunner final : public Runner {
   // Last row call: its pass and each row's parent.
   std::shared_ptr<Pass> row_pass_;
   std::vector<int32_t> row_parents_;
+  std::vector<uint32_t> row_flags_;                    // last row call's flags
+  int64_t prefix_len_ = 0;                             // prefix KV rows (NF_ROW_SEES_PREFIX)
+  std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
 };
 
 // The runner a model's graphs need: StaticRunner when metadata.io.layout is "static",

@@ -127,6 +127,9 @@ typedef struct nf_encoding {
   const int32_t* per_block_int_scale;
 } nf_encoding;
 
+/* Row flags of runner_forward_flags. */
+#define NF_ROW_SEES_PREFIX 1u /* the row attends to the runner's prefix KV */
+
 /* ---- host API ---------------------------------------------------------------------- */
 typedef struct nf_host_api {
   uint32_t abi_version;
@@ -254,6 +257,22 @@ typedef struct nf_host_api {
   size_t (*calibration_batch_count)(const nf_calibration* c);
   nf_status* (*calibration_run)(nf_calibration* c, nf_model_set* ms, size_t index, const char* const* names,
                                 size_t n_names, nf_tensor** out);
+
+  /* ---- appended (check struct_size): extra input tokens and rows that see extra KV ----
+   * Token ids the graphs embed: runner_vocab_size plus the extra embedding rows the model
+   * carries (ids vocab .. input_vocab-1, e.g. ssd's forecast tokens; a package lists them
+   * in metadata "extra_embeddings"). Logits still cover runner_vocab_size ids. */
+  size_t (*runner_input_vocab_size)(const nf_runner* r);
+  /* Extra KV rows (e.g. a learned prefix) that only rows flagged NF_ROW_SEES_PREFIX attend
+   * to: keys and values float32 [layers][kv_heads][n][head_dim], keys as the cache holds
+   * them (after RoPE). Copied; n = 0 removes them. They take n slots of a static context.
+   * Fails when the shape is not the model's cache shape. */
+  nf_status* (*runner_set_prefix_kv)(nf_runner* r, size_t layers, size_t kv_heads, size_t n, size_t head_dim,
+                                     const float* keys, const float* values);
+  /* runner_forward with per-row flags (NULL: all zero). Flagged rows are scratch rows: a
+   * flagged row's children must be flagged too, and flagged rows cannot be committed. */
+  nf_status* (*runner_forward_flags)(nf_runner* r, const int32_t* tokens, const int32_t* parents,
+                                     const uint32_t* flags, size_t n_rows, float* logits_out);
 } nf_host_api;
 
 /* ---- plugin tables -------------------------------------------------------------------- */
@@ -341,7 +360,7 @@ typedef nf_status* (*nf_entry_fn)(uint32_t host_abi_version, const nf_host_api* 
 
 /* Layouts of ABI 1, pinned: a change here breaks every shipped plugin. */
 static_assert(offsetof(nf_host_api, status_create) == 8, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 672, "nf_host_api layout: append new members, then update");
+static_assert(sizeof(nf_host_api) == 696, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");

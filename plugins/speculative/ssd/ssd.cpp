@@ -1,0 +1,282 @@
+// ssd: self-speculative decoding with learned forecast tokens (Qualcomm's ssd-q1 idea).
+//
+// The target drafts for itself. F forecast embeddings are appended to the vocabulary (the
+// build put them in the embedding table: token ids vocab..vocab+F-1) and a learned KV
+// prefix is seen only by forecast rows (NF_ROW_SEES_PREFIX), so plain rows keep the
+// target's exact numbers. Under a real token at position p, a chain of D forecast rows at
+// p+1..p+D predicts the tokens at p+2..p+D+1.
+//
+// One step is one runner_forward_flags over:
+//   tree rows: row 0 = the current token (drawn from the target, not yet in the cache),
+//     then a Cartesian tree: level k holds the top-branches[k] tokens of forecast k (the
+//     same candidates under every node of level k-1; levels past the list take 1);
+//   forecast rows: under every tree node, a chain of D forecast rows.
+// The walk samples the target's token at each node and follows the matching child (greedy
+// output equals plain greedy; sampled output keeps the target's distribution). The
+// forecast chain under the last accepted node drafts the next step's tree: one pass
+// verifies this tree and drafts the next one.
+#include <npuforge/plugin.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "assets.h"
+
+namespace {
+
+constexpr const char* kSchema = R"json({
+  "type": "object",
+  "additionalProperties": false,
+  "properties": {
+    "assets": {"type": "string", "format": "asset", "default": "ssd",
+               "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build appends the forecast embeddings to the model and copies the folder into the package"},
+    "forecast_token_count": {"type": "integer", "minimum": 1, "maximum": 16, "default": 2,
+                             "description": "D: forecast rows chained under each tree node = draft depth (at most the trained count)"},
+    "forecast_prefix": {"type": "integer", "minimum": 0, "maximum": 4096, "default": 16,
+                        "description": "KV prefix rows forecast rows attend to: the trained count, or 0 to run without the prefix"},
+    "branches": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 16},
+                 "minItems": 1, "maxItems": 16, "default": [3, 2],
+                 "description": "top-k per draft level (a Cartesian tree); levels past the list take 1"}
+  }
+})json";
+
+class Ssd {
+ public:
+  Ssd(const nf::Options& o, nf_runner* runner, nf::Context ctx) : runner_(runner) {
+    std::string dir = o.get<std::string>("assets", "");
+    if (dir.empty())
+      throw nf::Error("ssd: no assets: set [speculative] assets = DIR (made by tools/speculative/train_ssd.py)");
+    ssd::Assets a = ssd::load_assets(dir);
+    depth_ = o.get<int>("forecast_token_count", 2);
+    const int prefix = o.get<int>("forecast_prefix", 16);
+    widths_ = o.get<std::vector<int>>("branches", {3, 2});
+    if (depth_ > a.forecast_tokens)
+      throw nf::Error("ssd: forecast_token_count " + std::to_string(depth_) + " exceeds the " +
+                      std::to_string(a.forecast_tokens) + " forecast embeddings the assets trained");
+    if (prefix != 0 && prefix != a.prefix)
+      throw nf::Error("ssd: forecast_prefix " + std::to_string(prefix) + " does not match the assets' " +
+                      std::to_string(a.prefix) + " trained KV prefix rows (use " + std::to_string(a.prefix) + " or 0)");
+    if (static_cast<int>(widths_.size()) > depth_)
+      throw nf::Error("ssd: branches has " + std::to_string(widths_.size()) + " levels but forecast_token_count is " +
+                      std::to_string(depth_) + " (one forecast row per draft level)");
+    widths_.resize(static_cast<size_t>(depth_), 1);
+
+    const nf_host_api& h = nf::host();
+    vocab_ = h.runner_vocab_size(runner);
+    first_id_ = static_cast<int32_t>(a.first_id);
+    if (a.first_id != static_cast<int64_t>(vocab_))
+      throw nf::Error("ssd: the assets' forecast tokens start at id " + std::to_string(a.first_id) +
+                      " but the model's vocab is " + std::to_string(vocab_) + " (assets of another model?)");
+    if (h.runner_input_vocab_size(runner) < vocab_ + static_cast<size_t>(a.forecast_tokens))
+      throw nf::Error("ssd: the model's graphs have no forecast embeddings (they embed " +
+                      std::to_string(h.runner_input_vocab_size(runner)) +
+                      " token ids): build the package with [speculative] decoder = \"ssd\" and assets = DIR");
+    if (prefix > 0) {
+      nf::check(h.runner_set_prefix_kv(runner, a.layers, a.kv_heads, static_cast<size_t>(a.prefix), a.head_dim,
+                                       a.keys.data(), a.values.data()));
+      prefix_rows_ = a.prefix;
+    }
+    fit_rows(h.runner_max_rows(runner), ctx);
+  }
+
+  ~Ssd() {
+    // Give the context slots back to plain decoding.
+    if (prefix_rows_ > 0) {
+      nf_status* st = nf::host().runner_set_prefix_kv(runner_, 0, 0, 0, 0, nullptr, nullptr);
+      if (st) nf::host().status_release(st);
+    }
+  }
+
+  size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
+    if (max_out == 0) throw nf::Error("ssd: step with no room for tokens");
+    const int32_t cur = pending_ >= 0 ? pending_ : sample(user, last_logits);
+    pending_ = -1;
+
+    // Tree rows: the root, then level by level the forecast candidates under every node.
+    std::vector<int32_t> tokens{cur}, parents{-1};
+    std::vector<uint32_t> flags{0};
+    std::vector<int32_t> level{0};
+    const size_t levels = std::min(draft_.size(), static_cast<size_t>(depth_));
+    for (size_t k = 0; k < levels; ++k) {
+      std::vector<int32_t> next;
+      for (int32_t p : level)
+        for (int32_t t : draft_[k]) {
+          tokens.push_back(t);
+          parents.push_back(p);
+          flags.push_back(0);
+          next.push_back(static_cast<int32_t>(tokens.size() - 1));
+        }
+      level = std::move(next);
+    }
+    const size_t tree = tokens.size();
+    // Forecast rows: a chain of D under every tree node; chain[node] = its first row.
+    const uint32_t fflag = prefix_rows_ > 0 ? NF_ROW_SEES_PREFIX : 0;
+    std::vector<int32_t> chain(tree);
+    for (size_t n = 0; n < tree; ++n) {
+      int32_t parent = static_cast<int32_t>(n);
+      chain[n] = static_cast<int32_t>(tokens.size());
+      for (int k = 0; k < depth_; ++k) {
+        tokens.push_back(first_id_ + k);
+        parents.push_back(parent);
+        flags.push_back(fflag);
+        parent = static_cast<int32_t>(tokens.size() - 1);
+      }
+    }
+    const size_t n_rows = tokens.size();
+    std::vector<float> logits(n_rows * vocab_);
+    nf::check(nf::host().runner_forward_flags(runner_, tokens.data(), parents.data(), flags.data(), n_rows,
+                                              logits.data()));
+    ++stats_.forwards;
+    stats_.rows += n_rows;
+    stats_.max_rows = std::max(stats_.max_rows, n_rows);
+    stats_.drafted += tree - 1;
+
+    // Verify: follow the target's token down the tree.
+    std::vector<int32_t> path{0}, accepted{cur};
+    int32_t node = 0;
+    while (accepted.size() < max_out) {
+      int32_t t = sample(user, logits.data() + static_cast<size_t>(node) * vocab_);
+      int32_t child = -1;
+      for (size_t r = static_cast<size_t>(node) + 1; r < tree && child < 0; ++r)
+        if (parents[r] == node && tokens[r] == t) child = static_cast<int32_t>(r);
+      if (child < 0) {
+        pending_ = t;  // the bonus token: drawn already, the next step's root
+        break;
+      }
+      node = child;
+      path.push_back(node);
+      accepted.push_back(t);
+    }
+    nf::check(nf::host().runner_commit(runner_, path.data(), path.size()));
+    const float* last = logits.data() + static_cast<size_t>(node) * vocab_;
+    std::copy(last, last + vocab_, last_logits);
+    stats_.accepted_draft += accepted.size() - 1;
+
+    // The next tree: top-k of each forecast row under the last accepted node.
+    draft_.assign(static_cast<size_t>(depth_), {});
+    for (int k = 0; k < depth_; ++k)
+      draft_[static_cast<size_t>(k)] =
+          top_k(logits.data() + static_cast<size_t>(chain[static_cast<size_t>(node)] + k) * vocab_,
+                widths_[static_cast<size_t>(k)]);
+    std::copy(accepted.begin(), accepted.end(), out);
+    return accepted.size();
+  }
+
+  std::string stats() const {
+    nlohmann::json j{{"forecast_token_count", depth_},
+                     {"branches", widths_},
+                     {"forecast_prefix", prefix_rows_},
+                     {"first_forecast_id", first_id_},
+                     {"steps", stats_.forwards},
+                     {"rows", stats_.rows},
+                     {"max_rows", stats_.max_rows},
+                     {"rows_per_step", rows_per_step()},
+                     {"drafted_tokens", stats_.drafted},
+                     {"accepted_draft_tokens", stats_.accepted_draft}};
+    return j.dump();
+  }
+
+ private:
+  // Tree nodes x (1 + D): every node carries its forecast chain.
+  size_t rows_per_step() const {
+    size_t nodes = 1, level = 1;
+    for (int k = 0; k < depth_; ++k) nodes += (level *= static_cast<size_t>(widths_[static_cast<size_t>(k)]));
+    return nodes * static_cast<size_t>(1 + depth_);
+  }
+
+  // Trims the tree to the runner's rows per pass: the deepest width first, then depth.
+  void fit_rows(size_t max_rows, const nf::Context& ctx) {
+    const int depth0 = depth_;
+    const std::vector<int> widths0 = widths_;
+    const size_t want = rows_per_step();
+    while (depth_ > 0 && rows_per_step() > max_rows) {
+      if (depth_ > 1 && widths_.back() == 1) {  // a width-1 tail level: drop it first
+        --depth_;
+        widths_.pop_back();
+        continue;
+      }
+      auto wide = std::find_if(widths_.rbegin(), widths_.rend(), [](int w) { return w > 1; });
+      if (wide != widths_.rend()) {
+        --*wide;
+      } else {
+        --depth_;
+        widths_.pop_back();
+      }
+    }
+    if (depth_ == 0)
+      throw nf::Error("ssd: a step needs at least 4 rows (root, one draft, one forecast row each); the runner "
+                      "scores " + std::to_string(max_rows) + " rows per forward (largest AR variant)");
+    if (depth_ != depth0 || widths_ != widths0) {
+      auto list = [](const std::vector<int>& w) {
+        std::string s = "[";
+        for (size_t i = 0; i < w.size(); ++i) s += (i ? "," : "") + std::to_string(w[i]);
+        return s + "]";
+      };
+      ctx.warn("forecast_token_count " + std::to_string(depth0) + " / branches " + list(widths0) + " need " +
+               std::to_string(want) + " rows per step, the runner takes " + std::to_string(max_rows) +
+               "; using forecast_token_count " + std::to_string(depth_) + " / branches " + list(widths_) + " (" +
+               std::to_string(rows_per_step()) + " rows)");
+    }
+  }
+
+  std::vector<int32_t> top_k(const float* l, int k) const {
+    std::vector<int32_t> idx(vocab_);
+    std::iota(idx.begin(), idx.end(), 0);
+    const size_t kk = std::min(static_cast<size_t>(k), vocab_);
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(kk), idx.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    idx.resize(kk);
+    return idx;
+  }
+
+  struct Counters {
+    size_t forwards = 0, rows = 0, max_rows = 0, drafted = 0, accepted_draft = 0;
+  };
+
+  nf_runner* runner_;
+  int depth_ = 2;
+  std::vector<int> widths_;
+  size_t vocab_ = 0;
+  int32_t first_id_ = 0;
+  int prefix_rows_ = 0;
+  std::vector<std::vector<int32_t>> draft_;  // per level: candidates for the next tree
+  int32_t pending_ = -1;
+  Counters stats_;
+};
+
+nf_status* create(const char* options_json, nf_runner* runner, const int32_t*, size_t n_prompt, nf_context* ctx,
+                  nf_decoder** out) {
+  return NF_TRY({
+    if (n_prompt == 0) throw nf::Error("ssd: empty prompt");
+    *out = reinterpret_cast<nf_decoder*>(new Ssd(nf::Options(options_json), runner, nf::Context(ctx)));
+  });
+}
+
+void release(nf_decoder* d) { delete reinterpret_cast<Ssd*>(d); }
+
+nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
+                int32_t* out_tokens, size_t max_out, size_t* n_out) {
+  return NF_TRY({ *n_out = reinterpret_cast<Ssd*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
+}
+
+void stats(nf_decoder* d, nf_json_sink sink, void* user) {
+  std::string s = reinterpret_cast<Ssd*>(d)->stats();
+  sink(user, s.c_str());
+}
+
+const nf_speculative_api kApi = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
+
+const nf_plugin_descriptor kSsd = {NF_ABI_VERSION,
+                                   sizeof(nf_plugin_descriptor),
+                                   NF_KIND_SPECULATIVE,
+                                   "ssd",
+                                   "0.1.0",
+                                   "self-speculative decoding: learned forecast tokens draft the next tree in the verifying pass",
+                                   kSchema,
+                                   &kApi};
+
+}  // namespace
+
+NF_PLUGIN_LIBRARY(&kSsd)

@@ -1,0 +1,394 @@
+// ssd (forecast tokens + KV prefix) and lade on tiny_llama: through the DynamicRunner over
+// model.onnx and the StaticRunner over arcl packages built with the ssd assets. Greedy
+// output equals plain greedy token for token; rows per forward stay within the runner's
+// AR; the runner's prefix rows and flags agree between the two runners; errors are clear.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../cli/cli_support.h"
+#include "manifest/manifest.h"
+#include "manifest/schema.h"
+#include "pipeline/package.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/speculative_assets.h"
+#include "runner/generate.h"
+#include "runner/speculative.h"
+#include "runner/static_runner.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModel = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "models" / "tiny_llama";
+const fs::path kAssets = kModel / "ssd";
+
+host::Registry& registry() {
+  static host::Registry* r = [] {
+    auto* reg = new host::Registry();
+    reg->load_directories({host::Registry::builtin_dir(), std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
+    return reg;
+  }();
+  return *r;
+}
+
+const host::PluginInfo& plugin(nf_plugin_kind kind, const char* name) {
+  const host::PluginInfo* p = registry().find(kind, name);
+  if (!p) throw std::runtime_error(std::string("plugin not built: ") + name);
+  return *p;
+}
+
+// tiny_llama's model.onnx on the cpu backend; with_forecast: the ssd assets' embedding rows appended.
+struct Dynamic {
+  std::unique_ptr<ir::ModelSet> ms;
+  std::unique_ptr<host::BackendSession> session;
+  std::unique_ptr<host::Runner> runner;
+};
+
+Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel) {
+  Dynamic m;
+  nlohmann::json options = nlohmann::json::object();
+  const auto& cpu = plugin(NF_KIND_BACKEND, "cpu");
+  manifest::validate_json(cpu.schema, options);
+  m.ms = host::load_source_model((model / "model.onnx").string(), "");
+  nlohmann::json meta = nlohmann::json::object();
+  if (with_forecast) {
+    host::add_extra_embeddings(*m.ms, host::load_speculative_assets(kAssets));
+    meta["extra_embeddings"] = nlohmann::json::parse(m.ms->metadata.at("extra_embeddings"));
+  }
+  m.session = host::BackendSession::open_model_set(cpu, options, *m.ms);
+  m.runner = host::make_runner(*m.session, host::graph_specs(*m.ms), meta);
+  return m;
+}
+
+// An arcl package of tiny_llama (AR 1 and `ar`, CL 128) with [speculative] ssd and its assets.
+struct Static {
+  host::Registry registry;
+  fs::path dir;
+  host::Package pkg;
+  std::unique_ptr<host::BackendSession> session;
+  std::unique_ptr<host::Runner> runner;
+};
+
+std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
+  std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
+                     (kModel / "config.json").string() + "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, " +
+                     std::to_string(ar) + "]\ncontext_length = [128]\n\n[targets.cpu]\nbackend = \"cpu\"\n\n"
+                     "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\n";
+  fs::create_directories(work);
+  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
+  auto p = std::make_unique<Static>();
+  auto errors = host::load_and_validate(m, p->registry);
+  if (!errors.empty()) throw std::runtime_error(errors[0]);
+  host::BuildRequest req;
+  req.out_dir = work / "out";
+  req.use_cache = false;
+  req.cache_root = work / "cache";
+  p->dir = host::build(m, p->registry, req).packages.at(0);
+  p->pkg = host::open_package(p->dir);
+  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
+  p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
+  p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
+  return p;
+}
+
+// The package's own ssd options, with the asset path made absolute (as `npuforge run` does).
+nlohmann::json package_ssd_options(const Static& s) {
+  nlohmann::json o = s.pkg.meta.at("speculative").at("options");
+  o["assets"] = (s.dir / o.at("assets").get<std::string>()).string();
+  return o;
+}
+
+std::vector<int32_t> plain(host::Runner& r, const std::vector<int32_t>& prompt, int n, host::SamplingParams sp = {}) {
+  r.reset();
+  host::Sampler s(sp);
+  return host::generate(r, prompt, n, s, {}, nullptr, nullptr);
+}
+
+std::vector<int32_t> speculative(host::Runner& r, const char* decoder, nlohmann::json options,
+                                 const std::vector<int32_t>& prompt, int n, host::SpeculativeStats* st,
+                                 host::SamplingParams sp = {}) {
+  r.reset();
+  host::Sampler s(sp);
+  return host::generate_speculative(r, plugin(NF_KIND_SPECULATIVE, decoder), options, prompt, n, s, {}, nullptr, st);
+}
+
+std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens) {
+  auto tok = Tokenizer::load((kModel / "tokenizer.json").string());
+  std::ifstream in(kModel / "heldout.txt");
+  std::vector<std::vector<int32_t>> out;
+  for (std::string line; out.size() < count && std::getline(in, line);) {
+    if (line.size() < 80) continue;
+    auto ids = tok.encode(line);
+    if (ids.size() > max_tokens) ids.resize(max_tokens);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> test_prompts() {
+  std::vector<std::vector<int32_t>> p{{1}, {2046}, {1, 5, 9, 5, 9, 5}};
+  for (auto& h : heldout_prompts(2, 24)) p.push_back(h);
+  return p;
+}
+
+void expect_lossless(host::Runner& r, const char* decoder, const nlohmann::json& options,
+                     const std::vector<int32_t>& prompt, int n) {
+  auto want = plain(r, prompt, n);
+  host::SpeculativeStats st;
+  auto got = speculative(r, decoder, options, prompt, n, &st);
+  EXPECT_EQ(got, want) << decoder << ": prompt of " << prompt.size() << " tokens, " << n << " new, options "
+                       << options.dump();
+  EXPECT_GE(st.tau, 1.0);
+  EXPECT_LE(st.max_rows, static_cast<int64_t>(r.max_rows()));
+  EXPECT_EQ(st.gen.new_tokens, n);
+}
+
+fs::path work_dir(const std::string& what) {
+  fs::path w = fs::temp_directory_path() / ("nf_ssd_" + what + "_" + std::to_string(::getpid()));
+  fs::remove_all(w);
+  return w;
+}
+
+nlohmann::json dynamic_options() { return {{"assets", kAssets.string()}}; }
+
+}  // namespace
+
+TEST(SsdDynamic, GreedyEqualsPlainGreedy) {
+  Dynamic m = open_dynamic(true);
+  EXPECT_EQ(m.runner->input_vocab_size(), 2048u + 4u);
+  for (const auto& p : test_prompts())
+    for (int n : {1, 7, 40}) expect_lossless(*m.runner, "ssd", dynamic_options(), p, n);
+  auto p = heldout_prompts(1, 32)[0];
+  nlohmann::json o = dynamic_options();
+  for (auto [d, b] : std::vector<std::pair<int, nlohmann::json>>{{1, {4}}, {3, {2, 2}}, {4, {2}}}) {
+    o["forecast_token_count"] = d;
+    o["branches"] = b;
+    expect_lossless(*m.runner, "ssd", o, p, 30);
+  }
+  o = dynamic_options();
+  o["forecast_prefix"] = 0;  // forecast rows without the prefix: worse drafts, same tokens
+  expect_lossless(*m.runner, "ssd", o, p, 30);
+}
+
+// Seeded sampling: one draw per emitted token, from the target's logits at that position,
+// so the speculative run draws exactly what plain sampling draws.
+TEST(SsdDynamic, SamplingFollowsTheTarget) {
+  Dynamic m = open_dynamic(true);
+  host::SamplingParams sp{0.8f, 40, 0.95f, 11};
+  for (const auto& p : heldout_prompts(2, 16)) {
+    auto want = plain(*m.runner, p, 40, sp);
+    host::SpeculativeStats st;
+    auto got = speculative(*m.runner, "ssd", dynamic_options(), p, 40, &st, sp);
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(SsdDynamic, TauOnHeldoutText) {
+  Dynamic m = open_dynamic(true);
+  int64_t tokens = 0, forwards = 0;
+  for (const auto& p : heldout_prompts(6, 32)) {
+    host::SpeculativeStats st;
+    auto want = plain(*m.runner, p, 64);
+    auto got = speculative(*m.runner, "ssd", dynamic_options(), p, 64, &st);
+    EXPECT_EQ(got, want);
+    tokens += st.gen.new_tokens;
+    forwards += st.target_forwards;
+    std::printf("prompt %zu tokens: tau %.3f, acceptance %.3f, max rows %lld, decoder %s\n", p.size(), st.tau,
+                st.acceptance_rate, static_cast<long long>(st.max_rows), st.decoder.dump().c_str());
+  }
+  double tau = static_cast<double>(tokens) / static_cast<double>(forwards);
+  std::printf("tiny_llama held-out tau (ssd defaults, DynamicRunner): %.3f over %lld tokens\n", tau,
+              static_cast<long long>(tokens));
+  RecordProperty("tau_x1000", static_cast<int>(tau * 1000));
+  EXPECT_GE(tau, 1.5);
+}
+
+TEST(SsdDynamic, ErrorsAreClear) {
+  auto message = [](host::Runner& r, nlohmann::json o) {
+    host::SpeculativeStats st;
+    try {
+      speculative(r, "ssd", std::move(o), {1, 2}, 4, &st);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {
+    Dynamic m = open_dynamic(false);  // the graphs lack the forecast embeddings
+    EXPECT_NE(message(*m.runner, dynamic_options()).find("no forecast embeddings"), std::string::npos);
+    EXPECT_NE(message(*m.runner, {{"assets", "/nonexistent/ssd"}}).find("assets.json"), std::string::npos);
+  }
+  Dynamic m = open_dynamic(true);
+  auto o = dynamic_options();
+  o["forecast_token_count"] = 5;
+  EXPECT_NE(message(*m.runner, o).find("exceeds the 4 forecast embeddings"), std::string::npos) << message(*m.runner, o);
+  o = dynamic_options();
+  o["forecast_prefix"] = 8;
+  EXPECT_NE(message(*m.runner, o).find("does not match the assets' 16"), std::string::npos) << message(*m.runner, o);
+  o = dynamic_options();
+  o["branches"] = {3, 2, 2};
+  EXPECT_NE(message(*m.runner, o).find("branches has 3 levels"), std::string::npos) << message(*m.runner, o);
+  o = dynamic_options();
+  o["brnaches"] = {3};
+  EXPECT_NE(message(*m.runner, o).find("brnaches"), std::string::npos) << message(*m.runner, o);
+}
+
+// Runner contract: flagged rows see the prefix KV, plain rows never do (their logits do not
+// change when a prefix is set); flagged rows cannot be committed; plain under flagged is refused.
+TEST(SsdRunner, PrefixRowsAndFlags) {
+  Dynamic m = open_dynamic(true);
+  host::Runner& r = *m.runner;
+  const size_t V = 2048;
+  std::vector<int32_t> tokens{450, 1536, 2048, 2049, 310}, parents{-1, 0, 1, 2, 0};
+  std::vector<uint32_t> flags{0, 0, 1, 1, 0};
+  r.reset();
+  r.append(std::vector<int32_t>{1, 5, 9});
+  std::vector<float> before(tokens.size() * V), with(tokens.size() * V), plain_rows(tokens.size() * V);
+  r.forward_flags(tokens.data(), parents.data(), nullptr, tokens.size(), before.data());
+  std::vector<float> kv(4 * 4 * 3 * 32);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.05f * static_cast<float>((i * 7919) % 97) - 2.f;
+  r.set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data());
+  r.forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), with.data());
+  for (size_t row : {0u, 1u, 4u})
+    for (size_t v = 0; v < V; ++v) ASSERT_NEAR(with[row * V + v], before[row * V + v], 1e-4f) << "plain row " << row;
+  float moved = 0;
+  for (size_t v = 0; v < V; ++v) moved = std::max(moved, std::abs(with[2 * V + v] - before[2 * V + v]));
+  EXPECT_GT(moved, 1e-2f) << "a flagged row must see the prefix";
+
+  // The static runner scores the same rows the same way.
+  fs::path work = work_dir("runner");
+  auto s = build_static(32, work);
+  ASSERT_NE(dynamic_cast<host::StaticRunner*>(s->runner.get()), nullptr);
+  host::Runner& sr = *s->runner;
+  EXPECT_EQ(sr.input_vocab_size(), 2048u + 4u);
+  sr.append(std::vector<int32_t>{1, 5, 9});
+  sr.set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data());
+  std::vector<float> st(tokens.size() * V);
+  sr.forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), st.data());
+  float diff = 0, scale = 0;
+  for (size_t i = 0; i < st.size(); ++i) {
+    diff = std::max(diff, std::abs(st[i] - with[i]));
+    scale = std::max(scale, std::abs(with[i]));
+  }
+  EXPECT_LT(diff / scale, 1e-4f) << "static vs dynamic flagged rows";
+
+  for (host::Runner* run : {&r, &sr}) {
+    int32_t path[] = {0, 1, 2};
+    EXPECT_THROW(run->commit(path, 3), std::runtime_error);  // row 2 is flagged
+    std::vector<uint32_t> bad{0, 1, 0};
+    std::vector<int32_t> t3{450, 2048, 310}, p3{-1, 0, 1};
+    EXPECT_THROW(run->forward_flags(t3.data(), p3.data(), bad.data(), 3, st.data()), std::runtime_error);
+    run->set_prefix_kv(0, 0, 0, 0, nullptr, nullptr);
+    EXPECT_THROW(run->forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), st.data()),
+                 std::runtime_error);  // flagged rows, but no prefix
+    EXPECT_THROW(run->set_prefix_kv(4, 2, 3, 32, kv.data(), kv.data()), std::runtime_error);  // wrong shape
+  }
+  fs::remove_all(work);
+}
+
+// arcl packages: the build carries the assets; ssd and lade give plain greedy's tokens;
+// an AR 8 package trims both decoders' trees to 8 rows; too few rows for ssd is refused.
+TEST(SsdStatic, PackageCarriesAssetsAndDecodersAreLossless) {
+  fs::path work = work_dir("static");
+  auto s = build_static(32, work);
+  ASSERT_NE(dynamic_cast<host::StaticRunner*>(s->runner.get()), nullptr);
+  const auto& meta = s->pkg.meta;
+  EXPECT_EQ(meta.at("metadata").at("extra_embeddings").at("rows"), 4);
+  EXPECT_EQ(meta.at("speculative").at("decoder"), "ssd");
+  auto assets = package_ssd_options(*s).at("assets").get<std::string>();
+  EXPECT_TRUE(fs::is_regular_file(fs::path(assets) / "assets.json")) << assets;
+  EXPECT_EQ(fs::path(assets).string().rfind(s->dir.string(), 0), 0u) << "assets outside the package: " << assets;
+
+  host::Runner& r = *s->runner;
+  for (const auto& p : test_prompts())
+    for (int n : {1, 7, 40}) {
+      expect_lossless(r, "ssd", package_ssd_options(*s), p, n);
+      expect_lossless(r, "lade", nlohmann::json::object(), p, n);
+    }
+  // ssd tau on the package (one pass per tree).
+  int64_t tokens = 0, forwards = 0;
+  for (const auto& p : heldout_prompts(6, 32)) {
+    host::SpeculativeStats st;
+    auto want = plain(r, p, 64);
+    EXPECT_EQ(speculative(r, "ssd", package_ssd_options(*s), p, 64, &st), want);
+    tokens += st.gen.new_tokens;
+    forwards += st.target_forwards;
+  }
+  double tau = static_cast<double>(tokens) / static_cast<double>(forwards);
+  std::printf("tiny_llama held-out tau (ssd defaults, arcl AR 32 package): %.3f over %lld tokens\n", tau,
+              static_cast<long long>(tokens));
+  EXPECT_GE(tau, 1.5);
+  fs::remove_all(work);
+}
+
+TEST(SsdStatic, RowsStayWithinTheArVariant) {
+  fs::path work = work_dir("ar8");
+  auto s = build_static(8, work);
+  host::Runner& r = *s->runner;
+  ASSERT_EQ(r.max_rows(), 8u);
+  auto p = heldout_prompts(1, 24)[0];
+  for (auto* dec : {"ssd", "lade"}) {
+    nlohmann::json o = std::string(dec) == "ssd" ? package_ssd_options(*s) : nlohmann::json::object();
+    for (const auto& prompt : {p, std::vector<int32_t>{1}}) expect_lossless(r, dec, o, prompt, 30);
+    host::SpeculativeStats st;
+    speculative(r, dec, o, p, 30, &st);
+    EXPECT_LE(st.max_rows, 8);
+    EXPECT_LE(st.decoder.at("max_rows").get<int64_t>(), 8);
+  }
+  fs::remove_all(work);
+}
+
+// A runner that takes fewer rows than ssd's smallest step (root, a draft, their forecasts).
+TEST(SsdRunner, TooFewRowsIsRefused) {
+  struct TwoRows final : host::Runner {
+    explicit TwoRows(host::Runner& r) : inner(r) {}
+    std::vector<float> append(std::span<const int32_t> t, bool all) override { return inner.append(t, all); }
+    void reset() override { inner.reset(); }
+    int64_t forward_passes() const override { return inner.forward_passes(); }
+    size_t vocab_size() const override { return inner.vocab_size(); }
+    size_t max_rows() const override { return 2; }
+    size_t n_past() const override { return inner.n_past(); }
+    void forward(const int32_t* t, const int32_t* p, size_t n, float* l) override { inner.forward(t, p, n, l); }
+    void commit(const int32_t* rows, size_t n) override { inner.commit(rows, n); }
+    nf_tensor* last_output(const char* name) override { return inner.last_output(name); }
+    void set_prefix_kv(size_t a, size_t b, size_t n, size_t d, const float* k, const float* v) override {
+      inner.set_prefix_kv(a, b, n, d, k, v);
+    }
+    host::Runner& inner;
+  };
+  Dynamic m = open_dynamic(true);
+  TwoRows two(*m.runner);
+  two.set_extra_input_tokens(4);
+  host::SpeculativeStats st;
+  try {
+    speculative(two, "ssd", dynamic_options(), {1, 2}, 4, &st);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 4 rows"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SsdCli, BareModelAndPackageMatchPlain) {
+  std::string model = (kModel / "model.onnx").string();
+  std::vector<std::string> base{"run", model, "--prompt-ids", "1005,291,260", "--max-new-tokens", "24", "--json"};
+  auto want = test::npuforge(base);
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  auto args = base;
+  args.insert(args.end(), {"--decoder", "ssd"});
+  auto got = test::npuforge(args);
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  auto wj = nlohmann::json::parse(want.out), gj = nlohmann::json::parse(got.out);
+  EXPECT_EQ(gj["tokens"], wj["tokens"]);
+  EXPECT_GE(gj["stats"]["speculative"]["tau"].get<double>(), 1.0);
+
+  // A model without ssd assets beside it: one clear line.
+  auto bad = test::npuforge({"run", (kModel.parent_path() / "llama_gqa" / "model.onnx").string(), "--prompt-ids", "1,2",
+                             "--decoder", "ssd"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("assets.json"), std::string::npos) << bad.err;
+}
