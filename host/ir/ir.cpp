@@ -45,6 +45,13 @@ MappedFile::~MappedFile() {
   if (addr_) ::munmap(addr_, size_);
 }
 
+void MappedFile::drop_pages(size_t offset, size_t n) const {
+  if (!addr_ || offset >= size_ || n == 0) return;
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t begin = offset / page * page, end = std::min(size_, offset + n);
+  ::madvise(static_cast<uint8_t*>(addr_) + begin, end - begin, MADV_DONTNEED);
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;

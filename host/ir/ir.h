@@ -30,6 +30,9 @@ class Buffer {
   virtual size_t size() const = 0;
   virtual bool writable() const { return false; }
   uint8_t* mutable_data() { return const_cast<uint8_t*>(data()); }
+  // Hint that bytes [offset, offset + n) are not needed in memory for now (a mapping drops
+  // its pages from this process; they come back from the file on the next read).
+  virtual void drop_pages(size_t /*offset*/, size_t /*n*/) const {}
 };
 
 class OwnedBuffer final : public Buffer {
@@ -52,6 +55,10 @@ class MappedFile final : public Buffer {
   ~MappedFile() override;
   const uint8_t* data() const override { return static_cast<const uint8_t*>(addr_); }
   size_t size() const override { return size_; }
+  // madvise(MADV_DONTNEED) on the pages holding the range: the mapping is read-only and
+  // private, so the pages are clean and a later read faults them back in from the file.
+  // Keeps the resident set small while a multi-GB file is streamed (hashed, saved).
+  void drop_pages(size_t offset, size_t n) const override;
   const std::string& path() const { return path_; }
 
  private:

@@ -38,11 +38,14 @@ uint64_t DataWriter::put(const ir::Tensor& t) {
   uint64_t pad = (kAlign - size_ % kAlign) % kAlign;
   out_.write(zeros, static_cast<std::streamsize>(pad));
   uint64_t offset = size_ + pad;
-  // Write in pieces: a multi-GB tensor from a mapping should not need one huge syscall.
+  // Write in pieces: a multi-GB tensor from a mapping should not need one huge syscall,
+  // and a mapped source drops each piece's pages once written, so saving a model set
+  // does not page all of its weights into this process.
   const char* p = static_cast<const char*>(t.data());
   for (size_t done = 0; done < n;) {
-    size_t chunk = std::min<size_t>(n - done, size_t{1} << 30);
+    size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
     out_.write(p + done, static_cast<std::streamsize>(chunk));
+    t.buffer->drop_pages(t.offset + done, chunk);
     done += chunk;
   }
   if (!out_) fail(path_, "write failed (disk full?)");

@@ -133,7 +133,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
     auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
     if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
     seen.push_back(mf);
-    key += hash_bytes(mf->data(), mf->size());
+    key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   }
 
   std::string config = config_path;

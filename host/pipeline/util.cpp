@@ -28,10 +28,26 @@ std::string hex128(XXH128_hash_t h) {
 std::string hash_bytes(const void* data, size_t n) { return hex128(XXH3_128bits(data, n)); }
 std::string hash_string(const std::string& s) { return hash_bytes(s.data(), s.size()); }
 
+std::string hash_buffer(const ir::Buffer& b) {
+  // Piece by piece, dropping each piece's pages once hashed: hashing a mapped multi-GB
+  // weights file must not leave all of it resident in this process.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t done = 0; done < b.size(); done += kPiece) {
+    size_t n = std::min(kPiece, b.size() - done);
+    XXH3_128bits_update(state, b.data() + done, n);
+    b.drop_pages(done, n);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  return hex128(h);
+}
+
 std::string hash_file(const fs::path& p) {
   if (fs::file_size(p) == 0) return hash_bytes("", 0);
-  ir::MappedFile f(p.string());  // mapped, so a multi-GB weights file is not read into memory
-  return hash_bytes(f.data(), f.size());
+  ir::MappedFile f(p.string());  // mapped and hashed piece by piece: never all in memory
+  return hash_buffer(f);
 }
 
 std::string read_text_file(const fs::path& p) {

@@ -9,12 +9,18 @@
 #include <stdexcept>
 #include <string>
 
+namespace nf::ir {
+class Buffer;
+}
+
 namespace nf::host {
 
 // 128-bit XXH3 of bytes / a file's contents, as 32 hex digits.
 std::string hash_bytes(const void* data, size_t n);
 std::string hash_string(const std::string& s);
 std::string hash_file(const std::filesystem::path& p);
+// Same hash as hash_bytes over the buffer; a mapping's pages are dropped as it goes.
+std::string hash_buffer(const ir::Buffer& b);
 
 std::string read_text_file(const std::filesystem::path& p);
 // Writes to a sibling temp file, then renames: readers never see half a file.
