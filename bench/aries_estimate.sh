@@ -3,17 +3,16 @@
 #
 #   bench/aries_estimate.sh [BUILD_DIR] [WORK_DIR]
 #
-# 1. Synthesizes Llama-3.2-1B and Llama-3.2-3B with their published shapes (random weights,
-#    float16 to halve the disk: 2.5 GB and 6.4 GB; the estimate reads shapes only) unless
-#    WORK_DIR already holds them.
+# 1. Synthesizes Llama-3.2-1B, Llama-3.2-3B and Llama-3-8B with their published shapes
+#    unless WORK_DIR already holds them: `synth_model.py --zeros` writes the fp32 weights as
+#    holes (32 GB apparent for the 8B, ~2 MB on disk); the estimate reads shapes only.
 # 2. Builds each through the real compile path with `estimate_only = true` (inspection of
 #    the graph, bit config, memory check; no weights quantized or written) and prints
 #    `npuforge estimate` at the calibration workload (240 prompt tokens, decode at context 245).
 # 3. Refits the two unpublished device parameters on the 1B figures (aries_sim fit) to show
 #    the data file's values are reproducible.
-# 4. Llama-3-8B (32 GB at fp32: not synthesized here) from its config shapes through
-#    aries_sim predict, which builds the same linears compile's inspection finds; the 1B and
-#    3B rows are printed both ways so the two paths can be compared.
+# 4. The same three models from their config shapes through aries_sim predict (no ONNX), to
+#    show that path equals the compiled one.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -24,9 +23,9 @@ DEV=$ROOT/plugins/backends/aries/devices/aries-rb.json
 PY=/usr/bin/python3
 mkdir -p "$WORK"
 
-for m in 1b 3b; do
-  cfg=$ROOT/tools/models/configs/llama-3.2-$m.json
-  [ -f "$WORK/l$m/model.onnx.data" ] || $PY "$ROOT/tools/models/synth_model.py" "$cfg" "$WORK/l$m" --dtype float16
+for m in 1b 3b 8b; do
+  case $m in 8b) cfg=$ROOT/tools/models/configs/llama-3-8b.json ;; *) cfg=$ROOT/tools/models/configs/llama-3.2-$m.json ;; esac
+  [ -f "$WORK/l$m/model.onnx.data" ] || $PY "$ROOT/tools/models/synth_model.py" "$cfg" "$WORK/l$m" --zeros
   mkdir -p "$WORK/pkg_$m"
   cat > "$WORK/pkg_$m/manifest.toml" <<TOML
 [model]
@@ -60,7 +59,7 @@ bits = { query = 4, key = 4, output = 4, ffn = 4 }
 TOML
   $NF build "$WORK/pkg_$m/manifest.toml" --out "$WORK/pkg_$m/out" --no-cache
   for t in single global4 global8 w4; do
-    echo "== llama-3.2-$m $t (compiled package)"
+    echo "== llama $m $t (compiled package)"
     $NF estimate "$WORK/pkg_$m/out/$t" --prompt-len 240 --context-len 245
   done
 done
