@@ -9,7 +9,8 @@
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
 # Targets: cpu, and htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration)
 # when the htp backend is installed. Decoders: every one of lade, ssd, eaglet that is
-# installed, with the options of its [speculative] table below (defaults otherwise).
+# installed; eaglet with the options of the [speculative] table below, the others with
+# their defaults.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -42,6 +43,7 @@ context_length = [256]
 [speculative]
 decoder = "eaglet"
 draft = "$MODEL/eaglet"
+draft_vocab = 512
 
 [targets.cpu]
 backend = "cpu"

@@ -162,9 +162,10 @@ void add_run(CLI::App& app) {
     // The decoder: --decoder wins, then the package's speculative entry, else none.
     std::string dname = decoder_name;
     nlohmann::json doptions = nlohmann::json::object();
-    if (dname.empty() && model->package) {
+    if (model->package) {
+      // The package's [speculative] options also apply when --decoder names that decoder.
       const auto& spec = model->package->meta.value("speculative", nlohmann::json());
-      if (spec.is_object() && spec.contains("decoder")) {
+      if (spec.is_object() && spec.contains("decoder") && (dname.empty() || dname == spec["decoder"].get<std::string>())) {
         dname = spec["decoder"].get<std::string>();
         doptions = spec.value("options", nlohmann::json::object());
       }

@@ -134,8 +134,9 @@ void expect_lossless(host::Runner& r, const std::vector<int32_t>& prompt, int n,
   EXPECT_GE(st.tau, 1.0);
   EXPECT_LE(st.max_rows, static_cast<int64_t>(r.max_rows()));
   EXPECT_EQ(st.gen.new_tokens, n);
-  if (options.is_null() || options.value("max_tokens_target_can_evaluate", 32) > 1)
+  if (options.is_null() || options.value("max_tokens_target_can_evaluate", 32) > 1) {
     EXPECT_GE(st.decoder.value("draft_forwards", 0), 1);  // else no room to draft
+  }
 }
 
 }  // namespace
@@ -152,6 +153,7 @@ TEST(EagletDynamic, GreedyEqualsPlainGreedy) {
   expect_lossless(*m.runner, p, 24);  // defaults
   expect_lossless(*m.runner, p, 24, {{"draft_kv_cache", false}, {"max_tokens_target_can_evaluate", 10}});
   expect_lossless(*m.runner, p, 12, {{"draft_len", 1}, {"n_branches", 1}});
+  expect_lossless(*m.runner, p, 24, {{"draft_vocab", 512}, {"max_tokens_target_can_evaluate", 12}});
   expect_lossless(*m.runner, p, 12, {{"max_tokens_target_can_evaluate", 1}});  // no room to draft: plain
 }
 

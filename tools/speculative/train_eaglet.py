@@ -98,7 +98,16 @@ def draft_loss(draft, model, x, f, noise):
     return reg, ce, top1
 
 
-def export(draft, model, cfg, inter, path, metrics):
+def token_map(ids, vocab):
+    """Token ids by falling frequency in the training text (ties by id): the draft's
+    reduced vocabulary is a prefix of this list (EAGLE-3's draft token map)."""
+    counts = torch.bincount(torch.tensor(ids, dtype=torch.int64), minlength=vocab)
+    order = sorted(range(vocab), key=lambda t: (-int(counts[t]), t))
+    covered = torch.cumsum(counts[order].double(), 0) / counts.sum()
+    return order, {str(k): round(float(covered[k - 1]), 4) for k in (256, 512, 1024) if k <= vocab}
+
+
+def export(draft, model, cfg, inter, path, metrics, tmap=None):
     os.makedirs(path, exist_ok=True)
     sd = {
         "embed": model.embed_tokens.weight,
@@ -131,6 +140,8 @@ def export(draft, model, cfg, inter, path, metrics):
                    "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
                    "head_dim": cfg.head_dim, "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta},
         "tensors": tensors,
+        "token_map": tmap[0] if tmap else None,
+        "token_map_coverage": tmap[1] if tmap else None,
         "training": metrics,
     }
     with open(os.path.join(path, "draft.bin"), "wb") as f:
@@ -152,6 +163,8 @@ def main():
     ap.add_argument("--noise", type=float, default=0.05)
     ap.add_argument("--out", default=os.path.join(MODEL_DIR, "eaglet"))
     ap.add_argument("--export-every", type=int, default=50, help="export the draft every N steps too")
+    ap.add_argument("--token-map-only", action="store_true",
+                    help="add the token map to the existing draft.json and exit (no training)")
     ap.add_argument("--feature-cache", default="", help="folder to keep the target's features between runs")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -177,6 +190,16 @@ def main():
             break
         ids += tok.encode(t) + [eos]
         chars += len(t)
+    tmap = token_map(ids, cfg.vocab_size)
+    if args.token_map_only:
+        path = os.path.join(args.out, "draft.json")
+        meta = json.load(open(path))
+        meta["token_map"], meta["token_map_coverage"] = tmap
+        with open(path, "w") as f:
+            json.dump(meta, f, indent=1)
+            f.write("\n")
+        log(f"token map added to {path}: coverage {tmap[1]}")
+        return
     data = torch.tensor(ids, dtype=torch.int64)
     held = torch.tensor(tok.encode("\n".join(held_docs))[:64 * SEQ], dtype=torch.int64)
     log(f"train tokens {len(ids)} ({chars} chars), held-out tokens {len(held)}")
@@ -223,7 +246,7 @@ def main():
             draft.train()
             log(f"step {step + 1}: held-out top1 {float(top1_h):.3f}; exporting")
             export(draft, model, cfg, args.inter, args.out,
-                   {"steps": step + 1, "partial": True, "heldout_top1_vs_target": round(float(top1_h), 4)})
+                   {"steps": step + 1, "partial": True, "heldout_top1_vs_target": round(float(top1_h), 4)}, tmap)
         if (step + 1) % 25 == 0 or step == 0:
             log(f"step {step + 1}/{args.steps} reg {float(reg):.4f} ce {float(ce):.3f} top1 {float(top1):.3f} "
                 f"{time.time() - t0:.0f}s")
@@ -236,7 +259,7 @@ def main():
                "heldout_top1_vs_target": round(float(top1), 4), "heldout_ce": round(float(ce), 4),
                "heldout_smooth_l1": round(float(reg), 5)}
     log(f"held-out: top1 agreement with the target {float(top1):.3f}, ce {float(ce):.3f}")
-    export(draft, model, cfg, args.inter, args.out, metrics)
+    export(draft, model, cfg, args.inter, args.out, metrics, tmap)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n, float* y) {
 
 }  // namespace
 
-DraftModel::DraftModel(const std::string& dir) {
+DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
   const std::string json_path = dir + "/draft.json", bin_path = dir + "/draft.bin";
   std::ifstream jf(json_path);
   if (!jf) throw nf::Error("eaglet: no draft at '" + json_path + "' (train one with tools/speculative/train_eaglet.py)");
@@ -99,7 +99,22 @@ DraftModel::DraftModel(const std::string& dir) {
     return nf::kernels::pack_f32(load(name, {out, in}).data(), in, out, true);
   };
   embed_ = load("embed", {k.vocab, H});
-  lm_head_ = linear("lm_head", k.vocab, H);
+  if (head_vocab > 0 && head_vocab < k.vocab) {
+    const auto& map = meta.value("token_map", nlohmann::json());
+    if (!map.is_array() || static_cast<int64_t>(map.size()) != k.vocab)
+      throw nf::Error("eaglet: draft_vocab needs the draft's token_map (" + json_path +
+                      "; add it with train_eaglet.py --token-map-only)");
+    std::vector<float> full = load("lm_head", {k.vocab, H}), rows(static_cast<size_t>(head_vocab * H));
+    for (int64_t i = 0; i < head_vocab; ++i) {
+      const int64_t t = map[static_cast<size_t>(i)].get<int64_t>();
+      if (t < 0 || t >= k.vocab) throw nf::Error("eaglet: token_map of '" + json_path + "' holds token " + std::to_string(t));
+      head_tokens_.push_back(static_cast<int32_t>(t));
+      std::copy(full.begin() + t * H, full.begin() + (t + 1) * H, rows.begin() + i * H);
+    }
+    lm_head_ = nf::kernels::pack_f32(rows.data(), H, head_vocab, true);
+  } else {
+    lm_head_ = linear("lm_head", k.vocab, H);
+  }
   fc_ = linear("fc.weight", H, 2 * H);
   fc_bias_ = load("fc.bias", {H});
   input_norm_ = load("input_norm", {H});

@@ -25,7 +25,9 @@ struct DraftConfig {
 class DraftModel {
  public:
   // Reads `dir`/draft.json and `dir`/draft.bin; throws nf::Error naming the file and rule.
-  explicit DraftModel(const std::string& dir);
+  // `head_vocab` > 0 keeps only that many LM head rows: the most frequent tokens of the
+  // draft's token map (draft.json "token_map"), so a draft pass streams a smaller head.
+  DraftModel(const std::string& dir, int64_t head_vocab);
 
   struct Row {
     const float* feature;  // hidden floats
@@ -43,6 +45,11 @@ class DraftModel {
   void clear_cache();  // committed and scratch
   size_t cache_entries() const { return cached_; }
   const DraftConfig& config() const { return cfg_; }
+  // Columns of the logits the draft writes, and the token of each column.
+  int64_t head_size() const { return lm_head_.N; }
+  int32_t head_token(int64_t column) const {
+    return head_tokens_.empty() ? static_cast<int32_t>(column) : head_tokens_[static_cast<size_t>(column)];
+  }
   const float* embedding(int32_t token) const { return embed_.data() + static_cast<size_t>(token) * cfg_.hidden; }
   // Bytes of weights one draft pass streams (for cost estimates): every matrix but the
   // embedding table, which is a lookup.
@@ -62,6 +69,7 @@ class DraftModel {
   // KV per entry: kv_heads * head_dim floats each.
   std::vector<float> cache_k_, cache_v_, scratch_k_, scratch_v_;
   std::vector<int32_t> scratch_parent_;
+  std::vector<int32_t> head_tokens_;  // empty: the full vocabulary
   size_t cached_ = 0;
 };
 

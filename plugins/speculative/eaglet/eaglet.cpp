@@ -35,6 +35,8 @@ constexpr const char* kSchema = R"json({
   "properties": {
     "draft": {"type": "string", "format": "asset", "default": "eaglet",
               "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py); relative to the model's folder, copied into packages by the build"},
+    "draft_vocab": {"type": "integer", "minimum": 0, "maximum": 1048576, "default": 0,
+                    "description": "LM head rows the draft scores: the most frequent tokens of its token map (0: the whole vocabulary); a smaller head makes draft passes cheaper, tokens outside it are never drafted"},
     "draft_len": {"type": "integer", "minimum": 1, "maximum": 16, "default": 5,
                   "description": "draft passes per step = the deepest drafted token"},
     "n_branches": {"type": "integer", "minimum": 1, "maximum": 16, "default": 4,
@@ -76,7 +78,7 @@ std::vector<std::pair<int32_t, double>> top_k(const float* logits, size_t vocab,
 class Eaglet {
  public:
   Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
-      : runner_(runner), draft_(o.get<std::string>("draft", "eaglet")) {
+      : runner_(runner), draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
     draft_len_ = o.get<int>("draft_len", 5);
     branches_ = o.get<int>("n_branches", 4);
     use_cache_ = o.get<bool>("draft_kv_cache", true);
@@ -220,15 +222,16 @@ class Eaglet {
     std::vector<eaglet::DraftModel::Row> rows;
     for (const Entry& e : pending_) rows.push_back({e.feature.data(), e.token, e.position, -1});
     rows.push_back({last_feature_.data(), cur, P - 1, -1});
-    std::vector<float> feats(rows.size() * H_), logits(rows.size() * vocab_);
+    const size_t head = static_cast<size_t>(draft_.head_size());
+    std::vector<float> feats(rows.size() * H_), logits(rows.size() * head);
     draft_.run_committed(rows, feats.data(), logits.data());
     pending_.clear();
     count_draft(rows.size());
     features_.assign(feats.end() - static_cast<long>(H_), feats.end());  // features_[0]: the root's output
     std::vector<int32_t> frontier;
-    for (auto [tok, lp] : top_k(logits.data() + (rows.size() - 1) * vocab_, vocab_, branches_)) {
+    for (auto [col, lp] : top_k(logits.data() + (rows.size() - 1) * head, head, branches_)) {
       frontier.push_back(static_cast<int32_t>(nodes.size()));
-      nodes.push_back({tok, -1, 1, lp, -1, 0});
+      nodes.push_back({draft_.head_token(col), -1, 1, lp, -1, 0});
     }
     for (int depth = 2; depth <= draft_len_ && !frontier.empty(); ++depth) {
       // Expand the n_branches likeliest nodes of the newest depth.
@@ -242,7 +245,7 @@ class Eaglet {
         const int32_t parent_entry = node.parent < 0 ? -1 : nodes[static_cast<size_t>(node.parent)].entry;
         xs.push_back({features_.data() + node.feature * H_, node.token, P + node.depth - 1, parent_entry});
       }
-      std::vector<float> f(xs.size() * H_), l(xs.size() * vocab_);
+      std::vector<float> f(xs.size() * H_), l(xs.size() * head);
       std::vector<int32_t> ids = draft_.run_scratch(xs, f.data(), l.data());
       count_draft(xs.size());
       std::vector<int32_t> next;
@@ -251,9 +254,10 @@ class Eaglet {
         nodes[n].entry = ids[i];
         const size_t feature = features_.size() / H_;
         features_.insert(features_.end(), f.begin() + static_cast<long>(i * H_), f.begin() + static_cast<long>((i + 1) * H_));
-        for (auto [tok, lp] : top_k(l.data() + i * vocab_, vocab_, branches_)) {
+        for (auto [col, lp] : top_k(l.data() + i * head, head, branches_)) {
           next.push_back(static_cast<int32_t>(nodes.size()));
-          nodes.push_back({tok, static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1, feature});
+          nodes.push_back({draft_.head_token(col), static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1,
+                           feature});
         }
       }
       frontier = std::move(next);
