@@ -158,6 +158,39 @@ TEST(SeqMseMath, PicksTheKnownBestClip) {
   EXPECT_EQ(quant::seqmse_search(L).candidate[0], 9);
 }
 
+// The LPBQ refinement returns block scales i * s_ch (i in 1..16), the top block at 16, and
+// no block worse than the plain per-block choice rounded as lpbq would round it.
+TEST(SeqMseMath, LpbqRefinementStaysOnTheLpbqGrid) {
+  const int64_t K = 8, N = 3, T = 128;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(static_cast<size_t>(K * N)), x(static_cast<size_t>(T * K));
+  for (auto& v : w) v = nd(rng) * 0.1f;
+  w[0] = 0.9f;  // one large weight in channel 0, block 0
+  for (auto& v : x) v = nd(rng);
+  quant::SeqMseLayer L;
+  L.w = w.data();
+  L.K = K;
+  L.N = N;
+  L.block_size = 2;
+  L.candidates = 20;
+  L.x_q = L.x_ref = x.data();
+  L.T = T;
+  auto r = quant::seqmse_search_lpbq(L, 8);
+  ASSERT_EQ(r.blocks, 4);
+  for (int64_t n = 0; n < N; ++n) {
+    float top = 0;
+    for (int64_t b = 0; b < 4; ++b) top = std::max(top, r.scale[static_cast<size_t>(n * 4 + b)]);
+    const float s_ch = top / 16;
+    for (int64_t b = 0; b < 4; ++b) {
+      float i = r.scale[static_cast<size_t>(n * 4 + b)] / s_ch;
+      EXPECT_NEAR(i, std::nearbyint(i), 1e-4) << n << "," << b;
+      EXPECT_GE(std::nearbyint(i), 1);
+      EXPECT_LE(std::nearbyint(i), 16);
+    }
+  }
+}
+
 TEST(Hadamard, OrdersAndOrthogonality) {
   for (int64_t n : {1, 2, 8, 12, 20, 24, 96, 256}) {
     auto R = quant::random_hadamard(n, n == 96 ? 5 : 0);

@@ -37,6 +37,8 @@ const char* kSchema = R"json({
                   "description": "bits of the searched weights (SeqMSE serves 4 bits or fewer)"},
     "granularity": {"type": "string", "enum": ["per_channel", "per_block"], "default": "per_channel",
                     "description": "one range per output channel, or per (channel, input block); per_block feeds lpbq"},
+    "lpbq_decompressed_bw": {"type": "integer", "minimum": 0, "maximum": 16, "default": 0,
+                             "description": "per_block feeding lpbq: lpbq's decompressed_bw (8) makes the search score each block on the LPBQ grid (i_blk * s_ch); 0: plain per-block grid"},
     "block_size": {"type": "integer", "minimum": 1, "default": 64,
                    "description": "input channels per block (per_block); must divide every searched weight's input channels"},
     "exclude": {"type": "array", "items": {"type": "string"}, "default": [],
@@ -115,6 +117,10 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const int bw = opts.get<int>("weight_bw", 4);
   const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
   const int64_t block_size = per_block ? opts.get<int64_t>("block_size", 64) : 0;
+  const int lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
+  if (lpbq_dbw != 0 && (!per_block || lpbq_dbw <= bw))
+    throw nf::Error("seqmse: lpbq_decompressed_bw needs granularity = \"per_block\" and a value above weight_bw (" +
+                    std::to_string(bw) + ")");
   auto excludes = nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {}));
   if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
   if (ms.graph_count() != 1)
@@ -204,7 +210,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         L.x_q = x_q.data();
         L.x_ref = x_ref.empty() ? x_q.data() : x_ref.data();
         L.T = T;
-        auto r = nf::quant::seqmse_search(L);
+        auto r = lpbq_dbw ? nf::quant::seqmse_search_lpbq(L, lpbq_dbw) : nf::quant::seqmse_search(L);
         for (int c : r.candidate) clip_sum += static_cast<double>(c + 1) / candidates;
         clip_count += r.candidate.size();
         e.type = per_block ? NF_ENC_PER_BLOCK : NF_ENC_PER_CHANNEL;
@@ -227,7 +233,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);
   ctx.info(std::to_string(n_searched) + " weights searched at W" + std::to_string(bw) + " " +
            (per_block ? "per block of " + std::to_string(block_size) : std::string("per channel")) + " (" +
-           symmetry + ", " + opts.get<std::string>("loss_fn", "mse") + ", " + std::to_string(candidates) +
+           (lpbq_dbw ? "on the LPBQ grid, " : "") + symmetry + ", " + opts.get<std::string>("loss_fn", "mse") + ", " + std::to_string(candidates) +
            " candidates, " + std::to_string(batches) + " batches; mean clip " + mean_clip + " of absmax) in " +
            std::to_string(static_cast<int>(secs)) + " s, " + std::to_string(n_int8) + " kept at int8 per channel" +
            (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));

@@ -41,6 +41,12 @@ struct SeqMseLayer {
   const float* x_q = nullptr;    // [T, K] inputs the quantized layer sees
   const float* x_ref = nullptr;  // [T, K] inputs of the reference output (may equal x_q)
   int64_t T = 0;
+  // LPBQ refinement (per block only): candidates are i * lpbq_channel_scale[n], i in
+  // 1..lpbq_levels, instead of clips of the block's absmax; segments flagged in
+  // lpbq_keep_top keep i = lpbq_levels (they define the channel scale).
+  const float* lpbq_channel_scale = nullptr;
+  int lpbq_levels = 0;
+  const std::vector<char>* lpbq_keep_top = nullptr;
 };
 
 struct SeqMseResult {
@@ -54,6 +60,8 @@ inline float seqmse_fake_quant(float w, float scale, float qmin, float qmax) {
 }
 
 inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
+  if (L.lpbq_channel_scale && (L.block_size <= 0 || L.lpbq_levels < 1 || !L.lpbq_keep_top))
+    throw std::invalid_argument("seqmse: the LPBQ refinement needs per-block segments, levels and the top blocks");
   if (L.candidates < 1) throw std::invalid_argument("seqmse: num_candidates must be >= 1");
   const int64_t seg = L.block_size > 0 ? L.block_size : L.K;
   if (L.K % seg != 0) throw std::invalid_argument("seqmse: block_size does not divide the input channels");
@@ -66,7 +74,9 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
 
   SeqMseResult r;
   r.blocks = L.K / seg;
-  r.scale.assign(static_cast<size_t>(L.N * r.blocks), 1.f);
+  // A segment of zeros keeps a tiny positive scale: every weight is exactly 0 on it, and
+  // it never becomes a channel's largest block scale (LPBQ).
+  r.scale.assign(static_cast<size_t>(L.N * r.blocks), 1e-30f);
   r.candidate.assign(r.scale.size(), 0);
 
   auto at = [&](int64_t k, int64_t n) { return L.nk ? L.w[n * L.K + k] : L.w[k * L.N + n]; };
@@ -105,7 +115,7 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
         absmax = std::max(absmax, std::fabs(w[static_cast<size_t>(i)]));
       }
       const size_t out = static_cast<size_t>(n * r.blocks + b);
-      if (absmax == 0.f) continue;  // scale 1: every weight is exactly 0 on the grid
+      if (absmax == 0.f) continue;
 
       double signal = 0;  // sum (x_ref . w)^2, for sqnr
       if (gram) {
@@ -120,8 +130,12 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
         }
       }
       double best = INFINITY;
-      for (int c = 0; c < L.candidates; ++c) {
-        const float scale = absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
+      const bool lpbq = L.lpbq_channel_scale != nullptr;
+      const int c_end = lpbq ? L.lpbq_levels : L.candidates;
+      const int c_begin = lpbq && (*L.lpbq_keep_top)[out] ? c_end - 1 : 0;
+      for (int c = c_begin; c < c_end; ++c) {
+        const float scale = lpbq ? static_cast<float>(c + 1) * L.lpbq_channel_scale[n]
+                                 : absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
         double loss = 0;
         if (gram) {
           for (int64_t i = 0; i < seg; ++i)
@@ -148,6 +162,37 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
     }
   }
   return r;
+}
+
+}  // namespace nf::quant
+
+namespace nf::quant {
+
+// SeqMSE for an LPBQ target: the per-block search above, then the channel scale
+// s_ch = max_b s_blk / 2^(dbw - bw) is fixed and every other block re-searches its integer
+// i_blk in 1..2^(dbw-bw) on the real LPBQ grid (i_blk * s_ch) instead of having its clip
+// rounded to the nearest one. The returned block scales are exactly i_blk * s_ch, which
+// lpbq's decomposition reproduces.
+inline SeqMseResult seqmse_search_lpbq(SeqMseLayer L, int dbw) {
+  SeqMseResult first = seqmse_search(L);
+  const int levels = 1 << (dbw - L.bw);
+  std::vector<float> s_ch(static_cast<size_t>(L.N));
+  std::vector<char> top(first.scale.size(), 0);
+  for (int64_t n = 0; n < L.N; ++n) {
+    float m = 0.f;
+    int64_t arg = 0;
+    for (int64_t b = 0; b < first.blocks; ++b)
+      if (first.scale[static_cast<size_t>(n * first.blocks + b)] > m) {
+        m = first.scale[static_cast<size_t>(n * first.blocks + b)];
+        arg = b;
+      }
+    s_ch[static_cast<size_t>(n)] = m / static_cast<float>(levels);
+    top[static_cast<size_t>(n * first.blocks + arg)] = 1;
+  }
+  L.lpbq_channel_scale = s_ch.data();
+  L.lpbq_levels = levels;
+  L.lpbq_keep_top = &top;
+  return seqmse_search(L);
 }
 
 }  // namespace nf::quant
