@@ -73,12 +73,24 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
     if (v.ar <= 0 || v.cl <= v.ar || (v.scl && v.scl <= v.ar))
       fail("variant '" + v.name + "': needs 0 < AR < CL (and AR < SCL)");
     int64_t splits = vj.contains("splits") && vj["splits"].is_number_integer() ? vj["splits"].get<int64_t>() : 1;
+    // The split transform lists each variant's parts in run order; without that list the
+    // parts follow the naming convention {graph}_{i}_of_{n}.
     std::vector<std::string> names;
-    if (splits <= 1)
+    if (vj.contains("parts") && vj["parts"].is_array() && !vj["parts"].empty()) {
+      for (const auto& part : vj["parts"]) {
+        if (!part.is_object() || !part.contains("graph") || !part["graph"].is_string())
+          fail("variant '" + v.name + "': each entry of 'parts' needs a string 'graph'");
+        names.push_back(part["graph"]);
+      }
+      if (splits > 1 && static_cast<int64_t>(names.size()) != splits)
+        fail("variant '" + v.name + "' has splits " + std::to_string(splits) + " but lists " +
+             std::to_string(names.size()) + " parts");
+    } else if (splits <= 1) {
       names.push_back(v.name);
-    else
+    } else {
       for (int64_t i = 1; i <= splits; ++i)
         names.push_back(v.name + "_" + std::to_string(i) + "_of_" + std::to_string(splits));
+    }
 
     // Inputs come from the runner or, chained by name, from earlier parts' outputs.
     std::set<std::string> produced, fed;
@@ -97,6 +109,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
                           name == "sliding_attention_mask" || name.rfind("past_key_values.", 0) == 0;
         if (!runner_fed && !produced.count(name))
           fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
+        if (!runner_fed) v.chained.insert(name);
         if (runner_fed) {
           fed.insert(name);
           input_spec[name] = &in;
@@ -113,6 +126,11 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
       }
       v.parts.push_back(std::move(p));
     }
+    // A value the source graph had as an output stays an output even when a later part reads it.
+    if (vj.contains("parts") && vj["parts"].is_array())
+      for (const auto& part : vj["parts"])
+        for (const auto& o : part.value("outputs", nlohmann::json::array()))
+          if (o.is_string()) v.chained.erase(o.get<std::string>());
     if (!fed.count("input_ids") || !produced.count("logits"))
       fail("variant '" + v.name + "' needs input_ids and logits");
     auto check_mask = [&](const std::string& name, int64_t cols) {
@@ -347,7 +365,7 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     }
   }
   for (auto& [name, t] : env)
-    if (name != "logits" && name.rfind("present.", 0) != 0) p.extras[name] = t;
+    if (name != "logits" && name.rfind("present.", 0) != 0 && !v.chained.count(name)) p.extras[name] = t;
   return p;
 }
 

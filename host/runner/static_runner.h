@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct StaticIO {
     std::string name;  // base graph name: ar{AR}_cl{CL}[_scl{SCL}]
     int64_t ar = 0, cl = 0, scl = 0;  // scl 0: no sliding cache
     std::vector<Part> parts;          // run in order; one part when the graph is not split
+    std::set<std::string> chained;    // values one part hands to a later one (not outputs)
     std::vector<int64_t> cache_len;   // per layer: CL-AR, or SCL-AR for a sliding cache
     bool window_in_mask = false;      // the window applies to attention_mask (all layers slide)
     // The largest n_past at which a pass is exact: a sliding cache shorter than window-1
