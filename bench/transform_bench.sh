@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transform_bench.sh — time and peak memory of `npuforge build` with the graph transforms
-# (arcl + split, + mha2sha when that plugin is built) on a synthesized >= 1B-parameter
+# (arcl + split, then mha2sha when that plugin is built) on a synthesized >= 1B-parameter
 # Llama whose weights are external data. Checks that weights are not copied: peak RSS
 # below half the model's size on disk, and the package stores each weight once.
 #
@@ -53,10 +53,11 @@ import onnx, numpy as np
 m = onnx.load('$MODEL/model.onnx', load_external_data=False)
 print(sum(int(np.prod(t.dims)) for t in m.graph.initializer))")
 
+# mha2sha rewrites every graph it finds, split parts included: it goes after split.
 TRANSFORMS="arcl split"
 MHA2SHA=""
 if [[ -f $PLUGINS/libnpuforge_mha2sha.so ]]; then
-  TRANSFORMS="arcl mha2sha split"
+  TRANSFORMS="arcl split mha2sha"
   MHA2SHA=$'[[transform]]\nplugin = "mha2sha"\n'
 fi
 
@@ -72,10 +73,10 @@ plugin = "arcl"
 arn = [1, 128]
 context_length = [4096]
 
-$MHA2SHA
 [[transform]]
 plugin = "split"
 
+$MHA2SHA
 [targets.cpu]
 backend = "cpu"
 TOML
