@@ -65,7 +65,7 @@ for it in range(3):
     at(share, og * 1000)
     # Prefill: bisection on the a16w8 MAC rate (TTFT falls as the rate grows).
     lo, hi = 1e11, 1e15
-    for _ in range(40):
+    for _ in range(24):
         mid = (lo * hi) ** 0.5
         chip["hmx_macs_per_s"]["a16w8"]["value"] = mid
         save()

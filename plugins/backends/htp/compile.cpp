@@ -33,7 +33,8 @@ Variant parse_variant(const std::string& name) {
 }
 
 // Float initializers that feed HMX ops or table lookups, directly or through folded layout ops.
-std::set<std::string> packed_weights_of(Graph g) {
+// `hmx` receives those feeding matmuls, `lm_head` those feeding the matmul that makes `logits`.
+std::set<std::string> packed_weights_of(Graph g, std::set<std::string>* hmx = nullptr, std::set<std::string>* lm_head = nullptr) {
   std::set<std::string> inits;
   for (const auto& s : g.initializer_names()) {
     Tensor t = g.initializer(s);
@@ -48,8 +49,21 @@ std::set<std::string> packed_weights_of(Graph g) {
     if (move.count(op)) {
       for (const auto& o : n.outputs()) origin[o] = origin[n.input(0)];
     } else if (op == "MatMul" || op == "Gemm" || op == "Conv") {
+      // The LM head: its result reaches `logits` through layout ops only.
+      bool head = false;
+      for (std::string v = n.output(0);;) {
+        if (v == "logits") { head = true; break; }
+        bool moved = false;
+        for (const Node& m : g.nodes())
+          if (m.input_count() > 0 && m.input(0) == v && move.count(std::string(m.op_type()))) { v = m.output(0); moved = true; break; }
+        if (!moved) break;
+      }
       for (size_t i = 0; i < std::min<size_t>(n.input_count(), 2); ++i)
-        for (const auto& s : origin[n.input(i)]) used.insert(s);
+        for (const auto& s : origin[n.input(i)]) {
+          used.insert(s);
+          if (hmx) hmx->insert(s);
+          if (head && lm_head) lm_head->insert(s);
+        }
     } else if (op == "Gather") {
       for (const auto& s : origin[n.input(0)]) used.insert(s);
     }
@@ -58,11 +72,23 @@ std::set<std::string> packed_weights_of(Graph g) {
 }
 
 // Storage of one weight from its encoding (or fp16 without one).
-StoredTensor plan_weight(ModelSet ms, const std::string& name, const Tensor& t, const HtpOptions& o, WeightInfo* info) {
+StoredTensor plan_weight(ModelSet ms, const std::string& name, const Tensor& t, const HtpOptions& o, int assumed_bw,
+                         WeightInfo* info) {
   StoredTensor s;
   s.name = name;
   s.dims = t.dims();
   const nf_encoding* e = ms.encoding(name);
+  if ((!e || e->is_float) && assumed_bw) {
+    // Costing only (pack_weights = false): the recipe's storage, LPBQ block 64 or int8 per
+    // channel, with one fp32 scale per output channel (the last axis of a [K, N] weight).
+    const int64_t channels = s.dims.back(), numel = t.nbytes() / sizeof(float);
+    info->bits = assumed_bw;
+    info->lpbq = assumed_bw == 4;
+    info->bytes = static_cast<uint64_t>(numel) * assumed_bw / 8 + channels * 4 +
+                  (assumed_bw == 4 ? static_cast<uint64_t>(numel / 64) * 4 / 8 : 0);
+    s.storage = assumed_bw == 4 ? Storage::Int4 : Storage::Int8;
+    return s;
+  }
   if (!e || e->is_float) {
     if (!o.fp16_relaxed_precision)
       throw Error("htp: weight '" + name + "' has no integer encoding and fp16_relaxed_precision is false: quantize it (a quant recipe) or allow fp16");
@@ -174,10 +200,12 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   // 2. Weight groups: one per split (shared by its variants), or one per graph without sharing.
   std::map<std::string, std::vector<std::string>> group_graphs;
   std::map<std::string, std::set<std::string>> graph_weights;
+  std::set<std::string> hmx_weights, lm_head_weights;
   for (const auto& v : variants) {
     std::string group = o.weight_sharing ? v.split : v.graph;
     group_graphs[group].push_back(v.graph);
-    graph_weights[v.graph] = packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())));
+    graph_weights[v.graph] =
+        packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), &hmx_weights, &lm_head_weights);
   }
   std::map<std::string, WeightInfo> weights;
   std::map<std::string, std::vector<StoredTensor>> group_tensors;
@@ -198,13 +226,17 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
         }
       Tensor t = holder.initializer(name);
       WeightInfo info;
-      group_tensors[group].push_back(plan_weight(ms, name, t, o, &info));
+      int assumed = !o.assume_weight_bw || !hmx_weights.count(name) ? 0 : lm_head_weights.count(name) ? 8 : o.assume_weight_bw;
+      group_tensors[group].push_back(plan_weight(ms, name, t, o, assumed, &info));
       group_sources[group].push_back(t);
       weights[name] = info;
       bytes += info.bytes;
     }
     total_weight_bytes += bytes;
-    splits.push_back({{"name", group}, {"file", "htp/weights_" + group + ".bin"}, {"graphs", graphs}, {"weight_bytes", bytes}});
+    splits.push_back({{"name", group},
+                      {"file", o.pack_weights ? nlohmann::json("htp/weights_" + group + ".bin") : nlohmann::json()},
+                      {"graphs", graphs},
+                      {"weight_bytes", bytes}});
   }
 
   // 3. Summaries for the hardware model, then the chip's limits (VTCM tiles, memory).
@@ -229,6 +261,7 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
                          {"variants", vlist},
                          {"weights", weights_json},
                          {"weight_bytes", total_weight_bytes},
+                         {"packed", o.pack_weights},
                          {"model", "model"}};
   check_fits(o, meta, summaries);
 
@@ -241,6 +274,7 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   }
   size_t done = 0;
   for (const auto& s : splits) {
+    if (!o.pack_weights) break;  // estimate-only package
     std::string group = s["name"];
     ctx.progress(done++, splits.size(), "packing weights of " + group);
     auto& sources = group_sources[group];

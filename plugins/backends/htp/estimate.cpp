@@ -43,7 +43,10 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
   for (const auto& op : g.at("ops")) {
     const std::string kind = op.at("kind");
     double out = op.value("out_bytes", 0.0);
-    double dram = op.value("dram_in_bytes", 0.0) + (out > half_vtcm ? 2 * out : 0.0);  // spilled results
+    // A result whose slice along the outer (head) dims does not fit half the VTCM spills to
+    // DRAM (written, read back); graph outputs are counted as writes once, below.
+    bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) > half_vtcm;
+    double dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
     double compute = 0;
     if (kind == "hmx") {
       double macs = op.at("macs").get<double>();
@@ -211,6 +214,9 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
     notes.push_back("values without an encoding are costed as integers by assumption (assume_activation_bw " +
                     std::to_string(o.assume_activation_bw) + ", assume_kv_bw " + std::to_string(o.assume_kv_bw) +
                     "), not from calibrated encodings");
+  if (o.assume_weight_bw)
+    notes.push_back("weights without an encoding are costed by assumption (assume_weight_bw " +
+                    std::to_string(o.assume_weight_bw) + ", LM head 8-bit), not quantized: an estimate-only package");
   if (o.perf_profile != "burst") notes.push_back("perf_profile " + o.perf_profile + " is modelled at burst clocks");
   if (prompt > ar_prefill)
     notes.push_back("prefill in " + std::to_string(chunks) + " chunks of AR " + std::to_string(ar_prefill));

@@ -152,6 +152,13 @@ nlohmann::json summarize(ModelSet ms, Graph g, const std::map<std::string, Weigh
     for (const auto& o : outs)
       if (!o.empty()) out_bytes += value_bytes(o);
     op["out_bytes"] = out_bytes;
+    // Outer (batch/head) dims: the compiler tiles along them, so a slice is what must fit VTCM.
+    int64_t outer = 1;
+    for (size_t d = 0; d + 2 < ot.dims.size(); ++d) outer *= ot.dims[d];
+    op["outer"] = outer;
+    bool graph_out = false;
+    for (const auto& o : outs) graph_out |= outputs.contains(o);
+    op["is_output"] = graph_out;
     op["dram_in_bytes"] = dram_in;
     if (kind == "hmx") {
       // The activation operand: the one that is not a packed weight (A for MatMul/Gemm, X for Conv).

@@ -36,6 +36,10 @@ const char* const kOptionsSchema = R"json({
                              "description": "Costing only (estimate): activations without an integer encoding are timed as integers of this width instead of fp16; 0 = off. For models that could not be calibrated (bench/htp_estimate.sh); execution is unaffected."},
     "assume_kv_bw": {"type": "integer", "enum": [0, 4, 8, 16], "default": 0,
                      "description": "Costing only (estimate): KV-cache inputs/outputs without an integer encoding are timed at this width; 0 = off (as assume_activation_bw)."},
+    "assume_weight_bw": {"type": "integer", "enum": [0, 4, 8], "default": 0,
+                         "description": "Costing only (estimate): MatMul/Gemm/Conv weights without an encoding are timed as 4-bit LPBQ (block 64, per-channel fp32 scale) or int8 per channel, the LM head (the matmul producing logits) at int8, as AIMET's LLM recipe stores them; 0 = off. Needs pack_weights = false (such a package cannot run)."},
+    "pack_weights": {"type": "boolean", "default": true,
+                     "description": "Write the weight containers. false: an estimate-only package (graphs, summaries, no weights): open refuses it. For models too big to quantize and pack here (bench/htp_estimate.sh)."},
     "threads": {"type": "integer", "minimum": 0, "default": 0,
                 "description": "Host threads of the simulator's integer execution; 0 = every core."}
   }
@@ -88,6 +92,10 @@ HtpOptions HtpOptions::parse(const nlohmann::json& j) {
   o.threads = static_cast<int>(get_i("threads", 0));
   o.assume_activation_bw = static_cast<int>(get_i("assume_activation_bw", 0));
   o.assume_kv_bw = static_cast<int>(get_i("assume_kv_bw", 0));
+  o.assume_weight_bw = static_cast<int>(get_i("assume_weight_bw", 0));
+  o.pack_weights = get_b("pack_weights", true);
+  if (o.assume_weight_bw && o.pack_weights)
+    throw Error("htp: assume_weight_bw needs pack_weights = false: weights costed by assumption cannot be packed and run");
   return o;
 }
 
@@ -106,6 +114,8 @@ nlohmann::json HtpOptions::resolved_json() const {
           {"memory_limit_mb", memory_limit_mb},
           {"assume_activation_bw", assume_activation_bw},
           {"assume_kv_bw", assume_kv_bw},
+          {"assume_weight_bw", assume_weight_bw},
+          {"pack_weights", pack_weights},
           {"threads", threads}};
 }
 

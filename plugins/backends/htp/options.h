@@ -27,6 +27,8 @@ struct HtpOptions {
   int64_t memory_limit_mb = 0;    // 0: the chip file's device budget (none: unlimited)
   int assume_activation_bw = 0;   // costing only: width of unencoded activations (0 = fp16)
   int assume_kv_bw = 0;           // costing only: width of unencoded KV inputs/outputs
+  int assume_weight_bw = 0;       // costing only: width of unencoded matmul weights (LM head: 8)
+  bool pack_weights = true;       // false: estimate-only package
   int threads = 0;                // simulator host threads (the engine's), 0 = all cores
   Chip chip;
 

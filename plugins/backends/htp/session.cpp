@@ -48,6 +48,9 @@ nf_session* open_session(const char* options_json, const std::string& dir) {
   HtpOptions o = HtpOptions::parse(recorded);
   if (given.contains("threads") && given["threads"].is_number_integer()) o.threads = given["threads"].get<int>();
 
+  if (!meta.value("packed", true))
+    throw Error("htp: this package was compiled with pack_weights = false (estimate only): it has no weights to run; "
+                "use npuforge estimate, or rebuild with pack_weights = true");
   auto s = std::make_unique<Session>();
   check(host().model_set_load((fs::path(dir) / meta.value("model", "model")).string().c_str(), &s->ms));
   ModelSet ms(s->ms);
