@@ -9,8 +9,9 @@
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
 # Targets: cpu, and htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration)
 # when the htp backend is installed. Decoders: every one of lade, ssd, eaglet that is
-# installed; eaglet with the options of the [speculative] table below, the others with
-# their defaults.
+# installed; eaglet with the options of the [speculative] table below, ssd on a second
+# package built with [speculative] decoder = "ssd" (its forecast embeddings are baked into
+# the model), lade with its defaults.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -59,6 +60,12 @@ assume_kv_bw = 8
 TOML
 fi
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
+# ssd's forecast embeddings join the model's embedding table at build: its own package.
+if have ssd; then
+  sed -e 's|^decoder = "eaglet"$|decoder = "ssd"|' -e "s|^draft = .*|assets = \"$MODEL/ssd\"|" -e '/^draft_vocab/d' \
+    "$WORK/manifest.toml" > "$WORK/manifest_ssd.toml"
+  "$NF" build "$WORK/manifest_ssd.toml" --out "$WORK/out_ssd" -q
+fi
 
 # Held-out prompts: the first PROMPTS lines of >= 80 characters, cut to 120 characters.
 /usr/bin/python3 - "$MODEL/heldout.txt" "$PROMPTS" > "$WORK/prompts.txt" <<'PY'
@@ -72,10 +79,11 @@ decoders=""
 for d in lade ssd eaglet; do have "$d" && decoders="$decoders $d"; done
 : > "$WORK/runs.jsonl"
 for t in $targets; do
-  pkg=$WORK/out/$t
   while IFS= read -r prompt; do
-    plain=$("$NF" run "$pkg" --prompt "$prompt" --max-new-tokens "$NEW" --decoder none --json)
     for d in $decoders; do
+      pkg=$WORK/out/$t
+      [ "$d" = ssd ] && pkg=$WORK/out_ssd/$t
+      plain=$("$NF" run "$pkg" --prompt "$prompt" --max-new-tokens "$NEW" --decoder none --json)
       if out=$("$NF" run "$pkg" --prompt "$prompt" --max-new-tokens "$NEW" --decoder "$d" --json 2> "$WORK/err.txt"); then
         /usr/bin/python3 -c 'import json,sys; p=json.loads(sys.argv[1]); s=json.loads(sys.argv[2]); print(json.dumps({"target":sys.argv[3],"decoder":sys.argv[4],"same_as_plain":p["tokens"]==s["tokens"],"stats":s["stats"]}))' "$plain" "$out" "$t" "$d" >> "$WORK/runs.jsonl"
       else
