@@ -32,12 +32,12 @@ constexpr const char* kSchema = R"json({
   "properties": {
     "assets": {"type": "string", "format": "asset", "default": "ssd",
                "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build appends the forecast embeddings to the model and copies the folder into the package"},
-    "forecast_token_count": {"type": "integer", "minimum": 1, "maximum": 16, "default": 2,
+    "forecast_token_count": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1,
                              "description": "D: forecast rows chained under each tree node = draft depth (at most the trained count)"},
     "forecast_prefix": {"type": "integer", "minimum": 0, "maximum": 4096, "default": 16,
                         "description": "KV prefix rows forecast rows attend to: the trained count, or 0 to run without the prefix"},
     "branches": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 16},
-                 "minItems": 1, "maxItems": 16, "default": [3, 2],
+                 "minItems": 1, "maxItems": 16, "default": [15],
                  "description": "top-k per draft level (a Cartesian tree); levels past the list take 1"}
   }
 })json";
@@ -49,9 +49,9 @@ class Ssd {
     if (dir.empty())
       throw nf::Error("ssd: no assets: set [speculative] assets = DIR (made by tools/speculative/train_ssd.py)");
     ssd::Assets a = ssd::load_assets(dir);
-    depth_ = o.get<int>("forecast_token_count", 2);
+    depth_ = o.get<int>("forecast_token_count", 1);
     const int prefix = o.get<int>("forecast_prefix", 16);
-    widths_ = o.get<std::vector<int>>("branches", {3, 2});
+    widths_ = o.get<std::vector<int>>("branches", {15});
     if (depth_ > a.forecast_tokens)
       throw nf::Error("ssd: forecast_token_count " + std::to_string(depth_) + " exceeds the " +
                       std::to_string(a.forecast_tokens) + " forecast embeddings the assets trained");
