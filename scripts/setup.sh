@@ -11,7 +11,10 @@ packages=(
   libonnx-testdata python3 python3-onnx python3-numpy
   clang libclang-rt-14-dev
 )
-# The benches also need Node.js + npm (bench/README.md); tests do not.
+# Node.js + npm: the ONNX Runtime check of transformed graphs (tests/ort) and the peer
+# benches run onnxruntime-node from bench/node_modules (scripts/test.sh installs it). A
+# node that already brings its own npm (e.g. NodeSource's) is kept as it is.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive

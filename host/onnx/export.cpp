@@ -3,6 +3,7 @@
 #include "onnx/internal.h"
 
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -74,8 +75,13 @@ class Exporter {
   void graph(const ir::Graph& g, onnx::GraphProto* gp) {
     gp->set_name(g.name);
     if (!g.doc.empty()) gp->set_doc_string(g.doc);
-    for (const auto& [name, ref] : g.initializers)
-      tensor(name, ref->tensor, p_.initializer_threshold, gp->add_initializer());
+    for (const auto& [name, ref] : g.initializers) {
+      // Small int64/int32 initializers (shapes, axes, indices) stay in the graph file:
+      // ONNX Runtime's shape inference reads them and cannot read external data.
+      const ir::Tensor& t = ref->tensor;
+      bool shape_like = (t.dtype == NF_DTYPE_INT64 || t.dtype == NF_DTYPE_INT32) && t.nbytes() <= 4096;
+      tensor(name, t, shape_like ? SIZE_MAX : p_.initializer_threshold, gp->add_initializer());
+    }
     for (const auto& name : g.inputs) value_info(g, name, gp->add_input());
     for (const auto& name : g.outputs) value_info(g, name, gp->add_output());
     std::set<std::string> io(g.inputs.begin(), g.inputs.end());

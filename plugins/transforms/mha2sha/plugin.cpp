@@ -131,7 +131,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     ctx.info("mha2sha: " + std::to_string(blocks) + " attention blocks in " + std::to_string(n) + " graphs split into " +
              std::to_string(heads) + " query heads over " + std::to_string(kv_heads) + " KV heads; " +
              std::to_string(weights.sliced_tensors()) + " weights sliced (" +
-             std::to_string(weights.bytes_made() >> 20) + " MiB of per-head copies), " + std::to_string(encodings) +
+             std::to_string(weights.bytes_made() >> 10) + " KiB of per-head copies), " + std::to_string(encodings) +
              " encodings sliced");
   });
 }

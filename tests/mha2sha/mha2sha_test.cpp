@@ -1,0 +1,122 @@
+// mha2sha end to end: packages built by `npuforge build` with arcl then mha2sha (and with
+// split in between once that plugin exists) reproduce the torch goldens through
+// `npuforge run`; the graphs have one attention per head; options fail clearly.
+#include <gtest/gtest.h>
+
+#include "package_support.h"
+
+namespace nf::transform_test {
+namespace {
+
+const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 32\n\n";
+const std::string kMha2sha = "[[transform]]\nplugin = \"mha2sha\"\n\n";
+const std::string kSplit = "[[transform]]\nplugin = \"split\"\nnum_splits = 4\n\n";
+
+class ArclMha2sha : public ::testing::TestWithParam<std::string> {};
+TEST_P(ArclMha2sha, GoldenThroughCli) { expect_golden_package(GetParam(), kArcl + kMha2sha, "arcl+mha2sha"); }
+INSTANTIATE_TEST_SUITE_P(Models, ArclMha2sha,
+                         ::testing::Values("llama_gqa", "qwen2", "mixtral_moe", "mistral_swa", "tiny_llama"));
+
+class ArclSplitMha2sha : public ::testing::TestWithParam<std::string> {};
+TEST_P(ArclSplitMha2sha, GoldenThroughCli) {
+  if (!split_available()) GTEST_SKIP() << "the split transform is not in the tree yet";
+  expect_golden_package(GetParam(), kArcl + kSplit + kMha2sha, "arcl+split+mha2sha");
+}
+INSTANTIATE_TEST_SUITE_P(Models, ArclSplitMha2sha,
+                         ::testing::Values("llama_gqa", "qwen2", "mixtral_moe", "mistral_swa", "tiny_llama"));
+
+TEST(Mha2sha, PermutedKvCacheIo) {
+  // hf cache IO turned into the HTP layout by mha2sha; and arcl's htp layout kept as is.
+  expect_golden_package("llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\npermute_kv_cache_io = true\n",
+                        "arcl+mha2sha(permute)");
+  expect_golden_package("qwen2",
+                        "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 32\nkv_layout = \"htp\"\n\n" + kMha2sha,
+                        "arcl(htp)+mha2sha");
+}
+
+TEST(Mha2sha, SlidingContextVariants) {
+  expect_golden_package("mistral_swa",
+                        "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 512\nsliding_context_length = 256\n\n" +
+                            kMha2sha,
+                        "arcl(scl)+mha2sha");
+}
+
+// The package's graphs: one Softmax per query head and layer, per-head weights shared by
+// every variant, KV inputs in the layout the metadata says.
+TEST(Mha2sha, OneAttentionPerHeadAndSharedWeights) {
+  WorkDir work("m2s_graphs");
+  fs::path pkg = build_package(work.path, "llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\npermute_kv_cache_io = true\n");
+  ASSERT_FALSE(HasFailure());
+  auto meta = host::open_package(pkg).meta;
+  EXPECT_EQ(meta.at("metadata").at("io").at("kv_layout"), "htp");
+  auto ms = host::load_source_model((pkg / "artifacts" / "model" / "ar4_cl32.onnx").string(), "");
+  // (load_source_model reads one graph file; the set's weights.bin holds the data.)
+  const ir::Graph& g = *ms->graphs.at(0);
+  int softmax = 0, split = 0;
+  for (const auto& n : g.nodes) {
+    softmax += n->op_type == "Softmax";
+    split += n->op_type == "Split";
+  }
+  EXPECT_EQ(softmax, 3 * 4);  // llama_gqa: 3 layers x 4 query heads
+  EXPECT_EQ(split, 3 * 2);    // each layer's key and value cache cut into its 2 KV heads
+  int per_head = 0;
+  for (const auto& [name, t] : g.initializers) per_head += name.find(".head") != std::string::npos;
+  EXPECT_EQ(per_head, 3 * (4 + 2 + 2));  // q per query head, k and v per KV head
+  auto dims = [&](const std::string& v) {
+    std::vector<int64_t> d;
+    for (const auto& x : *g.types.at(v).shape) d.push_back(x.value);
+    return d;
+  };
+  EXPECT_EQ(dims("past_key_values.0.key"), (std::vector<int64_t>{2, 1, 16, 28}));
+  EXPECT_EQ(dims("past_key_values.0.value"), (std::vector<int64_t>{2, 1, 28, 16}));
+  EXPECT_EQ(dims("present.2.key"), (std::vector<int64_t>{2, 1, 16, 4}));
+  EXPECT_EQ(dims("present.2.value"), (std::vector<int64_t>{2, 1, 4, 16}));
+}
+
+// ---- options and their errors -----------------------------------------------------
+
+std::string build_error(const std::string& model, const std::string& stages) {
+  WorkDir work("m2s_err");
+  fs::path m = fs::path(test::model_dir(model));
+  std::ofstream(work.path / "manifest.toml") << "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\n\n" + stages +
+                                                    "\n[targets.cpu]\nbackend = \"cpu\"\n";
+  auto r = test::npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(fs::exists(work.path / "out" / "cpu")) << "a failed build leaves no package";
+  return r.err;
+}
+
+TEST(Mha2shaOptions, NeedsStaticGraphs) {
+  std::string e = build_error("llama_gqa", kMha2sha);
+  EXPECT_NE(e.find("run arcl before mha2sha"), std::string::npos) << e;
+}
+
+TEST(Mha2shaOptions, UnknownStartPoint) {
+  std::string e = build_error("llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\nm2s_additional_start_points = [\"/no/such/node\"]\n");
+  EXPECT_NE(e.find("m2s_additional_start_points"), std::string::npos) << e;
+  EXPECT_NE(e.find("no node named '/no/such/node'"), std::string::npos) << e;
+}
+
+TEST(Mha2shaOptions, StartPointThatIsNotAttention) {
+  std::string e = build_error(
+      "llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\nm2s_additional_start_points = [\"/model/layers.0/mlp/down_proj/MatMul\"]\n");
+  EXPECT_NE(e.find("'/model/layers.0/mlp/down_proj/MatMul'"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not the Softmax, score MatMul or value MatMul"), std::string::npos) << e;
+}
+
+TEST(Mha2shaOptions, WrongTypesAreSchemaErrors) {
+  std::string e = build_error("llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\npermute_kv_cache_io = \"yes\"\n");
+  EXPECT_NE(e.find("permute_kv_cache_io"), std::string::npos) << e;
+  e = build_error("llama_gqa", kArcl + "[[transform]]\nplugin = \"mha2sha\"\npermute_kv_cache_i = true\n");
+  EXPECT_NE(e.find("permute_kv_cache_i"), std::string::npos) << e;
+}
+
+TEST(Mha2shaOptions, StartPointOfAnAttentionAlreadyFound) {
+  // Naming a cached attention's Softmax changes nothing.
+  expect_golden_package("llama_gqa",
+                        kArcl + "[[transform]]\nplugin = \"mha2sha\"\nm2s_additional_start_points = [\"/model/layers.1/self_attn/Softmax\"]\n",
+                        "arcl+mha2sha(start point)");
+}
+
+}  // namespace
+}  // namespace nf::transform_test
