@@ -1,0 +1,121 @@
+// Every speculative decoder is lossless on the NPU backends: one tiny_llama package per
+// backend (minmax W8A16 with calibration, as tests/htp and tests/aries build them;
+// hidden_states for eaglet's draft; arcl AR 1/32, CL 256; [speculative] ssd, so the
+// forecast embeddings are baked in), then `npuforge run --decoder D --json` gives exactly
+// the tokens of `--decoder none` on the same package (a quantized package's own greedy).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli_support.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTiny = test::source_dir() + "/tests/models/tiny_llama";
+
+// This process's temp dir, removed at exit.
+const fs::path& work_dir() {
+  static fs::path d = [] {
+    fs::path p = fs::temp_directory_path() / ("nf_spec_npu_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+struct CleanUp : ::testing::Environment {
+  void TearDown() override { fs::remove_all(work_dir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+std::string target_table(const std::string& backend) {
+  if (backend == "htp") return "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n";
+  return "[targets.aries]\nbackend = \"aries\"\n";
+}
+
+// Builds the package of `backend` once per process; returns its directory.
+fs::path package(const std::string& backend) {
+  static std::map<std::string, fs::path> built;
+  if (auto it = built.find(backend); it != built.end()) return it->second;
+  fs::path dir = work_dir() / backend;
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.toml")
+      << "[model]\nonnx = \"" << kTiny << "/model.onnx\"\nconfig = \"" << kTiny << "/config.json\"\ntokenizer = \""
+      << kTiny << "/tokenizer.json\"\n\n"
+      << "[calibration]\ntext = \"" << kTiny << "/heldout.txt\"\nnum_samples = 4\nsequence_length = 64\n\n"
+      << "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 16\n\n"
+      << "[[transform]]\nplugin = \"hidden_states\"\n\n"
+      << "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n"
+      << "[speculative]\ndecoder = \"ssd\"\nassets = \"" << kTiny << "/ssd\"\n\n"
+      << target_table(backend);
+  auto r = test::npuforge({"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
+  EXPECT_EQ(r.exit_code, 0) << backend << " build: " << r.err;
+  fs::path pkg = dir / "out" / backend;
+  // A package carries one [speculative] decoder's assets; eaglet's draft goes where its
+  // default option (draft = "eaglet", relative to the package) finds it.
+  fs::copy(kTiny + "/eaglet", pkg / "eaglet", fs::copy_options::recursive);
+  built[backend] = pkg;
+  return pkg;
+}
+
+const std::vector<std::string> kPrompts = {"1", "1005,291,260", "1,5,9,5,9,5,450,1536,310"};
+constexpr int kNewTokens = 32;
+
+nlohmann::json run(const fs::path& pkg, const std::string& prompt, const std::string& decoder,
+                   bool stats = false) {
+  std::vector<std::string> args{"run", pkg.string(), "--prompt-ids", prompt, "--max-new-tokens",
+                                std::to_string(kNewTokens), "--decoder", decoder, "--json"};
+  if (stats) args.push_back("--stats");
+  auto r = test::npuforge(args);
+  EXPECT_EQ(r.exit_code, 0) << decoder << " on " << pkg << ", prompt " << prompt << ": " << r.err;
+  if (r.exit_code != 0) return nlohmann::json::object();
+  return nlohmann::json::parse(r.out);
+}
+
+void expect_decoders_lossless(const std::string& backend) {
+  fs::path pkg = package(backend);
+  ASSERT_TRUE(fs::is_regular_file(pkg / "manifest.json") || fs::exists(pkg)) << pkg;
+  for (const auto& prompt : kPrompts) {
+    auto plain = run(pkg, prompt, "none");
+    ASSERT_TRUE(plain.contains("tokens")) << prompt;
+    ASSERT_EQ(plain["tokens"].size(), static_cast<size_t>(kNewTokens));
+    EXPECT_FALSE(plain["stats"].contains("speculative"));
+    for (const char* decoder : {"lade", "ssd", "eaglet"}) {
+      auto got = run(pkg, prompt, decoder);
+      ASSERT_TRUE(got.contains("tokens")) << decoder;
+      EXPECT_EQ(got["tokens"], plain["tokens"]) << backend << " " << decoder << ", prompt " << prompt;
+      const auto& spec = got["stats"]["speculative"];
+      EXPECT_GE(spec["tau"].get<double>(), 1.0) << decoder;
+      EXPECT_LE(spec["max_rows"].get<int64_t>(), 32) << decoder;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(SpecNpu, HtpDecodersMatchPlainGreedy) { expect_decoders_lossless("htp"); }
+
+TEST(SpecNpu, AriesDecodersMatchPlainGreedy) { expect_decoders_lossless("aries"); }
+
+// The htp backend estimates: --stats --json adds the simulated decode block.
+TEST(SpecNpu, HtpStatsReportSimulatedDecode) {
+  auto j = run(package("htp"), "1005,291,260", "eaglet", true);
+  ASSERT_TRUE(j.contains("stats"));
+  const auto& sim = j["stats"]["speculative"]["simulated"];
+  ASSERT_TRUE(sim.is_object()) << j["stats"].dump();
+  EXPECT_FALSE(sim.contains("error")) << sim.dump();
+  EXPECT_EQ(sim["backend"], "htp");
+  EXPECT_EQ(sim["simulated"], true);
+  EXPECT_EQ(sim["context_len"].get<int64_t>(), 3 + kNewTokens);
+  for (const char* k : {"decode_step_ms", "tree_pass_ms", "draft_pass_ms", "plain_decode_ms", "speculative_decode_ms"})
+    EXPECT_GT(sim[k].get<double>(), 0.0) << k;
+  const double plain = sim["plain_decode_ms"].get<double>(), spec = sim["speculative_decode_ms"].get<double>();
+  EXPECT_NEAR(plain, kNewTokens * sim["decode_step_ms"].get<double>(), 1e-6 * plain);
+  EXPECT_NEAR(sim["speedup"].get<double>(), plain / spec, 1e-9);
+}
