@@ -304,6 +304,41 @@ TEST(SeqMseRecipe, BadInputs) {
   EXPECT_NE(err.find("list spinquant before the other [[quant]] recipes"), std::string::npos) << err;
 }
 
+// A8 recipes keep the LM head's output (the logits) at 16 bits by default, as AIMET's LLM
+// recipes do; `logits_bw = 8` (or 0: activation_bw) puts it back at 8. Every other
+// activation follows activation_bw, the KV cache kv_bw.
+TEST(ActivationEncodings, LogitsKeptAt16BitsInA8Recipes) {
+  auto calib = calibration(kTiny, 1, 16);
+  std::string logits;
+  for (const std::string recipe : {"minmax", "lpbq", "seqmse"})
+    for (int logits_bw : {-1, 8, 0}) {  // -1: the option left out (default 16)
+      auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+      if (logits.empty())
+        for (const auto& n : ms->graphs[0]->nodes)
+          if (n->op_type == "MatMul" && n->inputs.size() == 2 && n->inputs[1] == "onnx::MatMul_1217") logits = n->outputs[0];
+      ASSERT_FALSE(logits.empty()) << "no LM head MatMul in tiny_llama";
+      nlohmann::json o = {{"activation_bw", 8}};
+      if (recipe == "seqmse") o["num_candidates"] = 2;
+      if (logits_bw >= 0) o["logits_bw"] = logits_bw;
+      ASSERT_EQ(apply_recipe(recipe, o, *ms, calib.get()), "") << recipe;
+      const int expect_logits = logits_bw < 0 ? 16 : 8;
+      size_t at8 = 0;
+      for (const auto& [name, enc] : ms->encodings) {
+        if (enc.view.enc_type != NF_ENC_PER_TENSOR || name.find("present.") == 0 || name.find("past_key_values.") == 0)
+          continue;
+        if (name == logits) EXPECT_EQ(enc.view.bw, expect_logits) << recipe << " logits_bw " << logits_bw;
+        else {
+          EXPECT_EQ(enc.view.bw, 8) << recipe << " " << name;
+          ++at8;
+        }
+      }
+      EXPECT_TRUE(ms->encodings.count(logits)) << recipe;
+      EXPECT_GT(at8, 20u) << recipe;
+    }
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  EXPECT_NE(apply_recipe("lpbq", {{"logits_bw", 4}}, *ms, calib.get()).find("schema"), std::string::npos);
+}
+
 namespace {
 
 // Builds tiny_llama with `quant_and_transforms` and [calibration] on heldout.txt; returns
@@ -438,7 +473,13 @@ TEST(QuantPackage, EncodingsFileIsAimet100AndCoversTheGraph) {
   for (const auto& e : j["param_encodings"]) types[e["enc_type"]]++;
   EXPECT_EQ(types["LPBQ"], 28);
   EXPECT_EQ(types["PER_CHANNEL"], 1);
-  for (const auto& e : j["activation_encodings"]) EXPECT_EQ(e["bw"], 8) << e["name"];
+  // A8, except the logits (logits_bw = 16 by default): exactly one 16-bit activation.
+  int at16 = 0;
+  for (const auto& e : j["activation_encodings"]) {
+    EXPECT_TRUE(e["bw"] == 8 || e["bw"] == 16) << e["name"];
+    at16 += e["bw"] == 16;
+  }
+  EXPECT_EQ(at16, 1);
 }
 
 // Transforms carry encodings: after arcl (two AR variants) every weight, linear input and

@@ -174,6 +174,14 @@ struct ActivationRange {
   "\"percentile\": {\"type\": \"number\", \"minimum\": 50, \"maximum\": 100, \"default\": 99.99, "               \
   "\"description\": \"activation_range = percentile: the percentile kept at each end\"}"
 
+// JSON-schema property "logits_bw", for the recipes' schemas. The LM head's output (the
+// logits) spans a wide range that no weight rotation narrows, and at 8 bits its step is a
+// sizeable share of the logit differences that decide the next token; AIMET's LLM recipes
+// keep it at 16 bits while the other activations go to 8.
+#define NF_QUANT_LOGITS_BW_SCHEMA                                                                          \
+  "\"logits_bw\": {\"type\": \"integer\", \"enum\": [0, 8, 16], \"default\": 16, "                            \
+  "\"description\": \"bits of the LM head output (logits) encoding; 0: activation_bw\"}"
+
 // A value histogram over a fixed range (the min/max of a first pass).
 struct Histogram {
   static constexpr int kBins = 2048;
@@ -305,9 +313,17 @@ inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the
 // present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration,
 // with ranges from `estimator` (a second calibration pass for percentile and mse).
-// Returns how many were set.
+// The LM head's output gets `logits_bw` bits (0: act_bw). Returns how many were set.
 inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std::vector<LinearWeight>& weights,
-                                 int act_bw, int kv_bw, const Context& ctx, ActivationRange estimator = {}) {
+                                 int act_bw, int kv_bw, const Context& ctx, ActivationRange estimator = {},
+                                 int logits_bw = 0) {
+  std::string logits;
+  const std::string lm_head = lm_head_weight(ms, weights);
+  for (const auto& lw : weights)
+    if (lw.name == lm_head) logits = lw.output;
+  auto bw_of = [&](const std::string& name, bool is_kv) {
+    return is_kv ? kv_bw : (logits_bw > 0 && name == logits) ? logits_bw : act_bw;
+  };
   std::vector<std::string> names;
   auto add = [&](const std::string& n) {
     if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -333,14 +349,14 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
       bool is_kv = std::find(kv.begin(), kv.end(), names[i]) != kv.end();
       ranges[names[i]] = estimator.method == ActivationRange::percentile
                              ? percentile_range(hist[i], estimator.percent)
-                             : mse_range(hist[i], is_kv ? kv_bw : act_bw);
+                             : mse_range(hist[i], bw_of(names[i], is_kv));
     }
   }
   size_t count = 0;
   for (const auto& [name, r] : ranges) {
     if (!(r.lo <= r.hi)) continue;
     bool is_kv = std::find(kv.begin(), kv.end(), name) != kv.end();
-    EncodingData e = asymmetric_tensor_encoding(r.lo, r.hi, is_kv ? kv_bw : act_bw);
+    EncodingData e = asymmetric_tensor_encoding(r.lo, r.hi, bw_of(name, is_kv));
     ms.set_encoding(name, e.view());
     ++count;
     if (is_kv) {  // present.N.key -> past_key_values.N.key

@@ -21,7 +21,7 @@ const char* kSchema = R"json({
                       "description": "bits of the asymmetric activation encodings (needs [calibration])"},
     "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8,
               "description": "bits of the KV-cache encodings (needs [calibration])"},
-    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA R"json(,
+    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA ", " NF_QUANT_LOGITS_BW_SCHEMA R"json(,
     "overrides": {"type": "array", "default": [],
                   "description": "per-weight bit widths: the first pattern (regex on the weight name) that matches wins",
                   "items": {"type": "object", "additionalProperties": false, "required": ["pattern", "weight_bw"],
@@ -74,7 +74,8 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     ctx.warn("no [calibration] in the manifest: activation and KV encodings are not set");
     return;
   }
-  size_t n = nf::quant::encode_activations(ms, calib, weights, act_bw, kv_bw, ctx, nf::quant::ActivationRange::from(opts));
+  size_t n = nf::quant::encode_activations(ms, calib, weights, act_bw, kv_bw, ctx, nf::quant::ActivationRange::from(opts),
+                                           opts.get<int>("logits_bw", 16));
   ctx.info(std::to_string(n) + " activation/KV encodings (A" + std::to_string(act_bw) + ", KV" +
            std::to_string(kv_bw) + ") from " + std::to_string(nf::host().calibration_batch_count(calib)) +
            " calibration batches");

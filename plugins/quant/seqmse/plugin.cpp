@@ -48,7 +48,7 @@ const char* kSchema = R"json({
     "activation_bw": {"type": "integer", "enum": [8, 16], "default": 16,
                       "description": "bits of the activation encodings"},
     "kv_bw": {"type": "integer", "enum": [4, 8, 16], "default": 8, "description": "bits of the KV-cache encodings"},
-    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA R"json(
+    )json" NF_QUANT_ACTIVATION_RANGE_SCHEMA ", " NF_QUANT_LOGITS_BW_SCHEMA R"json(
   }
 })json";
 
@@ -240,7 +240,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
 
   size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
                                            opts.get<int>("kv_bw", 8), ctx,
-                                           nf::quant::ActivationRange::from(opts));
+                                           nf::quant::ActivationRange::from(opts), opts.get<int>("logits_bw", 16));
   ctx.info(std::to_string(n) + " activation/KV encodings from " + std::to_string(available) + " calibration batches");
 }
 
