@@ -38,7 +38,7 @@ std::string model_tables(bool arcl = true, bool calibration = true) {
   std::string s = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\ntokenizer = \"" +
                   kTiny + "/tokenizer.json\"\n\n";
   if (calibration)
-    s += "[calibration]\ntext = \"" + kTiny + "/heldout.txt\"\nnum_samples = 4\nsequence_length = 64\n\n"
+    s += "[calibration]\ntext = \"" + kTiny + "/calibration.txt\"\nnum_samples = 4\nsequence_length = 64\n\n"
          "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 16\n\n";
   if (arcl) s += "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n";
   return s;

@@ -48,7 +48,7 @@ std::string model_header(bool calibration) {
   std::string s = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\n" +
                   "tokenizer = \"" + kTiny + "/tokenizer.json\"\n\n";
   if (calibration)
-    s += "[calibration]\ntext = \"" + kTiny + "/heldout.txt\"\nnum_samples = 4\nsequence_length = 64\n\n";
+    s += "[calibration]\ntext = \"" + kTiny + "/calibration.txt\"\nnum_samples = 4\nsequence_length = 64\n\n";
   return s;
 }
 
@@ -373,7 +373,7 @@ TEST(HtpMultiTarget, ExampleManifestBuildsEveryTarget) {
   auto r = test::npuforge({"build", test::source_dir() + "/examples/manifests/multi_target.toml", "--target", "all",
                            "--out", out.string(), "--cache-dir", cache_dir().string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* t : {"cpu", "htp"}) {
+  for (const char* t : {"cpu", "htp", "aries"}) {
     ASSERT_TRUE(fs::is_regular_file(out / t / "package.json")) << t;
     auto run = test::npuforge({"run", (out / t).string(), "--prompt", "SQLite is a", "--max-new-tokens", "4"});
     EXPECT_EQ(run.exit_code, 0) << t << ": " << run.err;
