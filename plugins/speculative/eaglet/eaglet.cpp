@@ -77,6 +77,7 @@ std::vector<std::pair<int32_t, double>> top_k(const float* logits, size_t vocab,
 
 class Eaglet {
  public:
+  static constexpr const char* kName = "eaglet";
   Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
       : runner_(runner), draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
     draft_len_ = o.get<int>("draft_len", 5);
@@ -309,28 +310,6 @@ class Eaglet {
   Counters stats_;
 };
 
-nf_status* create(const char* options_json, nf_runner* runner, const int32_t* prompt, size_t n_prompt,
-                  nf_context* ctx, nf_decoder** out) {
-  return NF_TRY({
-    if (n_prompt == 0) throw nf::Error("eaglet: empty prompt");
-    auto* d = new Eaglet(nf::Options(options_json), runner, prompt, n_prompt, nf::Context(ctx));
-    *out = reinterpret_cast<nf_decoder*>(d);
-  });
-}
-
-void release(nf_decoder* d) { delete reinterpret_cast<Eaglet*>(d); }
-
-nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
-                int32_t* out_tokens, size_t max_out, size_t* n_out) {
-  return NF_TRY({ *n_out = reinterpret_cast<Eaglet*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
-}
-
-void stats(nf_decoder* d, nf_json_sink sink, void* user) {
-  std::string s = reinterpret_cast<Eaglet*>(d)->stats();
-  sink(user, s.c_str());
-}
-
-const nf_speculative_api kApi = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
 
 const nf_plugin_descriptor kEaglet = {NF_ABI_VERSION,
                                       sizeof(nf_plugin_descriptor),
@@ -339,7 +318,7 @@ const nf_plugin_descriptor kEaglet = {NF_ABI_VERSION,
                                       "0.1.0",
                                       "EAGLE-2 style draft on the target's hidden states: dynamic tree, one target pass",
                                       kSchema,
-                                      &kApi};
+                                      &nf::SpeculativeTable<Eaglet>::api};
 
 }  // namespace
 

@@ -44,6 +44,7 @@ constexpr const char* kSchema = R"json({
 
 class Lade {
  public:
+  static constexpr const char* kName = "lade";
   Lade(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
       : runner_(runner), rng_(0x1ade) {
     W_ = o.get<int>("window", 8);
@@ -238,28 +239,6 @@ class Lade {
   Counters stats_;
 };
 
-nf_status* create(const char* options_json, nf_runner* runner, const int32_t* prompt, size_t n_prompt,
-                  nf_context* ctx, nf_decoder** out) {
-  return NF_TRY({
-    if (n_prompt == 0) throw nf::Error("lade: empty prompt");
-    auto* d = new Lade(nf::Options(options_json), runner, prompt, n_prompt, nf::Context(ctx));
-    *out = reinterpret_cast<nf_decoder*>(d);
-  });
-}
-
-void release(nf_decoder* d) { delete reinterpret_cast<Lade*>(d); }
-
-nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
-                int32_t* out_tokens, size_t max_out, size_t* n_out) {
-  return NF_TRY({ *n_out = reinterpret_cast<Lade*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
-}
-
-void stats(nf_decoder* d, nf_json_sink sink, void* user) {
-  std::string s = reinterpret_cast<Lade*>(d)->stats();
-  sink(user, s.c_str());
-}
-
-const nf_speculative_api kApi = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
 
 const nf_plugin_descriptor kLade = {NF_ABI_VERSION,
                                     sizeof(nf_plugin_descriptor),
@@ -268,7 +247,7 @@ const nf_plugin_descriptor kLade = {NF_ABI_VERSION,
                                     "0.1.0",
                                     "lookahead decoding: Jacobi window n-grams verified in the same pass",
                                     kSchema,
-                                    &kApi};
+                                    &nf::SpeculativeTable<Lade>::api};
 
 }  // namespace
 

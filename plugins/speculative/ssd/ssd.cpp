@@ -44,7 +44,9 @@ constexpr const char* kSchema = R"json({
 
 class Ssd {
  public:
-  Ssd(const nf::Options& o, nf_runner* runner, nf::Context ctx) : runner_(runner) {
+  static constexpr const char* kName = "ssd";
+  Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
+      : runner_(runner) {
     std::string dir = o.get<std::string>("assets", "");
     if (dir.empty())
       throw nf::Error("ssd: no assets: set [speculative] assets = DIR (made by tools/speculative/train_ssd.py)");
@@ -246,27 +248,6 @@ class Ssd {
   Counters stats_;
 };
 
-nf_status* create(const char* options_json, nf_runner* runner, const int32_t*, size_t n_prompt, nf_context* ctx,
-                  nf_decoder** out) {
-  return NF_TRY({
-    if (n_prompt == 0) throw nf::Error("ssd: empty prompt");
-    *out = reinterpret_cast<nf_decoder*>(new Ssd(nf::Options(options_json), runner, nf::Context(ctx)));
-  });
-}
-
-void release(nf_decoder* d) { delete reinterpret_cast<Ssd*>(d); }
-
-nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
-                int32_t* out_tokens, size_t max_out, size_t* n_out) {
-  return NF_TRY({ *n_out = reinterpret_cast<Ssd*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
-}
-
-void stats(nf_decoder* d, nf_json_sink sink, void* user) {
-  std::string s = reinterpret_cast<Ssd*>(d)->stats();
-  sink(user, s.c_str());
-}
-
-const nf_speculative_api kApi = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
 
 const nf_plugin_descriptor kSsd = {NF_ABI_VERSION,
                                    sizeof(nf_plugin_descriptor),
@@ -275,7 +256,7 @@ const nf_plugin_descriptor kSsd = {NF_ABI_VERSION,
                                    "0.1.0",
                                    "self-speculative decoding: learned forecast tokens draft the next tree in the verifying pass",
                                    kSchema,
-                                   &kApi};
+                                   &nf::SpeculativeTable<Ssd>::api};
 
 }  // namespace
 

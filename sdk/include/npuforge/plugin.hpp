@@ -342,6 +342,34 @@ class Options {
   nlohmann::json j_;
 };
 
+// The speculative table over a decoder class D, which provides
+//   static constexpr const char* kName;
+//   D(const Options&, nf_runner*, const int32_t* prompt, size_t n_prompt, Context);
+//   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user,
+//               int32_t* out_tokens, size_t max_out);   // tokens accepted and committed
+//   std::string stats() const;                          // a JSON object
+// Exceptions become status objects; an empty prompt is refused before D is built.
+template <class D>
+struct SpeculativeTable {
+  static nf_status* create(const char* options_json, nf_runner* runner, const int32_t* prompt, size_t n_prompt,
+                           nf_context* ctx, nf_decoder** out) {
+    return NF_TRY({
+      if (n_prompt == 0) throw Error(std::string(D::kName) + ": empty prompt");
+      *out = reinterpret_cast<nf_decoder*>(new D(Options(options_json), runner, prompt, n_prompt, Context(ctx)));
+    });
+  }
+  static void release(nf_decoder* d) { delete reinterpret_cast<D*>(d); }
+  static nf_status* step(nf_decoder* d, float* last_logits, int32_t (*sample)(void*, const float*), void* user,
+                         int32_t* out_tokens, size_t max_out, size_t* n_out) {
+    return NF_TRY({ *n_out = reinterpret_cast<D*>(d)->step(last_logits, sample, user, out_tokens, max_out); });
+  }
+  static void stats(nf_decoder* d, nf_json_sink sink, void* user) {
+    std::string s = reinterpret_cast<D*>(d)->stats();
+    sink(user, s.c_str());
+  }
+  static constexpr nf_speculative_api api = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
+};
+
 }  // namespace nf
 
 // Declares the library's exported symbols. Use once per library:
