@@ -1,9 +1,7 @@
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
 #include "manifest/suggest.h"
-#include "manifest/toml_guard.h"
-
-#include <toml++/toml.h>
+#include "manifest/toml.h"
 
 #include <algorithm>
 #include <cctype>
@@ -87,7 +85,6 @@ class Parser {
   Parser(std::string file, fs::path dir) : file_(std::move(file)), dir_(std::move(dir)) {}
 
   Manifest run(std::string_view text) {
-    if (auto problem = find_unsupported_text(text)) fail({file_, problem->line, problem->column}, problem->message);
     toml::table root = parse_toml(text);
     m_.dir = dir_.string();
 

@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes through ONNX import (and, when they load, export).
-// Built only with -DNPUFORGE_FUZZ=ON and clang; run with tests/fuzz_onnx/run.sh.
+// Built only with -DNPUFORGE_FUZZ=ON and clang; run with scripts/fuzz.sh.
 #include "fuzz_one.h"
 
 #include <cstddef>
