@@ -49,51 +49,70 @@ double target_macs_per_token(const nlohmann::json& c) {
 // On packages whose backend estimates (htp, aries): simulated decode time of these new
 // tokens without and with the decoder. Plain decoding costs one decode step per token. The
 // decoder costs each target forward as one pass of its most rows (the estimate of a prompt
-// of that many rows: the largest AR variant / one prefill chunk) and each draft pass as a
-// decode step scaled by the draft's MACs per row over the target's (decode is bound by
-// streaming weights; the draft is assumed stored like the target).
+// of that many rows: the largest AR variant / one prefill chunk). A draft model is not part
+// of the package, so its passes are priced from its MACs: by the backend as a graph of
+// that size (`graph_pass`, weights stored as float16, plus one graph launch per decoder step:
+// the draft's depth loop deployed as one graph, TopK expansion inside), or, when the
+// backend cannot, as a decode step scaled by draft MACs / target MACs.
 nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
   const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
   if (!backend || !backend->backend()->estimate) return nullptr;
-  auto estimate = [&](int64_t prompt_len) {
-    nlohmann::json wl{{"prompt_len", prompt_len}, {"context_len", context_len}};
-    std::string out, options = model.package->backend_options().dump(), w = wl.dump();
+  auto estimate = [&](const nlohmann::json& workload) {
+    std::string out, options = model.package->backend_options().dump(), w = workload.dump();
     auto collect = [](void* user, const char* json) { *static_cast<std::string*>(user) = json; };
     host::throw_if_error(backend->backend()->estimate(options.c_str(), model.package->artifacts().string().c_str(),
                                                       w.c_str(), collect, &out),
                          "backend '" + backend->name + "' estimate");
     return nlohmann::json::parse(out);
   };
+  auto prompt = [&](int64_t prompt_len) {
+    return estimate({{"prompt_len", prompt_len}, {"context_len", context_len}});
+  };
   nlohmann::json r{{"backend", backend->name}, {"simulated", true}};
   try {
-    nlohmann::json one = estimate(1), tree = estimate(std::max<int64_t>(1, s.max_rows));
+    nlohmann::json one = prompt(1), tree = prompt(std::max<int64_t>(1, s.max_rows));
     const double step_ms = one.at("decode_ms_per_token").get<double>();
     const double tree_ms = tree.at("ttft_ms").get<double>();
-    double draft_ms = 0;
+    const double plain = static_cast<double>(s.gen.new_tokens) * step_ms;
+    const double target_ms = static_cast<double>(s.target_forwards) * tree_ms;
+    double draft_ms = 0, draft_pass_ms = 0, launch_ms = 0;
     nlohmann::json notes = nlohmann::json::array();
     if (s.draft_forwards > 0) {
-      nlohmann::json config;
-      if (model.package->meta.contains("config") && model.package->meta["config"].is_string())
-        config = nlohmann::json::parse(host::read_text_file(model.package->dir / model.package->meta["config"].get<std::string>()),
-                                       nullptr, false);
-      const double target = target_macs_per_token(config);
-      const double draft = s.decoder.value("draft_macs_per_row", 0.0);
-      if (target <= 0 || draft <= 0) {
-        notes.push_back("draft passes not costed: no config.json or no draft_macs_per_row");
+      const double macs_per_row = s.decoder.value("draft_macs_per_row", 0.0);
+      const double rows = s.decoder.value("draft_rows", 0.0);
+      if (macs_per_row <= 0 || rows <= 0) throw std::runtime_error("the decoder reports no draft_macs_per_row / draft_rows");
+      const double passes = static_cast<double>(s.draft_forwards), macs = macs_per_row * rows / passes;
+      nlohmann::json pass = estimate({{"graph_pass", {{"weight_bytes", 2 * macs_per_row}, {"macs", macs}}}});
+      if (pass.contains("graph_pass_ms")) {
+        draft_pass_ms = pass["graph_pass_ms"].get<double>();
+        launch_ms = pass.value("per_graph_ms", 0.0);
+        draft_ms = passes * draft_pass_ms + static_cast<double>(s.steps) * launch_ms;
+        notes.push_back("a draft pass streams the draft's float16 weights once and runs its MACs for the average " +
+                        std::to_string(rows / passes).substr(0, 5) + " rows; one graph launch per decoder step");
+        const double per_pass_launch = target_ms + passes * (draft_pass_ms + launch_ms);
+        r["speedup_if_each_draft_pass_is_a_launch"] = plain / per_pass_launch;
       } else {
-        draft_ms = step_ms * draft / target;
-        notes.push_back("a draft pass costs a decode step x draft MACs / target MACs per token (" +
-                        std::to_string(draft / target).substr(0, 5) + ")");
+        nlohmann::json config;
+        if (model.package->meta.contains("config") && model.package->meta["config"].is_string())
+          config = nlohmann::json::parse(host::read_text_file(model.package->dir / model.package->meta["config"].get<std::string>()),
+                                         nullptr, false);
+        const double target = target_macs_per_token(config);
+        if (target <= 0) throw std::runtime_error("no config.json to price the draft against the target");
+        draft_pass_ms = step_ms * macs_per_row / target;
+        draft_ms = passes * draft_pass_ms;
+        notes.push_back("backend '" + backend->name + "' does not price a graph_pass: a draft pass costs a decode step x " +
+                        "draft MACs / target MACs per token (" + std::to_string(macs_per_row / target).substr(0, 5) +
+                        "), launch overheads not counted");
       }
     }
-    const double plain = static_cast<double>(s.gen.new_tokens) * step_ms;
-    const double spec = static_cast<double>(s.target_forwards) * tree_ms + static_cast<double>(s.draft_forwards) * draft_ms;
+    const double spec = target_ms + draft_ms;
     notes.push_back("a target forward of up to " + std::to_string(s.max_rows) +
                     " rows costs the estimate of a " + std::to_string(s.max_rows) + "-token prompt");
     r.update({{"context_len", context_len},
               {"decode_step_ms", step_ms},
               {"tree_pass_ms", tree_ms},
-              {"draft_pass_ms", draft_ms},
+              {"draft_pass_ms", draft_pass_ms},
+              {"draft_launch_ms", launch_ms},
               {"plain_decode_ms", plain},
               {"speculative_decode_ms", spec},
               {"speedup", spec > 0 ? plain / spec : 0.0},

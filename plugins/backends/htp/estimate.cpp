@@ -164,8 +164,31 @@ void check_fits(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
                 (o.memory_limit_mb > 0 ? " (memory_limit_mb)" : " (chip file memory.device_budget_bytes)"));
 }
 
+// One pass of a graph the package does not hold (a speculative decoder's draft), described
+// by its weights and MACs: the roofline of streaming the weights once against the MACs at
+// the given precision, without the per-graph launch cost, which is returned beside it.
+nlohmann::json graph_pass(const HtpOptions& o, const nlohmann::json& g) {
+  const Chip& c = o.chip;
+  auto number = [&](const char* k) {
+    if (!g.contains(k) || !g[k].is_number() || g[k].get<double>() < 0)
+      throw Error(std::string("htp: estimate: graph_pass.") + k + " must be a non-negative number");
+    return g[k].get<double>();
+  };
+  const double bytes = number("weight_bytes"), macs = number("macs");
+  const std::string precision = g.value("precision", "fp16");
+  if (!c.dram_peak_bytes_per_s) throw Error("htp: chip " + o.chipset + " has no published DRAM bandwidth");
+  const double compute = macs / c.macs_per_s(precision), dram = bytes / (*c.dram_peak_bytes_per_s * c.dram_share);
+  return {{"backend", "htp"},
+          {"device", o.chipset},
+          {"simulated", true},
+          {"graph_pass_ms", std::max(compute, dram) * 1e3},
+          {"per_graph_ms", c.per_graph_s * 1e3},
+          {"precision", precision}};
+}
+
 nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries,
                         const nlohmann::json& workload) {
+  if (workload.contains("graph_pass")) return graph_pass(o, workload["graph_pass"]);
   auto cls = cls_of(meta);
   std::set<int64_t> ars;
   for (const auto& v : meta.at("variants")) ars.insert(v.at("ar").get<int64_t>());
