@@ -27,7 +27,7 @@ struct DecodeResult {
 // Greedy decoding through the static graphs as golden.json's procedure describes.
 DecodeResult greedy(nf::ir::ModelSet& ms, const nlohmann::json& g) {
   const nlohmann::json io = nlohmann::json::parse(ms.metadata.at("io"));
-  const nf::host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  const nf::host::PluginInfo* cpu = plugins().find(NF_KIND_BACKEND, "cpu");
   // One kernel thread: the kernels' worker pool can hang when jobs of different widths
   // follow each other (a worker sitting out one job may run the next one twice).
   auto session = nf::host::BackendSession::open_model_set(*cpu, {{"threads", 1}}, ms);
@@ -58,7 +58,7 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 void expect_golden(const std::string& model, const nlohmann::json& options) {
   if (!model_exists(model)) GTEST_SKIP() << model << "/model.onnx is not there";
   auto ms = load_model(model);
-  ArclResult applied = apply_arcl(*ms, options);
+  TransformResult applied = apply_arcl(*ms, options);
   ASSERT_EQ(applied.error, "");
   nlohmann::json g = golden(model);
   DecodeResult r = greedy(*ms, g);
@@ -204,7 +204,7 @@ TEST(ArclOptions, ArnZeroOnDynamicSource) {
 
 TEST(ArclOptions, SlidingContextIsRoundedWithAWarning) {
   auto ms = load_model("mistral_swa");
-  ArclResult r = apply_arcl(*ms, {{"arn", 1}, {"context_length", 512}, {"sliding_context_length", 100}});
+  TransformResult r = apply_arcl(*ms, {{"arn", 1}, {"context_length", 512}, {"sliding_context_length", 100}});
   ASSERT_EQ(r.error, "");
   ASSERT_FALSE(r.warnings.empty());
   EXPECT_NE(r.warnings[0].find("sliding_context_length 100 rounded up to 256"), std::string::npos) << r.warnings[0];
@@ -221,7 +221,7 @@ TEST(ArclOptions, DefaultsFromTheSeed) {
 }
 
 TEST(ArclOptions, SchemaInDescriptor) {
-  const nf::host::PluginInfo* arcl = registry().find(NF_KIND_TRANSFORM, "arcl");
+  const nf::host::PluginInfo* arcl = plugins().find(NF_KIND_TRANSFORM, "arcl");
   ASSERT_NE(arcl, nullptr);
   EXPECT_EQ(arcl->schema.at("properties").at("arn").at("default"), nlohmann::json({1, 128}));
   EXPECT_EQ(arcl->schema.at("properties").at("context_length").at("default"), nlohmann::json({4096}));

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
+#include "support/plugins.h"
 #include "pipeline/package.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/session.h"
@@ -85,14 +86,6 @@ double nll_at(const float* row, size_t vocab, int32_t next) {
   return std::log(z) + m - row[next];
 }
 
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry;
-    reg->load_directories({host::Registry::builtin_dir()});
-    return reg;
-  }();
-  return *r;
-}
 
 // The first kWindows windows of 128 held-out tokens (4096 tokens: a quarter of the text, to
 // keep the suite fast; the README gives the figures over the whole text).
@@ -118,7 +111,7 @@ std::vector<std::vector<float>> window_logits(host::Runner& runner, const std::v
 const std::vector<std::vector<float>>& float_logits() {
   static std::vector<std::vector<float>> logits = [] {
     auto ms = host::load_source_model(kTiny + "/model.onnx", "");
-    auto session = host::BackendSession::open_model_set(*registry().find(NF_KIND_BACKEND, "cpu"), nlohmann::json::object(), *ms);
+    auto session = host::BackendSession::open_model_set(*test::plugins().find(NF_KIND_BACKEND, "cpu"), nlohmann::json::object(), *ms);
     auto runner = host::make_runner(*session, host::graph_specs(*ms), nullptr);
     return window_logits(*runner, heldout_ids(), 128);
   }();
@@ -128,7 +121,7 @@ const std::vector<std::vector<float>>& float_logits() {
 // Teacher-forced greedy agreement with the float model and perplexity, windows of 128.
 Scores score(const fs::path& pkg_dir) {
   host::Package pkg = host::open_package(pkg_dir);
-  auto session = host::BackendSession::open_artifacts(*registry().find(NF_KIND_BACKEND, pkg.backend()),
+  auto session = host::BackendSession::open_artifacts(*test::plugins().find(NF_KIND_BACKEND, pkg.backend()),
                                                       pkg.backend_options(), pkg.artifacts().string());
   auto runner = host::make_runner(*session, pkg.meta.at("graphs"), pkg.meta.value("metadata", nlohmann::json()));
   auto ids = heldout_ids();
@@ -232,7 +225,7 @@ static void check_CorruptedContainerIsRefused() {
   EXPECT_NE(r.err.find("part_0_of_1.mxq"), std::string::npos) << r.err;
   // ...and the backend's own checksum when the artifacts are opened directly.
   nf_session* s = nullptr;
-  nf_status* st = registry().find(NF_KIND_BACKEND, "aries")->backend()->open("{}", (copy / "artifacts").c_str(), nullptr, &s);
+  nf_status* st = test::plugins().find(NF_KIND_BACKEND, "aries")->backend()->open("{}", (copy / "artifacts").c_str(), nullptr, &s);
   ASSERT_NE(st, nullptr);
   std::string msg = host::host_api()->status_message(st);
   host::host_api()->status_release(st);
@@ -240,7 +233,7 @@ static void check_CorruptedContainerIsRefused() {
 }
 
 static void check_EstimateFromThePackage() {
-  const nf_backend_api* api = registry().find(NF_KIND_BACKEND, "aries")->backend();
+  const nf_backend_api* api = test::plugins().find(NF_KIND_BACKEND, "aries")->backend();
   auto estimate = [&](const nlohmann::json& wl) {
     std::string out;
     nf_status* st = api->estimate("{}", (packages() / "aries" / "artifacts").c_str(), wl.dump().c_str(),

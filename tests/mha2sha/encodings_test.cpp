@@ -5,24 +5,15 @@
 #include <gtest/gtest.h>
 
 #include "manifest/schema.h"
-#include "package_support.h"
+#include "support/packages.h"
 #include "pipeline/pipeline.h"
 #include "runner/static_runner.h"
 
-namespace nf::transform_test {
+namespace nf::test {
 namespace {
 
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry;
-    reg->load_directories({plugin_dir().string()});
-    return reg;
-  }();
-  return *r;
-}
-
 void apply(nf_plugin_kind kind, const std::string& name, nlohmann::json options, ir::ModelSet& ms) {
-  const host::PluginInfo* p = registry().find(kind, name);
+  const host::PluginInfo* p = plugins().find(kind, name);
   ASSERT_NE(p, nullptr) << name << " is not built";
   auto errors = manifest::validate_json(p->schema, options);
   ASSERT_TRUE(errors.empty()) << errors[0].message;
@@ -48,7 +39,7 @@ std::unique_ptr<ir::ModelSet> quantized_static(bool sha) {
 }
 
 Greedy run(ir::ModelSet& ms, const std::vector<int32_t>& prompt, size_t n) {
-  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  const host::PluginInfo* cpu = plugins().find(NF_KIND_BACKEND, "cpu");
   auto session = host::BackendSession::open_model_set(*cpu, {{"threads", 1}}, ms);
   nlohmann::json meta{{"io", nlohmann::json::parse(ms.metadata.at("io"))}};
   auto runner = host::make_runner(*session, host::graph_specs(ms), meta);
@@ -109,4 +100,4 @@ TEST(Mha2shaEncodings, LpbqSlicedPerHeadAndQuantizedRunsAgree) {
 }
 
 }  // namespace
-}  // namespace nf::transform_test
+}  // namespace nf::test

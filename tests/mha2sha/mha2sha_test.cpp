@@ -3,9 +3,9 @@
 // `npuforge run`; the graphs have one attention per head; options fail clearly.
 #include <gtest/gtest.h>
 
-#include "package_support.h"
+#include "support/packages.h"
 
-namespace nf::transform_test {
+namespace nf::test {
 namespace {
 
 const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 32\n\n";
@@ -119,4 +119,4 @@ TEST(Mha2shaOptions, StartPointOfAnAttentionAlreadyFound) {
 }
 
 }  // namespace
-}  // namespace nf::transform_test
+}  // namespace nf::test

@@ -6,10 +6,10 @@
 
 #include <set>
 
-#include "package_support.h"
+#include "support/packages.h"
 #include "pipeline/pipeline.h"
 
-namespace nf::transform_test {
+namespace nf::test {
 namespace {
 
 const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 32\n\n";
@@ -112,4 +112,4 @@ TEST(MoeOptions, ClearErrors) {
 }
 
 }  // namespace
-}  // namespace nf::transform_test
+}  // namespace nf::test

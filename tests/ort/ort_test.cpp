@@ -12,9 +12,9 @@
 #include <map>
 #include <random>
 
-#include "package_support.h"
+#include "support/packages.h"
 
-namespace nf::transform_test {
+namespace nf::test {
 namespace {
 
 const fs::path kBench = fs::path(NPUFORGE_SOURCE_DIR) / "bench";
@@ -176,4 +176,4 @@ TEST(Ort, ArclSplit) {
 }
 
 }  // namespace
-}  // namespace nf::transform_test
+}  // namespace nf::test

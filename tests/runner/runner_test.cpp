@@ -18,6 +18,7 @@
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
 #include "runner/static_runner.h"
+#include "support/packages.h"
 
 namespace fs = std::filesystem;
 using namespace nf;
@@ -26,20 +27,9 @@ using host::Runner;
 namespace {
 
 const fs::path kData = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "runner" / "data";
-const fs::path kPlugins = fs::path(NPUFORGE_BINARY_DIR) / "lib" / "npuforge" / "plugins";
-
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry();
-    reg->load_directories({kPlugins.string()});
-    return reg;
-  }();
-  return *r;
-}
-
 const host::PluginInfo& cpu() {
-  const host::PluginInfo* p = registry().find(NF_KIND_BACKEND, "cpu");
-  if (!p) throw std::runtime_error("cpu backend not built in " + kPlugins.string());
+  const host::PluginInfo* p = test::plugins().find(NF_KIND_BACKEND, "cpu");
+  if (!p) throw std::runtime_error("cpu backend not built in " + test::plugin_dir().string());
   return *p;
 }
 
@@ -353,44 +343,18 @@ TEST(StaticRunner, MetadataErrors) {
 
 namespace {
 
-struct Package {
-  host::Registry registry;  // its own, so that the manifest's plugin search loads each library once
-  fs::path dir;
-  host::Package pkg;
-  std::unique_ptr<host::BackendSession> session;
-  std::unique_ptr<Runner> runner;
-};
-
 // Builds model/<name> with arcl (AR 1 and 4, CL 32 and 64) for the cpu target, then opens
 // the package the way `npuforge run` does.
-std::unique_ptr<Package> build_arcl(const std::string& name, const fs::path& work) {
-  fs::path model = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "models" / name;
-  std::string toml = "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
-                     (model / "config.json").string() +
-                     "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = [32, 64]\n\n"
-                     "[targets.cpu]\nbackend = \"cpu\"\n";
-  fs::create_directories(work);
-  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-  auto p = std::make_unique<Package>();
-  // The built-in plugin directory beside the test binary: build-*/lib/npuforge/plugins.
-  auto errors = host::load_and_validate(m, p->registry);
-  if (!errors.empty()) throw std::runtime_error(errors[0]);
-  host::BuildRequest req;
-  req.out_dir = work / "out";
-  req.use_cache = false;
-  req.cache_root = work / "cache";
-  auto built = host::build(m, p->registry, req);
-  p->dir = built.packages.at(0);
-  p->pkg = host::open_package(p->dir);
-  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
-  if (!backend) throw std::runtime_error("backend " + p->pkg.backend() + " missing");
-  p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
-  p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
-  return p;
+std::unique_ptr<test::OpenPackage> build_arcl(const std::string& name, const fs::path& work) {
+  fs::path model = test::model_dir(name);
+  return test::build_and_open(work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
+                                        (model / "config.json").string() +
+                                        "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = [32, 64]\n\n"
+                                        "[targets.cpu]\nbackend = \"cpu\"\n");
 }
 
 bool arcl_available() {
-  return fs::exists(kPlugins / "libnpuforge_arcl.so") &&
+  return test::plugin_built("arcl") &&
          fs::exists(fs::path(NPUFORGE_SOURCE_DIR) / "plugins" / "transforms" / "arcl");
 }
 

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../cli/cli_support.h"
 #include "api/host_api.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
@@ -18,6 +17,7 @@
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "runner/static_runner.h"
+#include "support/packages.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;
@@ -25,20 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry();
-    reg->load_directories({host::Registry::builtin_dir(), std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
-    return reg;
-  }();
-  return *r;
-}
-
-const host::PluginInfo& plugin(nf_plugin_kind kind, const char* name) {
-  const host::PluginInfo* p = registry().find(kind, name);
-  if (!p) throw std::runtime_error(std::string("plugin not built: ") + name);
-  return *p;
-}
+using test::plugin;
 
 const std::string kDraft = test::model_dir("tiny_llama") + "/eaglet";
 
@@ -65,38 +52,16 @@ Model open_dynamic(bool plain = false) {
   return m;
 }
 
-struct Package {
-  host::Registry registry;
-  fs::path dir;
-  host::Package pkg;
-  std::unique_ptr<host::BackendSession> session;
-  std::unique_ptr<host::Runner> runner;
-};
-
 // Builds tiny_llama with hidden_states + arcl (AR 1/16, CL 256) for cpu, eaglet named in
 // [speculative] with the given extra lines; returns the opened package.
-std::unique_ptr<Package> build_package(const fs::path& work, const std::string& speculative_extra = "") {
+std::unique_ptr<test::OpenPackage> build_package(const fs::path& work, const std::string& speculative_extra = "") {
   fs::path model = test::model_dir("tiny_llama");
-  std::string toml = "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
-                     (model / "config.json").string() + "\"\ntokenizer = \"" + (model / "tokenizer.json").string() +
-                     "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[[transform]]\nplugin = \"arcl\"\n"
-                     "arn = [1, 16]\ncontext_length = [256]\n\n[speculative]\ndecoder = \"eaglet\"\n" +
-                     speculative_extra + "\n[targets.cpu]\nbackend = \"cpu\"\n";
-  fs::create_directories(work);
-  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-  auto p = std::make_unique<Package>();
-  auto errors = host::load_and_validate(m, p->registry);
-  if (!errors.empty()) throw std::runtime_error(errors[0]);
-  host::BuildRequest req;
-  req.out_dir = work / "out";
-  req.use_cache = false;
-  req.cache_root = work / "cache";
-  p->dir = host::build(m, p->registry, req).packages.at(0);
-  p->pkg = host::open_package(p->dir);
-  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
-  p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
-  p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
-  return p;
+  return test::build_and_open(
+      work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
+                (model / "config.json").string() + "\"\ntokenizer = \"" + (model / "tokenizer.json").string() +
+                "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[[transform]]\nplugin = \"arcl\"\n"
+                "arn = [1, 16]\ncontext_length = [256]\n\n[speculative]\ndecoder = \"eaglet\"\n" +
+                speculative_extra + "\n[targets.cpu]\nbackend = \"cpu\"\n");
 }
 
 std::vector<int32_t> plain_greedy(host::Runner& r, const std::vector<int32_t>& prompt, int n) {

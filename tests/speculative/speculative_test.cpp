@@ -5,31 +5,18 @@
 
 #include <fstream>
 
-#include "../cli/cli_support.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
+#include "support/plugins.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;
 
 namespace {
 
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry();
-    reg->load_directories({host::Registry::builtin_dir(), std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
-    return reg;
-  }();
-  return *r;
-}
-
-const host::PluginInfo& plugin(nf_plugin_kind kind, const char* name) {
-  const host::PluginInfo* p = registry().find(kind, name);
-  if (!p) throw std::runtime_error(std::string("plugin not built: ") + name);
-  return *p;
-}
+using test::plugin;
 
 struct Model {
   std::unique_ptr<ir::ModelSet> ms;
