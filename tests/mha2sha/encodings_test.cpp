@@ -4,6 +4,7 @@
 // quantized runs agree.
 #include <gtest/gtest.h>
 
+#include "calibration/calibration.h"
 #include "manifest/schema.h"
 #include "support/packages.h"
 #include "pipeline/pipeline.h"
@@ -12,14 +13,15 @@
 namespace nf::test {
 namespace {
 
-void apply(nf_plugin_kind kind, const std::string& name, nlohmann::json options, ir::ModelSet& ms) {
+void apply(nf_plugin_kind kind, const std::string& name, nlohmann::json options, ir::ModelSet& ms,
+           nf_calibration* calib = nullptr) {
   const host::PluginInfo* p = plugins().find(kind, name);
   ASSERT_NE(p, nullptr) << name << " is not built";
   auto errors = manifest::validate_json(p->schema, options);
   ASSERT_TRUE(errors.empty()) << errors[0].message;
   nf_context ctx{name, [](uint64_t, uint64_t, const std::string&) { return false; }};
   std::string json = options.dump();
-  nf_status* st = kind == NF_KIND_QUANT ? p->quant()->apply(json.c_str(), host::handle(&ms), nullptr, &ctx)
+  nf_status* st = kind == NF_KIND_QUANT ? p->quant()->apply(json.c_str(), host::handle(&ms), calib, &ctx)
                                         : p->transform()->apply(json.c_str(), host::handle(&ms), &ctx);
   if (st) {
     std::string msg = host::host_api()->status_message(st);
@@ -97,6 +99,67 @@ TEST(Mha2shaEncodings, LpbqSlicedPerHeadAndQuantizedRunsAgree) {
   EXPECT_GT(from_float, 1e-3);
   std::printf("lpbq tiny_llama: sliced vs unsliced last logits %.3g, quantized vs float %.3g (of the largest |logit|)\n",
               err, from_float);
+}
+
+// Issue 5, item 7: after arcl, split and mha2sha every weight of a linear layer and every
+// activation the recipe encoded (linear inputs/outputs, the KV cache) still has an
+// encoding in the final graphs, including the tensors the transforms create (per-head
+// slices, KV buffers of each part), and the quantized runs agree.
+TEST(TransformEncodings, EveryLinearAndKvTensorKeepsItsEncodingThroughArclSplitMha2sha) {
+  if (!plugin_built("split")) GTEST_SKIP() << "split is not built";
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/calibration.txt";
+  c.num_samples = 2;
+  c.sequence_length = 32;
+  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *plugins().find(NF_KIND_BACKEND, "cpu"));
+  auto quantized = [&](bool split_and_sha) {
+    auto ms = host::load_source_model(kTiny + "/model.onnx", kTiny + "/config.json");
+    apply(NF_KIND_QUANT, "lpbq", nlohmann::json::object(), *ms, &calib);
+    apply(NF_KIND_TRANSFORM, "arcl", {{"arn", {1, 4}}, {"context_length", 32}}, *ms);
+    if (split_and_sha) {
+      apply(NF_KIND_TRANSFORM, "split", {{"num_splits", 4}}, *ms);
+      apply(NF_KIND_TRANSFORM, "mha2sha", nlohmann::json::object(), *ms);
+    }
+    return ms;
+  };
+  auto plain = quantized(false);
+  ASSERT_FALSE(HasFatalFailure());
+  auto ms = quantized(true);
+  ASSERT_FALSE(HasFatalFailure());
+
+  size_t weights = 0, activations = 0, kv = 0;
+  std::vector<std::string> missing;
+  auto check = [&](const std::string& name, size_t& count) {
+    if (ms->encodings.count(name)) ++count;
+    else missing.push_back(name);
+  };
+  for (const auto& g : ms->graphs) {
+    for (const auto& n : g->nodes) {
+      if (n->op_type != "MatMul" && n->op_type != "Gemm") continue;
+      if (n->inputs.size() < 2 || !g->initializers.count(n->inputs[1])) continue;  // attention, not a linear layer
+      check(n->inputs[1], weights);
+      check(n->inputs[0], activations);
+      check(n->outputs[0], activations);
+    }
+    for (const auto& in : g->inputs)
+      if (in.rfind("past_key_values.", 0) == 0) check(in, kv);
+    for (const auto& out : g->outputs)
+      if (out.rfind("present.", 0) == 0) check(out, kv);
+  }
+  EXPECT_TRUE(missing.empty()) << missing.size() << " tensors lost their encoding, e.g. " << missing.front();
+  // 2 variants x (embedding, 2 layer parts, LM head): every layer's 16 per-head q/k/v + o, gate, up, down.
+  EXPECT_GT(weights, 2u * 4 * (16 + 4));
+  EXPECT_GT(kv, 0u);
+
+  nlohmann::json g = test::golden("tiny_llama");
+  auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  Greedy a = run(*plain, prompt, 16), b = run(*ms, prompt, 16);
+  EXPECT_EQ(a.tokens, b.tokens);
+  const double err = relative_error(b.last_logits, a.last_logits);
+  EXPECT_LT(err, 1e-2);
+  std::printf("lpbq A16/KV8 tiny_llama after arcl+split+mha2sha: %zu weights, %zu activations, %zu KV tensors encoded; "
+              "last logits vs arcl only %.3g\n",
+              weights, activations, kv, err);
 }
 
 }  // namespace

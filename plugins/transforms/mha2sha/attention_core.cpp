@@ -113,6 +113,8 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
           throw Reject("'" + r->input(0) + "' is not a MatMul with a constant weight");
         b.x = m->input(0);
         b.weight = m->input(1);
+        b.proj_out = m->output(0);
+        if (!b.bias.empty()) b.biased_out = r->input(0);
         Dims wd = view.graph().initializer(b.weight).dims();
         if (wd.size() != 2 || wd[1] != b.heads * b.head_dim)
           throw Reject("weight '" + b.weight + "' is not [in, heads*head_dim]");

@@ -23,6 +23,8 @@ struct HeadBranch {
   std::string weight;       // 2-D initializer [in, heads*head_dim]
   std::string bias;         // 1-D initializer [heads*head_dim] or ""
   bool bias_first = false;  // Add(bias, MatMul) rather than Add(MatMul, bias)
+  std::string proj_out;     // the MatMul's output [1, rows, heads*head_dim]
+  std::string biased_out;   // the bias Add's output, or ""
   std::string heads_out;    // Transpose output [1, heads, rows, head_dim]
   std::vector<nf_node*> region;  // nodes from heads_out to end, in graph order
   std::string end;          // [1, heads, rows, head_dim]

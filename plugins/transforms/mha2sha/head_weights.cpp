@@ -90,6 +90,17 @@ EncodingSlice slice_encoding(const nf_encoding& src, const std::string& name, in
 
 }  // namespace
 
+void HeadWeights::follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels) {
+  const int64_t n = static_cast<int64_t>(heads.size()), part = channels / n;
+  for (int64_t h = 0; h < n; ++h) {
+    const nf_encoding* e = ms_.encoding(source);  // read again: setting one may move the host's copies
+    if (!e) return;
+    // The projection output is [1, rows, heads*head_dim]: heads cut axis 2.
+    EncodingSlice s = slice_encoding(*e, source, channels, h * part, (h + 1) * part, 2);
+    ms_.set_encoding(heads[static_cast<size_t>(h)], s.e);
+  }
+}
+
 size_t HeadWeights::finish_encodings() {
   std::set<std::string> still_read;
   for (const nf::Graph& g : ms_.graphs())

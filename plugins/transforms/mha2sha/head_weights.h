@@ -19,6 +19,10 @@ class HeadWeights {
   // bias [heads*hd] -> [hd]), set as initializers of `g`.
   std::vector<std::string> slices(nf::Graph g, const std::string& tensor, int64_t heads);
 
+  // The per-head slices `heads` of activation `source` (along its last axis, `channels`
+  // wide) take its encoding: a per-tensor grid as it is, a per-channel one sliced.
+  void follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels);
+
   // Slices the encodings of every sliced source tensor and drops the source's encoding
   // when no graph of the set reads the source any more. Returns how many were sliced.
   size_t finish_encodings();

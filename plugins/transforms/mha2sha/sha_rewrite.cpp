@@ -34,22 +34,25 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
   std::vector<std::string> w = weights.slices(g, b.weight, b.heads);
   std::vector<std::string> bias;
   if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.heads);
-  std::vector<std::string> out;
+  std::vector<std::string> out, projected, biased;
   for (int64_t h = 0; h < b.heads; ++h) {
     const std::string t = tag(h);
     std::string v = ed.fresh(b.heads_out + t + ".proj");
     ed.add("MatMul", {b.x, w[h]}, {v}, b.weight + t + "/MatMul");
+    projected.push_back(v);
     if (!bias.empty()) {
-      std::string biased = ed.fresh(v + ".bias");
-      ed.add("Add", b.bias_first ? std::vector<std::string>{bias[h], v} : std::vector<std::string>{v, bias[h]}, {biased},
-             b.bias + t + "/Add");
-      v = biased;
+      biased.push_back(ed.fresh(v + ".bias"));
+      ed.add("Add", b.bias_first ? std::vector<std::string>{bias[h], v} : std::vector<std::string>{v, bias[h]},
+             {biased.back()}, b.bias + t + "/Add");
+      v = biased.back();
     }
     v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
     std::map<std::string, std::string> map{{b.heads_out, v}};
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
   }
+  weights.follow_activation(b.proj_out, projected, b.heads * b.head_dim);
+  if (!biased.empty()) weights.follow_activation(b.biased_out, biased, b.heads * b.head_dim);
   return out;
 }
 
