@@ -40,7 +40,7 @@ void add_export_qdq(CLI::App& app) {
       j["file"] = file.string();
       summary.push_back(j);
       if (!json)
-        std::printf("%s: %zu weights DequantizeLinear, %zu weights float on grid, %zu activations Q/DQ uint8, %zu emulated\n",
+        std::printf("%s: %zu weights DequantizeLinear, %zu weights float on grid, %zu activations Q/DQ, %zu emulated\n",
                     file.string().c_str(), st.weights_dq, st.weights_on_grid, st.activations_qdq,
                     st.activations_emulated);
     }

@@ -16,9 +16,10 @@ ir::Attribute int_attr(int64_t v) {
 }
 
 void add_node(ir::Graph& g, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-              std::map<std::string, ir::Attribute> attrs = {}) {
+              std::map<std::string, ir::Attribute> attrs = {}, const std::string& domain = "") {
   auto n = std::make_unique<ir::Node>();
   n->op_type = op;
+  n->domain = domain;
   n->name = out[0] + "/" + op;
   n->inputs = std::move(in);
   n->outputs = std::move(out);
@@ -139,6 +140,18 @@ void add_activation_qdq(ir::Graph& g, const std::string& in, const std::string& 
                                           {static_cast<uint8_t>(-e.offset[0])});
     add_node(g, "QuantizeLinear", {in, s, z}, {out + "_q"});
     add_node(g, "DequantizeLinear", {out + "_q", s, z}, {out});
+    ++st->activations_qdq;
+    return;
+  }
+  if (e.bw == 16 && offset <= 0 && offset >= -65535) {
+    // uint16 Q/DQ is standard from opset 21; below it, ONNX Runtime's com.microsoft
+    // QuantizeLinear/DequantizeLinear take uint16 (what its own quantizer writes for A16).
+    g.opsets.emplace("com.microsoft", 1);
+    std::string s = add_constant<float>(g, out + "_qdq_scale", NF_DTYPE_FLOAT32, {}, {scale});
+    std::string z = add_constant<uint16_t>(g, out + "_qdq_zero_point", NF_DTYPE_UINT16, {},
+                                           {static_cast<uint16_t>(-e.offset[0])});
+    add_node(g, "QuantizeLinear", {in, s, z}, {out + "_q"}, {}, "com.microsoft");
+    add_node(g, "DequantizeLinear", {out + "_q", s, z}, {out}, {}, "com.microsoft");
     ++st->activations_qdq;
     return;
   }

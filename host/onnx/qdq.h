@@ -6,10 +6,11 @@
 //   weights PER_BLOCK, or wider than 8 bits: blockwise DequantizeLinear needs opset 21, so
 //     the float weights are written already rounded onto their grid.
 //   activations (PER_TENSOR integer encodings on computed values and graph inputs):
-//     8 bits: QuantizeLinear/DequantizeLinear (uint8, zero point = -offset) at the producer's
-//     output (graph inputs: before their consumers); other widths (A16, KV4): the same
-//     rounding emulated in float (Mul by 1/scale, Round, Add, Clip, Add, Mul), since uint16
-//     and int4 Q/DQ need opset 21 and the source graphs are usually opset 17.
+//     a QuantizeLinear/DequantizeLinear pair (zero point = -offset) at the producer's output
+//     (graph inputs: before their consumers): 8 bits uint8 (ai.onnx); 16 bits uint16 in
+//     ONNX Runtime's com.microsoft domain, since ai.onnx has uint16 Q/DQ only from opset 21
+//     and the source graphs are usually opset 14-17. Other widths (KV4): the same rounding
+//     emulated in float (Mul by 1/scale, Round, Add, Clip, Add, Mul).
 #pragma once
 
 #include <memory>
@@ -24,7 +25,7 @@ struct QdqStats {
   nlohmann::json to_json() const {
     return {{"weights_dequantize_linear", weights_dq},
             {"weights_float_on_grid", weights_on_grid},
-            {"activations_qdq_uint8", activations_qdq},
+            {"activations_qdq", activations_qdq},
             {"activations_emulated", activations_emulated}};
   }
 };
