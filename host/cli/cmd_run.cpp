@@ -50,10 +50,11 @@ double target_macs_per_token(const nlohmann::json& c) {
 // tokens without and with the decoder. Plain decoding costs one decode step per token. The
 // decoder costs each target forward as one pass of its most rows (the estimate of a prompt
 // of that many rows: the largest AR variant / one prefill chunk). A draft model is not part
-// of the package, so its passes are priced from its MACs: by the backend as a graph of
-// that size (`graph_pass`, weights stored as float16, plus one graph launch per decoder step:
-// the draft's depth loop deployed as one graph, TopK expansion inside), or, when the
-// backend cannot, as a decode step scaled by draft MACs / target MACs.
+// of the package, so the backend prices its passes from the matrices the decoder reports
+// (`graph_pass`: its linears at the pass's average rows, at the width the chip would store
+// them), plus one graph launch per decoder step: the draft's depth loop deployed as one
+// graph, TopK expansion inside. A backend that cannot gets a decode step scaled by draft
+// MACs / target MACs.
 nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
   const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
   if (!backend || !backend->backend()->estimate) return nullptr;
@@ -80,15 +81,17 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
     if (s.draft_forwards > 0) {
       const double macs_per_row = s.decoder.value("draft_macs_per_row", 0.0);
       const double rows = s.decoder.value("draft_rows", 0.0);
-      if (macs_per_row <= 0 || rows <= 0) throw std::runtime_error("the decoder reports no draft_macs_per_row / draft_rows");
-      const double passes = static_cast<double>(s.draft_forwards), macs = macs_per_row * rows / passes;
-      nlohmann::json pass = estimate({{"graph_pass", {{"weight_bytes", 2 * macs_per_row}, {"macs", macs}}}});
+      if (macs_per_row <= 0 || rows <= 0 || !s.decoder.contains("draft_linears"))
+        throw std::runtime_error("the decoder reports no draft_linears / draft_macs_per_row / draft_rows");
+      const double passes = static_cast<double>(s.draft_forwards);
+      nlohmann::json pass = estimate({{"graph_pass", {{"linears", s.decoder["draft_linears"]}, {"rows", rows / passes}}}});
       if (pass.contains("graph_pass_ms")) {
         draft_pass_ms = pass["graph_pass_ms"].get<double>();
         launch_ms = pass.value("per_graph_ms", 0.0);
         draft_ms = passes * draft_pass_ms + static_cast<double>(s.steps) * launch_ms;
-        notes.push_back("a draft pass streams the draft's float16 weights once and runs its MACs for the average " +
-                        std::to_string(rows / passes).substr(0, 5) + " rows; one graph launch per decoder step");
+        notes.push_back("a draft pass: the draft's linears at the average " + std::to_string(rows / passes).substr(0, 5) +
+                        " rows, weights " + pass.value("weights_stored_as", std::string("?")) +
+                        " (backend graph_pass); one graph launch per decoder step");
         const double per_pass_launch = target_ms + passes * (draft_pass_ms + launch_ms);
         r["speedup_if_each_draft_pass_is_a_launch"] = plain / per_pass_launch;
       } else {

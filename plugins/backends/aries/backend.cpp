@@ -35,6 +35,12 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
   return NF_TRY({
     PackageInfo p = PackageInfo::read(dir);
     nlohmann::json wl = Options(workload_json).json();
+    if (wl.contains("graph_pass")) {
+      const nlohmann::json& g = wl["graph_pass"];
+      std::string out = graph_pass(g.value("linears", nlohmann::json()), g.value("rows", 0.0), p.options, p.device).dump();
+      sink(user, out.c_str());
+      return nullptr;
+    }
     Workload w;
     w.prompt_len = wl.value("prompt_len", int64_t{0});
     w.context_len = wl.value("context_len", int64_t{0});

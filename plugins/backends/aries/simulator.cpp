@@ -104,6 +104,28 @@ PassTime pass_time(const SimModel& m, const AriesOptions& o, const Device& d, in
   return t;
 }
 
+nlohmann::json graph_pass(const nlohmann::json& linears, double rows, const AriesOptions& o, const Device& d) {
+  if (!linears.is_array() || !(rows > 0))
+    throw Error("aries: estimate: graph_pass needs \"linears\": [[K, N], ...] and \"rows\" > 0");
+  SimModel m;  // no blocks: no attention or vector work, only the linears
+  for (const auto& kn : linears) {
+    if (!kn.is_array() || kn.size() != 2 || !kn[0].is_number_integer() || !kn[1].is_number_integer())
+      throw Error("aries: estimate: graph_pass.linears entries are [K, N]");
+    LinearCost l;
+    l.block = 0;
+    l.K = kn[0].get<int64_t>();
+    l.N = kn[1].get<int64_t>();
+    m.linears.push_back(l);
+  }
+  PassTime t = pass_time(m, o, d, static_cast<int64_t>(std::ceil(rows)), 0, 0, 1);
+  return {{"backend", "aries"},
+          {"device", o.device},
+          {"simulated", true},
+          {"graph_pass_ms", (t.seconds - t.overhead_s) * 1e3},
+          {"per_graph_ms", d.invoke_overhead_s * 1e3},
+          {"weights_stored_as", "int8"}};
+}
+
 SimModel llama_from_config(const nlohmann::json& c, const BitConfig& b) {
   SimModel m;
   ModelShape& s = m.shape;

@@ -164,26 +164,30 @@ void check_fits(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
                 (o.memory_limit_mb > 0 ? " (memory_limit_mb)" : " (chip file memory.device_budget_bytes)"));
 }
 
-// One pass of a graph the package does not hold (a speculative decoder's draft), described
-// by its weights and MACs: the roofline of streaming the weights once against the MACs at
-// the given precision, without the per-graph launch cost, which is returned beside it.
+// One pass of a graph the package does not hold (a speculative decoder's draft), given as
+// its linears {"linears": [[K, N], ...], "rows": R}: the roofline of streaming the weights
+// once (float16: the draft runs at fp16, as its asset stores it) against their MACs at fp16,
+// without the per-graph launch cost, which is returned beside it.
 nlohmann::json graph_pass(const HtpOptions& o, const nlohmann::json& g) {
   const Chip& c = o.chip;
-  auto number = [&](const char* k) {
-    if (!g.contains(k) || !g[k].is_number() || g[k].get<double>() < 0)
-      throw Error(std::string("htp: estimate: graph_pass.") + k + " must be a non-negative number");
-    return g[k].get<double>();
-  };
-  const double bytes = number("weight_bytes"), macs = number("macs");
-  const std::string precision = g.value("precision", "fp16");
+  if (!g.contains("linears") || !g["linears"].is_array() || !g.contains("rows") || !g["rows"].is_number() ||
+      g["rows"].get<double>() <= 0)
+    throw Error("htp: estimate: graph_pass needs \"linears\": [[K, N], ...] and \"rows\" > 0");
+  double weights = 0;
+  for (const auto& kn : g["linears"]) {
+    if (!kn.is_array() || kn.size() != 2 || !kn[0].is_number() || !kn[1].is_number())
+      throw Error("htp: estimate: graph_pass.linears entries are [K, N]");
+    weights += kn[0].get<double>() * kn[1].get<double>();
+  }
   if (!c.dram_peak_bytes_per_s) throw Error("htp: chip " + o.chipset + " has no published DRAM bandwidth");
-  const double compute = macs / c.macs_per_s(precision), dram = bytes / (*c.dram_peak_bytes_per_s * c.dram_share);
+  const double compute = weights * g["rows"].get<double>() / c.macs_per_s("fp16");
+  const double dram = 2 * weights / (*c.dram_peak_bytes_per_s * c.dram_share);
   return {{"backend", "htp"},
           {"device", o.chipset},
           {"simulated", true},
           {"graph_pass_ms", std::max(compute, dram) * 1e3},
           {"per_graph_ms", c.per_graph_s * 1e3},
-          {"precision", precision}};
+          {"weights_stored_as", "float16"}};
 }
 
 nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries,

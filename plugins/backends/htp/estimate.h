@@ -14,8 +14,8 @@ namespace nf::htp {
 // configured VTCM, a package bigger than the memory limit.
 void check_fits(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries);
 
-// workload: {"prompt_len"?: N, "context_len"?: N}, or {"graph_pass": {"weight_bytes": B,
-// "macs": M, "precision"?: "fp16"|"a16w8"|...}} for one pass of a graph outside the package.
+// workload: {"prompt_len"?: N, "context_len"?: N}, or {"graph_pass": {"linears": [[K, N], ...],
+// "rows": R}} for one pass of a graph outside the package (a speculative decoder's draft).
 nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries,
                         const nlohmann::json& workload);
 

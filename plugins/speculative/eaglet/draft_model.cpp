@@ -139,8 +139,14 @@ size_t DraftModel::weight_bytes_per_pass() const {
 
 int64_t DraftModel::macs_per_row() const {
   int64_t m = 0;
-  for (const auto* w : {&fc_, &q_, &k_, &v_, &o_, &gate_, &up_, &down_, &lm_head_}) m += w->K * w->N;
+  for (const auto& [K, N] : linear_shapes()) m += K * N;
   return m;
+}
+
+std::vector<std::array<int64_t, 2>> DraftModel::linear_shapes() const {
+  std::vector<std::array<int64_t, 2>> shapes;
+  for (const auto* w : {&fc_, &q_, &k_, &v_, &o_, &gate_, &up_, &down_, &lm_head_}) shapes.push_back({w->K, w->N});
+  return shapes;
 }
 
 void DraftModel::rope(float* x, int64_t n_heads, int64_t position) const {

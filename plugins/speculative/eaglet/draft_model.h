@@ -8,6 +8,8 @@
 // entry sees the committed cache, its ancestors and itself.
 #pragma once
 
+#include <array>
+
 #include <npuforge/kernels/linear.h>
 
 #include <cstdint>
@@ -56,6 +58,8 @@ class DraftModel {
   size_t weight_bytes_per_pass() const;
   // Multiply-adds of one row through the draft's matrices (attention over the cache aside).
   int64_t macs_per_row() const;
+  // [K, N] of every matrix a draft pass multiplies by, in order (for backend estimates).
+  std::vector<std::array<int64_t, 2>> linear_shapes() const;
 
  private:
   // Shared body: projections for all rows, attention per row over `visible(i)`.

@@ -187,7 +187,8 @@ class Eaglet {
                      {"drafted_tokens_verified", stats_.drafted},
                      {"accepted_draft_tokens", stats_.accepted_draft},
                      {"draft_weight_bytes_per_pass", draft_.weight_bytes_per_pass()},
-                     {"draft_macs_per_row", draft_.macs_per_row()}};
+                     {"draft_macs_per_row", draft_.macs_per_row()},
+                     {"draft_linears", draft_.linear_shapes()}};
     return j.dump();
   }
 
