@@ -67,6 +67,42 @@ std::vector<std::vector<int32_t>> TextCalibration::make_batches(const std::vecto
   return batches;
 }
 
+// A float copy of the model set whose graph also outputs the values a recipe asks for,
+// with its cpu session. `key` says what it was made from; the copy shares (and so holds)
+// every initializer buffer, so no pointer in the key can be freed and reused while it lives.
+struct TextCalibration::Prepared {
+  std::string key;
+  std::unique_ptr<ir::ModelSet> copy;
+  std::unique_ptr<BackendSession> session;
+};
+
+TextCalibration::~TextCalibration() = default;
+
+namespace {
+
+// What a prepared copy depends on: the graph's structure, its initializer buffers (by
+// identity: recipes replace a weight with a new tensor, never write into one) and the
+// computed values requested.
+std::string prepared_key(const ir::Graph& g, const std::vector<std::string>& run_names) {
+  std::ostringstream k;
+  k << g.name << '|' << static_cast<const void*>(&g) << '|';
+  for (const auto& n : g.nodes) {
+    k << n->op_type << '(';
+    for (const auto& i : n->inputs) k << i << ',';
+    k << ')';
+    for (const auto& o : n->outputs) k << o << ',';
+    k << ';';
+  }
+  for (const auto& i : g.inputs) k << i << ',';
+  k << '|';
+  for (const auto& [name, t] : g.initializers) k << name << '@' << static_cast<const void*>(t.get()) << ',';
+  k << '|';
+  for (const auto& r : run_names) k << r << ',';
+  return k.str();
+}
+
+}  // namespace
+
 void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) {
   if (index >= batches_.size())
     throw std::runtime_error("calibration batch " + std::to_string(index) + " out of range (" +
@@ -76,23 +112,18 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     throw std::runtime_error("calibration runs the source decoder graph: run quant recipes before the transforms (" +
                              std::to_string(ms.graphs.size()) + " graphs in the model set)");
   std::vector<std::string> wanted(names, names + n);
-
-  // A copy of the set whose graph also outputs every requested intermediate value.
-  auto copy = ms.clone();
-  copy->encodings.clear();  // float model: the cpu backend would otherwise run encoded weights
-  ir::Graph& g = *copy->graphs[0];
-  DecoderIO io = DecoderIO::from_spec(graph_specs(*copy)[0]);
+  const ir::Graph& src = *ms.graphs[0];
   std::vector<std::string> run_names;  // values the session computes
   for (const auto& name : wanted) {
     if (name.empty()) throw std::runtime_error("calibration: empty tensor name requested");
-    bool is_input = std::find(g.inputs.begin(), g.inputs.end(), name) != g.inputs.end();
-    if (is_input || g.initializers.count(name)) continue;
-    bool produced = g.producer(name) != nullptr;
-    if (!produced) throw std::runtime_error("calibration: graph '" + g.name + "' has no value named '" + name + "'");
-    if (std::find(g.outputs.begin(), g.outputs.end(), name) == g.outputs.end()) g.outputs.push_back(name);
+    bool is_input = std::find(src.inputs.begin(), src.inputs.end(), name) != src.inputs.end();
+    if (is_input || src.initializers.count(name)) continue;
+    if (!src.producer(name))
+      throw std::runtime_error("calibration: graph '" + src.name + "' has no value named '" + name + "'");
     if (std::find(run_names.begin(), run_names.end(), name) == run_names.end()) run_names.push_back(name);
   }
 
+  DecoderIO io = DecoderIO::from_spec(graph_specs(ms)[0]);
   const auto& ids = batches_[index];
   const int64_t T = static_cast<int64_t>(ids.size());
   std::vector<int64_t> tokens(ids.begin(), ids.end()), ones(ids.size(), 1), positions(ids.size());
@@ -108,11 +139,24 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
 
   std::vector<TensorPtr> computed;
   if (!run_names.empty()) {
-    nlohmann::json options = {{"use_encodings", false}};
-    auto errors = manifest::validate_json(cpu_.schema, options);
-    if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
-    auto session = BackendSession::open_model_set(cpu_, options, *copy);
-    computed = session->run(g.name, inputs, run_names);
+    std::string key = prepared_key(src, run_names);
+    if (!prepared_ || prepared_->key != key) {
+      prepared_.reset();  // release the previous copy and session first
+      auto p = std::make_unique<Prepared>();
+      p->key = std::move(key);
+      p->copy = ms.clone();
+      p->copy->encodings.clear();  // float model: the cpu backend would otherwise run encoded weights
+      ir::Graph& g = *p->copy->graphs[0];
+      for (const auto& name : run_names)
+        if (std::find(g.outputs.begin(), g.outputs.end(), name) == g.outputs.end()) g.outputs.push_back(name);
+      nlohmann::json options = {{"use_encodings", false}};
+      auto errors = manifest::validate_json(cpu_.schema, options);
+      if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
+      p->session = BackendSession::open_model_set(cpu_, options, *p->copy);
+      ++sessions_opened_;
+      prepared_ = std::move(p);
+    }
+    computed = prepared_->session->run(src.name, inputs, run_names);
   }
 
   std::vector<nf_tensor*> result;
@@ -120,7 +164,7 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     const ir::Tensor* t = nullptr;
     for (const auto& in : inputs)
       if (in.name == name) t = &in.tensor->tensor;
-    if (auto it = g.initializers.find(name); it != g.initializers.end()) t = &it->second->tensor;
+    if (auto it = src.initializers.find(name); it != src.initializers.end()) t = &it->second->tensor;
     for (size_t i = 0; i < run_names.size(); ++i)
       if (run_names[i] == name) t = &computed[i]->tensor;
     if (!t) {

@@ -33,11 +33,21 @@ class TextCalibration final : public nf_calibration {
   // Runs batch `index` (from position 0, empty past KV, all-ones mask) through the first
   // graph of `ms` with fp32 weights (encodings ignored) and writes a new reference to each
   // named value to out[0..n). Outputs are untouched on error.
+  // The float copy and its cpu session are kept for the next call while the model set's
+  // graph, initializers and the computed values asked for stay the same (a recipe asks for
+  // the same values batch after batch), so weights are packed once, not once per batch.
   void run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) override;
+  ~TextCalibration() override;
+
+  // How many times run() opened a session (for tests and progress reports).
+  size_t sessions_opened() const { return sessions_opened_; }
 
  private:
+  struct Prepared;
   const PluginInfo& cpu_;
   std::vector<std::vector<int32_t>> batches_;
+  std::unique_ptr<Prepared> prepared_;
+  size_t sessions_opened_ = 0;
 };
 
 // What the calibration of `m` contributes to a quant stage's cache key: a hash of the text

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -268,6 +269,54 @@ TEST(Calibration, RunReturnsIntermediateValues) {
   nf_tensor* none = nullptr;
   EXPECT_THROW(calib.run(*ms, 0, bad, 1, &none), std::runtime_error);
   EXPECT_EQ(none, nullptr);
+}
+
+// One session serves every batch while the model set and the values asked for stay the
+// same; a replaced weight or other values open a new one, and its values follow the weight.
+TEST(Calibration, SessionIsReusedUntilTheModelSetChanges) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = 3;
+  c.sequence_length = 16;
+  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  ir::Graph& g = *ms->graphs[0];
+  const char* logits[] = {"logits"};
+  auto run = [&](size_t batch, const char* const* names) {
+    nf_tensor* out = nullptr;
+    calib.run(*ms, batch, names, 1, &out);
+    auto t = host::adopt_tensor_handle(out);
+    const float* p = t->tensor.as<float>();
+    return std::vector<float>(p, p + t->tensor.numel());
+  };
+  auto first = run(0, logits);
+  run(1, logits);
+  run(2, logits);
+  EXPECT_EQ(calib.sessions_opened(), 1u);
+  EXPECT_EQ(run(0, logits), first) << "the reused session gives the same values";
+
+  // Replace the LM head (the last MatMul's weight) by zeros: the logits must follow.
+  std::string head;
+  for (const auto& n : g.nodes)
+    if (n->op_type == "MatMul" && g.initializers.count(n->inputs[1])) head = n->inputs[1];
+  ASSERT_FALSE(head.empty());
+  const ir::Tensor& w = g.initializers.at(head)->tensor;
+  g.initializers[head] = ir::make_tensor_ref(ir::Tensor::zeros(w.dtype, w.dims));
+  auto zeroed = run(0, logits);
+  EXPECT_EQ(calib.sessions_opened(), 2u);
+  EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float v) { return v == 0.f; }));
+
+  std::string hidden;
+  for (const auto& n : g.nodes)
+    if (n->op_type == "MatMul" && g.initializers.count(n->inputs[1])) {
+      hidden = n->inputs[0];
+      break;
+    }
+  const char* other[] = {hidden.c_str()};
+  run(0, other);
+  EXPECT_EQ(calib.sessions_opened(), 3u);
 }
 
 namespace {
