@@ -93,6 +93,18 @@ LPBQ_A8='[[quant]]
 recipe = "lpbq"
 block_size = 64
 activation_bw = 8'
+SEQMSE_LPBQGRID_A8="$SEQMSE_LPBQGRID
+activation_bw = 8"
+# R4 alone: the seed-1 Hadamard R1 plus the online Hadamard before down_proj.
+SPIN_R4="$SPIN
+online_down_proj = true"
+# Learned R1 + R2 (tools/quant/train_spinquant.py, trained with R4 on calibration.txt).
+SPIN_LEARNED="[[quant]]
+recipe = \"spinquant\"
+rotations = \"$TINY/spinquant/rotations.json\"
+r2 = true"
+SPIN_LEARNED_R4="$SPIN_LEARNED
+online_down_proj = true"
 
 {
   echo "{\"row\":\"fp32\",\"eval\":$("$NF" eval "$TINY/model.onnx" --text "$TINY/heldout.txt" --reference "$TINY/model.onnx" --json)}"
@@ -111,6 +123,18 @@ $SEQMSE_LPBQGRID
 $LPBQ"
   row w4a8_lpbq "$LPBQ_A8"
   row w4a8_spinquant_lpbq "$SPIN
+$LPBQ_A8"
+  row w4a8_spinquant_r4_lpbq "$SPIN_R4
+$LPBQ_A8"
+  row w4a8_spinquant_learned_lpbq "$SPIN_LEARNED
+$LPBQ_A8"
+  row w4a8_spinquant_learned_r4_lpbq "$SPIN_LEARNED_R4
+$LPBQ_A8"
+  row spinquant_learned_r4_seqmse_lpbqgrid_lpbq "$SPIN_LEARNED_R4
+$SEQMSE_LPBQGRID
+$LPBQ"
+  row w4a8_spinquant_learned_r4_seqmse_lpbqgrid_lpbq "$SPIN_LEARNED_R4
+$SEQMSE_LPBQGRID_A8
 $LPBQ_A8"
   if [ -n "${BIG:-}" ]; then  # timing and memory only (random weights: no accuracy)
     SAMPLES=${BIG_SAMPLES:-4}

@@ -240,6 +240,139 @@ TEST(SpinQuant, TiedEmbeddingNeedsUntie) {
   EXPECT_NE(err.find("set untie_embedding = true"), std::string::npos) << err;
 }
 
+namespace {
+
+const std::string kRotations = kTiny + "/spinquant/rotations.json";
+
+// Writes a rotations.json + rotations.bin pair of identity matrices with the given sizes.
+std::string write_identity_rotations(const std::string& name, int64_t hidden, int64_t head_dim, int64_t layers,
+                                     int64_t extra_doubles = 0) {
+  fs::path dir = fs::temp_directory_path() / ("nf_spin_rot_" + name + "_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<double> data;
+  auto eye = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) data.push_back(i == j ? 1.0 : 0.0);
+  };
+  eye(hidden);
+  for (int64_t l = 0; l < layers; ++l) eye(head_dim);
+  data.resize(data.size() + static_cast<size_t>(extra_doubles), 0.0);
+  std::ofstream(dir / "r.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(double)));
+  nlohmann::json j = {{"format", "npuforge-spinquant-rotations"}, {"version", 1}, {"dtype", "float64"}, {"data", "r.bin"},
+                      {"hidden_size", hidden}, {"head_dim", head_dim}, {"num_layers", layers}};
+  std::ofstream(dir / "r.json") << j.dump();
+  return (dir / "r.json").string();
+}
+
+}  // namespace
+
+// The learned rotations (tests/models/tiny_llama/spinquant, tools/quant/train_spinquant.py)
+// and the online Hadamard before every down_proj (R4, 704 = 44 * 16, Paley) keep the float
+// logits of tiny_llama within 1e-4; R4 adds one MatMul per layer and records them for the
+// quant recipes. mistral_swa: R4 of 256 with random R1 of 96.
+TEST(SpinQuant, LearnedRotationsAndOnlineDownProjKeepFloatLogits) {
+  struct Case {
+    std::string model;
+    nlohmann::json options;
+    size_t online;
+  };
+  for (const Case& c : {Case{"tiny_llama", {{"rotations", kRotations}, {"r2", true}, {"online_down_proj", true}}, 4},
+                        Case{"tiny_llama", {{"rotations", kRotations}, {"r2", true}}, 0},
+                        Case{"mistral_swa", {{"seed", 2}, {"online_down_proj", true}}, 2}}) {
+    const std::string dir = kModels + "/" + c.model;
+    auto ms = host::load_source_model(dir + "/model.onnx", "");
+    const int64_t vocab = nlohmann::json::parse(test::slurp(dir + "/config.json"))["vocab_size"];
+    const size_t nodes_before = ms->graphs[0]->nodes.size();
+    auto before = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(apply_recipe("spinquant", c.options, *ms, nullptr), "") << c.model;
+    auto after = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(before.size(), after.size());
+    auto [d, m] = max_diff(before, after);
+    std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(),
+                d, m);
+    EXPECT_LT(d, 1e-4) << c.model;
+    EXPECT_EQ(ms->graphs[0]->nodes.size(), nodes_before + c.online) << c.model;
+    if (c.online) {
+      auto rec = nlohmann::json::parse(ms->metadata.at("online_rotations"));
+      ASSERT_EQ(rec.size(), c.online);
+      for (const auto& r : rec) {
+        const ir::Tensor* h = ms->graphs[0]->initializer(r["weight"].get<std::string>());
+        ASSERT_NE(h, nullptr);
+        const float mag = 1.f / std::sqrt(static_cast<float>(h->dims[0]));
+        for (int64_t i = 0; i < h->numel(); ++i) ASSERT_NEAR(std::fabs(h->as<float>()[i]), mag, 1e-7f);
+      }
+    }
+  }
+}
+
+// The learned R1 is not a Hadamard: the rotated embedding differs from seed-1 Hadamard's.
+TEST(SpinQuant, LearnedRotationsAreUsed) {
+  auto a = host::load_source_model(kTiny + "/model.onnx", "");
+  auto b = host::load_source_model(kTiny + "/model.onnx", "");
+  ASSERT_EQ(apply_recipe("spinquant", {{"rotations", kRotations}}, *a, nullptr), "");
+  ASSERT_EQ(apply_recipe("spinquant", {{"seed", 1}}, *b, nullptr), "");
+  const std::string e = "model.embed_tokens.weight";
+  ASSERT_NE(a->graphs[0]->initializer(e), nullptr);
+  const float* pa = a->graphs[0]->initializer(e)->as<float>();
+  const float* pb = b->graphs[0]->initializer(e)->as<float>();
+  double diff = 0;
+  for (int64_t i = 0; i < 256; ++i) diff = std::max(diff, static_cast<double>(std::fabs(pa[i] - pb[i])));
+  EXPECT_GT(diff, 1e-3);
+}
+
+// A rotations file of another model's sizes, a truncated data file, a non-orthogonal matrix
+// and a missing file: one clear error each.
+TEST(SpinQuant, RotationsFileMustMatchTheModel) {
+  auto err_of = [](const nlohmann::json& options) {
+    auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+    return apply_recipe("spinquant", options, *ms, nullptr);
+  };
+  std::string err = err_of({{"rotations", write_identity_rotations("hidden", 128, 32, 4)}});
+  EXPECT_NE(err.find("hold R1 of size 128 but the model's hidden size is 256"), std::string::npos) << err;
+  err = err_of({{"rotations", write_identity_rotations("layers", 256, 32, 3)}, {"r2", true}});
+  EXPECT_NE(err.find("hold 3 R2 of size 32 but the model has 4 attention layers of head_dim 32"), std::string::npos)
+      << err;
+  std::string bad = write_identity_rotations("size", 256, 32, 4, 5);
+  err = err_of({{"rotations", bad}});
+  EXPECT_NE(err.find("bytes; hidden_size 256, head_dim 32 and 4 layers need"), std::string::npos) << err;
+  std::string skew = write_identity_rotations("skew", 256, 32, 4);
+  {
+    std::fstream f(fs::path(skew).parent_path() / "r.bin", std::ios::in | std::ios::out | std::ios::binary);
+    double two = 2.0;
+    f.write(reinterpret_cast<const char*>(&two), sizeof two);
+  }
+  err = err_of({{"rotations", skew}});
+  EXPECT_NE(err.find("R1 is not orthogonal"), std::string::npos) << err;
+  err = err_of({{"rotations", "/nonexistent/rotations.json"}});
+  EXPECT_NE(err.find("rotations '/nonexistent/rotations.json': cannot be opened"), std::string::npos) << err;
+  // The identity with the right sizes is accepted (float equivalence is the test above).
+  EXPECT_EQ(err_of({{"rotations", write_identity_rotations("ok", 256, 32, 4)}, {"r2", true}}), "");
+}
+
+// After online_down_proj, lpbq W4A8 encodes each Hadamard like any linear layer: its weight
+// (exact on the LPBQ grid: every entry is +-1/sqrt(704)), its input at 16 bits (computed
+// before quantization) and its output, down_proj's input, at 8.
+TEST(SpinQuant, OnlineHadamardGetsEncodingsInA8Recipes) {
+  auto calib = calibration(kTiny, 1, 16);
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  ASSERT_EQ(apply_recipe("spinquant", {{"rotations", kRotations}, {"r2", true}, {"online_down_proj", true}}, *ms,
+                         nullptr),
+            "");
+  ASSERT_EQ(apply_recipe("lpbq", {{"activation_bw", 8}}, *ms, calib.get()), "");
+  auto rec = nlohmann::json::parse(ms->metadata.at("online_rotations"));
+  ASSERT_EQ(rec.size(), 4u);
+  for (const auto& r : rec) {
+    const std::string w = r["weight"], in = r["input"], out = r["output"];
+    ASSERT_TRUE(ms->encodings.count(w) && ms->encodings.count(in) && ms->encodings.count(out)) << w;
+    const nf_encoding& we = ms->encodings.at(w).view;
+    EXPECT_EQ(we.enc_type, NF_ENC_LPBQ);
+    for (size_t i = 0; i < we.num_block_ints; ++i) ASSERT_EQ(we.per_block_int_scale[i], 16) << w;
+    EXPECT_EQ(ms->encodings.at(in).view.bw, 16) << in;
+    EXPECT_EQ(ms->encodings.at(out).view.bw, 8) << out;
+  }
+}
+
 TEST(SeqMseRecipe, PerBlockFeedsLpbq) {
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
   auto calib = calibration(kTiny, 2, 32);

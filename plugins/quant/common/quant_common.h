@@ -310,10 +310,24 @@ inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
   return e;
 }
 
+// Inputs of the online rotations spinquant inserted (`online_down_proj`; model-set metadata
+// "online_rotations": [{"weight", "input", "output"}]). They get at least 16 bits: the
+// rotation is computed on the unquantized activation (as QuaRot's online Hadamard), and the
+// act_bw grid applies to its rotated output, the input of the layer it feeds.
+inline std::set<std::string> online_rotation_inputs(const ModelSet& ms) {
+  std::set<std::string> inputs;
+  nlohmann::json rot = ms.metadata("online_rotations");
+  if (rot.is_array())
+    for (const auto& r : rot)
+      if (r.is_object() && r.contains("input") && r["input"].is_string()) inputs.insert(r["input"].get<std::string>());
+  return inputs;
+}
+
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the
 // present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration,
 // with ranges from `estimator` (a second calibration pass for percentile and mse).
-// The LM head's output gets `logits_bw` bits (0: act_bw). Returns how many were set.
+// The LM head's output gets `logits_bw` bits (0: act_bw), the inputs of online rotations at
+// least 16 (online_rotation_inputs). Returns how many were set.
 inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std::vector<LinearWeight>& weights,
                                  int act_bw, int kv_bw, const Context& ctx, ActivationRange estimator = {},
                                  int logits_bw = 0) {
@@ -321,8 +335,11 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
   const std::string lm_head = lm_head_weight(ms, weights);
   for (const auto& lw : weights)
     if (lw.name == lm_head) logits = lw.output;
+  const std::set<std::string> rotation_inputs = online_rotation_inputs(ms);
   auto bw_of = [&](const std::string& name, bool is_kv) {
-    return is_kv ? kv_bw : (logits_bw > 0 && name == logits) ? logits_bw : act_bw;
+    if (is_kv) return kv_bw;
+    if (rotation_inputs.count(name)) return std::max(act_bw, 16);
+    return (logits_bw > 0 && name == logits) ? logits_bw : act_bw;
   };
   std::vector<std::string> names;
   auto add = [&](const std::string& n) {

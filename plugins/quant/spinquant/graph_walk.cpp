@@ -63,6 +63,7 @@ bool as_linear(const GraphView& gv, const nf::Node& n, Linear* out) {
   nf::Tensor w = gv.float_initializer(n.input(1));
   if (!w || w.dims().size() != 2) return false;
   Linear l;
+  l.input = n.input(0);
   l.node_output = n.output(0);
   l.weight = n.input(1);
   if (n.op_type() == "Gemm") {

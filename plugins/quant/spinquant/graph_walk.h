@@ -37,6 +37,7 @@ class GraphView {
 
 // A linear layer: MatMul (B [K, N]) or Gemm (transB: [N, K]) with a constant 2-D weight.
 struct Linear {
+  std::string input;  // the activation (input 0)
   std::string node_output;
   std::string weight;
   std::string bias;  // Gemm C or a following Add of a 1-D constant; "" when none

@@ -4,15 +4,21 @@
 //   2. R1: a random Hadamard rotation of the hidden size is fused into the embedding, every
 //      layer reading the residual stream (q/k/v/gate/up/lm_head) and writing it (o/down).
 //   3. R2 (option): a Hadamard of head_dim per head on the value and output projections.
+//   R1/R2 are the learned ones of a rotations file when `rotations` names one.
+//   4. R4 (option `online_down_proj`): a Hadamard MatMul inserted before each down_proj.
 // Weights are rewritten in place; run spinquant before the recipes that set encodings.
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
 #include <npuforge/plugin.hpp>
 
+#include <optional>
 #include <set>
 
 #include "spinquant/graph_walk.h"
 #include "spinquant/hadamard.h"
+#include "spinquant/online.h"
+#include "spinquant/residual.h"
 #include "spinquant/rotate.h"
+#include "spinquant/rotations_file.h"
 
 namespace spinquant {
 namespace {
@@ -24,6 +30,10 @@ const char* kSchema = R"json({
     "r1": {"type": "boolean", "default": true, "description": "rotate the residual stream (hidden size) with a Hadamard fused into weights"},
     "r2": {"type": "boolean", "default": false, "description": "also rotate each attention head's values (v_proj outputs, o_proj inputs); changes the stored V cache"},
     "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "random signs of the Hadamard columns (0: all +1)"},
+    "rotations": {"type": "string", "default": "",
+                  "description": "rotations.json of learned R1/R2 (tools/quant/train_spinquant.py; absolute or relative to the working directory) used instead of random Hadamards; empty: none"},
+    "online_down_proj": {"type": "boolean", "default": false,
+                         "description": "R4: insert a Hadamard MatMul before each down_proj (its transpose folded into down_proj's weight); the A8 recipes keep its input at 16 bits"},
     "untie_embedding": {"type": "boolean", "default": false,
                         "description": "give a tied LM head its own copy of the embedding (required for tied models: the two get different rotations)"}
   }
@@ -94,6 +104,10 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   const bool r1 = opts.get<bool>("r1", true), r2 = opts.get<bool>("r2", false);
   const uint64_t seed = static_cast<uint64_t>(opts.get<int64_t>("seed", 0));
   const bool untie = opts.get<bool>("untie_embedding", false);
+  const bool online_down = opts.get<bool>("online_down_proj", false);
+  const std::string rotations = opts.get<std::string>("rotations", "");
+  std::optional<LearnedRotations> learned;
+  if (!rotations.empty()) learned = load_rotations(rotations);
   if (ms.graph_count() != 1)
     throw nf::Error("spinquant: runs on the source decoder graph, before the transforms (" +
                     std::to_string(ms.graph_count()) + " graphs in the model set)");
@@ -127,48 +141,22 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   auto fused = fuse_norm_gains(*gv, norms);
   size_t n_readers = 0, n_writers = 0;
 
+  ResidualStream stream;
+  if (r1 || online_down) stream = find_residual_stream(*gv, emb.output);
+  if (learned && learned->hidden != D)
+    throw nf::Error("spinquant: rotations '" + learned->path + "' hold R1 of size " + std::to_string(learned->hidden) +
+                    " but the model's hidden size is " + std::to_string(D));
   if (r1) {
-    // The residual stream: the embedding output, Casts of it, and residual Adds (one input
-    // on the stream, the other a linear layer's output: o_proj, down_proj).
-    std::set<std::string> stream{emb.output};
-    std::vector<Linear> writers;
-    std::set<std::string> writer_weights;
-    for (const nf::Node& n : g.nodes()) {
-      std::string_view op = n.op_type();
-      if (passthrough(op) && stream.count(n.input(0))) stream.insert(n.output(0));
-      if (op != "Add" || n.input_count() != 2) continue;
-      const bool a = stream.count(n.input(0)) != 0, b = stream.count(n.input(1)) != 0;
-      if (a == b) continue;
-      std::string other = n.input(a ? 1 : 0);
-      Linear w;
-      if (!linear_writer(*gv, other, &w))
-        throw nf::Error("spinquant: residual Add '" + std::string(n.name()) + "' adds '" + other +
-                        "', which is not a linear layer's output; cannot rotate the residual stream");
-      if (!writer_weights.insert(w.weight).second)
-        throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
-      writers.push_back(w);
-      stream.insert(n.output(0));
-    }
-    for (const auto& v : stream) {
-      if (gv->is_output(v)) throw nf::Error("spinquant: residual value '" + v + "' is a graph output; cannot rotate it");
-      for (const Use& u : gv->consumers(v)) {
-        std::string_view op = u.node.op_type();
-        if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape"))
-          throw nf::Error("spinquant: residual value '" + v + "' feeds a " + std::string(op) + " node ('" +
-                          std::string(u.node.name()) + "') that does not commute with a rotation");
-      }
-    }
     for (const auto& f : fused)
-      if (!stream.count(f.norm.input))
+      if (!stream.values.count(f.norm.input))
         throw nf::Error("spinquant: RMSNorm '" + f.norm.output + "' does not read the residual stream");
-
-    const auto R = nf::quant::random_hadamard(D, seed);
+    const auto R = learned ? learned->r1 : nf::quant::random_hadamard(D, seed);
     rotate_columns(g, emb.weight, R, D);
-    for (const auto& w : writers) rotate_output(g, w, R, D);
+    for (const auto& w : stream.writers) rotate_output(g, w, R, D);
     for (const auto& f : fused)
       for (const auto& l : f.readers) rotate_input(g, l, R, D);
     for (const auto& f : fused) n_readers += f.readers.size();
-    n_writers = writers.size();
+    n_writers = stream.writers.size();
   }
 
   size_t n_heads = 0;
@@ -183,14 +171,34 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     const auto H = nf::quant::random_hadamard(head_dim, seed == 0 ? 0 : seed + 1);
     auto attention = find_attention(*gv);
     if (attention.empty()) throw nf::Error("spinquant: r2: no attention (Softmax @ V) in the graph");
-    for (const auto& a : attention) {
-      rotate_output(g, a.v_proj, H, head_dim);
-      rotate_input(g, a.o_proj, H, head_dim);
+    if (learned && (learned->head_dim != head_dim || learned->r2.size() != attention.size()))
+      throw nf::Error("spinquant: rotations '" + learned->path + "' hold " + std::to_string(learned->r2.size()) +
+                      " R2 of size " + std::to_string(learned->head_dim) + " but the model has " +
+                      std::to_string(attention.size()) + " attention layers of head_dim " + std::to_string(head_dim));
+    for (size_t i = 0; i < attention.size(); ++i) {  // graph order = layer order
+      const auto& R = learned ? learned->r2[i] : H;
+      rotate_output(g, attention[i].v_proj, R, head_dim);
+      rotate_input(g, attention[i].o_proj, R, head_dim);
     }
     n_heads = attention.size();
   }
+  if (learned && !r2) ctx.warn("spinquant: r2 = false: the R2 matrices of '" + learned->path + "' are not applied");
+  std::vector<OnlineRotation> online;
+  if (online_down) {
+    auto downs = down_projections(*gv, stream);
+    if (downs.empty())
+      throw nf::Error("spinquant: online_down_proj: no down projection (a residual writer reading an elementwise Mul, "
+                      "the SwiGLU product) in the graph");
+    online = insert_online_hadamards(*gv, downs);
+    // The A8 recipes read this to keep each rotation's input at 16 bits (quant_common.h).
+    nlohmann::json record = nlohmann::json::array();
+    for (const auto& r : online) record.push_back({{"weight", r.weight}, {"input", r.input}, {"output", r.output}});
+    ms.set_metadata("online_rotations", record);
+  }
   ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
-           (r1 ? "; R1 (Hadamard " + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
+           (learned ? "; learned rotations from " + learned->path : std::string()) +
+           (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online.size()) + " down projections") +
+           (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
                      " readers and " + std::to_string(n_writers) + " writers of the residual stream"
                : std::string()) +
            (r2 ? "; R2 on " + std::to_string(n_heads) + " attention blocks" : std::string()) +
@@ -208,8 +216,8 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_QUANT,
     "spinquant",
-    "0.1.0",
-    "RMSNorm gains fused, then Hadamard rotations (R1 on the hidden size, R2 per head) fused into weights",
+    "0.2.0",
+    "RMSNorm gains fused, then random-Hadamard or learned rotations (R1 hidden, R2 per head) fused into weights; optional online Hadamard (R4) before down_proj",
     kSchema,
     &kApi,
 };
