@@ -89,7 +89,8 @@ TEST_P(LadeLossless, GreedyEqualsPlainGreedy) {
     for (int n : {1, 7, 40}) expect_lossless(*m.runner, p, n);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LadeLossless, ::testing::Values("tiny_llama", "llama_gqa"));
+INSTANTIATE_TEST_SUITE_P(Models, LadeLossless,
+                         ::testing::Values("tiny_llama", "llama_gqa", "qwen2", "mixtral_moe", "mistral_swa"));
 
 TEST(Lade, UpdateModesAndShapesStayLossless) {
   Model m = open("tiny_llama");
