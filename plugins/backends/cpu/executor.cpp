@@ -138,6 +138,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   drop_unused_constants();
   plan_frees();
   plan_activation_quant(ms);
+  plan_integer_mode();
 }
 
 // Runs every node whose inputs are all constant once, here, and keeps its outputs.

@@ -38,16 +38,6 @@ struct PackCache {
   std::map<std::tuple<const void*, bool, int64_t, int64_t, const void*>, std::shared_ptr<const k::PackedWeight>> packed;
 };
 
-// The integer grid of a PER_TENSOR activation encoding: real = (q + offset) * scale with q in
-// [0, 2^bw - 1] (AIMET convention).
-struct ActivationGrid {
-  float scale = 1;
-  float offset = 0;
-  float qmax = 255;
-  // Rounds x onto the grid (round half to even, clamped), as the integer chip stores it.
-  void apply(const float* x, float* y, int64_t n) const;
-};
-
 class GraphPlan {
  public:
   GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache* cache = nullptr);
@@ -64,6 +54,7 @@ class GraphPlan {
   void drop_unused_constants();
   void plan_frees();
   void plan_activation_quant(ModelSet ms);
+  void plan_integer_mode();
   k::Tensor quantized(int slot, const k::Tensor& t) const;
 
   struct Input {

@@ -4,6 +4,7 @@
 
 #include <npuforge/kernels/conv.h>
 #include <npuforge/kernels/elementwise.h>
+#include <npuforge/kernels/exact.h>
 #include <npuforge/kernels/matmul.h>
 #include <npuforge/kernels/movement.h>
 #include <npuforge/kernels/quantize.h>
@@ -271,7 +272,7 @@ void op_softmax(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
     out[0] = k::softmax(x.reshaped({outer, outer ? x.numel() / outer : 0}), 1).reshaped(x.dims());
     return;
   }
-  out[0] = k::softmax(x, n.i("axis", -1));
+  out[0] = n.exact.on ? k::softmax_fixed(x, n.i("axis", -1)) : k::softmax(x, n.i("axis", -1));
 }
 void op_layer_norm(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
   k::LayerNormResult r = k::layer_norm(need(n, in, 0), need(n, in, 1), opt(in, 2), n.i("axis", -1), n.f("epsilon", 1e-5f));
@@ -290,19 +291,41 @@ void op_topk(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
 }
 
 // ---- linear algebra and nn -------------------------------------------------------------
+// A packed linear layer in integer mode: exact integer sums when the input is on a grid and
+// the weight is integer; otherwise each row alone through the GEMV, so a row's result does
+// not depend on how many rows share the call.
+k::Tensor linear_layout_independent(const NodeDef& n, const k::Tensor& a, const float* bias, const RunCtx& ctx) {
+  const k::PackedWeight& w = *n.linear->w;
+  if (n.exact.a_scale > 0 && w.format != k::WeightFormat::F32) return k::linear_exact(a, n.exact.a_scale, w, bias, ctx.threads);
+  if (a.dtype() != NF_DTYPE_FLOAT32 || a.rank() < 1 || a.dims().back() != w.K) return k::linear(a, w, bias, ctx.threads);
+  k::Dims dims = a.dims();
+  dims.back() = w.N;
+  k::Tensor y(NF_DTYPE_FLOAT32, dims);
+  const int64_t rows = a.numel() / w.K;
+  for (int64_t r = 0; r < rows; ++r) k::linear(a.data<float>() + r * w.K, 1, w, bias, y.mut<float>() + r * w.N, ctx.threads);
+  return y;
+}
+
 void op_matmul(const NodeDef& n, const Ins& in, Outs& out, const RunCtx& ctx) {
   const k::Tensor& a = need(n, in, 0);
   if (n.linear) {
-    out[0] = k::linear(a, *n.linear->w, nullptr, ctx.threads);
+    out[0] = n.exact.on ? linear_layout_independent(n, a, nullptr, ctx) : k::linear(a, *n.linear->w, nullptr, ctx.threads);
     return;
   }
-  out[0] = k::matmul(a, need(n, in, 1), n.trans_b);
+  const k::Tensor& b = need(n, in, 1);
+  // Attention's Q*K^T and P*V in integer mode: K and V are on the KV cache's grid.
+  if (n.exact.b_scale > 0 && a.dtype() == NF_DTYPE_FLOAT32 && b.dtype() == NF_DTYPE_FLOAT32 && a.rank() >= 2 &&
+      b.rank() >= 2) {
+    out[0] = k::matmul_fixed(a, b, n.trans_b, n.exact.b_scale);
+    return;
+  }
+  out[0] = k::matmul(a, b, n.trans_b);
 }
 void op_gemm(const NodeDef& n, const Ins& in, Outs& out, const RunCtx& ctx) {
   const k::Tensor& a = need(n, in, 0);
   if (n.linear) {
     const float* bias = n.linear->bias.empty_handle() ? nullptr : n.linear->bias.data<float>();
-    out[0] = k::linear(a, *n.linear->w, bias, ctx.threads);
+    out[0] = n.exact.on ? linear_layout_independent(n, a, bias, ctx) : k::linear(a, *n.linear->w, bias, ctx.threads);
     return;
   }
   out[0] = k::gemm(a, need(n, in, 1), opt(in, 2), n.f("alpha", 1.f), n.f("beta", 1.f), n.i("transA", 0) != 0,

@@ -39,6 +39,25 @@ struct LinearState {
   k::Tensor bias;  // Gemm C as [N] when foldable into the product, else empty
 };
 
+// The integer grid of a PER_TENSOR activation encoding: real = (q + offset) * scale with q in
+// [0, 2^bw - 1] (AIMET convention).
+struct ActivationGrid {
+  float scale = 1;
+  float offset = 0;
+  float qmax = 255;
+  // Rounds x onto the grid (round half to even, clamped), as the integer chip stores it.
+  void apply(const float* x, float* y, int64_t n) const;
+};
+
+// Integer mode (the session runs activation encodings): the planner marks MatMul, Gemm and
+// Softmax to run their layout-independent forms (npuforge/kernels/exact.h), with the grid
+// steps of the inputs that lie on a grid (0 = not on a grid).
+struct ExactMode {
+  bool on = false;
+  float a_scale = 0;  // input 0, when its codes fit 16 bits
+  float b_scale = 0;  // input 1 of a MatMul without packed weights
+};
+
 struct NodeDef {
   std::string op, name;
   int64_t opset = 0;
@@ -47,6 +66,7 @@ struct NodeDef {
   OpFn fn = nullptr;
   std::shared_ptr<LinearState> linear;  // set by the planner for packed weights
   bool trans_b = false;                 // MatMul reads B through a folded Transpose
+  ExactMode exact;
 
   bool has(const char* a) const { return attrs.count(a) != 0; }
   int64_t i(const char* a, int64_t dflt) const;
