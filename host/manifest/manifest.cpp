@@ -360,6 +360,27 @@ Manifest parse_manifest_string(std::string_view toml, const std::string& path_fo
   return parse_text(toml, path_for_messages);
 }
 
+std::vector<AssetPath> asset_paths(const PluginUse& use, const json& schema, const std::string& given_base,
+                                   const std::string& default_base) {
+  json filled = use.options;
+  validate_json(schema, filled);  // fills the defaults; errors are the schema check's to report
+  std::vector<AssetPath> out;
+  for (const std::string& key : asset_properties(schema)) {
+    if (!filled.is_object() || !filled.contains(key) || !filled[key].is_string()) continue;
+    AssetPath a;
+    a.key = key;
+    // Given = written in the manifest; validate() fills defaults into use.options, so the
+    // options alone cannot tell.
+    a.given = use.option_locations.count("/" + key) > 0;
+    a.where = a.given ? use.locate("/" + key) : use.where;
+    fs::path p = filled[key].get<std::string>();
+    if (p.is_relative()) p = fs::path(a.given ? given_base : default_base) / p;
+    a.path = fs::absolute(p).lexically_normal().string();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const InstalledList& installed) {
   struct Found {
     Location where;
@@ -407,6 +428,15 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
     try {
       for (const auto& e : validate_json(*schema, use.options, SchemaNames{"option", kind + " " + quote(use.name)}))
         found.push_back({use.locate(e.path), e.message});
+      // Asset options name files the build copies: a missing one fails here, not mid-build.
+      const std::string model_dir = fs::path(m.model_onnx).parent_path().string();
+      for (const AssetPath& a : asset_paths(use, *schema, m.dir, model_dir)) {
+        std::error_code ec;
+        if (fs::exists(a.path, ec)) continue;
+        found.push_back({a.where, "asset " + quote(a.key) + " of " + kind + " " + quote(use.name) + ": " +
+                                      quote(a.path) + " does not exist" +
+                                      (a.given ? "" : " (the default, in the model's folder; set " + a.key + " = PATH)")});
+      }
     } catch (const json::exception& e) {
       found.push_back(
           {use.where, kind + " plugin " + quote(use.name) + " has a malformed options schema: " + e.what()});

@@ -66,12 +66,29 @@ Manifest parse_manifest(const std::string& path);
 // The same from text; relative paths resolve against the folder of `path_for_messages`.
 Manifest parse_manifest_string(std::string_view toml, const std::string& path_for_messages);
 
+// An option whose schema says "format": "asset" (a file or folder that ships with the
+// model: a draft model, learned embeddings), resolved to an absolute path. A value written
+// in the manifest is relative to the manifest's folder; a schema default is relative to the
+// model's folder. `where` is the option's key, or the plugin's name key for a default.
+struct AssetPath {
+  std::string key;
+  std::string path;
+  bool given = false;  // written in the manifest (else the schema's default)
+  Location where;
+};
+
+// The asset options of `use` under its options schema (defaults filled in), in schema
+// order; the paths need not exist. Values that are not strings are skipped (the schema
+// check reports them). The one rule for asset paths: check, build and run use it.
+std::vector<AssetPath> asset_paths(const PluginUse& use, const nlohmann::json& schema, const std::string& given_base,
+                                   const std::string& default_base);
+
 // kind: "quant", "transform", "backend" or "speculative".
 using SchemaLookup = std::function<std::optional<nlohmann::json>(const std::string& kind, const std::string& name)>;
 using InstalledList = std::function<std::vector<std::string>(const std::string& kind)>;
 
 // Checks that every named plugin is installed and its options fit its schema (filling in
-// defaults), and that the files the manifest names exist. Returns every error, one line
+// defaults), and that the files the manifest names exist, asset options included. Returns every error, one line
 // each ("file:line:col: message"), in file order; empty means the manifest is good.
 std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const InstalledList& installed);
 

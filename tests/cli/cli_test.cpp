@@ -201,6 +201,41 @@ TEST(Check, ManifestErrorsNameFileLineAndColumn) {
   fs::remove_all(dir);
 }
 
+// Asset options (schema "format": "asset", here the decoders' trained files) are checked
+// like the manifest's own paths: a written value against the manifest's folder, a default
+// against the model's; check and build stop on the same one line, before any stage.
+TEST(Check, MissingAssetsNameFileLineAndColumn) {
+  fs::path dir = fresh_dir("check_assets");
+  auto manifest = write_manifest(dir, "llama_gqa", "[speculative]\ndecoder = \"ssd\"\n");  // no ssd/ beside it
+  auto r = npuforge({"check", manifest.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(manifest.string() + ":6:1: asset 'assets' of speculative 'ssd': '" + model_dir("llama_gqa") +
+                       "/ssd' does not exist (the default, in the model's folder; set assets = PATH)"),
+            std::string::npos)
+      << r.err;
+
+  manifest = write_manifest(dir, "tiny_llama", "[speculative]\ndecoder = \"eaglet\"\ndraft = \"no_draft\"\n");
+  const std::string want = manifest.string() + ":7:1: asset 'draft' of speculative 'eaglet': '" +
+                           (dir / "no_draft").string() + "' does not exist";
+  r = npuforge({"check", manifest.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(line_count(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  r = npuforge({"build", manifest.string(), "--out", (dir / "out").string(), "--no-cache"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "cpu"));
+
+  // tiny_llama ships both decoders' assets beside its model: the defaults resolve there.
+  for (const char* decoder : {"ssd", "eaglet"}) {
+    manifest = write_manifest(dir, "tiny_llama", std::string("[speculative]\ndecoder = \"") + decoder + "\"\n");
+    r = npuforge({"check", manifest.string()});
+    EXPECT_EQ(r.exit_code, 0) << decoder << ": " << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
   auto r = npuforge({"plugins", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

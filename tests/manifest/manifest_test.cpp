@@ -485,6 +485,54 @@ paths = ["here", "missing"]
                     }));
 }
 
+// Options with "format": "asset", of any plugin kind: a written value is relative to the
+// manifest, a schema default to the model's folder; a missing one points at its key (or at
+// the plugin's name key for a default).
+TEST(Validate, MissingAssetsPointAtTheirKeys) {
+  const json plugins = json::parse(R"({
+    "transform": {"adapter": {"type": "object", "properties": {"weights": {"type": "string", "format": "asset"}}}},
+    "backend": {"cpu": {"type": "object"}},
+    "speculative": {"ssd": {"type": "object", "properties": {
+      "assets": {"type": "string", "format": "asset", "default": "ssd"}}}}
+  })");
+  auto run_validate = [&](Manifest& m) {
+    return validate(
+        m, [&](const std::string& kind, const std::string& name) { return std::optional<json>(plugins[kind][name]); },
+        [](const std::string&) { return std::vector<std::string>{}; });
+  };
+  TempDir dir;
+  dir.write("models/model.onnx");
+  Manifest m = parse_manifest(dir.write("manifest.toml", R"([model]
+onnx = "models/model.onnx"
+[[transform]]
+plugin = "adapter"
+weights = "adapters/a.bin"
+[targets.cpu]
+backend = "cpu"
+[speculative]
+decoder = "ssd"
+)"));
+  fs::create_directories(dir.str("ssd"));  // beside the manifest: not where a default looks
+  auto errors = run_validate(m);
+  const std::string f = dir.str("manifest.toml");
+  EXPECT_EQ(errors, (Lines{
+                        f + ":5:1: asset 'weights' of transform 'adapter': '" + dir.str("adapters/a.bin") +
+                            "' does not exist",
+                        f + ":9:1: asset 'assets' of speculative 'ssd': '" + dir.str("models/ssd") +
+                            "' does not exist (the default, in the model's folder; set assets = PATH)",
+                    }));
+
+  auto paths = asset_paths(*m.speculative, plugins["speculative"]["ssd"], m.dir, dir.str("models"));
+  ASSERT_EQ(paths.size(), 1u);
+  EXPECT_FALSE(paths[0].given);  // validate() filled the default into the options
+  EXPECT_EQ(paths[0].path, dir.str("models/ssd"));
+
+  dir.write("adapters/a.bin");
+  fs::create_directories(dir.str("models/ssd"));
+  Manifest ok = parse_manifest(f);
+  EXPECT_EQ(run_validate(ok), Lines{});
+}
+
 TEST(Validate, MalformedPluginSchemaIsAnErrorNotACrash) {
   Manifest m = parse_manifest_string("[model]\nonnx = \"/\"\n[targets.cpu]\nbackend = \"cpu\"\nx = 1\n", "m.toml");
   auto errors = validate(
