@@ -48,7 +48,9 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)");
     m->model_set = host::load_source_model(path, "");
     if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder))
-      if (auto a = host::find_speculative_assets(d->schema, nlohmann::json::object(), "", fs::path(path).parent_path())) {
+      // No manifest: every asset option takes its default, beside the model.
+      if (auto a = host::find_speculative_assets(
+              manifest::asset_paths(manifest::PluginUse{}, d->schema, "", fs::path(path).parent_path().string()))) {
         if (!host::add_extra_embeddings(*m->model_set, *a).empty())
           metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
       }

@@ -50,40 +50,33 @@ void call_plugin(const std::string& label, Call&& call) {
   throw_if_error(st, label);
 }
 
-// The speculative decoder's asset options (schema "format": "asset"), resolved: a value
-// from the manifest is relative to the manifest, a default to the model's folder. Throws
-// when one does not exist, so a build fails before any stage runs.
-std::vector<std::pair<std::string, fs::path>> decoder_assets(const manifest::Manifest& m, const Registry& registry) {
-  std::vector<std::pair<std::string, fs::path>> out;
-  if (!m.speculative) return out;
-  const manifest::PluginUse& use = *m.speculative;
-  const PluginInfo* decoder = registry.find(NF_KIND_SPECULATIVE, use.name);
-  if (!decoder) return out;
-  nlohmann::json filled = use.options;
-  manifest::validate_json(decoder->schema, filled);
-  for (const std::string& key : manifest::asset_properties(decoder->schema)) {
-    if (!filled.contains(key) || !filled[key].is_string()) continue;
-    const bool given = use.option_locations.count("/" + key) > 0;  // else the schema's default
-    fs::path src = filled[key].get<std::string>();
-    if (src.is_relative()) src = (given ? fs::path(m.dir) : fs::path(m.model_onnx).parent_path()) / src;
-    if (!fs::exists(src))
-      throw std::runtime_error(m.path + ": speculative decoder '" + use.name + "' needs its asset '" + key + "' at " +
-                               src.string() + (given ? "" : " (the default, beside model.onnx)") +
-                               ", which does not exist; see the decoder's README for how to make it");
-    out.emplace_back(key, src);
-  }
-  return out;
+// The speculative decoder's asset options, resolved by manifest::asset_paths (a value from
+// the manifest is relative to the manifest, a default to the model's folder). Throws when
+// one does not exist, so a build fails before any stage runs (check reports it too).
+std::vector<manifest::AssetPath> decoder_assets(const manifest::Manifest& m, const Registry& registry) {
+  if (!m.speculative) return {};
+  const PluginInfo* decoder = registry.find(NF_KIND_SPECULATIVE, m.speculative->name);
+  if (!decoder) return {};
+  auto assets = manifest::asset_paths(*m.speculative, decoder->schema, m.dir, fs::path(m.model_onnx).parent_path().string());
+  for (const auto& a : assets)
+    if (!fs::exists(a.path))
+      throw std::runtime_error(manifest::format_error(
+          a.where, "asset '" + a.key + "' of speculative decoder '" + m.speculative->name + "': '" + a.path +
+                       "' does not exist" + (a.given ? "" : " (the default, in the model's folder)") +
+                       "; see the decoder's README for how to make it"));
+  return assets;
 }
 
 // Copies the decoder's assets into `package`/assets/<decoder>/ and returns its options with
 // package-relative paths.
-nlohmann::json package_decoder_assets(const manifest::Manifest& m, const Registry& registry, const fs::path& package) {
+nlohmann::json package_decoder_assets(const manifest::Manifest& m, const std::vector<manifest::AssetPath>& assets,
+                                      const fs::path& package) {
   nlohmann::json options = m.speculative->options;
-  for (const auto& [key, src] : decoder_assets(m, registry)) {
-    fs::path rel = fs::path("assets") / m.speculative->name / src.filename();
+  for (const auto& a : assets) {
+    fs::path rel = fs::path("assets") / m.speculative->name / fs::path(a.path).filename();
     fs::create_directories(package / rel.parent_path());
-    fs::copy(src, package / rel, fs::copy_options::recursive);
-    options[key] = rel.string();
+    fs::copy(a.path, package / rel, fs::copy_options::recursive);
+    options[a.key] = rel.string();
   }
   return options;
 }
@@ -171,7 +164,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     throw std::runtime_error(m.path + ": no target named '" + req.target + "' (targets: " + names + ")");
   }
 
-  decoder_assets(m, registry);  // a missing draft fails now, not after the compile
+  const auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
   StageCache cache(req.cache_root.empty() ? StageCache::default_root() : req.cache_root, req.use_cache);
   auto t_load = std::chrono::steady_clock::now();
   stage_hook("load");
@@ -180,13 +173,10 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
   // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
   // embedding table before any stage, so quant recipes and transforms see the final table.
-  if (m.speculative)
-    if (const PluginInfo* d = registry.find(NF_KIND_SPECULATIVE, m.speculative->name))
-      if (auto a = find_speculative_assets(d->schema, m.speculative->options, m.dir,
-                                           fs::path(m.model_onnx).parent_path())) {
-        std::string rows = add_extra_embeddings(*ms, *a);
-        if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
-      }
+  if (auto a = find_speculative_assets(assets)) {
+    std::string rows = add_extra_embeddings(*ms, *a);
+    if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
+  }
 
   nlohmann::json stages = nlohmann::json::array();
   auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
@@ -267,7 +257,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     meta["metadata"] = extra;
     if (m.speculative)
       meta["speculative"] = {{"decoder", m.speculative->name},
-                             {"options", package_decoder_assets(m, registry, staging.path())}};
+                             {"options", package_decoder_assets(m, assets, staging.path())}};
 
     nlohmann::json report{{"target", target},
                           {"backend", backend->name},

@@ -101,18 +101,9 @@ std::string add_extra_embeddings(ir::ModelSet& ms, const SpeculativeAssets& a) {
   return hash_bytes(extra.data(), extra.size() * sizeof(float));
 }
 
-std::optional<SpeculativeAssets> find_speculative_assets(const nlohmann::json& schema, const nlohmann::json& options,
-                                                         const fs::path& given_base, const fs::path& default_base) {
-  if (!schema.is_object() || !schema.contains("properties") || !schema["properties"].is_object()) return std::nullopt;
-  for (const auto& [key, prop] : schema["properties"].items()) {
-    if (!prop.is_object() || prop.value("format", "") != "asset") continue;
-    const bool given = options.is_object() && options.contains(key);
-    const nlohmann::json& v = given ? options[key] : prop.value("default", nlohmann::json());
-    if (!v.is_string()) continue;
-    fs::path dir = v.get<std::string>();
-    if (dir.is_relative()) dir = (given ? given_base : default_base) / dir;
-    if (fs::is_regular_file(dir / "assets.json")) return load_speculative_assets(dir);
-  }
+std::optional<SpeculativeAssets> find_speculative_assets(const std::vector<manifest::AssetPath>& assets) {
+  for (const auto& a : assets)
+    if (fs::is_regular_file(fs::path(a.path) / "assets.json")) return load_speculative_assets(a.path);
   return std::nullopt;
 }
 

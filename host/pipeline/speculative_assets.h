@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ir/ir.h"
+#include "manifest/manifest.h"
 
 namespace nf::host {
 
@@ -22,12 +23,9 @@ struct SpeculativeAssets {
 // Reads DIR/assets.json; throws a one-line error naming the file and the rule.
 SpeculativeAssets load_speculative_assets(const std::filesystem::path& dir);
 
-// The assets of a decoder: the first asset option (schema "format": "asset") naming a
-// folder with assets.json. A value given in `options` is relative to `given_base`, a
-// schema default to `default_base`. nullopt when no asset option names such a folder.
-std::optional<SpeculativeAssets> find_speculative_assets(const nlohmann::json& schema, const nlohmann::json& options,
-                                                         const std::filesystem::path& given_base,
-                                                         const std::filesystem::path& default_base);
+// The assets of a decoder: the first of its resolved asset options (manifest::asset_paths)
+// that is a folder with assets.json; nullopt when none is.
+std::optional<SpeculativeAssets> find_speculative_assets(const std::vector<manifest::AssetPath>& assets);
 
 // Appends the assets' "extra_embeddings" rows to the token embedding table of every graph
 // (the Gather whose indices are input_ids) and records metadata "extra_embeddings"

@@ -236,6 +236,31 @@ TEST(Check, MissingAssetsNameFileLineAndColumn) {
   fs::remove_all(dir);
 }
 
+// A decoder's asset option left at its default resolves beside the model (not beside the
+// manifest) for every use the build makes of it: the extra embeddings join the graphs and
+// the folder is copied into the package, so the package runs ssd on its own.
+TEST(Build, DecoderAssetsDefaultBesideTheModel) {
+  fs::path dir = fresh_dir("default_assets");
+  auto manifest = write_manifest(dir, "tiny_llama", "[speculative]\ndecoder = \"ssd\"\n");
+  auto b = npuforge({"build", manifest.string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto meta = nlohmann::json::parse(slurp(dir / "out" / "cpu" / "package.json"));
+  EXPECT_EQ(meta["metadata"]["extra_embeddings"]["rows"], 4) << meta["metadata"].dump();
+  EXPECT_EQ(meta["speculative"]["options"]["assets"], "assets/ssd/ssd");
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "cpu" / "assets" / "ssd" / "ssd" / "assets.json"));
+  std::vector<std::string> run{"run", (dir / "out" / "cpu").string(), "--prompt-ids", "1005,291,260",
+                               "--max-new-tokens", "12", "--json"};
+  auto with = npuforge(run);
+  run.insert(run.end(), {"--decoder", "none"});
+  auto plain = npuforge(run);
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto wj = nlohmann::json::parse(with.out), pj = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(wj["tokens"], pj["tokens"]);
+  EXPECT_TRUE(wj["stats"].contains("speculative")) << with.out;
+  fs::remove_all(dir);
+}
+
 TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
   auto r = npuforge({"plugins", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
