@@ -399,6 +399,7 @@ nf_status* node_remove_attr(nf_node* n, const char* name) {
 size_t runner_vocab_size(const nf_runner* r) { return r->vocab_size(); }
 size_t runner_max_rows(const nf_runner* r) { return r->max_rows(); }
 size_t runner_n_past(const nf_runner* r) { return r->n_past(); }
+size_t runner_rows_available(const nf_runner* r) { return r->rows_available(); }
 nf_status* runner_forward(nf_runner* r, const int32_t* tokens, const int32_t* parents, size_t n, float* logits) {
   return guarded([&] { r->forward(tokens, parents, n, logits); });
 }
@@ -512,6 +513,7 @@ nf_host_api make_api() {
   a.runner_input_vocab_size = runner_input_vocab_size;
   a.runner_set_prefix_kv = runner_set_prefix_kv;
   a.runner_forward_flags = runner_forward_flags;
+  a.runner_rows_available = runner_rows_available;
   return a;
 }
 

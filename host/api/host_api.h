@@ -37,6 +37,8 @@ struct nf_runner {
   // forward() with per-row flags (NF_ROW_SEES_PREFIX); flags may be null.
   virtual void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
                              float* logits);
+  // Rows a forward can take now (the context's end); a runner without one: max_rows().
+  virtual size_t rows_available() const { return max_rows(); }
 };
 
 // Implemented by the host's calibration (host/calibration); reached by quant recipes.

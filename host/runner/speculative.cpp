@@ -21,6 +21,7 @@ struct CountingRunner final : nf_runner {
   size_t vocab_size() const override { return inner.vocab_size(); }
   size_t max_rows() const override { return inner.max_rows(); }
   size_t n_past() const override { return inner.n_past(); }
+  size_t rows_available() const override { return inner.rows_available(); }
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override {
     inner.forward(tokens, parents, n_rows, logits);
     ++forwards;

@@ -241,6 +241,13 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
                            std::to_string(rows) + " more requested)");
 }
 
+size_t StaticRunner::rows_available() const {
+  int64_t most = 0;
+  for (const auto& v : io_.variants)
+    if (n_past_ + v.ar + prefix_len_ <= v.cl && n_past_ <= v.exact_until - prefix_len_) most = std::max(most, v.ar);
+  return static_cast<size_t>(most);
+}
+
 StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens, std::span<const int32_t> parents,
                                      std::span<const int64_t> positions, std::span<const uint32_t> flags) {
   const StaticIO::Variant& v = io_.variants[vi];

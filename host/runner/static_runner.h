@@ -65,6 +65,8 @@ class StaticRunner final : public Runner {
   size_t vocab_size() const override { return static_cast<size_t>(io_.vocab); }
   size_t max_rows() const override { return static_cast<size_t>(max_ar_); }
   size_t n_past() const override { return static_cast<size_t>(n_past_); }
+  // The largest AR variant that fits after n_past (and the prefix KV), as pick() decides.
+  size_t rows_available() const override;
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
   void commit(const int32_t* rows, size_t n) override;
   // The prefix KV takes the last P slots of every cache input (and P of the context).

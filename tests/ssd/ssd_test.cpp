@@ -74,11 +74,8 @@ struct Static {
   std::unique_ptr<host::Runner> runner;
 };
 
-std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
-  std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
-                     (kModel / "config.json").string() + "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, " +
-                     std::to_string(ar) + "]\ncontext_length = [256]\n\n[targets.cpu]\nbackend = \"cpu\"\n\n"
-                     "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\n";
+// Builds the manifest `toml` (written in `work`) and opens its cpu package.
+std::unique_ptr<Static> build_package(const std::string& toml, const fs::path& work) {
   fs::create_directories(work);
   auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
   auto p = std::make_unique<Static>();
@@ -94,6 +91,14 @@ std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
   p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
   p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
   return p;
+}
+
+std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
+  std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
+                     (kModel / "config.json").string() + "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, " +
+                     std::to_string(ar) + "]\ncontext_length = [256]\n\n[targets.cpu]\nbackend = \"cpu\"\n\n"
+                     "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\n";
+  return build_package(toml, work);
 }
 
 // The package's own ssd options, with the asset path made absolute (as `npuforge run` does).
@@ -345,6 +350,44 @@ TEST(SsdStatic, RowsStayWithinTheArVariant) {
     speculative(r, dec, o, p, 30, &st);
     EXPECT_LE(st.max_rows, 8);
     EXPECT_LE(st.decoder.at("max_rows").get<int64_t>(), 8);
+  }
+  fs::remove_all(work);
+}
+
+// Decoding until the context is full: near its end the trees shrink to the rows that still
+// fit (AR 32, then 8, then 1 of a CL 64 package; ssd's 16 prefix KV slots count, until ssd
+// gives them back), and the output equals plain greedy's to the last token plain greedy can
+// make. The manifest (in a temp folder) leaves ssd's assets at their default: the build must
+// find them beside the model, not beside the manifest.
+TEST(SsdStatic, DecodersFillTheContextLikePlainGreedy) {
+  fs::path work = work_dir("cl64");
+  std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() +
+                     "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 8, 32]\ncontext_length = [64]\n\n"
+                     "[targets.cpu]\nbackend = \"cpu\"\n\n[speculative]\ndecoder = \"ssd\"\n";
+  auto s = build_package(toml, work);
+  EXPECT_EQ(s->pkg.meta.at("metadata").at("extra_embeddings").at("rows"), 4);
+  host::Runner& r = *s->runner;
+  ASSERT_EQ(r.max_rows(), 32u);
+  const size_t cl = 64;
+  auto prompts = heldout_prompts(1, 20);
+  prompts.push_back({1});
+  prompts.push_back(std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + 9));
+  for (const auto& p : prompts) {
+    const int n = static_cast<int>(cl - p.size() + 1);  // plain greedy's last token needs no forward
+    auto want = plain(r, p, n);
+    ASSERT_EQ(want.size(), static_cast<size_t>(n));
+    EXPECT_THROW(plain(r, p, n + 1), std::runtime_error);  // one more does not fit
+    for (const char* dec : {"ssd", "lade"}) {
+      nlohmann::json o = std::string(dec) == "ssd" ? package_ssd_options(*s) : nlohmann::json::object();
+      host::SpeculativeStats st;
+      EXPECT_EQ(speculative(r, dec, o, p, n, &st), want) << dec << ", prompt of " << p.size() << " tokens";
+      EXPECT_LE(st.max_rows, 32);
+      EXPECT_GT(st.decoder.value("trimmed_steps", 0), 0) << dec << ": " << st.decoder.dump();
+      EXPECT_GE(st.tau, 1.0) << dec;
+      EXPECT_EQ(r.n_past(), cl) << dec << ": the context ends full";
+      host::SpeculativeStats over;
+      EXPECT_THROW(speculative(r, dec, o, p, n + 1, &over), std::runtime_error) << dec;
+    }
   }
   fs::remove_all(work);
 }

@@ -12,6 +12,11 @@
 // The walk down the trie draws the target's token at each node through `sample` once
 // and follows the child with that token: greedy output equals plain greedy, and sampled
 // output keeps the target's distribution (the draft is deterministic).
+//
+// Near the end of the context (runner_rows_available) a step that cannot take the whole
+// window skips the lookahead branch (the window waits) and verifies only the n-grams that
+// fit, down to the root alone; the last token of a full context is returned without a
+// forward, as in plain decoding.
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>
@@ -83,24 +88,48 @@ class Lade {
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
     if (max_out == 0) throw nf::Error("lade: step with no room for tokens");
+    if (context_ended_) throw nf::Error("lade: the context is full (its last token was returned uncommitted)");
     const int32_t cur = pending_ >= 0 ? pending_ : sample(user, last_logits);
     pending_ = -1;
     const size_t N1 = static_cast<size_t>(N_ - 1), W = static_cast<size_t>(W_);
 
+    // Rows the context still takes; near its end the step shrinks.
+    const size_t room = nf::host().runner_rows_available(runner_);
+    if (room == 0) {
+      if (max_out > 1)
+        throw nf::Error("lade: the context is full (" + std::to_string(nf::host().runner_n_past(runner_)) + " tokens)");
+      context_ended_ = true;  // as plain decoding: the last token needs no forward
+      out[0] = cur;
+      return 1;
+    }
+    const bool lookahead = 1 + W * N1 <= room;
+    bool trimmed = !lookahead;
+
     // Row 0, then the lookahead window, then the candidate trie.
     std::vector<int32_t> tokens{cur}, parents{-1};
     std::vector<std::vector<int32_t>> level_row(N1, std::vector<int32_t>(W));
-    for (size_t j = 0; j < W; ++j) {
-      level_row[0][j] = push(tokens, parents, levels_[0][j], j == 0 ? 0 : level_row[0][j - 1]);
+    if (lookahead) {
+      for (size_t j = 0; j < W; ++j)
+        level_row[0][j] = push(tokens, parents, levels_[0][j], j == 0 ? 0 : level_row[0][j - 1]);
+      for (size_t k = 1; k < N1; ++k)
+        for (size_t j = 0; j < W; ++j) level_row[k][j] = push(tokens, parents, levels_[k][j], level_row[k - 1][j]);
     }
-    for (size_t k = 1; k < N1; ++k)
-      for (size_t j = 0; j < W; ++j) level_row[k][j] = push(tokens, parents, levels_[k][j], level_row[k - 1][j]);
     // Trie: children of a row by token.
     std::map<std::pair<int32_t, int32_t>, int32_t> child;
     size_t n_candidates = 0;
     if (auto it = pool_.find(cur); it != pool_.end()) {
       // Newest n-grams first: they come from the most recent context.
       for (auto c = it->second.rbegin(); c != it->second.rend() && n_candidates < static_cast<size_t>(G_); ++c) {
+        size_t shared = 0;  // leading tokens already in the trie
+        for (int32_t node = 0; shared < c->size(); ++shared) {
+          auto f = child.find({node, (*c)[shared]});
+          if (f == child.end()) break;
+          node = f->second;
+        }
+        if (tokens.size() + c->size() - shared > room) {  // does not fit before the context's end
+          trimmed = true;
+          continue;
+        }
         int32_t node = 0;
         for (int32_t t : *c) {
           auto [pos, fresh] = child.try_emplace({node, t}, 0);
@@ -117,6 +146,11 @@ class Lade {
     stats_.rows += n_rows;
     stats_.max_rows = std::max(stats_.max_rows, n_rows);
     stats_.candidates += n_candidates;
+    if (trimmed && ++stats_.trimmed_steps == 1)
+      nf::Context(nullptr).warn("lade: near the end of the context (" +
+                                std::to_string(nf::host().runner_n_past(runner_)) + " tokens): steps shrink to the " +
+                                std::to_string(room) + " rows that still fit" +
+                                (lookahead ? "" : " (the lookahead window waits)"));
 
     // Verify: walk the trie while the target's token has a child.
     std::vector<int32_t> path{0}, accepted{cur};
@@ -143,13 +177,15 @@ class Lade {
       const float* l = logits.data() + static_cast<size_t>(row) * vocab_;
       return static_cast<int32_t>(std::max_element(l, l + vocab_) - l);
     };
-    std::vector<int32_t> gram(static_cast<size_t>(N_));
-    for (size_t j = 0; j < W; ++j) {
-      for (size_t k = 0; k < N1; ++k) gram[k] = levels_[k][j];
-      gram[N1] = out_of(level_row[N1 - 1][j]);
-      add_ngram(gram.data());
+    if (lookahead) {
+      std::vector<int32_t> gram(static_cast<size_t>(N_));
+      for (size_t j = 0; j < W; ++j) {
+        for (size_t k = 0; k < N1; ++k) gram[k] = levels_[k][j];
+        gram[N1] = out_of(level_row[N1 - 1][j]);
+        add_ngram(gram.data());
+      }
+      update_window(level_row, out_of, accepted.size() - 1);
     }
-    update_window(level_row, out_of, accepted.size() - 1);
 
     for (int32_t t : accepted) {
       history_.push_back(t);
@@ -169,6 +205,7 @@ class Lade {
                      {"max_rows", stats_.max_rows},
                      {"candidates_verified", stats_.candidates},
                      {"steps_with_candidates", stats_.steps_with_candidates},
+                     {"trimmed_steps", stats_.trimmed_steps},
                      {"accepted_draft_tokens", stats_.accepted_draft},
                      {"pool_keys", pool_.size()}};
     return j.dump();
@@ -224,7 +261,8 @@ class Lade {
   }
 
   struct Counters {
-    size_t forwards = 0, rows = 0, max_rows = 0, candidates = 0, steps_with_candidates = 0, accepted_draft = 0;
+    size_t forwards = 0, rows = 0, max_rows = 0, candidates = 0, steps_with_candidates = 0, accepted_draft = 0,
+           trimmed_steps = 0;
   };
 
   nf_runner* runner_;
@@ -236,6 +274,7 @@ class Lade {
   std::vector<std::vector<int32_t>> levels_;      // N-1 levels x W tokens
   std::unordered_map<int32_t, std::deque<std::vector<int32_t>>> pool_;  // first token -> continuations
   int32_t pending_ = -1;                          // drawn bonus token, not yet committed
+  bool context_ended_ = false;                    // the last token went out without a forward
   Counters stats_;
 };
 

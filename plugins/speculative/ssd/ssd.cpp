@@ -15,6 +15,13 @@
 // output equals plain greedy; sampled output keeps the target's distribution). The
 // forecast chain under the last accepted node drafts the next step's tree: one pass
 // verifies this tree and drafts the next one.
+//
+// Near the end of the context (runner_rows_available) a step's tree shrinks the way the
+// constructor fits it to the runner (widest deepest level first, then depth), down to the
+// root alone; when fewer than 4 rows fit beside the KV prefix, the prefix is dropped so its
+// slots go back to the sequence (forecast rows then run without it: worse drafts, same
+// tokens). The last token of a full context is returned without a forward, as in plain
+// decoding.
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>
@@ -93,18 +100,48 @@ class Ssd {
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
     if (max_out == 0) throw nf::Error("ssd: step with no room for tokens");
+    if (context_ended_) throw nf::Error("ssd: the context is full (its last token was returned uncommitted)");
     const int32_t cur = pending_ >= 0 ? pending_ : sample(user, last_logits);
     pending_ = -1;
+
+    // This step's shape: the configured tree, trimmed to the rows the context still takes.
+    const nf_host_api& h = nf::host();
+    size_t room = h.runner_rows_available(runner_);
+    if (prefix_rows_ > 0 && room < kMinRows) {
+      nf::check(h.runner_set_prefix_kv(runner_, 0, 0, 0, 0, nullptr, nullptr));
+      nf::Context(nullptr).warn("ssd: " + std::to_string(h.runner_n_past(runner_)) +
+                                " tokens in the context leave fewer than " + std::to_string(kMinRows) +
+                                " rows beside the KV prefix; forecast rows run without it from here");
+      prefix_rows_ = 0;
+      room = h.runner_rows_available(runner_);
+    }
+    if (room == 0) {
+      if (max_out > 1)
+        throw nf::Error("ssd: the context is full (" + std::to_string(h.runner_n_past(runner_)) + " tokens)");
+      context_ended_ = true;  // as plain decoding: the last token needs no forward
+      out[0] = cur;
+      return 1;
+    }
+    Shape shape = fit(Shape{depth_, widths_}, room);
+    if (shape.depth != depth_ || shape.widths != widths_) {
+      ++stats_.trimmed_steps;
+      if (stats_.trimmed_steps == 1)
+        nf::Context(nullptr).warn("ssd: near the end of the context (" + std::to_string(h.runner_n_past(runner_)) +
+                                  " tokens): steps shrink to the " + std::to_string(room) +
+                                  " rows that still fit (this one: " + describe(shape) + ")");
+    }
 
     // Tree rows: the root, then level by level the forecast candidates under every node.
     std::vector<int32_t> tokens{cur}, parents{-1};
     std::vector<uint32_t> flags{0};
     std::vector<int32_t> level{0};
-    const size_t levels = std::min(draft_.size(), static_cast<size_t>(depth_));
+    const size_t levels = std::min(draft_.size(), static_cast<size_t>(shape.depth));
     for (size_t k = 0; k < levels; ++k) {
       std::vector<int32_t> next;
+      const size_t width = std::min(draft_[k].size(), static_cast<size_t>(shape.widths[k]));
       for (int32_t p : level)
-        for (int32_t t : draft_[k]) {
+        for (size_t c = 0; c < width; ++c) {
+          const int32_t t = draft_[k][c];
           tokens.push_back(t);
           parents.push_back(p);
           flags.push_back(0);
@@ -119,7 +156,7 @@ class Ssd {
     for (size_t n = 0; n < tree; ++n) {
       int32_t parent = static_cast<int32_t>(n);
       chain[n] = static_cast<int32_t>(tokens.size());
-      for (int k = 0; k < depth_; ++k) {
+      for (int k = 0; k < shape.depth; ++k) {
         tokens.push_back(first_id_ + k);
         parents.push_back(parent);
         flags.push_back(fflag);
@@ -156,9 +193,10 @@ class Ssd {
     std::copy(last, last + vocab_, last_logits);
     stats_.accepted_draft += accepted.size() - 1;
 
-    // The next tree: top-k of each forecast row under the last accepted node.
+    // The next tree: top-k of each forecast row under the last accepted node (a trimmed
+    // step drafts only the levels it forecast).
     draft_.assign(static_cast<size_t>(depth_), {});
-    for (int k = 0; k < depth_; ++k)
+    for (int k = 0; k < shape.depth; ++k)
       draft_[static_cast<size_t>(k)] =
           top_k(logits.data() + static_cast<size_t>(chain[static_cast<size_t>(node)] + k) * vocab_,
                 widths_[static_cast<size_t>(k)]);
@@ -175,52 +213,68 @@ class Ssd {
                      {"rows", stats_.rows},
                      {"max_rows", stats_.max_rows},
                      {"rows_per_step", rows_per_step()},
+                     {"trimmed_steps", stats_.trimmed_steps},
                      {"drafted_tokens", stats_.drafted},
                      {"accepted_draft_tokens", stats_.accepted_draft}};
     return j.dump();
   }
 
  private:
-  // Tree nodes x (1 + D): every node carries its forecast chain.
-  size_t rows_per_step() const {
-    size_t nodes = 1, level = 1;
-    for (int k = 0; k < depth_; ++k) nodes += (level *= static_cast<size_t>(widths_[static_cast<size_t>(k)]));
-    return nodes * static_cast<size_t>(1 + depth_);
-  }
+  // A tree: draft depth D (= forecast rows per node) and top-k per level.
+  struct Shape {
+    int depth = 0;
+    std::vector<int> widths;
+  };
+  // Root, a draft and a forecast row under each: the smallest step that drafts and verifies.
+  static constexpr size_t kMinRows = 4;
 
-  // Trims the tree to the runner's rows per pass: the deepest width first, then depth.
-  void fit_rows(size_t max_rows, const nf::Context& ctx) {
-    const int depth0 = depth_;
-    const std::vector<int> widths0 = widths_;
-    const size_t want = rows_per_step();
-    while (depth_ > 0 && rows_per_step() > max_rows) {
-      if (depth_ > 1 && widths_.back() == 1) {  // a width-1 tail level: drop it first
-        --depth_;
-        widths_.pop_back();
+  // Tree nodes x (1 + D): every node carries its forecast chain.
+  static size_t rows_of(const Shape& s) {
+    size_t nodes = 1, level = 1;
+    for (int k = 0; k < s.depth; ++k) nodes += (level *= static_cast<size_t>(s.widths[static_cast<size_t>(k)]));
+    return nodes * static_cast<size_t>(1 + s.depth);
+  }
+  size_t rows_per_step() const { return rows_of(Shape{depth_, widths_}); }
+
+  // Shrinks `s` until it fits `max_rows`: the deepest width first, then depth; depth 0 is
+  // the root alone (one row).
+  static Shape fit(Shape s, size_t max_rows) {
+    while (s.depth > 0 && rows_of(s) > max_rows) {
+      if (s.depth > 1 && s.widths.back() == 1) {  // a width-1 tail level: drop it first
+        --s.depth;
+        s.widths.pop_back();
         continue;
       }
-      auto wide = std::find_if(widths_.rbegin(), widths_.rend(), [](int w) { return w > 1; });
-      if (wide != widths_.rend()) {
+      auto wide = std::find_if(s.widths.rbegin(), s.widths.rend(), [](int w) { return w > 1; });
+      if (wide != s.widths.rend()) {
         --*wide;
       } else {
-        --depth_;
-        widths_.pop_back();
+        --s.depth;
+        s.widths.pop_back();
       }
     }
-    if (depth_ == 0)
+    return s;
+  }
+
+  static std::string describe(const Shape& s) {
+    std::string list = "[";
+    for (size_t i = 0; i < s.widths.size(); ++i) list += (i ? "," : "") + std::to_string(s.widths[i]);
+    return "forecast_token_count " + std::to_string(s.depth) + " / branches " + list + "] (" +
+           std::to_string(rows_of(s)) + " rows)";
+  }
+
+  // Fits the configured tree to the runner's rows per pass (its largest AR variant).
+  void fit_rows(size_t max_rows, const nf::Context& ctx) {
+    const Shape want{depth_, widths_};
+    const Shape got = fit(want, max_rows);
+    if (got.depth == 0)
       throw nf::Error("ssd: a step needs at least 4 rows (root, one draft, one forecast row each); the runner "
                       "scores " + std::to_string(max_rows) + " rows per forward (largest AR variant)");
-    if (depth_ != depth0 || widths_ != widths0) {
-      auto list = [](const std::vector<int>& w) {
-        std::string s = "[";
-        for (size_t i = 0; i < w.size(); ++i) s += (i ? "," : "") + std::to_string(w[i]);
-        return s + "]";
-      };
-      ctx.warn("forecast_token_count " + std::to_string(depth0) + " / branches " + list(widths0) + " need " +
-               std::to_string(want) + " rows per step, the runner takes " + std::to_string(max_rows) +
-               "; using forecast_token_count " + std::to_string(depth_) + " / branches " + list(widths_) + " (" +
-               std::to_string(rows_per_step()) + " rows)");
-    }
+    if (got.depth != want.depth || got.widths != want.widths)
+      ctx.warn(describe(want) + " per step, the runner takes " + std::to_string(max_rows) + "; using " +
+               describe(got));
+    depth_ = got.depth;
+    widths_ = got.widths;
   }
 
   std::vector<int32_t> top_k(const float* l, int k) const {
@@ -234,7 +288,7 @@ class Ssd {
   }
 
   struct Counters {
-    size_t forwards = 0, rows = 0, max_rows = 0, drafted = 0, accepted_draft = 0;
+    size_t forwards = 0, rows = 0, max_rows = 0, drafted = 0, accepted_draft = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
@@ -245,6 +299,7 @@ class Ssd {
   int prefix_rows_ = 0;
   std::vector<std::vector<int32_t>> draft_;  // per level: candidates for the next tree
   int32_t pending_ = -1;
+  bool context_ended_ = false;  // the last token went out without a forward
   Counters stats_;
 };
 

@@ -273,6 +273,12 @@ typedef struct nf_host_api {
    * flagged row's children must be flagged too, and flagged rows cannot be committed. */
   nf_status* (*runner_forward_flags)(nf_runner* r, const int32_t* tokens, const int32_t* parents,
                                      const uint32_t* flags, size_t n_rows, float* logits_out);
+
+  /* ---- appended (check struct_size): the end of the context ----
+   * The most rows a forward can score now: the largest AR variant that still fits after the
+   * committed cache and the prefix KV (at most runner_max_rows); 0 when the context is full.
+   * Decoders shrink their tree to it near the end of the context. */
+  size_t (*runner_rows_available)(const nf_runner* r);
 } nf_host_api;
 
 /* ---- plugin tables -------------------------------------------------------------------- */
@@ -326,7 +332,9 @@ typedef struct nf_speculative_api {
   /* `last_logits` are the logits that follow the committed sequence (vocab floats);
    * `sample` picks the target's token from logits (greedy or seeded sampling).
    * On return out_tokens[0..*n_out) were accepted and committed, *n_out >= 1, and
-   * last_logits holds the logits after them. */
+   * last_logits holds the logits after them. One exception, as in plain decoding: when the
+   * context is full (runner_rows_available 0) and max_out is 1, the last token is returned
+   * without a forward and not committed; a later step fails. */
   nf_status* (*step)(nf_decoder* d, float* last_logits, int32_t (*sample)(void* user, const float* logits),
                      void* sample_user, int32_t* out_tokens, size_t max_out, size_t* n_out);
   /* Counters as a JSON object (draft forwards, proposals, ...). */
@@ -360,7 +368,8 @@ typedef nf_status* (*nf_entry_fn)(uint32_t host_abi_version, const nf_host_api* 
 
 /* Layouts of ABI 1, pinned: a change here breaks every shipped plugin. */
 static_assert(offsetof(nf_host_api, status_create) == 8, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 696, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, runner_rows_available) == 696, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 704, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
