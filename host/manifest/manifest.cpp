@@ -433,7 +433,7 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
       for (const AssetPath& a : asset_paths(use, *schema, m.dir, model_dir)) {
         std::error_code ec;
         if (fs::exists(a.path, ec)) continue;
-        found.push_back({a.where, "asset " + quote(a.key) + " of " + kind + " " + quote(use.name) + ": " +
+        found.push_back({a.where, kind + " " + quote(use.name) + " needs its asset " + quote(a.key) + ": " +
                                       quote(a.path) + " does not exist" +
                                       (a.given ? "" : " (the default, in the model's folder; set " + a.key + " = PATH)")});
       }

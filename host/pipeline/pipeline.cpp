@@ -61,7 +61,7 @@ std::vector<manifest::AssetPath> decoder_assets(const manifest::Manifest& m, con
   for (const auto& a : assets)
     if (!fs::exists(a.path))
       throw std::runtime_error(manifest::format_error(
-          a.where, "asset '" + a.key + "' of speculative decoder '" + m.speculative->name + "': '" + a.path +
+          a.where, "speculative decoder '" + m.speculative->name + "' needs its asset '" + a.key + "': '" + a.path +
                        "' does not exist" + (a.given ? "" : " (the default, in the model's folder)") +
                        "; see the decoder's README for how to make it"));
   return assets;

@@ -210,13 +210,13 @@ TEST(Check, MissingAssetsNameFileLineAndColumn) {
   auto r = npuforge({"check", manifest.string()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(line_count(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find(manifest.string() + ":6:1: asset 'assets' of speculative 'ssd': '" + model_dir("llama_gqa") +
+  EXPECT_NE(r.err.find(manifest.string() + ":6:1: speculative 'ssd' needs its asset 'assets': '" + model_dir("llama_gqa") +
                        "/ssd' does not exist (the default, in the model's folder; set assets = PATH)"),
             std::string::npos)
       << r.err;
 
   manifest = write_manifest(dir, "tiny_llama", "[speculative]\ndecoder = \"eaglet\"\ndraft = \"no_draft\"\n");
-  const std::string want = manifest.string() + ":7:1: asset 'draft' of speculative 'eaglet': '" +
+  const std::string want = manifest.string() + ":7:1: speculative 'eaglet' needs its asset 'draft': '" +
                            (dir / "no_draft").string() + "' does not exist";
   r = npuforge({"check", manifest.string()});
   EXPECT_EQ(r.exit_code, 2);

@@ -516,9 +516,9 @@ decoder = "ssd"
   auto errors = run_validate(m);
   const std::string f = dir.str("manifest.toml");
   EXPECT_EQ(errors, (Lines{
-                        f + ":5:1: asset 'weights' of transform 'adapter': '" + dir.str("adapters/a.bin") +
+                        f + ":5:1: transform 'adapter' needs its asset 'weights': '" + dir.str("adapters/a.bin") +
                             "' does not exist",
-                        f + ":9:1: asset 'assets' of speculative 'ssd': '" + dir.str("models/ssd") +
+                        f + ":9:1: speculative 'ssd' needs its asset 'assets': '" + dir.str("models/ssd") +
                             "' does not exist (the default, in the model's folder; set assets = PATH)",
                     }));
 
