@@ -5,6 +5,7 @@
 // without a draft is refused with a clear error, and `npuforge build`/`run` ship and use the
 // draft from the package.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -220,6 +221,37 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   auto text = test::npuforge({"run", p->dir.string(), "--prompt-ids", "450,1536", "--max-new-tokens", "8", "--stats"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.err.find("draft forwards"), std::string::npos) << text.err;
+  fs::remove_all(work);
+}
+
+// Decoding until the context is full: near its end the tree shrinks to the rows that still
+// fit (AR 32, then 8, then 1 of a CL 64 package) and the output equals plain greedy's to the
+// last token plain greedy can make; one token more fails as it does for plain greedy.
+TEST(EagletPackage, FillsTheContextLikePlainGreedy) {
+  fs::path model = test::model_dir("tiny_llama");
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_cl64_" + std::to_string(::getpid()));
+  auto p = test::build_and_open(
+      work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n"
+            "[[transform]]\nplugin = \"arcl\"\narn = [1, 8, 32]\ncontext_length = [64]\n\n"
+            "[targets.cpu]\nbackend = \"cpu\"\n");
+  host::Runner& r = *p->runner;
+  ASSERT_EQ(r.max_rows(), 32u);
+  const size_t cl = 64;
+  auto prompts = heldout_prompts(1, 20);
+  prompts.push_back({1});
+  prompts.push_back(std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + 9));
+  for (const auto& prompt : prompts) {
+    const int n = static_cast<int>(cl - prompt.size() + 1);  // plain greedy's last token needs no forward
+    auto want = plain_greedy(r, prompt, n);
+    ASSERT_EQ(want.size(), static_cast<size_t>(n));
+    host::SpeculativeStats st;
+    EXPECT_EQ(eaglet(r, prompt, n, &st), want) << "prompt of " << prompt.size() << " tokens";
+    EXPECT_LE(st.max_rows, 32);
+    EXPECT_GT(st.decoder.value("trimmed_steps", 0), 0) << st.decoder.dump();
+    EXPECT_EQ(r.n_past(), cl) << "the context ends full";
+    host::SpeculativeStats over;
+    EXPECT_THROW(eaglet(r, prompt, n + 1, &over), std::runtime_error);
+  }
   fs::remove_all(work);
 }
 

@@ -115,13 +115,24 @@ class Eaglet {
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
     if (max_out == 0) throw nf::Error("eaglet: step with no room for tokens");
+    if (context_ended_) throw nf::Error("eaglet: the context is full (its last token was returned uncommitted)");
     const int32_t cur = next_ >= 0 ? next_ : sample(user, last_logits);
     next_ = -1;
     const int64_t P = static_cast<int64_t>(nf::host().runner_n_past(runner_));  // cur's position
 
+    // Rows the context still takes: near its end the tree shrinks, down to the root alone.
+    const size_t room = nf::host().runner_rows_available(runner_);
+    if (room == 0) {
+      if (max_out > 1) throw nf::Error("eaglet: the context is full (" + std::to_string(P) + " tokens)");
+      context_ended_ = true;  // as plain decoding: the last token needs no forward
+      out[0] = cur;
+      return 1;
+    }
+    const size_t budget = std::min(budget_, room);
+    if (budget < budget_) ++stats_.trimmed_steps;
     std::vector<Node> nodes;
-    if (budget_ > 1) draft_tree(cur, P, nodes);
-    std::vector<int32_t> kept = rerank(nodes);
+    if (budget > 1) draft_tree(cur, P, nodes);
+    std::vector<int32_t> kept = rerank(nodes, budget);
 
     // Target rows: the root, then kept nodes (parents before children: kept is by depth).
     std::vector<int32_t> tokens{cur}, parents{-1}, row_of(nodes.size(), -1);
@@ -184,6 +195,7 @@ class Eaglet {
                      {"draft_rows", stats_.draft_rows},
                      {"rows", stats_.rows},
                      {"max_rows", stats_.max_rows},
+                     {"trimmed_steps", stats_.trimmed_steps},
                      {"drafted_tokens_verified", stats_.drafted},
                      {"accepted_draft_tokens", stats_.accepted_draft},
                      {"draft_weight_bytes_per_pass", draft_.weight_bytes_per_pass()},
@@ -267,7 +279,7 @@ class Eaglet {
   }
 
   // The budget - 1 likeliest nodes, closed under parents, ordered by depth.
-  std::vector<int32_t> rerank(const std::vector<Node>& nodes) const {
+  std::vector<int32_t> rerank(const std::vector<Node>& nodes, size_t budget) const {
     std::vector<int32_t> order(nodes.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
@@ -277,7 +289,7 @@ class Eaglet {
     std::vector<char> in(nodes.size(), 0);
     std::vector<int32_t> kept;
     for (int32_t n : order) {
-      if (kept.size() + 1 >= budget_) break;
+      if (kept.size() + 1 >= budget) break;
       const Node& node = nodes[static_cast<size_t>(n)];
       if (node.parent >= 0 && !in[static_cast<size_t>(node.parent)]) continue;
       in[static_cast<size_t>(n)] = 1;
@@ -296,7 +308,7 @@ class Eaglet {
 
   struct Counters {
     size_t target_forwards = 0, draft_forwards = 0, draft_rows = 0, rows = 0, max_rows = 0, drafted = 0,
-           accepted_draft = 0;
+           accepted_draft = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
@@ -304,6 +316,7 @@ class Eaglet {
   int draft_len_ = 5, branches_ = 4;
   bool use_cache_ = true;
   size_t vocab_ = 0, H_ = 0, budget_ = 1;
+  bool context_ended_ = false;  // the last token of a full context went out without a forward
   std::vector<Entry> pending_;      // accepted (feature, next token) pairs the draft has not seen
   std::vector<float> last_feature_; // the target's feature of the newest committed token
   std::vector<float> features_;     // this step's draft output features (root's first)
