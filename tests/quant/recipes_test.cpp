@@ -695,8 +695,8 @@ std::vector<float> package_logits(const fs::path& pkg, const std::vector<int64_t
 }  // namespace
 
 // QDQ export run by ONNX Runtime (bench/node_modules/onnxruntime-node) matches the package's
-// quantized logits: W8 per-channel A8 (real uint8 Q/DQ pairs) and LPBQ W4 A16 (int8
-// DequantizeLinear of q * i_blk; A16 emulated in float ops). Skipped without Node.js or
+// quantized logits: W8 per-channel A8 (uint8 Q/DQ pairs) and LPBQ W4 A16 (int8
+// DequantizeLinear of q * i_blk; uint16 Q/DQ pairs in the com.microsoft domain). Skipped without Node.js or
 // onnxruntime-node, unless NPUFORGE_REQUIRE_ORT=1 (scripts/test.sh installs both into bench/).
 TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
   const std::string modules = std::string(NPUFORGE_SOURCE_DIR) + "/bench/node_modules";
@@ -723,6 +723,8 @@ TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
     auto summary = nlohmann::json::parse(r.out);
     ASSERT_EQ(summary.size(), 1u);
     EXPECT_EQ(summary[0]["weights_dequantize_linear"], 29) << summary.dump();
+    EXPECT_GT(summary[0]["activations_qdq"], 0) << summary.dump();
+    EXPECT_EQ(summary[0]["activations_emulated"], 0) << "every activation is a real Q/DQ pair: " << summary.dump();
     std::string ort = shell("node " + test::quote(std::string(NPUFORGE_SOURCE_DIR) + "/tests/quant/ort_logits.mjs") +
                                 " " + test::quote(modules) + " " + test::quote(summary[0]["file"].get<std::string>()) +
                                 " " + id_list + " 2>&1",

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::heldout_prompts;
 using test::plugin;
 
 const std::string kDraft = test::model_dir("tiny_llama") + "/eaglet";
@@ -77,19 +78,6 @@ std::vector<int32_t> eaglet(host::Runner& r, const std::vector<int32_t>& prompt,
   host::Sampler s(sp);
   if (!options.contains("draft")) options["draft"] = kDraft;
   return host::generate_speculative(r, plugin(NF_KIND_SPECULATIVE, "eaglet"), options, prompt, n, s, {}, nullptr, st);
-}
-
-std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens, size_t skip = 0) {
-  auto tok = Tokenizer::load(test::model_dir("tiny_llama") + "/tokenizer.json");
-  std::ifstream in(test::model_dir("tiny_llama") + "/heldout.txt");
-  std::vector<std::vector<int32_t>> out;
-  for (std::string line; out.size() < count && std::getline(in, line);) {
-    if (line.size() < 80 || skip-- > 0) continue;
-    auto ids = tok.encode(line);
-    if (ids.size() > max_tokens) ids.resize(max_tokens);
-    out.push_back(ids);
-  }
-  return out;
 }
 
 void expect_lossless(host::Runner& r, const std::vector<int32_t>& prompt, int n, const nlohmann::json& options = {}) {

@@ -16,6 +16,7 @@ using namespace nf;
 
 namespace {
 
+using test::heldout_prompts;
 using test::plugin;
 
 struct Model {
@@ -46,20 +47,6 @@ std::vector<int32_t> lade_greedy(host::Runner& r, const std::vector<int32_t>& pr
   r.reset();
   host::Sampler s({});
   return host::generate_speculative(r, plugin(NF_KIND_SPECULATIVE, "lade"), options, prompt, n, s, {}, nullptr, st);
-}
-
-// Held-out text lines long enough to make a prompt, tokenized.
-std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens) {
-  auto tok = Tokenizer::load(test::model_dir("tiny_llama") + "/tokenizer.json");
-  std::ifstream in(test::model_dir("tiny_llama") + "/heldout.txt");
-  std::vector<std::vector<int32_t>> out;
-  for (std::string line; out.size() < count && std::getline(in, line);) {
-    if (line.size() < 80) continue;
-    auto ids = tok.encode(line);
-    if (ids.size() > max_tokens) ids.resize(max_tokens);
-    out.push_back(ids);
-  }
-  return out;
 }
 
 void expect_lossless(host::Runner& r, const std::vector<int32_t>& prompt, int n, const nlohmann::json& options = {}) {

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../cli/cli_support.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
 #include "pipeline/package.h"
@@ -17,6 +16,7 @@
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "runner/static_runner.h"
+#include "support/packages.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;
@@ -27,20 +27,8 @@ namespace {
 const fs::path kModel = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "models" / "tiny_llama";
 const fs::path kAssets = kModel / "ssd";
 
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry();
-    reg->load_directories({host::Registry::builtin_dir(), std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
-    return reg;
-  }();
-  return *r;
-}
-
-const host::PluginInfo& plugin(nf_plugin_kind kind, const char* name) {
-  const host::PluginInfo* p = registry().find(kind, name);
-  if (!p) throw std::runtime_error(std::string("plugin not built: ") + name);
-  return *p;
-}
+using test::heldout_prompts;
+using test::plugin;
 
 // tiny_llama's model.onnx on the cpu backend; with_forecast: the ssd assets' embedding rows appended.
 struct Dynamic {
@@ -65,34 +53,14 @@ Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel) {
   return m;
 }
 
-// An arcl package of tiny_llama (AR 1 and `ar`, CL 256) with [speculative] ssd and its assets.
-struct Static {
-  host::Registry registry;
-  fs::path dir;
-  host::Package pkg;
-  std::unique_ptr<host::BackendSession> session;
-  std::unique_ptr<host::Runner> runner;
-};
+using Static = test::OpenPackage;
 
 // Builds the manifest `toml` (written in `work`) and opens its cpu package.
 std::unique_ptr<Static> build_package(const std::string& toml, const fs::path& work) {
-  fs::create_directories(work);
-  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-  auto p = std::make_unique<Static>();
-  auto errors = host::load_and_validate(m, p->registry);
-  if (!errors.empty()) throw std::runtime_error(errors[0]);
-  host::BuildRequest req;
-  req.out_dir = work / "out";
-  req.use_cache = false;
-  req.cache_root = work / "cache";
-  p->dir = host::build(m, p->registry, req).packages.at(0);
-  p->pkg = host::open_package(p->dir);
-  const host::PluginInfo* backend = p->registry.find(NF_KIND_BACKEND, p->pkg.backend());
-  p->session = host::BackendSession::open_artifacts(*backend, p->pkg.backend_options(), p->pkg.artifacts().string());
-  p->runner = host::make_runner(*p->session, p->pkg.meta.at("graphs"), p->pkg.meta.value("metadata", nlohmann::json()));
-  return p;
+  return test::build_and_open(work, toml);
 }
 
+// An arcl package of tiny_llama (AR 1 and `ar`, CL 256) with [speculative] ssd and its assets.
 std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
   std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
                      (kModel / "config.json").string() + "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, " +
@@ -120,19 +88,6 @@ std::vector<int32_t> speculative(host::Runner& r, const char* decoder, nlohmann:
   r.reset();
   host::Sampler s(sp);
   return host::generate_speculative(r, plugin(NF_KIND_SPECULATIVE, decoder), options, prompt, n, s, {}, nullptr, st);
-}
-
-std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens) {
-  auto tok = Tokenizer::load((kModel / "tokenizer.json").string());
-  std::ifstream in(kModel / "heldout.txt");
-  std::vector<std::vector<int32_t>> out;
-  for (std::string line; out.size() < count && std::getline(in, line);) {
-    if (line.size() < 80) continue;
-    auto ids = tok.encode(line);
-    if (ids.size() > max_tokens) ids.resize(max_tokens);
-    out.push_back(ids);
-  }
-  return out;
 }
 
 std::vector<std::vector<int32_t>> test_prompts() {

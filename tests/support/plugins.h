@@ -17,6 +17,7 @@
 #include "cli/cli_support.h"
 #include "pipeline/pipeline.h"
 #include "registry/registry.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nf::test {
 
@@ -48,6 +49,25 @@ inline const host::PluginInfo& plugin(nf_plugin_kind kind, const std::string& na
 // tests/models/<model> as the pipeline imports it.
 inline std::unique_ptr<ir::ModelSet> load_model(const std::string& model) {
   return host::load_source_model(model_dir(model) + "/model.onnx", model_dir(model) + "/config.json");
+}
+
+// Prompts from tiny_llama's held-out text: the lines of at least 80 characters after the
+// first `skip` of them, tokenized and cut to `max_tokens`.
+inline std::vector<std::vector<int32_t>> heldout_prompts(size_t count, size_t max_tokens, size_t skip = 0) {
+  auto tok = Tokenizer::load(model_dir("tiny_llama") + "/tokenizer.json");
+  std::ifstream in(model_dir("tiny_llama") + "/heldout.txt");
+  std::vector<std::vector<int32_t>> out;
+  for (std::string line; out.size() < count && std::getline(in, line);) {
+    if (line.size() < 80) continue;
+    if (skip > 0) {
+      --skip;
+      continue;
+    }
+    auto ids = tok.encode(line);
+    if (ids.size() > max_tokens) ids.resize(max_tokens);
+    out.push_back(ids);
+  }
+  return out;
 }
 
 struct TransformResult {
