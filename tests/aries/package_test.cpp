@@ -25,16 +25,6 @@ namespace {
 
 const std::string kTiny = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/tiny_llama";
 
-fs::path work_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("nf_aries_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
-}
-
 std::string model_tables(bool arcl = true, bool calibration = true) {
   std::string s = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\ntokenizer = \"" +
                   kTiny + "/tokenizer.json\"\n\n";
@@ -47,7 +37,7 @@ std::string model_tables(bool arcl = true, bool calibration = true) {
 
 // Builds `manifest` (the model tables + targets); returns the result.
 test::CommandResult build(const std::string& name, const std::string& manifest, const std::string& target = "") {
-  fs::path dir = work_dir() / name;
+  fs::path dir = test::process_dir("aries") / name;
   fs::create_directories(dir);
   std::ofstream(dir / "manifest.toml") << manifest;
   std::vector<std::string> args = {"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache"};
@@ -63,17 +53,12 @@ const fs::path& packages() {
                                "[targets.aries_w4]\nbackend = \"aries\"\nbits = { query = 4, key = 4, output = 4, ffn = 4 }\n"
                                "search_weight_scale = { apply = true }\n");
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    return work_dir() / "main" / "out";
+    return test::process_dir("aries") / "main" / "out";
   }();
   return out;
 }
 
 // Removes this process's work dir at exit.
-struct CleanUp : ::testing::Environment {
-  void TearDown() override { fs::remove_all(work_dir()); }
-};
-[[maybe_unused]] ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
-
 struct Scores {
   double agreement = 0, perplexity = 0, float_perplexity = 0;
   int64_t tokens = 0;
@@ -151,7 +136,7 @@ Scores score(const fs::path& pkg_dir) {
 // `npuforge eval` over the first 6000 characters of the held-out text.
 double eval_ppl(const std::string& model) {
   static fs::path text = [] {
-    fs::path p = work_dir() / "heldout_head.txt";
+    fs::path p = test::process_dir("aries") / "heldout_head.txt";
     std::ofstream(p) << test::slurp(kTiny + "/heldout.txt").substr(0, 6000);
     return p;
   }();
@@ -210,7 +195,7 @@ static void check_W4ProjectionsReported() {
 }
 
 static void check_CorruptedContainerIsRefused() {
-  fs::path copy = work_dir() / "corrupt";
+  fs::path copy = test::process_dir("aries") / "corrupt";
   fs::remove_all(copy);
   fs::copy(packages() / "aries", copy, fs::copy_options::recursive);
   fs::path mxq = copy / "artifacts" / "part_0_of_1.mxq";
@@ -281,7 +266,7 @@ TEST(AriesCompile, Refusals) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("split_parts and split_blocks are exclusive"), std::string::npos) << r.err;
   // A device without the memory for the model.
-  fs::path dev = work_dir() / "tiny_device.json";
+  fs::path dev = test::process_dir("aries") / "tiny_device.json";
   auto d = nlohmann::json::parse(test::slurp(std::string(NPUFORGE_SOURCE_DIR) + "/plugins/backends/aries/devices/aries-rb.json"));
   d["params"]["dram_bytes"]["value"] = 4 << 20;
   d["params"]["dram_reserved_bytes"]["value"] = 0;
@@ -295,7 +280,7 @@ TEST(AriesCompile, SplitPartsAndNoCalibration) {
   // No [calibration]: weights at their integer grids, activations float (warned, recorded).
   auto r = build("split2", model_tables(true, false) + "[targets.aries]\nbackend = \"aries\"\nsplit_parts = 2\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  fs::path pkg = work_dir() / "split2" / "out" / "aries";
+  fs::path pkg = test::process_dir("aries") / "split2" / "out" / "aries";
   EXPECT_TRUE(fs::exists(pkg / "artifacts" / "part_0_of_2.mxq"));
   EXPECT_TRUE(fs::exists(pkg / "artifacts" / "part_1_of_2.mxq"));
   EXPECT_NE(r.err.find("no calibration encodings"), std::string::npos) << r.err;

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -22,6 +24,26 @@ struct CommandResult {
 inline std::string source_dir() { return NPUFORGE_SOURCE_DIR; }
 inline std::string binary() { return std::string(NPUFORGE_BINARY_DIR) + "/bin/npuforge"; }
 inline std::string model_dir(const std::string& name) { return source_dir() + "/tests/models/" + name; }
+
+// A directory under /tmp for this test process ("nf_<tag>_<pid>"), made on first use and
+// removed when the process exits.
+inline const std::filesystem::path& process_dir(const std::string& tag) {
+  struct Dir {
+    std::filesystem::path path;
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static std::map<std::string, Dir> dirs;
+  auto [it, made] = dirs.try_emplace(tag);
+  if (made) {
+    it->second.path = std::filesystem::temp_directory_path() / ("nf_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(it->second.path);
+    std::filesystem::create_directories(it->second.path);
+  }
+  return it->second.path;
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

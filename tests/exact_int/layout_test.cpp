@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
+#include "support/plugins.h"
 #include "pipeline/package.h"
 #include "pipeline/session.h"
 #include "registry/registry.h"
@@ -28,34 +29,11 @@ constexpr int64_t kCL = 256, kLayers = 4, kKvHeads = 4, kHeadDim = 32;
 constexpr float kMasked = -65504.f;
 const std::vector<int64_t> kTokens = {1, 1005, 291, 260, 5, 9, 450, 1536, 310, 42};
 
-const fs::path& work_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("nf_exact_int_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
-}
-
-struct CleanUp : ::testing::Environment {
-  void TearDown() override { fs::remove_all(work_dir()); }
-};
-[[maybe_unused]] ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
-
-host::Registry& registry() {
-  static host::Registry* r = [] {
-    auto* reg = new host::Registry;
-    reg->load_directories({host::Registry::builtin_dir()});
-    return reg;
-  }();
-  return *r;
-}
 
 // The aries int8 package, built once per process.
 host::BackendSession& session() {
   static std::unique_ptr<host::BackendSession> s = [] {
-    fs::path dir = work_dir() / "aries";
+    fs::path dir = test::process_dir("exact_int") / "aries";
     fs::create_directories(dir);
     std::ofstream(dir / "manifest.toml")
         << "[model]\nonnx = \"" << kTiny << "/model.onnx\"\nconfig = \"" << kTiny << "/config.json\"\ntokenizer = \""
@@ -67,7 +45,7 @@ host::BackendSession& session() {
     auto r = test::npuforge({"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     host::Package pkg = host::open_package(dir / "out" / "aries");
-    return host::BackendSession::open_artifacts(*registry().find(NF_KIND_BACKEND, pkg.backend()), pkg.backend_options(),
+    return host::BackendSession::open_artifacts(*test::plugins().find(NF_KIND_BACKEND, pkg.backend()), pkg.backend_options(),
                                                 pkg.artifacts().string());
   }();
   return *s;

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
+#include "support/plugins.h"
 #include "pipeline/package.h"
 #include "pipeline/session.h"
 #include "pipeline/util.h"
@@ -26,23 +27,10 @@ namespace {
 
 const std::string kTiny = test::source_dir() + "/tests/models/tiny_llama";
 
-// Packages of this process (removed at exit); the stage cache is shared by the test
+// Packages go to this process's test::process_dir; the stage cache is shared by the test
 // processes ctest starts, so the quant/arcl stages run once.
-fs::path scratch() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("nf_htp_test_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
 fs::path cache_dir() { return fs::temp_directory_path() / "nf_htp_test_cache"; }
 
-struct RemoveScratch : ::testing::Environment {
-  void TearDown() override { fs::remove_all(scratch()); }
-};
-const auto* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 std::string model_header(bool calibration) {
   std::string s = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\n" +
@@ -58,14 +46,16 @@ const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncont
 // package path. Stage outputs are cached (cache_dir), so repeated builds are quick.
 test::CommandResult build(const std::string& name, const std::string& body, bool calibration = false,
                           const std::string& target = "all") {
-  fs::path dir = scratch() / name;
+  fs::path dir = test::process_dir("htp_test") / name;
   fs::create_directories(dir);
   std::ofstream(dir / "manifest.toml") << model_header(calibration) << body;
   return test::npuforge({"build", (dir / "manifest.toml").string(), "--target", target, "--out", (dir / "out").string(),
                          "--cache-dir", cache_dir().string()});
 }
 
-fs::path package(const std::string& name, const std::string& target = "htp") { return scratch() / name / "out" / target; }
+fs::path package(const std::string& name, const std::string& target = "htp") {
+  return test::process_dir("htp_test") / name / "out" / target;
+}
 
 void expect_build_error(const std::string& name, const std::string& body, const std::string& message) {
   auto r = build(name, body);
@@ -252,7 +242,7 @@ TEST(HtpPackage, RoundTripRunsAndMatchesTheLayout) {
 }
 
 TEST(HtpPackage, CorruptedPackageRefused) {
-  fs::path copy = scratch() / "corrupt";
+  fs::path copy = test::process_dir("htp_test") / "corrupt";
   fs::remove_all(copy);
   fs::copy(float_package(), copy, fs::copy_options::recursive);
   fs::path bin = copy / "artifacts/htp/weights_1_of_1.bin";
@@ -369,7 +359,7 @@ TEST(HtpEstimate, CpuPackageHasNoHardwareModel) {
 // ---- one manifest, several targets ------------------------------------------------------
 
 TEST(HtpMultiTarget, ExampleManifestBuildsEveryTarget) {
-  fs::path out = scratch() / "multi";
+  fs::path out = test::process_dir("htp_test") / "multi";
   auto r = test::npuforge({"build", test::source_dir() + "/examples/manifests/multi_target.toml", "--target", "all",
                            "--out", out.string(), "--cache-dir", cache_dir().string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;

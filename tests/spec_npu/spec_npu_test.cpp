@@ -18,22 +18,6 @@ namespace {
 
 const std::string kTiny = test::source_dir() + "/tests/models/tiny_llama";
 
-// This process's temp dir, removed at exit.
-const fs::path& work_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("nf_spec_npu_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
-}
-
-struct CleanUp : ::testing::Environment {
-  void TearDown() override { fs::remove_all(work_dir()); }
-};
-[[maybe_unused]] ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
-
 // Targets by name: "aries" keeps aries' default int8 activations (16 bits only at
 // ffn_down); "aries_a16" keeps every linear's input/output and the KV cache at 16 bits.
 std::string target_table(const std::string& target) {
@@ -48,7 +32,7 @@ std::string target_table(const std::string& target) {
 fs::path package(const std::string& backend) {
   static std::map<std::string, fs::path> built;
   if (auto it = built.find(backend); it != built.end()) return it->second;
-  fs::path dir = work_dir() / backend;
+  fs::path dir = test::process_dir("spec_npu") / backend;
   fs::create_directories(dir);
   std::ofstream(dir / "manifest.toml")
       << "[model]\nonnx = \"" << kTiny << "/model.onnx\"\nconfig = \"" << kTiny << "/config.json\"\ntokenizer = \""
