@@ -7,21 +7,15 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "parse_error.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace nf::manifest;
 
-namespace {
+using nf::manifest::test::parse_error;
 
-// The what() of the ManifestError that parsing `text` throws ("" if it parses).
-std::string parse_error(std::string_view text) {
-  try {
-    parse_manifest_string(text, "manifest.toml");
-  } catch (const ManifestError& e) {
-    return e.what();
-  }
-  return "";
-}
+namespace {
 
 // A fresh folder per test, removed afterwards.
 class TempDir {

@@ -7,18 +7,11 @@
 
 #include <filesystem>
 
+#include "parse_error.h"
+
 using namespace nf::manifest;
 
-namespace {
-std::string parse_error(std::string_view text) {
-  try {
-    parse_manifest_string(text, "manifest.toml");
-  } catch (const ManifestError& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using nf::manifest::test::parse_error;
 
 TEST(TomlUnicode, NonAsciiValueStringsAndCommentsAreFine) {
   Manifest m = parse_manifest_string(
