@@ -6,6 +6,11 @@
 // first three, and a backend may add more fields, which --json prints as they are):
 //   workload in : {"prompt_len": N, "context_len": N}    (a key is absent when the user
 //                 did not give it; the backend picks its default and echoes it back)
+//                 or {"graph_pass": {"linears": [[K, N], ...], "rows": R}} (nf::GraphPass:
+//                 one pass of a graph outside the package, e.g. a speculative draft; `npuforge
+//                 run --stats` asks it). Out: graph_pass_ms (without launch), per_graph_ms
+//                 (one launch), weights_stored_as. A backend that does not price it answers
+//                 without graph_pass_ms.
 //   out, JSON object:
 //     backend            string  backend name ("htp", "aries", ...)
 //     device             string  the simulated chip / device ("sm8750", "aries-rb", ...)

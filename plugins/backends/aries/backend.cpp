@@ -36,8 +36,7 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
     PackageInfo p = PackageInfo::read(dir);
     nlohmann::json wl = Options(workload_json).json();
     if (wl.contains("graph_pass")) {
-      const nlohmann::json& g = wl["graph_pass"];
-      std::string out = graph_pass(g.value("linears", nlohmann::json()), g.value("rows", 0.0), p.options, p.device).dump();
+      std::string out = graph_pass(GraphPass::from_json(wl["graph_pass"], "aries"), p.options, p.device).dump();
       sink(user, out.c_str());
       return nullptr;
     }

@@ -104,20 +104,16 @@ PassTime pass_time(const SimModel& m, const AriesOptions& o, const Device& d, in
   return t;
 }
 
-nlohmann::json graph_pass(const nlohmann::json& linears, double rows, const AriesOptions& o, const Device& d) {
-  if (!linears.is_array() || !(rows > 0))
-    throw Error("aries: estimate: graph_pass needs \"linears\": [[K, N], ...] and \"rows\" > 0");
+nlohmann::json graph_pass(const GraphPass& pass, const AriesOptions& o, const Device& d) {
   SimModel m;  // no blocks: no attention or vector work, only the linears
-  for (const auto& kn : linears) {
-    if (!kn.is_array() || kn.size() != 2 || !kn[0].is_number_integer() || !kn[1].is_number_integer())
-      throw Error("aries: estimate: graph_pass.linears entries are [K, N]");
+  for (const auto& [K, N] : pass.linears) {
     LinearCost l;
     l.block = 0;
-    l.K = kn[0].get<int64_t>();
-    l.N = kn[1].get<int64_t>();
+    l.K = K;
+    l.N = N;
     m.linears.push_back(l);
   }
-  PassTime t = pass_time(m, o, d, static_cast<int64_t>(std::ceil(rows)), 0, 0, 1);
+  PassTime t = pass_time(m, o, d, static_cast<int64_t>(std::ceil(pass.rows)), 0, 0, 1);
   return {{"backend", "aries"},
           {"device", o.device},
           {"simulated", true},

@@ -57,11 +57,11 @@ struct PassTime {
 PassTime pass_time(const SimModel& m, const AriesOptions& o, const Device& d, int64_t rows, int64_t keys,
                    int64_t head_rows, int64_t sequences);
 
-// One pass of `rows` rows through a graph outside the package (a speculative decoder's
-// draft), given as its linears [[K, N], ...] at int8 weights and 8-bit activations (ARIES
-// has no float path): the same fold-based GEMM timing without attention or launch cost.
-// Fields graph_pass_ms, per_graph_ms (one invocation), weights_stored_as.
-nlohmann::json graph_pass(const nlohmann::json& linears, double rows, const AriesOptions& o, const Device& d);
+// One pass through a graph outside the package (a speculative decoder's draft), its linears
+// at int8 weights and 8-bit activations (ARIES has no float path): the same fold-based GEMM
+// timing without attention or launch cost. Fields graph_pass_ms, per_graph_ms (one
+// invocation), weights_stored_as.
+nlohmann::json graph_pass(const GraphPass& pass, const AriesOptions& o, const Device& d);
 
 // Device memory the package needs (weights, KV cache for batch x max_cache_length, scratch).
 struct MemoryPlan {

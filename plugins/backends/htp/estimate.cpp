@@ -170,17 +170,11 @@ void check_fits(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
 // without the per-graph launch cost, which is returned beside it.
 nlohmann::json graph_pass(const HtpOptions& o, const nlohmann::json& g) {
   const Chip& c = o.chip;
-  if (!g.contains("linears") || !g["linears"].is_array() || !g.contains("rows") || !g["rows"].is_number() ||
-      g["rows"].get<double>() <= 0)
-    throw Error("htp: estimate: graph_pass needs \"linears\": [[K, N], ...] and \"rows\" > 0");
+  const GraphPass pass = GraphPass::from_json(g, "htp");
   double weights = 0;
-  for (const auto& kn : g["linears"]) {
-    if (!kn.is_array() || kn.size() != 2 || !kn[0].is_number() || !kn[1].is_number())
-      throw Error("htp: estimate: graph_pass.linears entries are [K, N]");
-    weights += kn[0].get<double>() * kn[1].get<double>();
-  }
+  for (const auto& [K, N] : pass.linears) weights += static_cast<double>(K) * static_cast<double>(N);
   if (!c.dram_peak_bytes_per_s) throw Error("htp: chip " + o.chipset + " has no published DRAM bandwidth");
-  const double compute = weights * g["rows"].get<double>() / c.macs_per_s("fp16");
+  const double compute = weights * pass.rows / c.macs_per_s("fp16");
   const double dram = 2 * weights / (*c.dram_peak_bytes_per_s * c.dram_share);
   return {{"backend", "htp"},
           {"device", o.chipset},

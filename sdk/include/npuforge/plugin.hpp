@@ -5,6 +5,8 @@
 
 #include <npuforge/plugin.h>
 
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -340,6 +342,29 @@ class Options {
 
  private:
   nlohmann::json j_;
+};
+
+// The `graph_pass` workload of nf_backend_api.estimate (host/cli/cmd_estimate.cpp): one
+// pass of `rows` rows through the linear layers [K, N] of a graph the package does not
+// hold, such as a speculative decoder's draft. Backends price it at their own widths.
+struct GraphPass {
+  std::vector<std::array<int64_t, 2>> linears;
+  double rows = 0;
+
+  // Throws Error, prefixed with `backend`, when `g` is not {"linears": [[K, N], ...], "rows": R > 0}.
+  static GraphPass from_json(const nlohmann::json& g, const std::string& backend) {
+    if (!g.is_object() || !g.contains("linears") || !g["linears"].is_array() || !g.contains("rows") ||
+        !g["rows"].is_number() || !(g["rows"].get<double>() > 0))
+      throw Error(backend + ": estimate: graph_pass needs \"linears\": [[K, N], ...] and \"rows\" > 0");
+    GraphPass p;
+    p.rows = g["rows"].get<double>();
+    for (const auto& kn : g["linears"]) {
+      if (!kn.is_array() || kn.size() != 2 || !kn[0].is_number_integer() || !kn[1].is_number_integer())
+        throw Error(backend + ": estimate: graph_pass.linears entries are [K, N]");
+      p.linears.push_back({kn[0].get<int64_t>(), kn[1].get<int64_t>()});
+    }
+    return p;
+  }
 };
 
 // The speculative table over a decoder class D, which provides
