@@ -338,7 +338,8 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
         t = main_mask;
       } else if (name == "sliding_attention_mask") {
-        if (!sliding_mask) sliding_mask = mask(v.scl, true);
+        // CL columns when no layer has a short cache (a window longer than the context).
+        if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);
         t = sliding_mask;
       } else if (name.rfind("past_key_values.", 0) == 0) {
         size_t l = std::stoul(name.substr(16));

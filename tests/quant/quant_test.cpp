@@ -160,7 +160,17 @@ TEST(LpbqRecipe, BlockSizeMustDivideInputChannels) {
   auto ms = matmul_model(6, 2, std::vector<float>(12, 0.5f));
   std::string err = apply_recipe("lpbq", {{"block_size", 4}, {"exclude_lm_head", false}}, *ms);
   EXPECT_NE(err.find("block_size 4 does not divide the 6 input channels of weight 'W'"), std::string::npos) << err;
+  EXPECT_NE(err.find("indivisible = \"per_channel\""), std::string::npos) << err;
   EXPECT_TRUE(ms->encodings.empty());
+}
+
+TEST(LpbqRecipe, IndivisibleWeightsFallBackToPerChannelWhenAsked) {
+  auto ms = matmul_model(6, 2, std::vector<float>(12, 0.5f));
+  ASSERT_EQ(apply_recipe("lpbq", {{"block_size", 4}, {"exclude_lm_head", false}, {"indivisible", "per_channel"}}, *ms), "");
+  const nf_encoding& e = ms->encodings.at("W").view;
+  EXPECT_EQ(e.enc_type, NF_ENC_PER_CHANNEL);
+  EXPECT_EQ(e.bw, 8);
+  EXPECT_FLOAT_EQ(e.scale[0], 0.5f / 127);
 }
 
 TEST(LpbqRecipe, AsymmetricIsRejected) {

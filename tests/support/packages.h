@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -37,7 +38,8 @@ inline bool split_available() {
 // A fresh directory under /tmp for one test; removed by the destructor.
 struct WorkDir {
   fs::path path;
-  explicit WorkDir(const std::string& tag) {
+  explicit WorkDir(std::string tag) {
+    std::replace(tag.begin(), tag.end(), '/', '_');  // "zoo/phi3" is one folder
     path = fs::temp_directory_path() / ("nf_" + tag + "_" + std::to_string(::getpid()));
     fs::remove_all(path);
     fs::create_directories(path);

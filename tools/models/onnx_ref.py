@@ -152,6 +152,40 @@ def run_node(node, ins):
         else:
             parts = len(node.output)
         return list(np.split(x, parts, axis=axis))
+    # ops added for the family zoo (hf_families.py / make_family_zoo.py)
+    if op == "Trilu":
+        k = int(ins[1].reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else 0
+        return [np.triu(x, k) if at.get("upper", 1) else np.tril(x, k)]
+    if op == "ScatterND":
+        assert at.get("reduction", b"none") in ("none", b"none"), at
+        idx = ins[1].astype(np.int64)
+        q = idx.shape[-1]
+        out = x.copy()
+        flat = idx.reshape(-1, q)
+        upd = ins[2].reshape((flat.shape[0],) + x.shape[q:])
+        for i in range(flat.shape[0]):  # in order, so a repeated index keeps the last update
+            out[tuple(flat[i])] = upd[i]
+        return [out]
+    if op in ("ScatterElements", "GatherElements"):
+        axis = at.get("axis", 0) % x.ndim
+        idx = ins[1].astype(np.int64)
+        idx = np.where(idx < 0, idx + x.shape[axis], idx)
+        grid = list(np.indices(idx.shape, sparse=True))
+        grid[axis] = idx
+        if op == "GatherElements":
+            return [x[tuple(grid)]]
+        assert at.get("reduction", b"none") in ("none", b"none"), at
+        out = x.copy()
+        out[tuple(grid)] = ins[2]
+        return [out]
+    if op == "OneHot":
+        depth = int(ins[1].reshape(-1)[0])
+        values = ins[2]
+        ind = x.astype(np.int64)
+        ind = np.where(ind < 0, ind + depth, ind)
+        hot = ind[..., None] == np.arange(depth)
+        hot = np.moveaxis(hot, -1, at.get("axis", -1))
+        return [np.where(hot, values[1], values[0]).astype(values.dtype)]
     raise NotImplementedError(op)
 
 

@@ -199,6 +199,11 @@ void op_gather(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
 void op_gather_elements(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
   out[0] = k::gather_elements(need(n, in, 0), need(n, in, 1), n.i("axis", 0));
 }
+void op_one_hot(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
+  std::vector<int64_t> depth = need(n, in, 1).to_int64s();
+  if (depth.size() != 1) throw k::KernelError("OneHot (node " + n.name + "): depth is not one number");
+  out[0] = k::one_hot(need(n, in, 0), depth[0], need(n, in, 2), n.i("axis", -1));
+}
 k::ScatterReduce reduction_of(const NodeDef& n) {
   std::string r = n.s("reduction", "none");
   if (r == "add") return k::ScatterReduce::Add;
@@ -394,6 +399,7 @@ const std::map<std::string, OpFn> kOperators = {
     {"Mul", op_binary<B::Mul>},
     {"Neg", op_unary<U::Neg>},
     {"Not", op_unary<U::Not>},
+    {"OneHot", op_one_hot},
     {"Or", op_binary<B::Or>},
     {"Pow", op_pow},
     {"QuantizeLinear", op_quantize},

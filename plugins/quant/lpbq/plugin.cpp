@@ -16,7 +16,9 @@ const char* kSchema = R"json({
   "additionalProperties": false,
   "properties": {
     "block_size": {"type": "integer", "minimum": 1, "default": 64,
-                   "description": "input channels per block; must divide every quantized weight's input channels"},
+                   "description": "input channels per block; must divide every quantized weight's input channels (see indivisible)"},
+    "indivisible": {"type": "string", "enum": ["error", "per_channel"], "default": "error",
+                    "description": "a weight whose input channels block_size does not divide: fail the build, or keep it at int8 per channel"},
     "bw": {"type": "integer", "minimum": 2, "maximum": 8, "default": 4, "description": "bits of the stored blocks"},
     "decompressed_bw": {"type": "integer", "minimum": 3, "maximum": 16, "default": 8,
                         "description": "bits of the per-channel grid the blocks expand to (> bw)"},
@@ -50,6 +52,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     throw nf::Error("lpbq: decompressed_bw (" + std::to_string(dbw) + ") must be larger than bw (" +
                     std::to_string(bw) + ")");
   auto excludes = nf::quant::compile_patterns("lpbq", opts.get<std::vector<std::string>>("exclude", {}));
+  const bool indivisible_per_channel = opts.get<std::string>("indivisible", "error") == "per_channel";
 
   auto weights = nf::quant::linear_weights(ms);
   if (weights.empty()) throw nf::Error("lpbq: no MatMul/Gemm with a constant 2-D float weight in the model set");
@@ -58,7 +61,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   // Plan every encoding first: a weight that cannot be blocked fails the stage before
   // any encoding is set.
   std::vector<Planned> plan;
-  size_t n_lpbq = 0, n_from_blocks = 0;
+  size_t n_lpbq = 0, n_from_blocks = 0, n_indivisible = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     const auto& lw = weights[i];
     ctx.progress(i, weights.size(), lw.name);
@@ -67,14 +70,17 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
       if ((w = g.initializer(lw.name))) break;
     bool excluded = lw.name == lm_head;
     for (const auto& re : excludes) excluded = excluded || std::regex_search(lw.name, re);
-    if (excluded) {
+    const bool indivisible = lw.K % block_size != 0;
+    if (indivisible && !excluded && !indivisible_per_channel)
+      throw nf::Error("lpbq: block_size " + std::to_string(block_size) + " does not divide the " +
+                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "' [" +
+                      std::to_string(lw.nk ? lw.N : lw.K) + ", " + std::to_string(lw.nk ? lw.K : lw.N) +
+                      "] (indivisible = \"per_channel\" keeps such weights at int8 per channel)");
+    if (excluded || indivisible) {
+      n_indivisible += !excluded;
       plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(w.data_as<float>(), lw, 8, true)});
       continue;
     }
-    if (lw.K % block_size != 0)
-      throw nf::Error("lpbq: block_size " + std::to_string(block_size) + " does not divide the " +
-                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "' [" +
-                      std::to_string(lw.nk ? lw.N : lw.K) + ", " + std::to_string(lw.nk ? lw.K : lw.N) + "]");
     // A PER_BLOCK encoding of the same blocks (seqmse's per-block search) gives the block
     // scales; otherwise they come from each block's absmax.
     const nf_encoding* prior = ms.encoding(lw.name);
@@ -105,6 +111,8 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
            std::to_string(block_size) + " (int" + std::to_string(dbw) + " per channel), " +
            std::to_string(plan.size() - n_lpbq) + " kept at int8 per channel" +
            (n_from_blocks ? ", " + std::to_string(n_from_blocks) + " from prior PER_BLOCK ranges" : std::string()) +
+           (n_indivisible ? ", " + std::to_string(n_indivisible) + " of them because block_size does not divide their input channels"
+                          : std::string()) +
            (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
 
   if (!calib) {

@@ -41,7 +41,8 @@ std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std:
     auto [v, depth] = todo.back();
     todo.pop_back();
     for (const nf::Node& u : view.consumers(v)) {
-      if (!seen.insert(u.get()).second) continue;
+      // Data paths only: a shape taken from the cache (the past length) is no attention.
+      if (u.op_type() == "Shape" || u.op_type() == "Size" || !seen.insert(u.get()).second) continue;
       if (u.op_type() == "MatMul") {
         found.push_back(u);
         continue;
@@ -53,7 +54,8 @@ std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std:
   return found;
 }
 
-// Follows the scores from QK^T to the Softmax through scaling, casts and Adds; returns
+// Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh)
+// and Adds; returns
 // each Add on the way with the index of its other operand.
 std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const nf::Node& qk) {
   std::vector<MaskUse> adds;
@@ -65,7 +67,7 @@ std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const
     std::string_view op = u.op_type();
     if (op == "Softmax") return adds;
     if (op == "Add" && u.input_count() == 2) adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
-    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity") return {};
+    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh") return {};
     v = u.output(0);
   }
   return {};

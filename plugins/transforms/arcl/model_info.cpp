@@ -24,8 +24,8 @@ int64_t config_int(const nlohmann::json& config, const char* key) {
 }
 
 // HF semantics: Mistral-style configs slide on every layer; `layer_types` names the
-// sliding layers one by one; Qwen2 slides from `max_window_layers` on, and only when
-// `use_sliding_window` is set.
+// sliding layers one by one; Gemma-2 slides on the even layers; Qwen2 slides from
+// `max_window_layers` on, and only when `use_sliding_window` is set.
 void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
   if (!config.is_object()) return;
   int64_t window = config_int(config, "sliding_window");
@@ -39,6 +39,10 @@ void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
     for (size_t i = 0; i < types.size() && static_cast<int64_t>(i) < info.layers; ++i)
       if (types[i].is_string() && types[i].get<std::string>() == "sliding_attention")
         info.sliding_layers.push_back(static_cast<int64_t>(i));
+    return;
+  }
+  if (config.value("model_type", "") == "gemma2") {  // Gemma-2 slides on the even layers
+    for (int64_t l = 0; l < info.layers; l += 2) info.sliding_layers.push_back(l);
     return;
   }
   int64_t first = 0;

@@ -14,7 +14,9 @@ struct Reject : nf::Error {
 
 const std::set<std::string> kHeadwiseOps = {"Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identity", "Slice", "Concat",
                                             "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Abs", "Pow"};
-const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Softmax", "Where"};
+// Between the score MatMul and the Softmax: scaling, the mask, casts, and Gemma-2's logit
+// soft-capping (Div, Tanh, Mul).
+const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Softmax", "Where", "Tanh"};
 
 std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 
@@ -63,80 +65,142 @@ void check_headwise(const GraphView& view, const nf::Node& n) {
   }
 }
 
-bool carries_heads(const GraphView& view, const std::string& v, int64_t heads) {
-  if (v.empty() || view.is_initializer(v)) return false;
-  auto t = nf::graph::get_value_type(view.graph(), v);
-  return t && t->dims && t->dims->size() == 4 && (*t->dims)[1] == heads;
+// Constant int64 values of an initializer or Constant node (Slice starts, Split sizes).
+std::vector<int64_t> const_values(const GraphView& view, const std::string& value) {
+  if (value.empty()) return {};
+  if (view.is_initializer(value)) return const_ints(view, value);
+  auto p = view.producer(value);
+  if (!p || p->op_type() != "Constant") return {};
+  nf::Tensor t = p->attr_tensor("value");
+  std::vector<int64_t> r;
+  if (t && t.dtype() == NF_DTYPE_INT64) r.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  return r;
 }
 
-// Walks back from `end` ([1, heads, rows, head_dim]) through head-wise nodes to the
-// projection that packs the heads.
+// The columns [begin, begin + width) of a fused projection that a Slice or Split of its
+// last axis takes (q/k/v from one qkv_proj). Rejects any other cut.
+int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::string& taken, int64_t total) {
+  const std::string where = std::string(cut.op_type()) + " '" + node_name(cut) + "'";
+  if (cut.op_type() == "Slice") {
+    std::vector<int64_t> starts = const_values(view, cut.input(1)), ends = const_values(view, cut.input(2));
+    std::vector<int64_t> axes = const_values(view, cut.input(3)), steps = const_values(view, cut.input(4));
+    if (starts.size() != 1 || ends.size() != 1 || axes.size() > 1 || (axes.size() == 1 && normalize_axis(axes[0], 3) != 2) ||
+        (!steps.empty() && steps != std::vector<int64_t>{1}) || (axes.empty() && cut.input_count() > 3))
+      throw Reject(where + " does not take a constant column range of the projection");
+    return std::clamp<int64_t>(starts[0] < 0 ? starts[0] + total : starts[0], 0, total);
+  }
+  if (normalize_axis(cut.attr_int("axis", 0), 3) != 2) throw Reject(where + " does not cut the projection's columns");
+  std::vector<int64_t> sizes = cut.input_count() > 1 ? const_values(view, cut.input(1)) : cut.attr_ints("split");
+  const int64_t parts = static_cast<int64_t>(cut.output_count());
+  if (sizes.empty() && total % parts == 0) sizes.assign(static_cast<size_t>(parts), total / parts);
+  if (static_cast<int64_t>(sizes.size()) != parts) throw Reject(where + " has no constant split sizes");
+  int64_t begin = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    if (cut.output(static_cast<size_t>(i)) == taken) return begin;
+    begin += sizes[static_cast<size_t>(i)];
+  }
+  throw Reject(where + " does not write '" + taken + "'");
+}
+
+// Whether Transpose `t` splits a linear projection into heads:
+// MatMul(x, W) [+ bias] [-> Slice/Split of the columns] -> Reshape [1, rows, heads, head_dim]
+// -> Transpose(0, 2, 1, 3). Fills the projection fields of `b` when it does.
+bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
+  if (!is_perm(t, {0, 2, 1, 3})) return false;
+  auto r = view.producer(t.input(0));
+  if (!r || r->op_type() != "Reshape") return false;
+  std::string packed = r->input(0);
+  auto cut = view.producer(packed);
+  std::optional<nf::Node> column_cut;
+  if (cut && (cut->op_type() == "Slice" || cut->op_type() == "Split")) {
+    column_cut = cut;
+    packed = cut->input(0);
+  }
+  auto m = view.producer(packed);
+  std::string bias;
+  bool bias_first = false;
+  if (m && m->op_type() == "Add") {
+    for (size_t i = 0; i < 2 && bias.empty(); ++i)
+      if (view.is_initializer(m->input(i))) {
+        bias = m->input(i);
+        bias_first = i == 0;
+      }
+    if (bias.empty()) return false;
+    m = view.producer(m->input(bias_first ? 1 : 0));
+  }
+  if (!m || m->op_type() != "MatMul" || !view.is_initializer(m->input(1)) || view.is_initializer(m->input(0))) return false;
+  // It is a projection: from here on a mismatch is an error, not another kind of node.
+  Dims rd = static_dims(view.graph(), r->output(0), "head split");
+  Dims wd = view.graph().initializer(m->input(1)).dims();
+  if (rd.size() != 4 || rd[0] != 1 || wd.size() != 2)
+    throw Reject("Reshape '" + node_name(*r) + "' does not split [1, rows, heads*head_dim] into heads");
+  b.heads_out = t.output(0);
+  b.rows = rd[1];
+  b.heads = rd[2];
+  b.head_dim = rd[3];
+  b.x = m->input(0);
+  b.weight = m->input(1);
+  b.bias = bias;
+  b.bias_first = bias_first;
+  b.proj_out = m->output(0);
+  b.biased_out = bias.empty() ? "" : packed;
+  b.weight_columns = wd[1];
+  b.first_column = column_cut ? fused_columns(view, *column_cut, r->input(0), wd[1]) : 0;
+  if (b.first_column + b.heads * b.head_dim > wd[1] || (!column_cut && wd[1] != b.heads * b.head_dim))
+    throw Reject("weight '" + b.weight + "' [" + std::to_string(wd[0]) + ", " + std::to_string(wd[1]) +
+                 "] does not hold the " + std::to_string(b.heads) + " x " + std::to_string(b.head_dim) +
+                 " columns that Reshape '" + node_name(*r) + "' splits into heads");
+  if (!bias.empty() && view.graph().initializer(bias).dims() != Dims{wd[1]})
+    throw Reject("bias '" + bias + "' does not match the weight's columns");
+  return true;
+}
+
+// Walks back from `end` ([1, heads, rows, head_dim]) to the one projection whose heads it
+// carries. The branch is what lies on paths from that projection's head split to `end`
+// (RoPE, scaling, casts): each node must work on one head as on all heads, and whatever
+// else it reads (cos/sin, scales) is shared by every head. Found by dataflow, so it does
+// not matter how many heads there are (one KV head included) or in which order the
+// exporter wrote the nodes.
 HeadBranch trace_branch(const GraphView& view, const std::string& end) {
   HeadBranch b;
   b.end = end;
   Dims end_dims = static_dims(view.graph(), end, "attention operand");
   if (end_dims.size() != 4 || end_dims[0] != 1) throw Reject("'" + end + "' is not [1, heads, rows, head_dim]");
-  b.heads = end_dims[1];
-  std::set<nf_node*> region;
-  std::vector<std::string> todo{end};
-  std::set<std::string> seen;
+  // Every value `end` is computed from, back to (and including) head splits.
+  std::set<std::string> upstream;
+  std::vector<std::string> todo{end}, splits;
   while (!todo.empty()) {
     std::string v = todo.back();
     todo.pop_back();
-    if (!seen.insert(v).second) continue;
+    if (v.empty() || view.is_initializer(v) || !upstream.insert(v).second) continue;
     auto p = view.producer(v);
-    if (!p) throw Reject("'" + v + "' carries heads but is not computed from a projection");
-    if (is_perm(*p, {0, 2, 1, 3})) {
-      auto r = view.producer(p->input(0));
-      if (r && r->op_type() == "Reshape") {
-        if (!b.heads_out.empty() && b.heads_out != v) throw Reject("two projections meet in '" + end + "'");
-        Dims rd = static_dims(view.graph(), r->output(0), "head split");
-        Dims pd = static_dims(view.graph(), r->input(0), "projection");
-        if (rd.size() != 4 || rd[0] != 1 || rd[2] != b.heads || pd.size() != 3 || pd[2] != rd[2] * rd[3])
-          throw Reject("Reshape '" + node_name(*r) + "' does not split [1, rows, heads*head_dim] into heads");
-        b.heads_out = v;
-        b.rows = rd[1];
-        b.head_dim = rd[3];
-        // The projection: MatMul(x, W) with an optional bias Add.
-        auto m = view.producer(r->input(0));
-        if (m && m->op_type() == "Add") {
-          for (size_t i = 0; i < 2; ++i)
-            if (view.is_initializer(m->input(i))) {
-              b.bias = m->input(i);
-              b.bias_first = i == 0;
-              m = view.producer(m->input(1 - i));
-              break;
-            }
-          if (b.bias.empty()) throw Reject("projection Add '" + node_name(*m) + "' has no constant bias");
-        }
-        if (!m || m->op_type() != "MatMul" || !view.is_initializer(m->input(1)) || view.is_initializer(m->input(0)))
-          throw Reject("'" + r->input(0) + "' is not a MatMul with a constant weight");
-        b.x = m->input(0);
-        b.weight = m->input(1);
-        b.proj_out = m->output(0);
-        if (!b.bias.empty()) b.biased_out = r->input(0);
-        Dims wd = view.graph().initializer(b.weight).dims();
-        if (wd.size() != 2 || wd[1] != b.heads * b.head_dim)
-          throw Reject("weight '" + b.weight + "' is not [in, heads*head_dim]");
-        if (!b.bias.empty() && view.graph().initializer(b.bias).dims() != Dims{b.heads * b.head_dim})
-          throw Reject("bias '" + b.bias + "' is not [heads*head_dim]");
-        // The split's own outputs must feed only head-wise nodes (checked when cloning).
-        continue;
-      }
+    if (!p || p->op_type() == "Shape") continue;
+    HeadBranch candidate;
+    if (match_head_split(view, *p, candidate)) {
+      if (!b.heads_out.empty() && b.heads_out != candidate.heads_out)
+        throw Reject("two projections ('" + b.weight + "', '" + candidate.weight + "') meet in '" + end + "'");
+      candidate.end = end;
+      b = candidate;
+      continue;
     }
-    check_headwise(view, *p);
-    region.insert(p->get());
-    for (const std::string& in : p->inputs()) {
-      if (carries_heads(view, in, b.heads))
-        todo.push_back(in);
-      else
-        check_shared_operand(view, in, "node '" + node_name(*p) + "'");
-    }
+    for (const std::string& in : p->inputs()) todo.push_back(in);
   }
-  if (b.heads_out.empty()) throw Reject("no projection found for '" + end + "'");
-  if (end_dims[3] != b.head_dim || end_dims[2] != b.rows) throw Reject("'" + end + "' changed shape after the head split");
-  for (const nf::Node& n : view.nodes())
-    if (region.count(n.get())) b.region.push_back(n.get());
+  if (b.heads_out.empty()) throw Reject("no linear projection split into heads reaches '" + end + "'");
+  if (end_dims[1] != b.heads || end_dims[2] != b.rows || end_dims[3] != b.head_dim)
+    throw Reject("'" + end + "' changed shape after the head split of '" + b.weight + "'");
+  // The values derived from the head split, in graph order; their producers are the region.
+  std::set<std::string> derived{b.heads_out};
+  for (const nf::Node& n : view.nodes()) {
+    bool reads = false;
+    for (const std::string& in : n.inputs()) reads |= derived.count(in) != 0;
+    if (!reads || !upstream.count(n.output(0))) continue;
+    for (const std::string& out : n.outputs()) derived.insert(out);
+    check_headwise(view, n);
+    for (const std::string& in : n.inputs())
+      if (!derived.count(in)) check_shared_operand(view, in, "node '" + node_name(n) + "'");
+    b.region.push_back(n.get());
+  }
+  if (!derived.count(end)) throw Reject("'" + end + "' is not computed from the head split of '" + b.weight + "'");
   return b;
 }
 

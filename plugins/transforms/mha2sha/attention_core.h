@@ -17,14 +17,17 @@ namespace mha2sha {
 
 // A linear projection whose output is cut into heads:
 // MatMul(x, W [in, heads*head_dim]) [+ bias] -> Reshape [1, rows, heads, head_dim]
-// -> Transpose(0, 2, 1, 3), then head-wise nodes (RoPE, scaling) up to `end`.
+// -> Transpose(0, 2, 1, 3), then head-wise nodes (RoPE, scaling) up to `end`. A fused
+// projection (Phi-3's qkv_proj) has a Slice or Split of W's columns before the Reshape:
+// the branch then owns columns [first_column, first_column + heads*head_dim) of W.
 struct HeadBranch {
   std::string x;            // projection input [1, rows, in]
-  std::string weight;       // 2-D initializer [in, heads*head_dim]
-  std::string bias;         // 1-D initializer [heads*head_dim] or ""
+  std::string weight;       // 2-D initializer [in, weight_columns]
+  std::string bias;         // 1-D initializer [weight_columns] or ""
   bool bias_first = false;  // Add(bias, MatMul) rather than Add(MatMul, bias)
-  std::string proj_out;     // the MatMul's output [1, rows, heads*head_dim]
+  std::string proj_out;     // the MatMul's output [1, rows, weight_columns]
   std::string biased_out;   // the bias Add's output, or ""
+  int64_t weight_columns = 0, first_column = 0;
   std::string heads_out;    // Transpose output [1, heads, rows, head_dim]
   std::vector<nf_node*> region;  // nodes from heads_out to end, in graph order
   std::string end;          // [1, heads, rows, head_dim]

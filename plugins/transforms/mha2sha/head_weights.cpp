@@ -5,20 +5,26 @@
 
 namespace mha2sha {
 
-std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& tensor, int64_t heads) {
+std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& tensor, int64_t first, int64_t heads,
+                                             int64_t part) {
   nf::Tensor src = g.initializer(tensor);
-  auto key = std::make_pair(tensor, src.data());
+  auto key = std::make_tuple(tensor, src.data(), first);
   auto it = done_.find(key);
   if (it == done_.end()) {
     const std::vector<int64_t> dims = src.dims();
     const size_t elem = nf::dtype_size(src.dtype());
-    if (dims.empty() || elem == 0 || dims.back() % heads != 0)
-      throw nf::Error("mha2sha: cannot slice '" + tensor + "' into " + std::to_string(heads) + " heads");
-    const int64_t cols = dims.back(), part = cols / heads, rows = src.numel() / cols;
+    if (dims.empty() || elem == 0 || first < 0 || part <= 0 || first + heads * part > dims.back())
+      throw nf::Error("mha2sha: cannot cut " + std::to_string(heads) + " heads of " + std::to_string(part) +
+                      " columns from column " + std::to_string(first) + " of '" + tensor + "'");
+    const int64_t cols = dims.back(), rows = src.numel() / cols;
+    const bool whole = first == 0 && heads * part == cols;
     Sliced s;
     s.source = tensor;
     s.heads = heads;
     s.rank = static_cast<int64_t>(dims.size());
+    s.first = first;
+    s.part = part;
+    s.columns = cols;
     std::vector<int64_t> part_dims = dims;
     part_dims.back() = part;
     const char* from = static_cast<const char*>(src.data());
@@ -26,14 +32,15 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
       // One copy of the slice: rows of `part` elements taken from each source row.
       nf::Tensor t = nf::Tensor::create(src.dtype(), part_dims);
       char* to = static_cast<char*>(t.mutable_data());
+      const int64_t c0 = first + h * part;
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(to + r * part * elem, from + (r * cols + h * part) * elem, static_cast<size_t>(part) * elem);
+        std::memcpy(to + r * part * elem, from + (r * cols + c0) * elem, static_cast<size_t>(part) * elem);
       bytes_ += t.nbytes();
-      s.names.push_back(tensor + ".head" + std::to_string(h));
+      s.names.push_back(tensor + (whole ? "" : ".col" + std::to_string(first)) + ".head" + std::to_string(h));
       s.tensors.push_back(std::move(t));
     }
     it = done_.emplace(key, std::move(s)).first;
-  } else if (it->second.heads != heads) {
+  } else if (it->second.heads != heads || it->second.part != part) {
     throw nf::Error("mha2sha: '" + tensor + "' is cut into " + std::to_string(heads) + " and " +
                     std::to_string(it->second.heads) + " heads by different attention blocks");
   }
@@ -90,13 +97,14 @@ EncodingSlice slice_encoding(const nf_encoding& src, const std::string& name, in
 
 }  // namespace
 
-void HeadWeights::follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels) {
-  const int64_t n = static_cast<int64_t>(heads.size()), part = channels / n;
+void HeadWeights::follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels,
+                                     int64_t first, int64_t part) {
+  const int64_t n = static_cast<int64_t>(heads.size());
   for (int64_t h = 0; h < n; ++h) {
     const nf_encoding* e = ms_.encoding(source);  // read again: setting one may move the host's copies
     if (!e) return;
     // The projection output is [1, rows, heads*head_dim]: heads cut axis 2.
-    EncodingSlice s = slice_encoding(*e, source, channels, h * part, (h + 1) * part, 2);
+    EncodingSlice s = slice_encoding(*e, source, channels, first + h * part, first + (h + 1) * part, 2);
     ms_.set_encoding(heads[static_cast<size_t>(h)], s.e);
   }
 }
@@ -108,15 +116,18 @@ size_t HeadWeights::finish_encodings() {
   size_t sliced = 0;
   for (const auto& [key, s] : done_) {
     if (!ms_.encoding(s.source)) continue;
-    const int64_t channels = s.tensors[0].dims().back() * s.heads, part = channels / s.heads;
     for (int64_t h = 0; h < s.heads; ++h) {
       // Read again each time: setting an encoding may move the host's copies.
-      EncodingSlice e = slice_encoding(*ms_.encoding(s.source), s.source, channels, h * part, (h + 1) * part, s.rank - 1);
+      const int64_t c0 = s.first + h * s.part;
+      EncodingSlice e = slice_encoding(*ms_.encoding(s.source), s.source, s.columns, c0, c0 + s.part, s.rank - 1);
       ms_.set_encoding(s.names[static_cast<size_t>(h)], e.e);
       ++sliced;
     }
-    if (!still_read.count(s.source)) nf::check(nf::host().model_set_remove_encoding(ms_.get(), s.source.c_str()));
   }
+  // After every slice is made: a fused weight is cut by several entries.
+  for (const auto& [key, s] : done_)
+    if (!still_read.count(s.source) && ms_.encoding(s.source))
+      nf::check(nf::host().model_set_remove_encoding(ms_.get(), s.source.c_str()));
   return sliced;
 }
 

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace mha2sha {
@@ -15,13 +16,16 @@ class HeadWeights {
  public:
   explicit HeadWeights(nf::ModelSet ms) : ms_(ms) {}
 
-  // Names of `heads` slices of `tensor` along its last axis (W [in, heads*hd] -> [in, hd];
-  // bias [heads*hd] -> [hd]), set as initializers of `g`.
-  std::vector<std::string> slices(nf::Graph g, const std::string& tensor, int64_t heads);
+  // Names of `heads` slices of `tensor` along its last axis, `part` columns each from
+  // `first` on (W [in, cols] -> [in, part]; bias [cols] -> [part]), set as initializers of
+  // `g`. A fused projection (q, k and v in one W) is cut by three calls.
+  std::vector<std::string> slices(nf::Graph g, const std::string& tensor, int64_t first, int64_t heads, int64_t part);
 
   // The per-head slices `heads` of activation `source` (along its last axis, `channels`
-  // wide) take its encoding: a per-tensor grid as it is, a per-channel one sliced.
-  void follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels);
+  // wide; head h is [first + h*part, first + (h+1)*part)) take its encoding: a per-tensor
+  // grid as it is, a per-channel one sliced.
+  void follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels,
+                         int64_t first, int64_t part);
 
   // Slices the encodings of every sliced source tensor and drops the source's encoding
   // when no graph of the set reads the source any more. Returns how many were sliced.
@@ -32,12 +36,12 @@ class HeadWeights {
  private:
   struct Sliced {
     std::string source;
-    int64_t heads = 0, rank = 0;
+    int64_t heads = 0, rank = 0, first = 0, part = 0, columns = 0;
     std::vector<std::string> names;
     std::vector<nf::Tensor> tensors;
   };
   nf::ModelSet ms_;
-  std::map<std::pair<std::string, const void*>, Sliced> done_;
+  std::map<std::tuple<std::string, const void*, int64_t>, Sliced> done_;
   size_t bytes_ = 0;
 };
 

@@ -31,9 +31,9 @@ void clone_chain(GraphEditor& ed, const std::vector<nf_node*>& nodes, std::map<s
 // One value [1, 1, rows, head_dim] per head of a branch.
 std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, HeadWeights& weights) {
   nf::Graph g = ed.graph();
-  std::vector<std::string> w = weights.slices(g, b.weight, b.heads);
+  std::vector<std::string> w = weights.slices(g, b.weight, b.first_column, b.heads, b.head_dim);
   std::vector<std::string> bias;
-  if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.heads);
+  if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.first_column, b.heads, b.head_dim);
   std::vector<std::string> out, projected, biased;
   for (int64_t h = 0; h < b.heads; ++h) {
     const std::string t = tag(h);
@@ -51,8 +51,8 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
   }
-  weights.follow_activation(b.proj_out, projected, b.heads * b.head_dim);
-  if (!biased.empty()) weights.follow_activation(b.biased_out, biased, b.heads * b.head_dim);
+  weights.follow_activation(b.proj_out, projected, b.weight_columns, b.first_column, b.head_dim);
+  if (!biased.empty()) weights.follow_activation(b.biased_out, biased, b.weight_columns, b.first_column, b.head_dim);
   return out;
 }
 

@@ -54,8 +54,20 @@ void rewrite_gate(nf::graph::GraphView& view, nf::graph::UniqueNames& names, con
     dense = names.make(p + "weights");
     g.add_node("Div", {gated, sum}, {dense}, names.make(p + "Div"));
   }
+  // Each expert's term reads its column of the new weights instead of the old routing.
+  for (const Expert& e : b.expert_terms) {
+    const int64_t first = e.index, end = e.index + 1;
+    std::string column = names.make(p + "expert" + std::to_string(e.index));
+    g.add_node("Slice",
+               {dense, constant(g, names, p + "starts", NF_DTYPE_INT64, {1}, &first),
+                constant(g, names, p + "ends", NF_DTYPE_INT64, {1}, &end), constant(g, names, p + "axes", NF_DTYPE_INT64, {1}, &last)},
+               {column}, names.make(p + "Slice"));
+    for (nf::Node n : g.nodes())
+      if (n.output_count() > 0 && n.output(0) == e.term)
+        for (size_t i = 0; i < n.input_count(); ++i)
+          if (n.input(i) == e.weight) n.set_input(i, column);
+  }
   view.refresh();
-  view.replace_uses(b.dense, dense);
 }
 
 }  // namespace moe

@@ -1,5 +1,13 @@
 #include "moe_block.h"
 
+#include <npuforge/graph/evaluate_node.h>
+#include <npuforge/graph/kernel_tensors.h>
+#include <npuforge/graph/value_types.h>
+#include <npuforge/kernels/elementwise.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -32,23 +40,15 @@ std::string skip_casts_back(const GraphView& view, std::string v) {
   return v;
 }
 
-std::vector<nf::Node> users_through_casts(const GraphView& view, const std::string& v) {
-  std::vector<nf::Node> r;
-  for (const nf::Node& u : view.consumers(v)) {
-    if (u.op_type() == "Cast" || u.op_type() == "Identity") {
-      auto more = users_through_casts(view, u.output(0));
-      r.insert(r.end(), more.begin(), more.end());
-    } else {
-      r.push_back(u);
-    }
-  }
-  return r;
-}
-
-int64_t layer_of(const std::string& node_name) {
-  static const std::regex re(R"(layers\.(\d+))");
+// The decoder layer a value belongs to: the highest N whose past_key_values.N.* it is
+// computed from (the block's own attention), or -1.
+int64_t kv_layer(const GraphView& view, const std::string& v) {
+  static const std::regex re(R"(^past_key_values\.(\d+)\.(key|value)$)");
+  int64_t layer = -1;
   std::smatch m;
-  return std::regex_search(node_name, m, re) ? std::stoll(m[1].str()) : -1;
+  for (const std::string& u : view.upstream(v, false))
+    if (view.is_input(u) && std::regex_match(u, m, re)) layer = std::max<int64_t>(layer, std::stoll(m[1].str()));
+  return layer;
 }
 
 // The nodes computing `out` from `x` (neither included).
@@ -67,6 +67,138 @@ std::vector<std::string> expert_nodes(const GraphView& view, const std::string& 
       if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
   }
   return names;
+}
+
+// Computed without reading a graph input: weights, constants, shapes.
+bool is_constant(const GraphView& view, const std::string& v) {
+  for (const std::string& u : view.upstream(v, false))
+    if (view.is_input(u)) return false;
+  return true;
+}
+
+// Evaluates routing values on made-up TopK outputs with the reference kernels. Shapes the
+// routing borrows from the tokens are read from value types, unknown dims taken as 1 (the
+// probe is one token).
+class RoutingProbe {
+ public:
+  RoutingProbe(const GraphView& view, std::map<std::string, nf::kernels::Tensor> given)
+      : view_(view), known_(std::move(given)) {}
+
+  const nf::kernels::Tensor& eval(const std::string& v) {
+    if (auto it = known_.find(v); it != known_.end()) return it->second;
+    if (view_.is_initializer(v)) return known_[v] = nf::graph::to_kernel(view_.graph().initializer(v));
+    auto p = view_.producer(v);
+    if (!p) throw nf::Error("'" + v + "' is a graph input");
+    if (p->op_type() == "Shape") {
+      auto t = nf::graph::get_value_type(view_.graph(), p->input(0));
+      if (!t || !t->dims) throw nf::Error("the rank of '" + p->input(0) + "' is not known");
+      std::vector<int64_t> dims = *t->dims;
+      for (int64_t& d : dims) d = d < 0 ? 1 : d;
+      const int64_t rank = static_cast<int64_t>(dims.size());
+      int64_t begin = p->attr_int("start", 0), end = p->attr_int("end", rank);
+      begin = std::clamp<int64_t>(begin < 0 ? begin + rank : begin, 0, rank);
+      end = std::clamp<int64_t>(end < 0 ? end + rank : end, begin, rank);
+      std::vector<int64_t> part(dims.begin() + begin, dims.begin() + end);
+      return known_[v] = nf::kernels::Tensor::from(NF_DTYPE_INT64, {static_cast<int64_t>(part.size())}, part);
+    }
+    if (!nf::graph::can_evaluate(*p)) throw nf::Error("node '" + name_of(*p) + "' (" + std::string(p->op_type()) + ") cannot be evaluated");
+    std::vector<const nf::kernels::Tensor*> ins;
+    for (const std::string& in : p->inputs()) ins.push_back(in.empty() ? nullptr : &eval(in));
+    std::vector<nf::kernels::Tensor> outs = nf::graph::evaluate_node(*p, ins);
+    for (size_t i = 0; i < outs.size() && i < p->output_count(); ++i) known_[p->output(i)] = outs[i];
+    return known_.at(v);
+  }
+
+ private:
+  const GraphView& view_;
+  std::map<std::string, nf::kernels::Tensor> known_;
+};
+
+// Dims of a TopK output for the probe: its own where static (arcl's AR rows), 1 where not
+// known (the probe is then one token).
+std::vector<int64_t> probe_dims(const GraphView& view, const std::string& v, int64_t k) {
+  auto t = nf::graph::get_value_type(view.graph(), v);
+  std::vector<int64_t> dims = t && t->dims ? *t->dims : std::vector<int64_t>{1, k};
+  for (int64_t& d : dims) d = d < 0 ? 1 : d;
+  if (dims.empty() || dims.back() != k) throw nf::Error("TopK output '" + v + "' does not end in its K axis");
+  return dims;
+}
+
+// `row` repeated `rows` times.
+template <class T>
+std::vector<T> repeat_rows(const std::vector<T>& row, int64_t rows) {
+  std::vector<T> r;
+  for (int64_t i = 0; i < rows; ++i) r.insert(r.end(), row.begin(), row.end());
+  return r;
+}
+
+// Which expert each term's weight belongs to, and whether the model renormalises the top-k
+// probabilities: the routing is run on made-up TopK outputs (expert e first, then the next
+// ones) and each term's weight must equal the probability its expert got, or 0 when the
+// expert was not chosen. This holds for every way of writing Mixtral's routing (a Slice
+// of a dense matrix, a one-hot product summed, a Gather of a scattered matrix, ...).
+void identify_experts(const GraphView& view, MoeBlock& b, const std::string& indices,
+                      std::vector<std::pair<std::string, Expert>>& terms) {
+  const std::string where = "moe: TopK '" + b.topk + "': ";
+  const int64_t E = b.experts, K = b.k;
+  std::vector<float> top(static_cast<size_t>(K));
+  float sum = 0;
+  for (int64_t i = 0; i < K; ++i) sum += top[static_cast<size_t>(i)] = 0.4f / static_cast<float>(1 << i);
+  std::vector<std::vector<float>> got(terms.size(), std::vector<float>(static_cast<size_t>(E)));
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> idx(static_cast<size_t>(K));
+    std::vector<float> probs(static_cast<size_t>(E), top.back() / static_cast<float>(4 * E));
+    for (int64_t i = 0; i < K; ++i) {
+      idx[static_cast<size_t>(i)] = (e + i) % E;
+      probs[static_cast<size_t>((e + i) % E)] = top[static_cast<size_t>(i)];
+    }
+    // Every row (token) of the probe routes the same way.
+    const std::vector<int64_t> dims = probe_dims(view, b.top_values, K);
+    std::vector<int64_t> pdims = dims;
+    pdims.back() = E;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i];
+    RoutingProbe probe(view, {{b.top_values, nf::kernels::Tensor::from(NF_DTYPE_FLOAT32, dims, repeat_rows(top, rows))},
+                              {indices, nf::kernels::Tensor::from(NF_DTYPE_INT64, dims, repeat_rows(idx, rows))},
+                              {b.probs, nf::kernels::Tensor::from(NF_DTYPE_FLOAT32, pdims, repeat_rows(probs, rows))}});
+    for (size_t j = 0; j < terms.size(); ++j) {
+      nf::kernels::Tensor w;
+      try {
+        w = nf::kernels::cast(probe.eval(terms[j].first), NF_DTYPE_FLOAT32);
+      } catch (const std::exception& ex) {
+        throw nf::Error(where + "cannot evaluate the routing weight '" + terms[j].first + "': " + ex.what());
+      }
+      if (w.numel() != rows)
+        throw nf::Error(where + "the routing weight '" + terms[j].first + "' is not one number per token");
+      got[j][static_cast<size_t>(e)] = w.data<float>()[0];
+    }
+  }
+  // Term j belongs to expert x when its weight is the slot probability whenever x is chosen.
+  auto close = [](float a, float c) { return std::abs(a - c) <= 1e-5f * std::max(1.f, std::abs(c)); };
+  for (int renorm = 0; renorm < 2; ++renorm) {
+    const float scale = renorm ? 1.f / sum : 1.f;
+    std::set<int64_t> taken;
+    bool all = true;
+    for (size_t j = 0; j < terms.size() && all; ++j) {
+      int64_t owner = -1;
+      for (int64_t x = 0; x < E && owner < 0; ++x) {
+        bool fits = true;
+        for (int64_t e = 0; e < E && fits; ++e) {
+          const int64_t slot = (x - e + E) % E;
+          fits = close(got[j][static_cast<size_t>(e)], slot < K ? top[static_cast<size_t>(slot)] * scale : 0.f);
+        }
+        if (fits) owner = x;
+      }
+      all = owner >= 0 && taken.insert(owner).second;
+      terms[j].second.index = owner;
+    }
+    if (all) {
+      b.renormalize = renorm == 1;
+      return;
+    }
+  }
+  throw nf::Error(where + "the weights multiplied onto the expert outputs are not each one expert's top-" +
+                  std::to_string(K) + " probability (plain or renormalised)");
 }
 
 MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
@@ -88,48 +220,48 @@ MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
   auto kv = const_ints(view, topk.input(1));
   if (kv.size() != 1) throw nf::Error(where + "K is not a constant");
   b.k = kv[0];
+  if (b.k < 1 || b.k > b.experts) throw nf::Error(where + "K " + std::to_string(b.k) + " is not in [1, experts]");
   if (topk.attr_int("largest", 1) != 1 || (topk.attr_int("axis", -1) != -1 && topk.attr_int("axis", -1) < 0))
     throw nf::Error(where + "not a largest-K selection over the last axis");
   b.top_values = topk.output(0);
-  b.layer = layer_of(b.topk);
+  b.layer = kv_layer(view, b.x);
   if (b.layer < 0) b.layer = ordinal;
-  for (const nf::Node& u : users_through_casts(view, b.top_values))
-    if (u.op_type() == "Div") {
-      auto rs = view.producer(u.input(1));
-      if (rs && rs->op_type() == "ReduceSum" && skip_casts_back(view, rs->input(0)) == b.top_values) b.renormalize = true;
-    }
-  // The dense weights: the ReduceSum the one-hot of the indices ends in.
-  std::vector<std::pair<std::string, int>> todo{{topk.output(1), 0}};
-  while (!todo.empty() && b.dense.empty()) {
-    auto [v, depth] = todo.front();
-    todo.erase(todo.begin());
-    for (const nf::Node& u : view.consumers(v)) {
-      if (u.op_type() == "ReduceSum") {
-        b.dense = u.output(0);
-        break;
-      }
-      if (depth < 6) todo.push_back({u.output(0), depth + 1});
+  // The routing: every value computed from the TopK outputs (and the probabilities) with
+  // constants and shapes only. It ends in the Muls that weight the expert outputs.
+  std::set<std::string> routing{topk.output(0), topk.output(1)};
+  std::vector<std::pair<std::string, Expert>> terms;  // (weight, term)
+  bool after = false;
+  for (const nf::Node& n : view.nodes()) {
+    if (n.get() == topk.get()) after = true;
+    if (!after || n.get() == topk.get()) continue;
+    bool reads_routing = false;
+    for (const std::string& in : n.inputs()) reads_routing |= routing.count(in) != 0;
+    if (!reads_routing) continue;
+    std::vector<std::string> data;
+    for (const std::string& in : n.inputs())
+      if (!in.empty() && !routing.count(in) && in != b.probs && !is_constant(view, in)) data.push_back(in);
+    if (data.empty()) {
+      for (const std::string& out : n.outputs()) routing.insert(out);
+    } else if (n.op_type() == "Mul" && data.size() == 1 && n.input_count() == 2) {
+      Expert e;
+      e.output = data[0];
+      e.term = n.output(0);
+      terms.push_back({n.input(0) == data[0] ? n.input(1) : n.input(0), e});
+    } else {
+      throw nf::Error(where + "routing values meet '" + data[0] + "' in " + std::string(n.op_type()) + " '" + name_of(n) +
+                      "'; expected each expert's output multiplied by its routing weight");
     }
   }
-  if (b.dense.empty()) throw nf::Error(where + "its indices do not end in per-expert weights (one-hot + ReduceSum)");
-  // One term per expert: Mul(expert(x), Slice(dense, e:e+1 on the last axis)).
-  for (const nf::Node& s : view.consumers(b.dense)) {
-    if (s.op_type() != "Slice") throw nf::Error(where + "per-expert weights feed a " + std::string(s.op_type()) + " ('" + name_of(s) + "'), expected Slices");
-    auto starts = const_ints(view, s.input(1)), ends = const_ints(view, s.input(2));
-    if (starts.size() != 1 || ends.size() != 1 || ends[0] != starts[0] + 1)
-      throw nf::Error(where + "Slice '" + name_of(s) + "' does not take one expert");
-    const auto& muls = view.consumers(s.output(0));
-    if (muls.size() != 1 || muls[0].op_type() != "Mul") throw nf::Error(where + "expert weight '" + s.output(0) + "' is not used by one Mul");
-    Expert e;
-    e.index = starts[0];
-    e.term = muls[0].output(0);
-    e.output = muls[0].input(0) == s.output(0) ? muls[0].input(1) : muls[0].input(0);
+  if (static_cast<int64_t>(terms.size()) != b.experts)
+    throw nf::Error(where + "found " + std::to_string(terms.size()) + " expert outputs weighted by the routing for " +
+                    std::to_string(b.experts) + " router outputs");
+  identify_experts(view, b, topk.output(1), terms);
+  for (auto& [weight, e] : terms) {
+    e.weight = weight;
     e.nodes = expert_nodes(view, e.output, b.x);
     b.expert_terms.push_back(e);
   }
-  if (static_cast<int64_t>(b.expert_terms.size()) != b.experts)
-    throw nf::Error(where + "found " + std::to_string(b.expert_terms.size()) + " expert terms for " + std::to_string(b.experts) + " router outputs");
-  if (b.k < 1 || b.k > b.experts) throw nf::Error(where + "K " + std::to_string(b.k) + " is not in [1, experts]");
+  std::sort(b.expert_terms.begin(), b.expert_terms.end(), [](const Expert& a, const Expert& c) { return a.index < c.index; });
   return b;
 }
 

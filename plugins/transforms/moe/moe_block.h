@@ -1,6 +1,9 @@
-// Finds top-k routed expert blocks by structure: router MatMul -> Softmax -> TopK, the
-// top-k weights (optionally renormalised) spread over the experts through a one-hot of
-// the TopK indices, and one term Mul(expert_e(x), weight_e) per expert summed by Adds.
+// Finds top-k routed expert blocks by what they compute: router MatMul -> Softmax -> TopK,
+// then one term Mul(expert_e(x), weight_e) per expert summed by Adds, where weight_e is
+// computed from the TopK outputs alone and equals expert e's top-k probability (optionally
+// renormalised) when e is chosen and 0 otherwise. How the export writes weight_e (slice of
+// a one-hot sum, one-hot product, scatter + gather) does not matter: it is checked by
+// evaluating the routing on probe inputs.
 #pragma once
 
 #include <npuforge/graph/graph_view.h>
@@ -13,22 +16,21 @@ namespace moe {
 struct Expert {
   int64_t index = 0;
   std::string output;              // expert_e(x)
+  std::string weight;              // weight_e, computed from the TopK outputs
   std::string term;                // Mul(expert_e(x), weight_e)
   std::vector<std::string> nodes;  // the expert's own nodes (names), x excluded
 };
 
 struct MoeBlock {
-  int64_t layer = -1;     // from "layers.N" in the node names, else the block's ordinal
+  int64_t layer = -1;     // the decoder layer (the KV cache its input reads), else the block's ordinal
   std::string x;          // the block input (router and experts read it)
   std::string logits;     // router logits (the Softmax input)
   std::string softmax;    // Softmax node name
   std::string probs;      // TopK input
   std::string topk;       // TopK node name
   std::string top_values; // TopK output 0
-  std::string dense;      // per-expert weights [.., E]: 0 for experts not chosen
   int64_t k = 0, experts = 0;
   bool renormalize = false;
-  bool one_hot = true;    // dense is built from the TopK indices (not yet rewritten)
   std::vector<Expert> expert_terms;
 };
 

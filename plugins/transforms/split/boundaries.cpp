@@ -1,16 +1,32 @@
 #include "boundaries.h"
 
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
 namespace split {
 namespace {
 
-bool is_pass_through(const nf::Node& n) {
-  return (n.op_type() == "Cast" || n.op_type() == "Identity") && n.input_count() == 1;
+// Values computed without reading any graph input (weights, constants, folded shapes).
+bool is_constant(const nf::graph::GraphView& view, const std::string& v) {
+  for (const std::string& u : view.upstream(v, false))
+    if (view.is_input(u)) return false;
+  return true;
 }
 
-// `value` and every value it flows into through no-op Cast/Identity nodes.
+// Nodes that carry the residual stream on unchanged up to a constant factor: no-op Cast /
+// Identity, and a Mul / Div by a constant (Gemma scales the embeddings by sqrt(hidden)).
+bool carries_stream(const nf::graph::GraphView& view, const nf::Node& n, const std::string& stream) {
+  if ((n.op_type() == "Cast" || n.op_type() == "Identity") && n.input_count() == 1) return true;
+  if ((n.op_type() == "Mul" || (n.op_type() == "Div" && n.input(0) == stream)) && n.input_count() == 2) {
+    const std::string& other = n.input(0) == stream ? n.input(1) : n.input(0);
+    return other != stream && is_constant(view, other);
+  }
+  return false;
+}
+
+// `value` and every value it flows into through stream-carrying nodes.
 std::set<std::string> aliases(const nf::graph::GraphView& view, const std::string& value) {
   std::set<std::string> out{value};
   std::vector<std::string> todo{value};
@@ -18,9 +34,27 @@ std::set<std::string> aliases(const nf::graph::GraphView& view, const std::strin
     std::string v = todo.back();
     todo.pop_back();
     for (const nf::Node& u : view.consumers(v))
-      if (is_pass_through(u) && out.insert(u.output(0)).second) todo.push_back(u.output(0));
+      if (carries_stream(view, u, v) && out.insert(u.output(0)).second) todo.push_back(u.output(0));
   }
   return out;
+}
+
+// For every value, the highest decoder layer whose KV cache (past_key_values.N.*) it is
+// computed from through data (not through the shapes it borrows); -1 for none. The graph
+// must be sorted.
+std::map<std::string, int64_t> kv_layer_of_values(const nf::graph::GraphView& view, int64_t layers) {
+  std::map<std::string, int64_t> layer;
+  for (int64_t l = 0; l < layers; ++l)
+    for (const char* kv : {".key", ".value"}) layer["past_key_values." + std::to_string(l) + kv] = l;
+  for (const nf::Node& n : view.nodes()) {
+    if (n.op_type() == "Shape" || n.op_type() == "Size") continue;
+    int64_t l = -1;
+    for (const std::string& in : n.inputs())
+      if (auto it = layer.find(in); it != layer.end()) l = std::max(l, it->second);
+    if (l >= 0)
+      for (const std::string& out : n.outputs()) layer[out] = l;
+  }
+  return layer;
 }
 
 }  // namespace
@@ -40,33 +74,40 @@ std::string find_embedding_output(const nf::graph::GraphView& view) {
 
 std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& start,
                                              int64_t layers) {
-  std::vector<std::string> adds;
+  // The residual stream: each step is an Add of the stream and a branch computed from it.
+  std::vector<std::string> stream_values;
   std::string stream = start;
   for (;;) {
     std::set<std::string> alias = aliases(view, stream);
-    const nf::Node* next = nullptr;
-    std::vector<nf::Node> users;
-    for (const std::string& a : alias)
-      for (const nf::Node& u : view.consumers(a)) users.push_back(u);
-    for (const nf::Node& u : users) {
-      if (u.op_type() != "Add" || u.input_count() != 2) continue;
-      bool left = alias.count(u.input(0)) != 0, right = alias.count(u.input(1)) != 0;
-      if (left == right) continue;
-      // The branch (attention or MLP output) is computed from the stream.
-      const std::string& branch = left ? u.input(1) : u.input(0);
-      if (!view.upstream(branch, false).count(stream)) continue;
-      if (!next) next = &u;
+    std::optional<nf::Node> next;
+    for (const std::string& a : alias) {
+      for (const nf::Node& u : view.consumers(a)) {
+        if (next || u.op_type() != "Add" || u.input_count() != 2) continue;
+        bool left = alias.count(u.input(0)) != 0, right = alias.count(u.input(1)) != 0;
+        if (left == right) continue;
+        // The branch (attention, MLP, or both in parallel) is computed from the stream.
+        if (view.upstream(left ? u.input(1) : u.input(0), false).count(start)) next = u;
+      }
     }
     if (!next) break;
     stream = next->output(0);
-    adds.push_back(stream);
+    stream_values.push_back(stream);
   }
-  if (static_cast<int64_t>(adds.size()) != 2 * layers)
-    throw nf::Error("split: the residual-Add heuristic found " + std::to_string(adds.size()) +
-                    " residual Adds on the hidden-state path for " + std::to_string(layers) +
-                    " layers (expected 2 per layer); give layer_boundary_name_regex");
-  std::vector<std::string> ends;
-  for (int64_t l = 0; l < layers; ++l) ends.push_back(adds[static_cast<size_t>(2 * l + 1)]);
+  // Layer l ends at the last stream value that reads layer l's KV cache and no later
+  // layer's: whatever the number of residual Adds a layer has (2 for Llama, 1 for a
+  // parallel block, 4 norms around 2 Adds for Gemma-2).
+  std::map<std::string, int64_t> kv_layer = kv_layer_of_values(view, layers);
+  std::vector<std::string> ends(static_cast<size_t>(layers));
+  for (const std::string& v : stream_values) {
+    auto it = kv_layer.find(v);
+    if (it != kv_layer.end() && it->second >= 0) ends[static_cast<size_t>(it->second)] = v;
+  }
+  for (int64_t l = 0; l < layers; ++l)
+    if (ends[static_cast<size_t>(l)].empty())
+      throw nf::Error("split: found " + std::to_string(stream_values.size()) +
+                      " residual Adds on the hidden-state path from '" + start + "', but none after layer " +
+                      std::to_string(l) + "'s attention (past_key_values." + std::to_string(l) +
+                      ".*) and before layer " + std::to_string(l + 1) + "'s; give layer_boundary_name_regex");
   return ends;
 }
 

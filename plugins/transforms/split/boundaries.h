@@ -15,9 +15,10 @@ namespace split {
 std::string find_embedding_output(const nf::graph::GraphView& view);
 
 // The residual stream from `start` (the embedding output): each step is an Add of the
-// stream (through no-op Cast/Identity) and a branch computed from it. Decoder layer l ends
-// at the second of its two residual Adds. Returns one value per layer; throws nf::Error
-// when the graph does not show 2 residual Adds per layer.
+// stream (through no-op Cast/Identity and constant scaling) and a branch computed from it.
+// Decoder layer l ends at the last residual Add that reads layer l's KV cache
+// (past_key_values.l.*) and no later layer's. Returns one value per layer; throws
+// nf::Error naming the layer whose end was not found.
 std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& start,
                                              int64_t layers);
 

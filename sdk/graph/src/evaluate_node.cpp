@@ -171,6 +171,19 @@ Outs op_slice(const Node& n, const Ins& in) {
 Outs op_gather(const Node& n, const Ins& in) {
   return {k::gather(need(n, in, 0), need(n, in, 1), n.attr_int("axis", 0))};
 }
+Outs op_gather_elements(const Node& n, const Ins& in) {
+  return {k::gather_elements(need(n, in, 0), need(n, in, 1), n.attr_int("axis", 0))};
+}
+Outs op_one_hot(const Node& n, const Ins& in) {
+  std::vector<int64_t> depth = need(n, in, 1).to_int64s();
+  if (depth.size() != 1) throw Error("OneHot '" + std::string(n.name()) + "': depth is not one number");
+  return {k::one_hot(need(n, in, 0), depth[0], need(n, in, 2), n.attr_int("axis", -1))};
+}
+Outs op_scatter_elements(const Node& n, const Ins& in) {
+  const std::string reduction = n.attr_string("reduction", "none");
+  if (reduction != "none") throw Error("ScatterElements '" + std::string(n.name()) + "': reduction '" + reduction + "' is not folded");
+  return {k::scatter_elements(need(n, in, 0), need(n, in, 1), need(n, in, 2), n.attr_int("axis", 0), k::ScatterReduce::None)};
+}
 Outs op_expand(const Node& n, const Ins& in) { return {k::expand(need(n, in, 0), need(n, in, 1).to_int64s())}; }
 Outs op_tile(const Node& n, const Ins& in) { return {k::tile(need(n, in, 0), need(n, in, 1).to_int64s())}; }
 Outs op_trilu(const Node& n, const Ins& in) {
@@ -209,6 +222,7 @@ const std::map<std::string, OpFn, std::less<>> kEvaluators = {
     {"Flatten", op_flatten},
     {"Floor", unary<U::Floor>},
     {"Gather", op_gather},
+    {"GatherElements", op_gather_elements},
     {"Greater", binary<B::Greater>},
     {"GreaterOrEqual", binary<B::GreaterOrEqual>},
     {"Identity", op_identity},
@@ -222,6 +236,7 @@ const std::map<std::string, OpFn, std::less<>> kEvaluators = {
     {"Mul", binary<B::Mul>},
     {"Neg", unary<U::Neg>},
     {"Not", unary<U::Not>},
+    {"OneHot", op_one_hot},
     {"Or", binary<B::Or>},
     {"Pow", op_pow},
     {"Range", op_range},
@@ -233,6 +248,7 @@ const std::map<std::string, OpFn, std::less<>> kEvaluators = {
     {"ReduceSum", reduce<R::Sum>},
     {"Relu", unary<U::Relu>},
     {"Reshape", op_reshape},
+    {"ScatterElements", op_scatter_elements},
     {"Shape", op_shape},
     {"Sigmoid", unary<U::Sigmoid>},
     {"Sign", unary<U::Sign>},

@@ -220,6 +220,20 @@ Types gather(const Node& n, const Types& in, const Values&) {
   return {ranked(x.dtype, d)};
 }
 
+Types gather_elements(const Node&, const Types& in, const Values&) {
+  return {TensorType{in_type(in, 0).dtype, in_type(in, 1).dims}};
+}
+
+Types one_hot(const Node& n, const Types& in, const Values& v) {
+  const TensorType &idx = in_type(in, 0), &values = in_type(in, 2);
+  const k::Tensor* depth = in_value(v, 1);
+  if (!idx.dims) return {TensorType{values.dtype, std::nullopt}};
+  Dims d = *idx.dims;
+  int64_t axis = norm_axis(n.attr_int("axis", -1), static_cast<int64_t>(d.size()) + 1);
+  d.insert(d.begin() + axis, depth && depth->numel() == 1 ? depth->to_int64s()[0] : -1);
+  return {ranked(values.dtype, d)};
+}
+
 Types expand(const Node&, const Types& in, const Values& v) {
   const TensorType& x = in_type(in, 0);
   const k::Tensor* shape_t = in_value(v, 1);
@@ -346,16 +360,19 @@ const std::map<std::string, Rule, std::less<>> kRules = {
     {"Cos", same_as_input},       {"CumSum", same_as_input},  {"Div", arithmetic},
     {"Equal", comparison},        {"Erf", same_as_input},     {"Exp", same_as_input},
     {"Expand", expand},           {"Flatten", flatten},       {"Floor", same_as_input},
-    {"Gather", gather},           {"Gemm", gemm},             {"Greater", comparison},
+    {"Gather", gather},           {"GatherElements", gather_elements},
+    {"Gemm", gemm},               {"Greater", comparison},
     {"GreaterOrEqual", comparison}, {"Identity", same_as_input},
     {"LayerNormalization", layer_norm}, {"Less", comparison}, {"LessOrEqual", comparison},
     {"Log", same_as_input},       {"MatMul", matmul},         {"Max", arithmetic},
     {"Min", arithmetic},          {"Mod", arithmetic},        {"Mul", arithmetic},
-    {"Neg", same_as_input},       {"Not", same_as_input},     {"Or", comparison},
+    {"Neg", same_as_input},       {"Not", same_as_input},     {"OneHot", one_hot},
+    {"Or", comparison},
     {"Pow", arithmetic},          {"Reciprocal", same_as_input},
     {"ReduceMax", reduce},        {"ReduceMean", reduce},     {"ReduceMin", reduce},
     {"ReduceProd", reduce},       {"ReduceSum", reduce},      {"Relu", same_as_input},
-    {"Reshape", reshape},         {"Shape", shape_op},        {"Sigmoid", same_as_input},
+    {"Reshape", reshape},         {"ScatterElements", same_as_input},
+    {"ScatterND", same_as_input}, {"Shape", shape_op},        {"Sigmoid", same_as_input},
     {"Sign", same_as_input},      {"Sin", same_as_input},     {"Slice", slice},
     {"Softmax", same_as_input},   {"Split", split},           {"Sqrt", same_as_input},
     {"Squeeze", squeeze},         {"Sub", arithmetic},        {"Tanh", same_as_input},

@@ -216,6 +216,31 @@ Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis) {
   return y;
 }
 
+Tensor one_hot(const Tensor& indices, int64_t depth, const Tensor& values, int64_t axis) {
+  if (depth < 1) throw KernelError("OneHot: depth must be positive");
+  if (values.numel() != 2) throw KernelError("OneHot: values must hold [off, on]");
+  const int64_t rank = static_cast<int64_t>(indices.rank()) + 1;
+  const int64_t ax = norm_axis(axis, static_cast<size_t>(rank), "OneHot");
+  Dims out_dims = indices.dims();
+  out_dims.insert(out_dims.begin() + ax, depth);
+  std::vector<int64_t> idx = indices.to_int64s();
+  // Index i = (outer, inner) of the indices; the output is [outer, depth, inner].
+  int64_t inner = 1;
+  for (size_t k = static_cast<size_t>(ax); k < indices.rank(); ++k) inner *= indices.dim(k);
+  Tensor y(values.dtype(), out_dims);
+  const size_t es = dtype_size(values.dtype());
+  const uint8_t* v = static_cast<const uint8_t*>(values.raw());
+  uint8_t* d = static_cast<uint8_t*>(y.mut_raw());
+  for (int64_t o = 0; o < y.numel(); ++o) std::memcpy(d + o * es, v, es);
+  for (int64_t i = 0; i < static_cast<int64_t>(idx.size()); ++i) {
+    int64_t at = idx[static_cast<size_t>(i)] < 0 ? idx[static_cast<size_t>(i)] + depth : idx[static_cast<size_t>(i)];
+    if (at < 0 || at >= depth) continue;
+    const int64_t outer = i / inner, in = i % inner;
+    std::memcpy(d + ((outer * depth + at) * inner + in) * es, v + es, es);
+  }
+  return y;
+}
+
 Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                         ScatterReduce reduction) {
   int64_t ax = norm_axis(axis, x.rank(), "ScatterElements");

@@ -18,6 +18,9 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& starts, const std::vec
              const std::vector<int64_t>& axes, const std::vector<int64_t>& steps);
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis);
 Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis);
+// ONNX OneHot: `values` = [off, on]; a new axis of `depth` at `axis`; negative indices
+// count from depth, out-of-range ones give an all-off row.
+Tensor one_hot(const Tensor& indices, int64_t depth, const Tensor& values, int64_t axis);
 enum class ScatterReduce { None, Add, Mul, Max, Min };
 Tensor scatter_elements(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                         ScatterReduce reduction);

@@ -1,0 +1,994 @@
+"""A second, independent set of plain-torch decoders: one class set per HF
+family, written the way the corresponding transformers ~4.44 modeling_*.py
+writes the model (so torch.onnx.export produces the graphs those files
+produce, with their own node order, reshapes and ops).
+
+This file does not import hf_decoder.py; the two generators are meant to
+disagree on graph structure while agreeing with HF on the math.
+
+Families (FAMILIES below):
+  llama3          modeling_llama.py: model-level LlamaRotaryEmbedding (inv_freq
+                  from rope_scaling rope_type "llama3", `inv_freq @ position_ids`
+                  MatMul, `* attention_scaling`), q/k/v `.view(bsz, q_len, -1,
+                  head_dim)`, repeat_kv with n_rep > 1
+  mqa             the same Llama classes with num_key_value_heads = 1: repeat_kv
+                  expands the single KV head to all query heads
+  qwen2_untied    modeling_qwen2.py (4.44): q/k/v bias, rotary tables
+                  cos_cached/sin_cached [max_position_embeddings, head_dim]
+                  sliced to kv_seq_len and gathered by position_ids, untied lm_head
+  phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
+                  gate_up_proj + chunk(2), per-layer rotary, GQA
+  gemma           modeling_gemma.py: embeddings * sqrt(hidden) normalizer,
+                  GemmaRMSNorm x * (1 + w), GeGLU (gelu tanh), head_dim 256
+                  independent of hidden / heads, one KV head, tied embeddings
+  gemma2          modeling_gemma2.py: gemma + GQA, four norms per layer,
+                  query_pre_attn_scalar**-0.5 scaling, tanh soft-capping of the
+                  attention scores and of the final logits, HF's sliding-window
+                  tril mask on even layers (inert: sliding_window > any context)
+  mixtral_onehot  modeling_mixtral.py with the expert loop written densely:
+                  w_e = (topk_weights * (topk_index == e)).sum(-1, keepdim=True)
+  mixtral_scatter the same routing math via a dense [tokens, E] matrix made by
+                  zeros.scatter(-1, topk_index, topk_weights); expert columns by
+                  dense[:, e] (Gather, even e) or torch.gather (GatherElements, odd e)
+  qwen2_moe       modeling_qwen2_moe.py: softmax router, top-k without
+                  renormalisation, HF's one_hot(...).permute(2, 1, 0) expert mask,
+                  shared expert * sigmoid(shared_expert_gate(x))
+
+The causal mask is HF 4.44's `_prepare_4d_causal_attention_mask_with_cache_position`
+(full(min) -> triu(1) -> *= arange > cache_position -> expand -> padding).
+With mask_style "hf" the padding is applied with HF's slice assignment
+`causal_mask[:, :, :, :mask_length] = ...masked_fill(...)`, which torch exports
+as a ScatterND over a Range/Expand/Concat index grid; with "masked_fill" the
+same padding is applied to the whole mask (mask_length == target_length for a
+dynamic cache, so the numbers are identical) and there is no ScatterND.
+
+Every model class takes the optimum ONNX layout directly:
+    forward(input_ids, attention_mask, position_ids, *past_flat)
+        -> (logits, present.0.key, present.0.value, ...)
+so the exported initializers keep HF's names (model.embed_tokens.weight,
+model.layers.0.input_layernorm.weight, lm_head ...). `run(ids, am, pos, past)`
+is the list-of-(k, v) convenience form used for the goldens.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --------------------------------------------------------------------------- config
+
+class FamilyConfig:
+    """Attribute view over an HF config.json dict (like PretrainedConfig),
+    with the derived fields every family needs."""
+
+    def __init__(self, d):
+        self.raw = dict(d)
+        for k, v in d.items():
+            setattr(self, k, v)
+        self.num_key_value_heads = d.get("num_key_value_heads") or d["num_attention_heads"]
+        self.head_dim = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
+        self.rms_norm_eps = d.get("rms_norm_eps", 1e-6)
+        self.rope_theta = d.get("rope_theta", 10000.0)
+        self.rope_scaling = d.get("rope_scaling")
+        self.tie_word_embeddings = d.get("tie_word_embeddings", False)
+        self.attention_bias = d.get("attention_bias", False)
+        self.attention_dropout = d.get("attention_dropout", 0.0)
+        self.max_position_embeddings = d.get("max_position_embeddings", 2048)
+
+
+# --------------------------------------------------------------------------- shared HF helpers
+# (each HF modeling file carries its own "Copied from" copy of these)
+
+def rotate_half(x):
+    """Rotates half the hidden dims of the input."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """modeling_llama / gemma / phi3: cos, sin already per position [b, s, d]."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def apply_rotary_pos_emb_indexed(q, k, cos, sin, position_ids, unsqueeze_dim=1):
+    """modeling_qwen2 / mixtral / qwen2_moe (4.44): cos, sin are tables
+    [kv_seq_len, d], indexed by position_ids."""
+    cos = cos[position_ids].unsqueeze(unsqueeze_dim)
+    sin = sin[position_ids].unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def repeat_kv(hidden_states, n_rep):
+    """(batch, num_key_value_heads, seqlen, head_dim) -> (batch, num_attention_heads, seqlen, head_dim)"""
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def prepare_4d_causal_attention_mask_with_cache_position(attention_mask, sequence_length, target_length,
+                                                         dtype, cache_position, batch_size, mask_style="hf"):
+    """HF 4.44 `_prepare_4d_causal_attention_mask_with_cache_position` (eager path,
+    dynamic cache: target_length = attention_mask.shape[-1])."""
+    min_dtype = torch.finfo(dtype).min
+    causal_mask = torch.full((sequence_length, target_length), fill_value=min_dtype, dtype=dtype)
+    if sequence_length != 1:
+        causal_mask = torch.triu(causal_mask, diagonal=1)
+    causal_mask *= torch.arange(target_length) > cache_position.reshape(-1, 1)
+    causal_mask = causal_mask[None, None, :, :].expand(batch_size, 1, -1, -1)
+    if attention_mask is not None:
+        if mask_style == "hf":
+            causal_mask = causal_mask.clone()  # copy to contiguous memory for in-place edit
+            mask_length = attention_mask.shape[-1]
+            padding_mask = causal_mask[:, :, :, :mask_length] + attention_mask[:, None, None, :]
+            padding_mask = padding_mask == 0
+            causal_mask[:, :, :, :mask_length] = causal_mask[:, :, :, :mask_length].masked_fill(
+                padding_mask, min_dtype)
+        else:
+            # the same padding on the whole mask (mask_length == target_length here)
+            padding_mask = causal_mask + attention_mask[:, None, None, :]
+            padding_mask = padding_mask == 0
+            causal_mask = causal_mask.masked_fill(padding_mask, min_dtype)
+    return causal_mask
+
+
+def update_causal_mask(attention_mask, input_tensor, cache_position, past_seen_tokens, mask_style):
+    dtype = input_tensor.dtype
+    sequence_length = input_tensor.shape[1]
+    target_length = attention_mask.shape[-1]
+    return prepare_4d_causal_attention_mask_with_cache_position(
+        attention_mask, sequence_length=sequence_length, target_length=target_length, dtype=dtype,
+        cache_position=cache_position, batch_size=input_tensor.shape[0], mask_style=mask_style)
+
+
+# --------------------------------------------------------------------------- norms
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma / Gemma2: weight stored as an offset, output * (1 + weight)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float())
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+
+
+# --------------------------------------------------------------------------- rotary embeddings
+
+def compute_default_rope_parameters(config):
+    base = config.rope_theta
+    dim = config.head_dim
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    return inv_freq, 1.0
+
+
+def compute_llama3_parameters(config):
+    """HF modeling_rope_utils._compute_llama3_parameters."""
+    inv_freq, attention_factor = compute_default_rope_parameters(config)
+    factor = config.rope_scaling["factor"]
+    low_freq_factor = config.rope_scaling["low_freq_factor"]
+    high_freq_factor = config.rope_scaling["high_freq_factor"]
+    old_context_len = config.rope_scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    inv_freq_llama = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    return inv_freq_llama, attention_factor
+
+
+class LlamaRotaryEmbedding(nn.Module):
+    """modeling_llama 4.44: computed once per forward at model level."""
+
+    def __init__(self, config):
+        super().__init__()
+        rs = config.rope_scaling
+        self.rope_type = (rs.get("rope_type", rs.get("type")) if rs else None) or "default"
+        if self.rope_type == "llama3":
+            inv_freq, self.attention_scaling = compute_llama3_parameters(config)
+        elif self.rope_type == "default":
+            inv_freq, self.attention_scaling = compute_default_rope_parameters(config)
+        else:
+            raise ValueError(f"rope_type {self.rope_type} not supported here")
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        position_ids_expanded = position_ids[:, None, :].float()
+        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos()
+        sin = emb.sin()
+        cos = cos * self.attention_scaling
+        sin = sin * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+class GemmaRotaryEmbedding(nn.Module):
+    """modeling_gemma / gemma2 / phi3 4.44: one instance per attention layer,
+    called with (value_states, position_ids)."""
+
+    def __init__(self, dim, max_position_embeddings=2048, base=10000):
+        super().__init__()
+        self.dim = dim
+        self.max_position_embeddings = max_position_embeddings
+        self.base = base
+        inv_freq = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim))
+        self.register_buffer("inv_freq", tensor=inv_freq, persistent=False)
+
+    @torch.no_grad()
+    def forward(self, x, position_ids, seq_len=None):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        position_ids_expanded = position_ids[:, None, :].float()
+        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos()
+        sin = emb.sin()
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+class Qwen2RotaryEmbedding(nn.Module):
+    """modeling_qwen2 / mixtral / qwen2_moe 4.44: cos/sin tables for
+    max_position_embeddings positions, sliced to seq_len."""
+
+    def __init__(self, dim, max_position_embeddings=2048, base=10000):
+        super().__init__()
+        self.dim = dim
+        self.max_position_embeddings = max_position_embeddings
+        self.base = base
+        inv_freq = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._set_cos_sin_cache(seq_len=max_position_embeddings, dtype=torch.get_default_dtype())
+
+    def _set_cos_sin_cache(self, seq_len, dtype):
+        self.max_seq_len_cached = seq_len
+        t = torch.arange(self.max_seq_len_cached, dtype=torch.int64).type_as(self.inv_freq)
+        freqs = torch.outer(t, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos().to(dtype), persistent=False)
+        self.register_buffer("sin_cached", emb.sin().to(dtype), persistent=False)
+
+    def forward(self, x, seq_len=None):
+        if seq_len > self.max_seq_len_cached:
+            self._set_cos_sin_cache(seq_len=seq_len, dtype=x.dtype)
+        return (self.cos_cached[:seq_len].to(dtype=x.dtype), self.sin_cached[:seq_len].to(dtype=x.dtype))
+
+
+# --------------------------------------------------------------------------- attention
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.attention_dropout = config.attention_dropout
+        b = config.attention_bias
+        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=b)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states)
+        key_states = self.k_proj(hidden_states)
+        value_states = self.v_proj(hidden_states)
+
+        # use -1 to infer num_heads and num_key_value_heads as they may vary if tensor parallel is used
+        query_states = query_states.view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+        key_states = key_states.view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+        value_states = value_states.view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        # DynamicCache.update
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+
+        if attention_mask is not None:  # no matter the length, we just slice it
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.reshape(bsz, q_len, -1)
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+class Qwen2Attention(nn.Module):
+    """modeling_qwen2.py 4.44 (also Qwen2MoeAttention; MixtralAttention = no bias)."""
+
+    def __init__(self, config, layer_idx, bias=True):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.hidden_size // self.num_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.max_position_embeddings = config.max_position_embeddings
+        self.rope_theta = config.rope_theta
+        self.attention_dropout = config.attention_dropout
+        if (self.head_dim * self.num_heads) != self.hidden_size:
+            raise ValueError("hidden_size must be divisible by num_heads")
+        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
+        self.rotary_emb = Qwen2RotaryEmbedding(self.head_dim, max_position_embeddings=self.max_position_embeddings,
+                                               base=self.rope_theta)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states)
+        key_states = self.k_proj(hidden_states)
+        value_states = self.v_proj(hidden_states)
+
+        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+
+        kv_seq_len = key_states.shape[-2]
+        kv_seq_len += past_key_value[0].shape[-2]  # get_usable_length
+        cos, sin = self.rotary_emb(value_states, seq_len=kv_seq_len)
+        query_states, key_states = apply_rotary_pos_emb_indexed(query_states, key_states, cos, sin, position_ids)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        # repeat k/v heads if n_kv_heads < n_heads
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+
+        if attention_mask is not None:  # no matter the length, we just slice it
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+
+        # upcast attention to fp32
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.reshape(bsz, q_len, self.hidden_size)
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+class Phi3Attention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.attention_dropout = config.attention_dropout
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.hidden_size // self.num_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.max_position_embeddings = config.max_position_embeddings
+        self.rope_theta = config.rope_theta
+        if (self.head_dim * self.num_heads) != self.hidden_size:
+            raise ValueError("hidden_size must be divisible by num_heads")
+        op_size = self.num_heads * self.head_dim + 2 * (self.num_key_value_heads * self.head_dim)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
+        self.qkv_proj = nn.Linear(self.hidden_size, op_size, bias=False)
+        self.rotary_emb = GemmaRotaryEmbedding(self.head_dim, max_position_embeddings=self.max_position_embeddings,
+                                               base=self.rope_theta)  # Phi3RotaryEmbedding
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        bsz, q_len, _ = hidden_states.size()
+
+        qkv = self.qkv_proj(hidden_states)
+        query_pos = self.num_heads * self.head_dim
+        query_states = qkv[..., :query_pos]
+        key_states = qkv[..., query_pos: query_pos + self.num_key_value_heads * self.head_dim]
+        value_states = qkv[..., query_pos + self.num_key_value_heads * self.head_dim:]
+
+        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+
+        kv_seq_len = key_states.shape[-2] + past_key_value[0].shape[-2]
+        cos, sin = self.rotary_emb(value_states, position_ids, seq_len=kv_seq_len)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin, position_ids)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        # repeat k/v heads if n_kv_heads < n_heads
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+
+        if attention_mask is not None:
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights += causal_mask
+
+        # upcast attention to fp32
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.reshape(bsz, q_len, self.hidden_size)
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+class GemmaAttention(nn.Module):
+    """modeling_gemma.py 4.44; with gemma2=True modeling_gemma2.py's
+    Gemma2Attention (query_pre_attn_scalar scaling, attention logit soft-capping)."""
+
+    def __init__(self, config, layer_idx, gemma2=False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.gemma2 = gemma2
+        self.attention_dropout = config.attention_dropout
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.max_position_embeddings = config.max_position_embeddings
+        self.rope_theta = config.rope_theta
+        b = config.attention_bias
+        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=b)
+        if gemma2:
+            self.scaling = config.query_pre_attn_scalar ** -0.5
+            self.sliding_window = config.sliding_window if not bool(layer_idx % 2) else None
+        self.rotary_emb = GemmaRotaryEmbedding(self.head_dim, max_position_embeddings=self.max_position_embeddings,
+                                               base=self.rope_theta)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        bsz, q_len, _ = hidden_states.size()
+
+        query_states = self.q_proj(hidden_states)
+        key_states = self.k_proj(hidden_states)
+        value_states = self.v_proj(hidden_states)
+
+        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+
+        cos, sin = self.rotary_emb(value_states, position_ids)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+
+        if self.gemma2:
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
+            if self.config.attn_logit_softcapping is not None:
+                attn_weights = attn_weights / self.config.attn_logit_softcapping
+                attn_weights = torch.tanh(attn_weights)
+                attn_weights = attn_weights * self.config.attn_logit_softcapping
+        else:
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+
+        if attention_mask is not None:  # no matter the length, we just slice it
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+
+        # upcast attention to fp32
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.view(bsz, q_len, -1)
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+# --------------------------------------------------------------------------- MLPs
+
+def gelu_pytorch_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+ACT2FN = {"silu": F.silu, "gelu_pytorch_tanh": gelu_pytorch_tanh}
+
+
+class LlamaMLP(nn.Module):
+    """LlamaMLP / Qwen2MLP / GemmaMLP / Qwen2MoeMLP: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, config, intermediate_size=None, act="silu"):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = intermediate_size or config.intermediate_size
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        self.act_fn = ACT2FN[act]
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Phi3MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.activation_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states):
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+        return self.down_proj(up_states)
+
+
+class MixtralBlockSparseTop2MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ffn_dim = config.intermediate_size
+        self.hidden_dim = config.hidden_size
+        self.w1 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
+        self.w2 = nn.Linear(self.ffn_dim, self.hidden_dim, bias=False)
+        self.w3 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states):
+        current_hidden_states = self.act_fn(self.w1(hidden_states)) * self.w3(hidden_states)
+        current_hidden_states = self.w2(current_hidden_states)
+        return current_hidden_states
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    """modeling_mixtral.MixtralSparseMoeBlock with HF's per-expert
+    `torch.where(expert_mask[e])` / `index_add_` loop replaced by a dense sum
+    over all experts (every expert runs on every token; a token's weight for an
+    expert it did not select is exactly 0), so the graph has static shapes.
+
+    routing "onehot":  w_e = (routing_weights * (selected_experts == e)).sum(-1, keepdim=True)
+    routing "scatter": dense = zeros_like(router_logits).scatter(1, selected_experts, routing_weights)
+                       w_e = dense[:, e].unsqueeze(-1) (even e, Gather) or
+                             torch.gather(dense, 1, full(e)) (odd e, GatherElements)
+    """
+
+    def __init__(self, config, routing="onehot"):
+        super().__init__()
+        self.hidden_dim = config.hidden_size
+        self.ffn_dim = config.intermediate_size
+        self.num_experts = config.num_local_experts
+        self.top_k = config.num_experts_per_tok
+        self.routing = routing
+        self.gate = nn.Linear(self.hidden_dim, self.num_experts, bias=False)
+        self.experts = nn.ModuleList([MixtralBlockSparseTop2MLP(config) for _ in range(self.num_experts)])
+
+    def route(self, hidden_states):
+        """(router_logits, routing_weights [T, k], selected_experts [T, k]) for 2D hidden_states."""
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        # we cast back to the input dtype
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        return router_logits, routing_weights, selected_experts
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits, routing_weights, selected_experts = self.route(hidden_states)
+        if self.routing == "scatter":
+            dense = torch.zeros_like(router_logits).scatter(1, selected_experts, routing_weights)
+        final_hidden_states = None
+        for expert_idx in range(self.num_experts):
+            expert_layer = self.experts[expert_idx]
+            if self.routing == "onehot":
+                w = (routing_weights * (selected_experts == expert_idx)).sum(-1, keepdim=True)
+            elif expert_idx % 2 == 0:
+                w = dense[:, expert_idx].unsqueeze(-1)
+            else:
+                col = torch.full_like(selected_experts[:, :1], expert_idx)
+                w = torch.gather(dense, 1, col)
+            current_hidden_states = expert_layer(hidden_states) * w
+            final_hidden_states = current_hidden_states if final_hidden_states is None \
+                else final_hidden_states + current_hidden_states
+        final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+        return final_hidden_states, router_logits
+
+
+class Qwen2MoeSparseMoeBlock(nn.Module):
+    """modeling_qwen2_moe.Qwen2MoeSparseMoeBlock, expert loop dense: the
+    expert mask is HF's one_hot(selected_experts, E).permute(2, 1, 0)
+    ([E, top_k, T]); a token's weight for expert e is
+    sum_k routing_weights[t, k] * expert_mask[e, k, t]."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_experts = config.num_experts
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = nn.ModuleList(
+            [LlamaMLP(config, intermediate_size=config.moe_intermediate_size, act=config.hidden_act)
+             for _ in range(self.num_experts)])
+        self.shared_expert = LlamaMLP(config, intermediate_size=config.shared_expert_intermediate_size,
+                                      act=config.hidden_act)
+        self.shared_expert_gate = torch.nn.Linear(config.hidden_size, 1, bias=False)
+
+    def route(self, hidden_states):
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        return router_logits, routing_weights, selected_experts
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits, routing_weights, selected_experts = self.route(hidden_states)
+        expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        final_hidden_states = None
+        for expert_idx in range(self.num_experts):
+            expert_layer = self.experts[expert_idx]
+            w = (routing_weights * expert_mask[expert_idx].transpose(0, 1).to(routing_weights.dtype)).sum(
+                -1, keepdim=True)
+            current_hidden_states = expert_layer(hidden_states) * w
+            final_hidden_states = current_hidden_states if final_hidden_states is None \
+                else final_hidden_states + current_hidden_states
+        shared_expert_output = self.shared_expert(hidden_states)
+        shared_expert_output = F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
+        final_hidden_states = final_hidden_states + shared_expert_output
+        final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+        return final_hidden_states, router_logits
+
+
+# --------------------------------------------------------------------------- decoder layers
+
+class DecoderLayer(nn.Module):
+    """LlamaDecoderLayer / Qwen2DecoderLayer / GemmaDecoderLayer /
+    MixtralDecoderLayer (mlp under `block_sparse_moe`) / Qwen2MoeDecoderLayer /
+    Phi3DecoderLayer (resid dropouts, no-ops in eval): pre-norm, two residuals."""
+
+    def __init__(self, config, layer_idx, attn, mlp, norm_cls, mlp_name="mlp", phi3=False):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.self_attn = attn
+        self.mlp_name = mlp_name
+        setattr(self, mlp_name, mlp)
+        self.input_layernorm = norm_cls(config.hidden_size, eps=config.rms_norm_eps)
+        if phi3:
+            self.resid_attn_dropout = nn.Dropout(config.resid_pdrop)
+            self.resid_mlp_dropout = nn.Dropout(config.resid_pdrop)
+        self.post_attention_layernorm = norm_cls(config.hidden_size, eps=config.rms_norm_eps)
+        self.phi3 = phi3
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value,
+                                                position_embeddings)
+        if self.phi3:
+            hidden_states = self.resid_attn_dropout(hidden_states)
+        hidden_states = residual + hidden_states
+
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = getattr(self, self.mlp_name)(hidden_states)
+        if isinstance(hidden_states, tuple):
+            hidden_states, _router_logits = hidden_states
+        if self.phi3:
+            hidden_states = self.resid_mlp_dropout(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states, present
+
+
+class Gemma2DecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.config = config
+        self.self_attn = GemmaAttention(config, layer_idx, gemma2=True)
+        self.mlp = LlamaMLP(config, act=config.hidden_activation)
+        self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.is_sliding = not bool(layer_idx % 2)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.sliding_window = config.sliding_window
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        if self.is_sliding and attention_mask is not None:  # efficient SDPA and no padding
+            min_dtype = torch.finfo(hidden_states.dtype).min
+            sliding_window_mask = torch.tril(
+                torch.ones_like(attention_mask, dtype=torch.bool), diagonal=-self.sliding_window)
+            # HF passes the python float min_dtype; torch 1.13's exporter turns that
+            # scalar into a float64 Constant, so Where and the score Add of the
+            # sliding layers run in double in the graph (eager stays float32). A
+            # float32 0-d tensor gives the same numbers without the float64 island.
+            min_dtype = torch.tensor(min_dtype, dtype=hidden_states.dtype)
+            attention_mask = torch.where(sliding_window_mask, min_dtype, attention_mask)
+            if attention_mask.shape[-1] <= 1:  # when decoding
+                attention_mask = attention_mask[:, :, :, -self.sliding_window:]
+
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+
+        residual = hidden_states
+        hidden_states = self.pre_feedforward_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states, present
+
+
+# --------------------------------------------------------------------------- models
+
+class DecoderModel(nn.Module):
+    """LlamaModel & co: embed_tokens, layers, norm (+ rotary_emb for Llama)."""
+
+    def __init__(self, config, family):
+        super().__init__()
+        self.config = config
+        self.family = family
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        layers = []
+        for i in range(config.num_hidden_layers):
+            layers.append(make_layer(config, family, i))
+        self.layers = nn.ModuleList(layers)
+        gemma = family in ("gemma", "gemma2")
+        self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
+        if family in ("llama3", "mqa"):
+            self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values, mask_style):
+        inputs_embeds = self.embed_tokens(input_ids)
+        past_seen_tokens = past_key_values[0][0].shape[-2]
+        cache_position = torch.arange(past_seen_tokens, past_seen_tokens + inputs_embeds.shape[1])
+        causal_mask = update_causal_mask(attention_mask, inputs_embeds, cache_position, past_seen_tokens,
+                                         mask_style)
+        hidden_states = inputs_embeds
+        position_embeddings = None
+        if hasattr(self, "rotary_emb"):
+            # create position embeddings to be shared across the decoder layers
+            position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        if self.family in ("gemma", "gemma2"):
+            # normalized; Gemma downcasts the below to the input dtype
+            normalizer = torch.tensor(self.config.hidden_size ** 0.5, dtype=hidden_states.dtype)
+            hidden_states = hidden_states * normalizer
+        presents = []
+        for decoder_layer, past_key_value in zip(self.layers, past_key_values):
+            hidden_states, present = decoder_layer(hidden_states, causal_mask, position_ids, past_key_value,
+                                                   position_embeddings)
+            presents.append(present)
+        hidden_states = self.norm(hidden_states)
+        return hidden_states, presents
+
+
+def make_layer(config, family, i):
+    if family in ("llama3", "mqa"):
+        return DecoderLayer(config, i, LlamaAttention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            LlamaRMSNorm)
+    if family == "qwen2_untied":
+        return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True),
+                            LlamaMLP(config, act=config.hidden_act), LlamaRMSNorm)
+    if family == "phi3":
+        return DecoderLayer(config, i, Phi3Attention(config, i), Phi3MLP(config), LlamaRMSNorm, phi3=True)
+    if family == "gemma":
+        return DecoderLayer(config, i, GemmaAttention(config, i), LlamaMLP(config, act=config.hidden_activation),
+                            GemmaRMSNorm)
+    if family == "gemma2":
+        return Gemma2DecoderLayer(config, i)
+    if family in ("mixtral_onehot", "mixtral_scatter"):
+        routing = family.split("_")[1]
+        return DecoderLayer(config, i, Qwen2Attention(config, i, bias=False),
+                            MixtralSparseMoeBlock(config, routing=routing), LlamaRMSNorm,
+                            mlp_name="block_sparse_moe")
+    if family == "qwen2_moe":
+        return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True), Qwen2MoeSparseMoeBlock(config),
+                            LlamaRMSNorm)
+    raise ValueError(family)
+
+
+FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe")
+
+
+class CausalLM(nn.Module):
+    """XxxForCausalLM: `model` + `lm_head` (+ Gemma2's final logit soft-capping).
+
+    forward takes the optimum ONNX layout (flat past tensors) and returns
+    (logits, present.0.key, present.0.value, ...)."""
+
+    def __init__(self, cfg_dict, family, mask_style="masked_fill"):
+        super().__init__()
+        if family not in FAMILIES:
+            raise ValueError(family)
+        config = FamilyConfig(cfg_dict)
+        self.config = config
+        self.family = family
+        self.mask_style = mask_style
+        self.model = DecoderModel(config, family)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        past = [(past_flat[2 * i], past_flat[2 * i + 1]) for i in range(len(past_flat) // 2)]
+        hidden_states, presents = self.model(input_ids, attention_mask, position_ids, past, self.mask_style)
+        logits = self.lm_head(hidden_states)
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        if self.family == "gemma2" and cap is not None:
+            logits = logits / cap
+            logits = torch.tanh(logits)
+            logits = logits * cap
+        logits = logits.float()
+        out = [logits]
+        for k, v in presents:
+            out += [k, v]
+        return tuple(out)
+
+    def run(self, input_ids, attention_mask, position_ids, past):
+        flat = []
+        for k, v in past:
+            flat += [k, v]
+        out = self.forward(input_ids, attention_mask, position_ids, *flat)
+        return out[0], [(out[1 + 2 * i], out[2 + 2 * i]) for i in range(len(past))]
+
+    def empty_past(self, batch=1, dtype=torch.float32):
+        c = self.config
+        return [(torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype),
+                 torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype))
+                for _ in range(c.num_hidden_layers)]
+
+    def moe_blocks(self):
+        return [getattr(lay, lay.mlp_name) for lay in self.model.layers
+                if isinstance(getattr(lay, "mlp_name", None), str)
+                and isinstance(getattr(lay, lay.mlp_name), (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock))]
+
+
+# --------------------------------------------------------------------------- export / greedy
+
+def io_names(n_layers):
+    inputs = ["input_ids", "attention_mask", "position_ids"]
+    outputs = ["logits"]
+    for i in range(n_layers):
+        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outputs += [f"present.{i}.key", f"present.{i}.value"]
+    return inputs, outputs
+
+
+def dynamic_axes(n_layers):
+    ax = {
+        "input_ids": {0: "batch_size", 1: "sequence_length"},
+        "attention_mask": {0: "batch_size", 1: "past_sequence_length + sequence_length"},
+        "position_ids": {0: "batch_size", 1: "sequence_length"},
+        "logits": {0: "batch_size", 1: "sequence_length"},
+    }
+    for i in range(n_layers):
+        for kv in ("key", "value"):
+            ax[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
+            ax[f"present.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length + sequence_length"}
+    return ax
+
+
+def export_onnx(model, path, opset=17):
+    """torch.onnx.export in the optimum layout, graph as the exporter writes it
+    (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
+    past 3, sequence 4 so that no axis is specialised."""
+    c = model.config
+    model.eval()
+    b, past, seq = 2, 3, 4
+    g = torch.Generator().manual_seed(1234)
+    input_ids = torch.randint(0, c.vocab_size, (b, seq), generator=g)
+    attention_mask = torch.ones(b, past + seq, dtype=torch.int64)
+    position_ids = torch.arange(past, past + seq, dtype=torch.int64)[None].expand(b, seq).contiguous()
+    flat = []
+    for _ in range(c.num_hidden_layers):
+        flat += [torch.randn(b, c.num_key_value_heads, past, c.head_dim, generator=g) for _ in range(2)]
+    ins, outs = io_names(c.num_hidden_layers)
+    with torch.no_grad():
+        torch.onnx.export(model, tuple([input_ids, attention_mask, position_ids] + flat), path,
+                          input_names=ins, output_names=outs, dynamic_axes=dynamic_axes(c.num_hidden_layers),
+                          opset_version=opset, do_constant_folding=True)
+
+
+@torch.no_grad()
+def greedy_with_cache(model, prompt_ids, n_new):
+    """Prefill from an empty cache, then one token per step with the KV cache.
+    Returns (tokens, prefill_last_logits, last_step_logits)."""
+    ids = torch.tensor([prompt_ids], dtype=torch.int64)
+    past = model.empty_past(1)
+    seq = ids.shape[1]
+    logits, past = model.run(ids, torch.ones(1, seq, dtype=torch.int64),
+                             torch.arange(seq, dtype=torch.int64)[None], past)
+    prefill_last = logits[0, -1].clone()
+    step_logits = logits[0, -1]
+    out, total = [], seq
+    for step in range(n_new):
+        tok = int(torch.argmax(step_logits))
+        out.append(tok)
+        if step == n_new - 1:
+            break
+        total += 1
+        logits, past = model.run(torch.tensor([[tok]]), torch.ones(1, total, dtype=torch.int64),
+                                 torch.tensor([[total - 1]], dtype=torch.int64), past)
+        step_logits = logits[0, -1]
+    return out, prefill_last, step_logits.clone()
+
+
+@torch.no_grad()
+def full_logits(model, ids):
+    t = torch.tensor([ids], dtype=torch.int64)
+    logits, _ = model.run(t, torch.ones_like(t), torch.arange(t.shape[1])[None], model.empty_past(1))
+    return logits[0]
+
+
+def param_count(model):
+    seen, n = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n

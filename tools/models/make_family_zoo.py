@@ -1,0 +1,416 @@
+#!/usr/bin/python3
+"""Make the "family zoo": tiny random-weight decoders of several HF families,
+written by hf_families.py the way each HF modeling_*.py writes its model, and
+exported by torch.onnx in the optimum layout.
+
+    /usr/bin/python3 tools/models/make_family_zoo.py [--only NAME ...] [--out DIR] [--no-check]
+
+Writes <out>/<name>/{model.onnx, config.json, golden.json} (default out:
+tests/models/zoo). Names ending in _opset14 are the same model (same weights,
+same config.json and golden.json) exported at opset 14 instead of 17.
+Everything is computed by torch from fixed seeds (single-threaded); each
+model.onnx is checked with onnx.checker, the optimum IO layout, and re-run
+with the numpy interpreter onnx_ref.py (greedy tokens identical, logits within
+1e-3 relative), see onnx_check.py.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_families as hf  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+N_NEW = 16
+
+COMMON = {
+    "attention_dropout": 0.0,
+    "initializer_range": 0.02,
+    "torch_dtype": "float32",
+    "use_cache": True,
+    "transformers_version": "4.44.0",
+    "max_position_embeddings": 256,
+}
+
+LLAMA = dict(COMMON, **{
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "pretraining_tp": 1,
+    "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+    "sliding_window": None, "num_local_experts": 0, "num_experts_per_tok": 0,
+})
+
+MODELS = {
+    "llama3": dict(LLAMA, **{
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        # Llama-3.1 style scaling; original_max_position_embeddings is small so
+        # that the low/medium/high frequency bands all occur with head_dim 16
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    }),
+    "mqa": dict(LLAMA, **{
+        "vocab_size": 384, "hidden_size": 96, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 1,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
+    }),
+    "qwen2_untied": dict(COMMON, **{
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_act": "silu", "vocab_size": 384, "hidden_size": 128, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 2, "bos_token_id": 0, "eos_token_id": 3,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
+    "phi3": dict(COMMON, **{
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
+        "original_max_position_embeddings": 256, "partial_rotary_factor": 1.0,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "tie_word_embeddings": False,
+        "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
+    "gemma": dict(COMMON, **{
+        "architectures": ["GemmaForCausalLM"], "model_type": "gemma",
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": True, "sliding_window": None,
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
+    "gemma2": dict(COMMON, **{
+        "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": True,
+        # != head_dim, so scaling by head_dim**-0.5 instead gives other numbers
+        "query_pre_attn_scalar": 24,
+        # small caps so that the tanh really bends these random logits/scores
+        "attn_logit_softcapping": 3.0, "final_logit_softcapping": 8.0,
+        # larger than any test context: the sliding-window layers behave as global ones
+        "sliding_window": 4096, "cache_implementation": "hybrid",
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
+    "mixtral_onehot": dict(COMMON, **{
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "sliding_window": None,
+        "num_local_experts": 4, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }),
+    "mixtral_scatter": dict(COMMON, **{
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "sliding_window": None,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }),
+    "qwen2_moe": dict(COMMON, **{
+        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "num_experts": 8, "num_experts_per_tok": 4, "norm_topk_prob": False,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 128,
+        "router_aux_loss_coef": 0.001, "output_router_logits": False,
+        "bos_token_id": 0, "eos_token_id": 3,
+    }),
+}
+
+# HF's eager mask with its slice assignment (-> ScatterND) for these; the
+# equivalent whole-tensor masked_fill for the others (see hf_families.py)
+MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf"}
+SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109}
+OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
+ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
+
+
+# Tied models need more than the tied recipe of make_test_models.py not to
+# collapse into repeating a token (tried on these seeds): Gemma's residual
+# stream starts at embedding * sqrt(hidden), and with one or two KV heads the
+# attention output is nearly the same at every position. So: smaller
+# embeddings, sharper attention (q/k gain), stronger MLP output, larger final
+# norm scale; Gemma2's post-attention / post-feedforward norms x2.
+TIED_TWEAKS = {
+    "gemma": {"embed_scale": 0.125, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 16.0,
+              "final_norm_scale": 4.0, "post_norm_scale": 1.0},
+    "gemma2": {"embed_scale": 0.25, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
+               "final_norm_scale": 2.0, "post_norm_scale": 2.0},
+}
+# sharper attention so that positions (and so the rope scaling) decide tokens:
+# with the plain init, llama3's greedy tokens are the same without rope scaling
+QK_GAIN = {"llama3": 3.0}
+TIED_DEFAULT = {"embed_scale": 0.5, "qk_gain": 1.0, "o_gain": 4.0, "down_gain": 4.0,
+                "final_norm_scale": 1.0, "post_norm_scale": 1.0}
+
+
+def random_init(model, seed, logit_gain=4.0):
+    """As make_test_models.random_init: N(0,1) embeddings, uniform(+-1/sqrt(fan_in))
+    linears, norm weights 1 + N(0, 0.1^2) (Gemma norms store the offset w of
+    (1 + w): N(0, 0.1^2)), biases N(0, 0.1^2), lm_head x logit_gain. MoE routers
+    (`.gate`) x4 so the top-k choice is not a near-tie. Tied models: embeddings
+    x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
+    norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
+    g = torch.Generator().manual_seed(seed)
+    gemma = model.family in ("gemma", "gemma2")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif "norm" in name:
+                p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                bound = 1.0 / (p.shape[1] ** 0.5)
+                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+                if name.endswith(".gate.weight"):
+                    p.mul_(4.0)
+        if not model.config.tie_word_embeddings:
+            model.lm_head.weight.mul_(logit_gain)
+            for name, p in model.named_parameters():
+                if name.endswith("q_proj.weight") or name.endswith("k_proj.weight"):
+                    p.mul_(QK_GAIN.get(model.family, 1.0))
+            return
+        t = TIED_TWEAKS.get(model.family, TIED_DEFAULT)
+        model.model.embed_tokens.weight.mul_(t["embed_scale"])
+        for name, p in model.named_parameters():
+            if name.endswith("q_proj.weight") or name.endswith("k_proj.weight"):
+                p.mul_(t["qk_gain"])
+            elif name.endswith("o_proj.weight"):
+                p.mul_(t["o_gain"])
+            elif name.endswith("down_proj.weight"):
+                p.mul_(t["down_gain"])
+            elif "post_attention_layernorm" in name or "post_feedforward_layernorm" in name:
+                if model.family == "gemma2":
+                    p.copy_((p + 1.0) * t["post_norm_scale"] - 1.0)
+        scale = t["final_norm_scale"] * torch.randn(model.model.norm.weight.shape, generator=g)
+        model.model.norm.weight.copy_(scale - 1.0 if gemma else scale)
+
+
+def prompt_for(name, cfg):
+    g = torch.Generator().manual_seed(SEEDS[name] + 1000)
+    return torch.randint(4, cfg["vocab_size"], (7,), generator=g).tolist()  # clear of bos/eos/pad
+
+
+def build(name):
+    torch.manual_seed(SEEDS[name])
+    model = hf.CausalLM(MODELS[name], name, mask_style=MASK_STYLE.get(name, "masked_fill"))
+    random_init(model, SEEDS[name])
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def padded_batch_case(model, prompt):
+    """Batch 2 prefill: row 0 the prompt, row 1 prompt[3:] left-padded with 3 pad
+    tokens (attention_mask 0); position_ids = cumsum(mask) - 1, pads at 1 (HF)."""
+    pad_id = 0
+    n = len(prompt)
+    short = prompt[3:]
+    ids = torch.tensor([prompt, [pad_id] * 3 + short], dtype=torch.int64)
+    am = torch.tensor([[1] * n, [0] * 3 + [1] * (n - 3)], dtype=torch.int64)
+    pos = am.cumsum(-1) - 1
+    pos = pos.masked_fill(am == 0, 1)
+    logits, _ = model.run(ids, am, pos, model.empty_past(2))
+    ref = hf.full_logits(model, short)[-1]
+    diff = float((logits[1, -1] - ref).abs().max())
+    assert diff < 1e-4 * max(1.0, float(ref.abs().max())), diff
+    return {
+        "input_ids": ids.tolist(), "attention_mask": am.tolist(), "position_ids": pos.tolist(),
+        "last_logits": [logits[0, -1].tolist(), logits[1, -1].tolist()],
+        "row1_vs_unpadded_max_abs_diff": diff,
+        "note": "prefill only from an empty cache; row 1's last logits equal the unpadded run of "
+                "prompt_ids[3:] (within row1_vs_unpadded_max_abs_diff)",
+    }
+
+
+class TopkGapRecorder:
+    """Records the smallest probability gap between the k-th and (k+1)-th expert
+    over every routed token (a small gap would make the top-k choice fragile)."""
+
+    def __init__(self, model):
+        self.blocks = model.moe_blocks()
+        self.gap = float("inf")
+
+    def __enter__(self):
+        for blk in self.blocks:
+            orig = blk.route
+
+            def rec(h, blk=blk, orig=orig):
+                rl, rw, se = orig(h)
+                s = torch.softmax(rl.float(), dim=-1).sort(dim=-1, descending=True).values
+                self.gap = min(self.gap, float((s[:, blk.top_k - 1] - s[:, blk.top_k]).min()))
+                return rl, rw, se
+            blk.route = rec
+        return self
+
+    def __exit__(self, *a):
+        for blk in self.blocks:
+            del blk.route
+
+
+@torch.no_grad()
+def make_golden(name, model, prompt):
+    cfg = model.config
+    with TopkGapRecorder(model) as gaprec:
+        toks, prefill_last, last = hf.greedy_with_cache(model, prompt, N_NEW)
+    full = hf.full_logits(model, prompt + toks[:-1])
+    cache_diff = float((full[-1] - last).abs().max())
+    assert int(torch.argmax(full[-1])) == toks[-1]
+    golden = {
+        "prompt_ids": prompt,
+        "generated_ids": toks,
+        "n_new_tokens": N_NEW,
+        "procedure": "batch 1; prefill the prompt from an empty cache (past length 0, "
+                     "attention_mask ones, position_ids 0..n-1), argmax of the last logits; "
+                     "then 15 decode steps of one token each with the KV cache "
+                     "(attention_mask ones of past+1, position_ids = past)",
+        "prefill_last_logits": prefill_last.tolist(),
+        "last_logits": last.tolist(),
+        "last_logits_step": "logits from which generated_ids[-1] was chosen (decode step 15)",
+        "no_cache_vs_cache_max_abs_diff": cache_diff,
+        "padded_batch": padded_batch_case(model, prompt),
+    }
+    if name == "llama3":
+        rot = model.model.rotary_emb
+        scaled = rot.inv_freq.clone()
+        rot.inv_freq = hf.compute_default_rope_parameters(cfg)[0]
+        toks_d, _, last_d = hf.greedy_with_cache(model, prompt, N_NEW)
+        rot.inv_freq = scaled
+        golden["without_rope_scaling"] = {
+            "generated_ids": toks_d,
+            "last_logits_max_abs_diff_vs_scaled": float((last_d - last).abs().max()),
+            "note": "same weights with plain rope (rope_scaling ignored); differs from generated_ids, "
+                    "so a runtime that ignores the llama3 rope scaling fails the golden test",
+        }
+    if name == "gemma2":
+        caps = (cfg.attn_logit_softcapping, cfg.final_logit_softcapping)
+        cfg.attn_logit_softcapping = cfg.final_logit_softcapping = None
+        toks_n, _, last_n = hf.greedy_with_cache(model, prompt, N_NEW)
+        cfg.attn_logit_softcapping, cfg.final_logit_softcapping = caps
+        cfg.final_logit_softcapping = None
+        toks_f, _, last_f = hf.greedy_with_cache(model, prompt, N_NEW)
+        cfg.attn_logit_softcapping, cfg.final_logit_softcapping = caps
+        assert toks_f == toks  # tanh is monotonic: the final cap never changes argmax
+        attns = [lay.self_attn for lay in model.model.layers]
+        for a in attns:
+            a.scaling = cfg.head_dim ** -0.5
+        toks_s, _, _ = hf.greedy_with_cache(model, prompt, N_NEW)
+        for a in attns:
+            a.scaling = cfg.query_pre_attn_scalar ** -0.5
+        golden["with_head_dim_scaling"] = {
+            "generated_ids": toks_s,
+            "note": "scores scaled by head_dim**-0.5 instead of query_pre_attn_scalar**-0.5 "
+                    f"({cfg.query_pre_attn_scalar}); differs from generated_ids",
+        }
+        golden["without_softcapping"] = {
+            "generated_ids": toks_n,
+            "last_logits_max_abs_diff_vs_capped": float((last_n - last).abs().max()),
+            "without_final_softcapping_only_last_logits_max_abs_diff": float((last_f - last).abs().max()),
+            "note": "generated_ids: same weights with both soft-cappings disabled; they differ from the "
+                    "golden generated_ids. The final logit cap alone does not change greedy tokens "
+                    "(tanh is monotonic) but changes last_logits by the recorded amount",
+        }
+    blocks = model.moe_blocks()
+    if blocks:
+        n = len(prompt)
+        ids = torch.tensor([prompt])
+        captured = {}
+        blk = blocks[0]
+        orig = blk.route
+
+        def rec(h):
+            out = orig(h)
+            captured.setdefault("r", out)
+            return out
+        blk.route = rec
+        model.run(ids, torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None], model.empty_past(1))
+        del blk.route
+        _, topw, topi = captured["r"]
+        golden["layer0_routing_prefill"] = {
+            "top_k_expert_ids": topi.tolist(), "top_k_weights": topw.tolist(),
+            "note": "layer 0, prefill of prompt_ids, one row per prompt position; weights " +
+                    ("renormalised to sum 1 (Mixtral)" if isinstance(blk, hf.MixtralSparseMoeBlock)
+                     else "NOT renormalised (norm_topk_prob false): softmax probabilities of the chosen "
+                          "experts; the shared expert is added on top, scaled by sigmoid(shared_expert_gate)"),
+        }
+        golden["min_topk_probability_gap"] = gaprec.gap
+        if isinstance(blk, hf.Qwen2MoeSparseMoeBlock):
+            for b in blocks:
+                b.norm_topk_prob = True
+            toks_r, _, last_r = hf.greedy_with_cache(model, prompt, N_NEW)
+            for b in blocks:
+                b.norm_topk_prob = False
+            golden["with_renormalised_topk"] = {
+                "generated_ids": toks_r,
+                "last_logits_max_abs_diff": float((last_r - last).abs().max()),
+                "note": "the same weights with norm_topk_prob true (Mixtral-style renormalised top-k "
+                        "weights): " + ("the greedy tokens differ" if toks_r != toks else
+                                        "same greedy tokens, but last_logits differ by "
+                                        "last_logits_max_abs_diff"),
+            }
+    return golden
+
+
+def make(name, out_root, check=True):
+    base = name[:-len("_opset14")] if name.endswith("_opset14") else name
+    opset = 14 if name.endswith("_opset14") else 17
+    cfg_d = MODELS[base]
+    model = build(base)
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    prompt = prompt_for(base, cfg_d)
+    golden = make_golden(base, model, prompt)
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg_d, f, indent=1)
+    path = os.path.join(out, "model.onnx")
+    hf.export_onnx(model, path, opset=opset)
+    rep = "not checked"
+    if check:
+        from onnx_check import check_onnx  # the numpy interpreter and layout check
+        rep = check_onnx(path, model, prompt, golden=golden)
+    n = hf.param_count(model)
+    size = os.path.getsize(path)
+    print(f"{name}: params {n}, opset {opset}, model.onnx {size / 1e6:.2f} MB, prompt {prompt} -> "
+          f"{golden['generated_ids']}; {rep}", flush=True)
+    return n, size
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "zoo"))
+    ap.add_argument("--no-check", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name in (args.only or ALL):
+        if name not in ALL:
+            raise SystemExit(f"unknown model {name}; known: {' '.join(ALL)}")
+        make(name, args.out, check=not args.no_check)
+
+
+if __name__ == "__main__":
+    main()
