@@ -1,6 +1,7 @@
 #include "calibration/calibration.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,17 +19,59 @@ namespace fs = std::filesystem;
 namespace nf::host {
 namespace {
 
-std::string read_calibration_text(const std::string& path) {
+// A regular file's bytes (not a device or a FIFO, which could be endless); `what` names it.
+std::string read_calibration_file(const std::string& path, const std::string& what) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw std::runtime_error("calibration text " + path + ": no such file");
+  if (!fs::is_regular_file(path, ec)) throw std::runtime_error(what + " " + path + ": no such file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("calibration text " + path + ": cannot be read");
+  if (!in) throw std::runtime_error(what + " " + path + ": cannot be read");
   std::ostringstream s;
   s << in.rdbuf();
   std::string text = s.str();
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw std::runtime_error("calibration text " + path + ": the file is empty");
+    throw std::runtime_error(what + " " + path + ": the file is empty");
   return text;
+}
+
+// The `field` strings of a JSONL dataset, joined by blank lines as documents of a text.
+std::string read_jsonl_text(const std::string& path, const std::string& field) {
+  std::istringstream lines(read_calibration_file(path, "calibration dataset"));
+  std::string line, text;
+  size_t number = 0, documents = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "calibration dataset " + path + ":" + std::to_string(number) + ": ";
+    nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object()) throw std::runtime_error(where + "not a JSON object");
+    if (!doc.contains(field) || !doc[field].is_string())
+      throw std::runtime_error(where + "no string field \"" + field + "\" (set [calibration] text_field)");
+    if (documents++) text += "\n\n";
+    text += doc[field].get<std::string>();
+  }
+  return text;
+}
+
+// Pre-tokenized calibration data: a JSON array of token ids, or an array of such arrays
+// (documents, concatenated in order).
+std::vector<int32_t> read_token_ids(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(read_calibration_file(path, "calibration ids"), nullptr, false);
+  const std::string what = "calibration ids " + path + ": ";
+  if (j.is_discarded() || !j.is_array()) throw std::runtime_error(what + "not a JSON array of token ids");
+  std::vector<int32_t> ids;
+  auto take = [&](const nlohmann::json& v, const std::string& at) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      throw std::runtime_error(what + "element " + at + " is not a token id (a non-negative integer)");
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  };
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_array()) {
+      take(j[i], "[" + std::to_string(i) + "]");
+      continue;
+    }
+    for (size_t k = 0; k < j[i].size(); ++k) take(j[i][k], "[" + std::to_string(i) + "][" + std::to_string(k) + "]");
+  }
+  return ids;
 }
 
 TensorPtr int64_tensor(std::vector<int64_t> dims, const std::vector<int64_t>& values) {
@@ -42,12 +85,20 @@ TensorPtr int64_tensor(std::vector<int64_t> dims, const std::vector<int64_t>& va
 TextCalibration::TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
                                  const PluginInfo& cpu)
     : cpu_(cpu) {
+  if (!config.ids.empty()) {
+    batches_ = make_batches(read_token_ids(config.ids), config.num_samples, config.sequence_length,
+                            "calibration ids " + config.ids);
+    return;
+  }
   if (tokenizer_json.empty())
-    throw std::runtime_error("calibration needs the model's tokenizer: set [model] tokenizer in the manifest");
-  std::string text = read_calibration_text(config.text);
+    throw std::runtime_error("calibration text needs the model's tokenizer: set [model] tokenizer in the manifest, "
+                             "or give pre-tokenized [calibration] ids");
+  const bool dataset = !config.jsonl.empty();
+  std::string text = dataset ? read_jsonl_text(config.jsonl, config.text_field)
+                             : read_calibration_file(config.text, "calibration text");
   Tokenizer tok = Tokenizer::load(tokenizer_json);
   batches_ = make_batches(tok.encode(text, false), config.num_samples, config.sequence_length,
-                          "calibration text " + config.text);
+                          dataset ? "calibration dataset " + config.jsonl : "calibration text " + config.text);
 }
 
 std::vector<std::vector<int32_t>> TextCalibration::make_batches(const std::vector<int32_t>& ids, int num_samples,
@@ -199,10 +250,20 @@ std::string content_hash(const std::string& path) {
 
 nlohmann::json calibration_cache_key(const manifest::Manifest& m) {
   if (!m.calibration) return nullptr;
-  return {{"text", content_hash(m.calibration->text)},
-          {"num_samples", m.calibration->num_samples},
-          {"sequence_length", m.calibration->sequence_length},
-          {"tokenizer", content_hash(tokenizer_of(m))}};
+  const auto& c = *m.calibration;
+  nlohmann::json key = {{"num_samples", c.num_samples}, {"sequence_length", c.sequence_length}};
+  if (!c.ids.empty()) {
+    key["ids"] = content_hash(c.ids);
+    return key;
+  }
+  if (!c.jsonl.empty()) {
+    key["jsonl"] = content_hash(c.jsonl);
+    key["text_field"] = c.text_field;
+  } else {
+    key["text"] = content_hash(c.text);
+  }
+  key["tokenizer"] = content_hash(tokenizer_of(m));
+  return key;
 }
 
 std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry) {

@@ -1,5 +1,6 @@
-// Calibration data for quant recipes: the manifest's [calibration] text, tokenized with
-// the model's tokenizer and cut into num_samples windows of sequence_length tokens.
+// Calibration data for quant recipes: the manifest's [calibration] text or JSONL dataset,
+// tokenized with the model's tokenizer, or pre-tokenized ids, cut into num_samples windows
+// of sequence_length tokens.
 // Recipes reach it through nf_calibration: run(batch) feeds one window through the float
 // model set on the cpu backend and returns any named values of the graph, intermediate
 // ones included.
@@ -18,8 +19,9 @@ namespace nf::host {
 
 class TextCalibration final : public nf_calibration {
  public:
-  // Reads and tokenizes the text. Throws std::runtime_error (one line) when the file is
-  // missing or empty or holds fewer than num_samples windows. `cpu` must outlive this.
+  // Reads (and tokenizes) the data. Throws std::runtime_error (one line) when the file is
+  // missing, empty or malformed or holds fewer than num_samples windows. `cpu` must
+  // outlive this.
   TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
                   const PluginInfo& cpu);
 
@@ -50,9 +52,9 @@ class TextCalibration final : public nf_calibration {
   size_t sessions_opened_ = 0;
 };
 
-// What the calibration of `m` contributes to a quant stage's cache key: a hash of the text
-// file's content (or of its absence), num_samples, sequence_length and the tokenizer's
-// content; null without [calibration]. Never throws: an unreadable file is reported when
+// What the calibration of `m` contributes to a quant stage's cache key: a hash of the data
+// file's content (or of its absence), num_samples, sequence_length and, for text, the
+// tokenizer's content; null without [calibration]. Never throws: an unreadable file is reported when
 // the stage runs.
 nlohmann::json calibration_cache_key(const manifest::Manifest& m);
 

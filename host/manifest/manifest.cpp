@@ -231,10 +231,19 @@ class Parser {
   }
 
   void parse_calibration(const toml::table& t) {
-    only_keys(t, "[calibration]", {"text", "num_samples", "sequence_length"});
+    only_keys(t, "[calibration]", {"text", "jsonl", "text_field", "ids", "num_samples", "sequence_length"});
     Manifest::Calibration c;
     c.where = at(t);
-    c.text = path_key(t, "text", "calibration", true, "a text file to calibrate with, e.g. text = \"calib.txt\"");
+    c.text = path_key(t, "text", "calibration", false, "");
+    c.jsonl = path_key(t, "jsonl", "calibration", false, "");
+    c.ids = path_key(t, "ids", "calibration", false, "");
+    if (c.text.empty() + c.jsonl.empty() + c.ids.empty() != 2)
+      fail(at(t), "[calibration] needs exactly one of \"text\" (a text file), \"jsonl\" (one JSON object a line) or "
+                  "\"ids\" (pre-tokenized ids as JSON), e.g. text = \"calib.txt\"");
+    if (auto field = get_string(t, "text_field", "[calibration]", false, "")) {
+      if (c.jsonl.empty()) fail(at(key_of(t, "text_field")), "\"text_field\" in [calibration] goes with \"jsonl\"");
+      c.text_field = *field;
+    }
     c.num_samples = get_positive_int(t, "num_samples", "[calibration]", c.num_samples);
     c.sequence_length = get_positive_int(t, "sequence_length", "[calibration]", c.sequence_length);
     m_.calibration = std::move(c);
@@ -400,7 +409,11 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
   must_exist(m.model_onnx, "model.onnx", "model");
   if (m.locations.count("model.config")) must_exist(m.model_config, "model.config", "model config");
   if (m.locations.count("model.tokenizer")) must_exist(m.model_tokenizer, "model.tokenizer", "tokenizer");
-  if (m.calibration) must_exist(m.calibration->text, "calibration.text", "calibration text");
+  if (m.calibration) {
+    must_exist(m.calibration->text, "calibration.text", "calibration text");
+    must_exist(m.calibration->jsonl, "calibration.jsonl", "calibration dataset");
+    must_exist(m.calibration->ids, "calibration.ids", "calibration ids");
+  }
   for (size_t i = 0; i < m.plugin_paths.size(); ++i)
     must_exist(m.plugin_paths[i], "plugins.paths[" + std::to_string(i) + "]", "plugin folder");
 

@@ -45,8 +45,12 @@ struct PluginUse {
 struct Manifest {
   std::string path, dir;                                  // absolute
   std::string model_onnx, model_config, model_tokenizer;  // absolute paths ("" when absent)
+  // Exactly one of text / jsonl / ids names the data (absolute paths).
   struct Calibration {
-    std::string text;  // absolute
+    std::string text;   // plain text, tokenized with the model's tokenizer
+    std::string jsonl;  // one JSON object a line; `text_field` holds each document's text
+    std::string text_field = "text";
+    std::string ids;    // pre-tokenized: a JSON array of token ids, or an array of such arrays
     int num_samples = 16;
     int sequence_length = 128;
     Location where;  // the [calibration] header

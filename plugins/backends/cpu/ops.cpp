@@ -200,7 +200,7 @@ void op_gather_elements(const NodeDef& n, const Ins& in, Outs& out, const RunCtx
   out[0] = k::gather_elements(need(n, in, 0), need(n, in, 1), n.i("axis", 0));
 }
 void op_one_hot(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
-  std::vector<int64_t> depth = need(n, in, 1).to_int64s();
+  std::vector<int64_t> depth = k::cast(need(n, in, 1), NF_DTYPE_INT64).to_int64s();
   if (depth.size() != 1) throw k::KernelError("OneHot (node " + n.name + "): depth is not one number");
   out[0] = k::one_hot(need(n, in, 0), depth[0], need(n, in, 2), n.i("axis", -1));
 }

@@ -115,13 +115,18 @@ class RoutingProbe {
 };
 
 // Dims of a TopK output for the probe: its own where static (arcl's AR rows), 1 where not
-// known (the probe is then one token).
-std::vector<int64_t> probe_dims(const GraphView& view, const std::string& v, int64_t k) {
-  auto t = nf::graph::get_value_type(view.graph(), v);
-  std::vector<int64_t> dims = t && t->dims ? *t->dims : std::vector<int64_t>{1, k};
-  for (int64_t& d : dims) d = d < 0 ? 1 : d;
-  if (dims.empty() || dims.back() != k) throw nf::Error("TopK output '" + v + "' does not end in its K axis");
-  return dims;
+// known (the probe is then one token). The rank comes from the first of `values` (TopK
+// output, probabilities, router logits, router input) whose type the graph records.
+std::vector<int64_t> probe_dims(const GraphView& view, const std::vector<std::string>& values, int64_t k) {
+  for (const std::string& v : values) {
+    auto t = nf::graph::get_value_type(view.graph(), v);
+    if (!t || !t->dims || t->dims->empty()) continue;
+    std::vector<int64_t> dims = *t->dims;
+    for (int64_t& d : dims) d = d < 0 ? 1 : d;
+    dims.back() = k;
+    return dims;
+  }
+  throw nf::Error("the rank of the routing values is not recorded in the graph");
 }
 
 // `row` repeated `rows` times.
@@ -153,7 +158,7 @@ void identify_experts(const GraphView& view, MoeBlock& b, const std::string& ind
       probs[static_cast<size_t>((e + i) % E)] = top[static_cast<size_t>(i)];
     }
     // Every row (token) of the probe routes the same way.
-    const std::vector<int64_t> dims = probe_dims(view, b.top_values, K);
+    const std::vector<int64_t> dims = probe_dims(view, {b.top_values, b.probs, b.logits, b.x}, K);
     std::vector<int64_t> pdims = dims;
     pdims.back() = E;
     int64_t rows = 1;

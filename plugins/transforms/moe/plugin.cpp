@@ -69,6 +69,9 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     for (size_t i = 0; i < n; ++i) {
       nf::Graph g = ms.graph(i);
       ctx.progress(i, n, g.name());
+      // The routing probe needs the ranks of the routing values; an export may not record
+      // them (dims the graph does not fix stay symbolic).
+      if (!is_static) nf::graph::infer_shapes(g);
       nf::graph::GraphView view(g);
       nf::graph::UniqueNames names(g);
       std::vector<MoeBlock> found = find_moe_blocks(view);

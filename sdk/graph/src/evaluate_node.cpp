@@ -175,7 +175,7 @@ Outs op_gather_elements(const Node& n, const Ins& in) {
   return {k::gather_elements(need(n, in, 0), need(n, in, 1), n.attr_int("axis", 0))};
 }
 Outs op_one_hot(const Node& n, const Ins& in) {
-  std::vector<int64_t> depth = need(n, in, 1).to_int64s();
+  std::vector<int64_t> depth = k::cast(need(n, in, 1), NF_DTYPE_INT64).to_int64s();
   if (depth.size() != 1) throw Error("OneHot '" + std::string(n.name()) + "': depth is not one number");
   return {k::one_hot(need(n, in, 0), depth[0], need(n, in, 2), n.attr_int("axis", -1))};
 }

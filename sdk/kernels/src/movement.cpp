@@ -1,4 +1,5 @@
 #include "npuforge/kernels/movement.h"
+#include "npuforge/kernels/elementwise.h"
 
 #include <algorithm>
 #include <cmath>
@@ -223,7 +224,8 @@ Tensor one_hot(const Tensor& indices, int64_t depth, const Tensor& values, int64
   const int64_t ax = norm_axis(axis, static_cast<size_t>(rank), "OneHot");
   Dims out_dims = indices.dims();
   out_dims.insert(out_dims.begin() + ax, depth);
-  std::vector<int64_t> idx = indices.to_int64s();
+  // Non-integer indices are truncated, as the ONNX spec says.
+  std::vector<int64_t> idx = cast(indices, NF_DTYPE_INT64).to_int64s();
   // Index i = (outer, inner) of the indices; the output is [outer, depth, inner].
   int64_t inner = 1;
   for (size_t k = static_cast<size_t>(ax); k < indices.rank(); ++k) inner *= indices.dim(k);
