@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "support/packages.h"
 
@@ -82,6 +84,93 @@ TEST_P(Family, KeepsTorchGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), label);
+
+// ---- quant recipes on every family -------------------------------------------------
+// Calibrated on pre-tokenized ids (the zoo models have no tokenizer), then arcl + split +
+// mha2sha. Each package reports its prefill logits' error against torch's float logits
+// and its greedy tokens' agreement; the bounds catch a recipe that breaks a family.
+
+struct Recipe {
+  std::string name, stages;
+  double max_error;  // of the prefill logits, relative to the largest |logit|
+};
+
+const std::vector<Recipe> kRecipes = {
+    {"minmax_w8a16", "[[quant]]\nrecipe = \"minmax\"\n\n", 0.06},
+    {"lpbq_w4a16", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", 0.35},
+    {"seqmse_w4", "[[quant]]\nrecipe = \"seqmse\"\nnum_candidates = 8\n\n", 0.35},
+    {"spinquant_lpbq", "[[quant]]\nrecipe = \"spinquant\"\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", 0.35},
+};
+
+// Families spinquant does not rotate yet, with the one error line it gives.
+std::string spinquant_refusal(const std::string& model) {
+  if (model.find("gemma2") != std::string::npos) return "no MatMul/Gemm produces the graph output 'logits'";
+  if (model.find("gemma") != std::string::npos || model == "qwen2") return "set untie_embedding = true";
+  if (is_moe(model)) return "not only linear layers: cannot fuse it";
+  return "";
+}
+
+struct QuantCase {
+  std::string model;
+  const Recipe* recipe;
+};
+
+std::vector<QuantCase> quant_cases() {
+  std::vector<QuantCase> r;
+  for (const std::string& m : models())
+    if (m.rfind("zoo/", 0) == 0 && m.find("opset14") == std::string::npos)
+      for (const Recipe& q : kRecipes) r.push_back({m, &q});
+  return r;
+}
+
+class FamilyQuant : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
+  const QuantCase& c = GetParam();
+  WorkDir work("fq_" + c.recipe->name + "_" + c.model);
+  nlohmann::json config = nlohmann::json::parse(slurp(model_dir(c.model) + "/config.json"));
+  const int64_t vocab = config.at("vocab_size").get<int64_t>();
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 4 * 32; ++i) ids.push_back((i * 7919 + 13) % vocab);  // fixed, spread over the vocab
+  std::ofstream(work.path / "calib.json") << nlohmann::json(ids).dump();
+  const fs::path m = model_dir(c.model);
+  std::string toml = "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\n\n[calibration]\nids = \"" +
+                     (work.path / "calib.json").string() + "\"\nnum_samples = 4\nsequence_length = 32\n\n" +
+                     c.recipe->stages + kArcl + kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+  std::ofstream(work.path / "manifest.toml") << toml;
+  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  if (c.recipe->name == "spinquant_lpbq" && !spinquant_refusal(c.model).empty()) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(spinquant_refusal(c.model)), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(work.path / "out" / "cpu")) << "a failed build leaves no package";
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json g = golden(c.model);
+  auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+  auto open = open_package(work.path / "out" / "cpu");
+  double err = relative_error(open->runner->append(prompt), g.at("prefill_last_logits").get<std::vector<float>>());
+  open->runner->reset();
+  Greedy got = greedy(*open->runner, prompt, want.size());
+  size_t same = 0;
+  while (same < want.size() && got.tokens[same] == want[same]) ++same;
+  std::printf("%s %s: prefill logits error %.4f of the largest |logit|, first %zu of %zu greedy tokens equal float\n",
+              c.model.c_str(), c.recipe->name.c_str(), err, same, want.size());
+  // Soft-capped logits (Gemma-2: tanh(x / 8) * 8) stay below the cap, so the same absolute
+  // error is a larger share of the largest |logit|.
+  const bool capped = config.contains("final_logit_softcapping") && config["final_logit_softcapping"].is_number();
+  EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0));
+}
+
+std::string quant_label(const ::testing::TestParamInfo<QuantCase>& info) {
+  std::string s = info.param.model + "_" + info.param.recipe->name;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, FamilyQuant, ::testing::ValuesIn(quant_cases()), quant_label);
 
 }  // namespace
 }  // namespace nf::test

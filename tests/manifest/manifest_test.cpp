@@ -200,6 +200,24 @@ TEST(Manifest, CalibrationDefaults) {
   EXPECT_EQ(m.calibration->sequence_length, 128);
 }
 
+TEST(Manifest, CalibrationTakesOneOfTextJsonlOrIds) {
+  const std::string kCpu = "[targets.cpu]\nbackend = \"cpu\"\n";
+  Manifest m = parse_manifest_string("[model]\nonnx = \"m.onnx\"\n[calibration]\njsonl = \"d.jsonl\"\ntext_field = \"content\"\n" + kCpu, "m.toml");
+  ASSERT_TRUE(m.calibration);
+  EXPECT_TRUE(m.calibration->text.empty());
+  EXPECT_EQ(fs::path(m.calibration->jsonl).filename(), "d.jsonl");
+  EXPECT_EQ(m.calibration->text_field, "content");
+  m = parse_manifest_string("[model]\nonnx = \"m.onnx\"\n[calibration]\nids = \"ids.json\"\n" + kCpu, "m.toml");
+  EXPECT_EQ(fs::path(m.calibration->ids).filename(), "ids.json");
+  const std::string one_of = "needs exactly one of \"text\" (a text file), \"jsonl\" (one JSON object a line) or \"ids\"";
+  std::string e = parse_error("[model]\nonnx = \"m.onnx\"\n[calibration]\ntext = \"a.txt\"\nids = \"b.json\"\n" + kCpu);
+  EXPECT_NE(e.find("manifest.toml:3:1: [calibration] " + one_of), std::string::npos) << e;
+  e = parse_error("[model]\nonnx = \"m.onnx\"\n[calibration]\nnum_samples = 2\n" + kCpu);
+  EXPECT_NE(e.find(one_of), std::string::npos) << e;
+  e = parse_error("[model]\nonnx = \"m.onnx\"\n[calibration]\ntext = \"a.txt\"\ntext_field = \"x\"\n" + kCpu);
+  EXPECT_NE(e.find("manifest.toml:5:1: \"text_field\" in [calibration] goes with \"jsonl\""), std::string::npos) << e;
+}
+
 TEST(Manifest, ConfigAndTokenizerDefaultToBesideTheModel) {
   TempDir dir;
   dir.write("hf/model.onnx");

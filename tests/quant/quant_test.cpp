@@ -247,6 +247,35 @@ TEST(Calibration, MissingEmptyAndShortTextAreClearErrors) {
   EXPECT_NE(err.find("hold 0 samples of 64 tokens, but num_samples = 4"), std::string::npos) << err;
   c.text = kTiny + "/heldout.txt";
   EXPECT_EQ(error_of(), "");
+
+  // A JSONL dataset: its documents' text, tokenized as one text joined by blank lines.
+  c.text.clear();
+  c.jsonl = (dir / "data.jsonl").string();
+  {
+    std::ifstream held(kTiny + "/heldout.txt");
+    std::ofstream out(c.jsonl);
+    for (std::string line; std::getline(held, line);)
+      if (!line.empty()) out << nlohmann::json{{"text", line}, {"id", 1}}.dump() << "\n";
+  }
+  EXPECT_EQ(error_of(), "");
+  c.text_field = "content";
+  EXPECT_EQ(error_of(), "calibration dataset " + c.jsonl + ":1: no string field \"content\" (set [calibration] text_field)");
+  c.text_field = "text";
+  std::ofstream(c.jsonl, std::ios::app) << "[1, 2]\n";
+  err = error_of();
+  EXPECT_NE(err.find(": not a JSON object"), std::string::npos) << err;
+
+  // Pre-tokenized ids: an array, or an array of documents; no tokenizer needed.
+  c.jsonl.clear();
+  c.ids = (dir / "ids.json").string();
+  std::ofstream(c.ids) << "[[1, 2, 3], [4, 5, 6, 7, 8]]";
+  c.num_samples = 2;
+  c.sequence_length = 4;
+  host::TextCalibration ids(c, "", *cpu);
+  ASSERT_EQ(ids.batch_count(), 2u);
+  EXPECT_EQ(ids.batch(1), (std::vector<int32_t>{5, 6, 7, 8}));
+  std::ofstream(c.ids) << "[1, -2]";
+  EXPECT_EQ(error_of(), "calibration ids " + c.ids + ": element [1] is not a token id (a non-negative integer)");
   fs::remove_all(dir);
 }
 
