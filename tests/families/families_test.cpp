@@ -67,8 +67,9 @@ std::vector<Case> cases() {
   return r;
 }
 
-std::string label(const ::testing::TestParamInfo<Case>& info) {
-  std::string s = info.param.model + "_" + info.param.chain->name;
+// A gtest name: "<model>_<chain or recipe>" with every other character as '_'.
+std::string test_name(const std::string& model, const std::string& what) {
+  std::string s = model + "_" + what;
   for (char& c : s)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return s;
@@ -83,7 +84,9 @@ TEST_P(Family, KeepsTorchGreedy) {
   expect_golden_package(c.model, c.chain->stages, tag);
 }
 
-INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), label);
+INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return test_name(info.param.model, info.param.chain->name);
+});
 
 // ---- quant recipes on every family -------------------------------------------------
 // Calibrated on pre-tokenized ids (the zoo models have no tokenizer), then arcl + split +
@@ -163,14 +166,9 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0));
 }
 
-std::string quant_label(const ::testing::TestParamInfo<QuantCase>& info) {
-  std::string s = info.param.model + "_" + info.param.recipe->name;
-  for (char& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
-}
-
-INSTANTIATE_TEST_SUITE_P(Recipes, FamilyQuant, ::testing::ValuesIn(quant_cases()), quant_label);
+INSTANTIATE_TEST_SUITE_P(Recipes, FamilyQuant, ::testing::ValuesIn(quant_cases()), [](const auto& info) {
+  return test_name(info.param.model, info.param.recipe->name);
+});
 
 }  // namespace
 }  // namespace nf::test

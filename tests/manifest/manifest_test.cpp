@@ -288,7 +288,7 @@ TEST(Manifest, UnknownKeyInHostTablesSuggests) {
             "tokenizer)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[calibration]\ntext = \"c\"\nnum_sample = 3\n"),
             "manifest.toml:5:1: unknown key 'num_sample' in [calibration]; did you mean 'num_samples'? "
-            "(known: text, num_samples, sequence_length)");
+            "(known: text, jsonl, text_field, ids, num_samples, sequence_length)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[plugins]\npath = []\n"),
             "manifest.toml:4:1: unknown key 'path' in [plugins]; did you mean 'paths'? (known: paths)");
 }
@@ -335,7 +335,8 @@ TEST(Manifest, MissingRequiredKeys) {
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[speculative]\nwindow = 8\n"),
             "manifest.toml:3:1: [speculative] needs 'decoder' (which plugin to use)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[calibration]\nnum_samples = 8\n"),
-            "manifest.toml:3:1: [calibration] needs 'text' (a text file to calibrate with, e.g. text = \"calib.txt\")");
+            "manifest.toml:3:1: [calibration] needs exactly one of \"text\" (a text file), \"jsonl\" (one JSON object a line) or "
+            "\"ids\" (pre-tokenized ids as JSON), e.g. text = \"calib.txt\"");
 }
 
 TEST(Manifest, TargetNamesMustBeFolderNames) {
