@@ -108,7 +108,7 @@ const std::vector<Recipe> kRecipes = {
 // Families spinquant does not rotate yet, with the one error line it gives.
 std::string spinquant_refusal(const std::string& model) {
   if (model.find("gemma2") != std::string::npos) return "no MatMul/Gemm produces the graph output 'logits'";
-  if (model.find("gemma") != std::string::npos || model == "qwen2") return "set untie_embedding = true";
+  if (model.find("gemma") != std::string::npos) return "set untie_embedding = true";
   if (is_moe(model)) return "not only linear layers: cannot fuse it";
   return "";
 }

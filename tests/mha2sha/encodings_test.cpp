@@ -101,6 +101,42 @@ TEST(Mha2shaEncodings, LpbqSlicedPerHeadAndQuantizedRunsAgree) {
               err, from_float);
 }
 
+// A fused qkv_proj (Phi-3) is cut by three branches: every per-head q, k and v slice takes
+// its columns of the one LPBQ encoding, and the quantized runs agree with the unsliced graph.
+TEST(Mha2shaEncodings, FusedQkvSlicesAllKeepTheirEncoding) {
+  const std::string phi3 = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/zoo/phi3";
+  auto quantized = [&](bool sha) {
+    auto ms = host::load_source_model(phi3 + "/model.onnx", phi3 + "/config.json");
+    apply(NF_KIND_QUANT, "lpbq", {{"block_size", 32}, {"indivisible", "per_channel"}}, *ms);
+    apply(NF_KIND_TRANSFORM, "arcl", {{"arn", {1, 4}}, {"context_length", 32}}, *ms);
+    if (sha) apply(NF_KIND_TRANSFORM, "mha2sha", nlohmann::json::object(), *ms);
+    return ms;
+  };
+  auto plain = quantized(false);
+  ASSERT_FALSE(HasFatalFailure());
+  auto sha = quantized(true);
+  ASSERT_FALSE(HasFatalFailure());
+  // Per-head slices of the fused weight are named "<weight>.col<first column>.head<h>".
+  size_t from_q = 0, from_k_or_v = 0;
+  std::vector<std::string> missing;
+  for (const auto& g : sha->graphs)
+    for (const auto& n : g->nodes) {
+      if (n->op_type != "MatMul" || n->inputs.size() < 2 || !g->initializers.count(n->inputs[1])) continue;
+      const std::string& w = n->inputs[1];
+      if (!sha->encodings.count(w)) missing.push_back(w);
+      else if (w.find(".col0.head") != std::string::npos) ++from_q;
+      else if (w.find(".col") != std::string::npos) ++from_k_or_v;
+    }
+  EXPECT_TRUE(missing.empty()) << missing.size() << " linear weights lost their encoding, e.g. " << missing.front();
+  EXPECT_GT(from_q, 0u);
+  EXPECT_GT(from_k_or_v, 0u);  // the ranges cut after q's keep their encoding too
+  nlohmann::json g = test::golden("zoo/phi3");
+  auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  Greedy a = run(*plain, prompt, 16), b = run(*sha, prompt, 16);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_LT(relative_error(b.last_logits, a.last_logits), 1e-4);
+}
+
 // Issue 5, item 7: after arcl, split and mha2sha every weight of a linear layer and every
 // activation the recipe encoded (linear inputs/outputs, the KV cache) still has an
 // encoding in the final graphs, including the tensors the transforms create (per-head

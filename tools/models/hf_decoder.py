@@ -24,6 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import optimum_layout as layout
+from optimum_layout import dynamic_axes, io_names, param_count  # noqa: F401 (used by other tools as hd.*)
+
 
 class Config:
     """A view over an HF config.json dict with the defaults of LlamaConfig."""
@@ -289,29 +292,6 @@ class OnnxWrapper(nn.Module):
         return tuple(out)
 
 
-def io_names(n_layers):
-    inputs = ["input_ids", "attention_mask", "position_ids"]
-    outputs = ["logits"]
-    for i in range(n_layers):
-        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
-        outputs += [f"present.{i}.key", f"present.{i}.value"]
-    return inputs, outputs
-
-
-def dynamic_axes(n_layers):
-    ax = {
-        "input_ids": {0: "batch_size", 1: "sequence_length"},
-        "attention_mask": {0: "batch_size", 1: "past_sequence_length + sequence_length"},
-        "position_ids": {0: "batch_size", 1: "sequence_length"},
-        "logits": {0: "batch_size", 1: "sequence_length"},
-    }
-    for i in range(n_layers):
-        for kv in ("key", "value"):
-            ax[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
-            ax[f"present.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length + sequence_length"}
-    return ax
-
-
 def export_onnx(model, path, opset=17):
     """Export with torch.onnx.export exactly as the exporter writes it (no optimizer)."""
     c = model.config
@@ -332,48 +312,11 @@ def export_onnx(model, path, opset=17):
                           opset_version=opset, do_constant_folding=True)
 
 
-@torch.no_grad()
 def greedy_with_cache(model, prompt_ids, n_new):
-    """Prefill the prompt from an empty cache, then decode one token at a time,
-    the way a runtime drives the ONNX model. Returns (tokens, prefill_last_logits,
-    last_step_logits)."""
-    ids = torch.tensor([prompt_ids], dtype=torch.int64)
-    past = model.empty_past(1)
-    seq = ids.shape[1]
-    am = torch.ones(1, seq, dtype=torch.int64)
-    pos = torch.arange(seq, dtype=torch.int64)[None]
-    logits, past = model(ids, am, pos, past)
-    prefill_last = logits[0, -1].clone()
-    step_logits = logits[0, -1]
-    out = []
-    total = seq
-    for step in range(n_new):
-        tok = int(torch.argmax(step_logits))
-        out.append(tok)
-        if step == n_new - 1:
-            break
-        total += 1
-        am = torch.ones(1, total, dtype=torch.int64)
-        pos = torch.tensor([[total - 1]], dtype=torch.int64)
-        logits, past = model(torch.tensor([[tok]]), am, pos, past)
-        step_logits = logits[0, -1]
-    return out, prefill_last, step_logits.clone()
+    """optimum_layout.greedy_with_cache on `model` from an empty cache."""
+    return layout.greedy_with_cache(model, model.empty_past(1), prompt_ids, n_new)
 
 
-@torch.no_grad()
 def full_logits(model, ids):
     """No-cache forward over a whole sequence (batch 1)."""
-    t = torch.tensor([ids], dtype=torch.int64)
-    am = torch.ones_like(t)
-    pos = torch.arange(t.shape[1])[None]
-    logits, _ = model(t, am, pos, model.empty_past(1))
-    return logits[0]
-
-
-def param_count(model):
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            n += p.numel()
-    return n
+    return layout.full_logits(model, model.empty_past(1), ids)

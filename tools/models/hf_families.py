@@ -4,7 +4,8 @@ writes the model (so torch.onnx.export produces the graphs those files
 produce, with their own node order, reshapes and ops).
 
 This file does not import hf_decoder.py; the two generators are meant to
-disagree on graph structure while agreeing with HF on the math.
+disagree on graph structure while agreeing with HF on the math. They share only
+the IO layout and the golden procedure (optimum_layout.py).
 
 Families (FAMILIES below):
   llama3          modeling_llama.py: model-level LlamaRotaryEmbedding (inv_freq
@@ -54,6 +55,9 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import optimum_layout as layout
+from optimum_layout import dynamic_axes, io_names, param_count  # noqa: F401
 
 
 # --------------------------------------------------------------------------- config
@@ -910,29 +914,6 @@ class CausalLM(nn.Module):
 
 # --------------------------------------------------------------------------- export / greedy
 
-def io_names(n_layers):
-    inputs = ["input_ids", "attention_mask", "position_ids"]
-    outputs = ["logits"]
-    for i in range(n_layers):
-        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
-        outputs += [f"present.{i}.key", f"present.{i}.value"]
-    return inputs, outputs
-
-
-def dynamic_axes(n_layers):
-    ax = {
-        "input_ids": {0: "batch_size", 1: "sequence_length"},
-        "attention_mask": {0: "batch_size", 1: "past_sequence_length + sequence_length"},
-        "position_ids": {0: "batch_size", 1: "sequence_length"},
-        "logits": {0: "batch_size", 1: "sequence_length"},
-    }
-    for i in range(n_layers):
-        for kv in ("key", "value"):
-            ax[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
-            ax[f"present.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length + sequence_length"}
-    return ax
-
-
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
@@ -954,41 +935,11 @@ def export_onnx(model, path, opset=17):
                           opset_version=opset, do_constant_folding=True)
 
 
-@torch.no_grad()
 def greedy_with_cache(model, prompt_ids, n_new):
-    """Prefill from an empty cache, then one token per step with the KV cache.
-    Returns (tokens, prefill_last_logits, last_step_logits)."""
-    ids = torch.tensor([prompt_ids], dtype=torch.int64)
-    past = model.empty_past(1)
-    seq = ids.shape[1]
-    logits, past = model.run(ids, torch.ones(1, seq, dtype=torch.int64),
-                             torch.arange(seq, dtype=torch.int64)[None], past)
-    prefill_last = logits[0, -1].clone()
-    step_logits = logits[0, -1]
-    out, total = [], seq
-    for step in range(n_new):
-        tok = int(torch.argmax(step_logits))
-        out.append(tok)
-        if step == n_new - 1:
-            break
-        total += 1
-        logits, past = model.run(torch.tensor([[tok]]), torch.ones(1, total, dtype=torch.int64),
-                                 torch.tensor([[total - 1]], dtype=torch.int64), past)
-        step_logits = logits[0, -1]
-    return out, prefill_last, step_logits.clone()
+    """optimum_layout.greedy_with_cache on `model` from an empty cache."""
+    return layout.greedy_with_cache(model.run, model.empty_past(1), prompt_ids, n_new)
 
 
-@torch.no_grad()
 def full_logits(model, ids):
-    t = torch.tensor([ids], dtype=torch.int64)
-    logits, _ = model.run(t, torch.ones_like(t), torch.arange(t.shape[1])[None], model.empty_past(1))
-    return logits[0]
-
-
-def param_count(model):
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            n += p.numel()
-    return n
+    """No-cache forward over a whole sequence (batch 1)."""
+    return layout.full_logits(model.run, model.empty_past(1), ids)

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_decoder as hd  # noqa: E402
+import optimum_layout as layout  # noqa: E402
 from onnx_check import check_onnx  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -157,20 +158,8 @@ def make_model(name, out_root):
     full = hd.full_logits(model, prompt + toks[:-1])
     cache_diff = float((full[-1] - last).abs().max())
     assert int(torch.argmax(full[-1])) == toks[-1]
-    golden = {
-        "prompt_ids": prompt,
-        "generated_ids": toks,
-        "n_new_tokens": N_NEW,
-        "procedure": "batch 1; prefill the prompt from an empty cache (past length 0, "
-                     "attention_mask ones, position_ids 0..n-1), argmax of the last logits; "
-                     "then 15 decode steps of one token each with the KV cache "
-                     "(attention_mask ones of past+1, position_ids = past)",
-        "prefill_last_logits": prefill_last.tolist(),
-        "last_logits": last.tolist(),
-        "last_logits_step": "logits from which generated_ids[-1] was chosen (decode step 15)",
-        "no_cache_vs_cache_max_abs_diff": cache_diff,
-        "padded_batch": padded_batch_case(model, prompt),
-    }
+    golden = layout.greedy_golden(prompt, toks, prefill_last, last, cache_diff)
+    golden["padded_batch"] = padded_batch_case(model, prompt)
     if cfg.sliding_window is not None:
         # show that the window changes the result for this prompt length
         sw = cfg.sliding_window

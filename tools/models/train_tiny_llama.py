@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bytebpe  # noqa: E402
 import corpus  # noqa: E402
 import hf_decoder as hd  # noqa: E402
+import optimum_layout as layout  # noqa: E402
 from onnx_check import check_onnx  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -288,10 +289,7 @@ def main():
             "generated_ids": toks,
             "generated_text": tok.decode(toks),
             "n_new_tokens": len(toks),
-            "procedure": "batch 1; prefill the prompt from an empty cache (past length 0, "
-                         "attention_mask ones, position_ids 0..n-1), argmax of the last logits; "
-                         "then 15 decode steps of one token each with the KV cache "
-                         "(attention_mask ones of past+1, position_ids = past)",
+            "procedure": layout.GREEDY_PROCEDURE,
             "prefill_last_logits": prefill_last.tolist(),
             "last_logits": last.tolist(),
             "last_logits_step": "logits from which generated_ids[-1] was chosen (decode step 15)",

@@ -24,18 +24,6 @@ bool is_perm(const nf::Node& n, const Dims& perm) {
   return n.op_type() == "Transpose" && n.attr_ints("perm") == perm;
 }
 
-// Constant int64 values of an initializer input (Slice axes); empty when not constant.
-std::vector<int64_t> const_ints(const GraphView& view, const std::string& value) {
-  if (value.empty() || !view.is_initializer(value)) return {};
-  nf::Tensor t = view.graph().initializer(value);
-  std::vector<int64_t> r;
-  if (t.dtype() == NF_DTYPE_INT64)
-    r.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-  else if (t.dtype() == NF_DTYPE_INT32)
-    for (int64_t i = 0; i < t.numel(); ++i) r.push_back(t.data_as<int32_t>()[i]);
-  return r;
-}
-
 // An operand shared by every head's copy must not itself carry heads: in the
 // [1, heads, rows, head_dim] alignment its head axis (if it reaches that far) is 1.
 void check_shared_operand(const GraphView& view, const std::string& v, const std::string& where) {
@@ -57,7 +45,7 @@ void check_headwise(const GraphView& view, const nf::Node& n) {
   if (op == "Concat") {
     if (normalize_axis(n.attr_int("axis", 0), 4) < 2) throw Reject("Concat '" + node_name(n) + "' joins along the heads");
   } else if (op == "Slice") {
-    std::vector<int64_t> axes = const_ints(view, n.input(3));
+    std::vector<int64_t> axes = view.is_initializer(n.input(3)) ? view.constant_ints(n.input(3)) : std::vector<int64_t>{};
     if (n.input(3).empty()) axes = {0, 1, 2, 3};  // all axes: only fine if untouched, reject
     if (axes.empty()) throw Reject("Slice '" + node_name(n) + "' has non-constant axes");
     for (int64_t a : axes)
@@ -65,32 +53,20 @@ void check_headwise(const GraphView& view, const nf::Node& n) {
   }
 }
 
-// Constant int64 values of an initializer or Constant node (Slice starts, Split sizes).
-std::vector<int64_t> const_values(const GraphView& view, const std::string& value) {
-  if (value.empty()) return {};
-  if (view.is_initializer(value)) return const_ints(view, value);
-  auto p = view.producer(value);
-  if (!p || p->op_type() != "Constant") return {};
-  nf::Tensor t = p->attr_tensor("value");
-  std::vector<int64_t> r;
-  if (t && t.dtype() == NF_DTYPE_INT64) r.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-  return r;
-}
-
 // The columns [begin, begin + width) of a fused projection that a Slice or Split of its
 // last axis takes (q/k/v from one qkv_proj). Rejects any other cut.
 int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::string& taken, int64_t total) {
   const std::string where = std::string(cut.op_type()) + " '" + node_name(cut) + "'";
   if (cut.op_type() == "Slice") {
-    std::vector<int64_t> starts = const_values(view, cut.input(1)), ends = const_values(view, cut.input(2));
-    std::vector<int64_t> axes = const_values(view, cut.input(3)), steps = const_values(view, cut.input(4));
+    std::vector<int64_t> starts = view.constant_ints(cut.input(1)), ends = view.constant_ints(cut.input(2));
+    std::vector<int64_t> axes = view.constant_ints(cut.input(3)), steps = view.constant_ints(cut.input(4));
     if (starts.size() != 1 || ends.size() != 1 || axes.size() > 1 || (axes.size() == 1 && normalize_axis(axes[0], 3) != 2) ||
         (!steps.empty() && steps != std::vector<int64_t>{1}) || (axes.empty() && cut.input_count() > 3))
       throw Reject(where + " does not take a constant column range of the projection");
     return std::clamp<int64_t>(starts[0] < 0 ? starts[0] + total : starts[0], 0, total);
   }
   if (normalize_axis(cut.attr_int("axis", 0), 3) != 2) throw Reject(where + " does not cut the projection's columns");
-  std::vector<int64_t> sizes = cut.input_count() > 1 ? const_values(view, cut.input(1)) : cut.attr_ints("split");
+  std::vector<int64_t> sizes = cut.input_count() > 1 ? view.constant_ints(cut.input(1)) : cut.attr_ints("split");
   const int64_t parts = static_cast<int64_t>(cut.output_count());
   if (sizes.empty() && total % parts == 0) sizes.assign(static_cast<size_t>(parts), total / parts);
   if (static_cast<int64_t>(sizes.size()) != parts) throw Reject(where + " has no constant split sizes");
@@ -168,7 +144,7 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
   if (end_dims.size() != 4 || end_dims[0] != 1) throw Reject("'" + end + "' is not [1, heads, rows, head_dim]");
   // Every value `end` is computed from, back to (and including) head splits.
   std::set<std::string> upstream;
-  std::vector<std::string> todo{end}, splits;
+  std::vector<std::string> todo{end};
   while (!todo.empty()) {
     std::string v = todo.back();
     todo.pop_back();

@@ -62,10 +62,9 @@ void rewrite_gate(nf::graph::GraphView& view, nf::graph::UniqueNames& names, con
                {dense, constant(g, names, p + "starts", NF_DTYPE_INT64, {1}, &first),
                 constant(g, names, p + "ends", NF_DTYPE_INT64, {1}, &end), constant(g, names, p + "axes", NF_DTYPE_INT64, {1}, &last)},
                {column}, names.make(p + "Slice"));
-    for (nf::Node n : g.nodes())
-      if (n.output_count() > 0 && n.output(0) == e.term)
-        for (size_t i = 0; i < n.input_count(); ++i)
-          if (n.input(i) == e.weight) n.set_input(i, column);
+    nf::Node term = *view.producer(e.term);
+    for (size_t i = 0; i < term.input_count(); ++i)
+      if (term.input(i) == e.weight) term.set_input(i, column);
   }
   view.refresh();
 }

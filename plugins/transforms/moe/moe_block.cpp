@@ -2,13 +2,13 @@
 
 #include <npuforge/graph/evaluate_node.h>
 #include <npuforge/graph/kernel_tensors.h>
+#include <npuforge/graph/kv_layers.h>
 #include <npuforge/graph/value_types.h>
 #include <npuforge/kernels/elementwise.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <regex>
 #include <set>
 
 namespace moe {
@@ -18,37 +18,10 @@ using nf::graph::GraphView;
 
 std::string name_of(const nf::Node& n) { return std::string(n.name()); }
 
-// Integer values of a constant (initializer or Constant node); empty when not constant.
-std::vector<int64_t> const_ints(const GraphView& view, const std::string& v) {
-  nf::Tensor t;
-  if (view.is_initializer(v)) {
-    t = view.graph().initializer(v);
-  } else if (auto p = view.producer(v); p && p->op_type() == "Constant") {
-    t = p->attr_tensor("value");
-  }
-  std::vector<int64_t> r;
-  if (!t) return r;
-  if (t.dtype() == NF_DTYPE_INT64) r.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-  if (t.dtype() == NF_DTYPE_INT32)
-    for (int64_t i = 0; i < t.numel(); ++i) r.push_back(t.data_as<int32_t>()[i]);
-  return r;
-}
-
 // Back from `v` through Cast / Identity.
 std::string skip_casts_back(const GraphView& view, std::string v) {
   for (auto p = view.producer(v); p && (p->op_type() == "Cast" || p->op_type() == "Identity"); p = view.producer(v)) v = p->input(0);
   return v;
-}
-
-// The decoder layer a value belongs to: the highest N whose past_key_values.N.* it is
-// computed from (the block's own attention), or -1.
-int64_t kv_layer(const GraphView& view, const std::string& v) {
-  static const std::regex re(R"(^past_key_values\.(\d+)\.(key|value)$)");
-  int64_t layer = -1;
-  std::smatch m;
-  for (const std::string& u : view.upstream(v, false))
-    if (view.is_input(u) && std::regex_match(u, m, re)) layer = std::max<int64_t>(layer, std::stoll(m[1].str()));
-  return layer;
 }
 
 // The nodes computing `out` from `x` (neither included).
@@ -67,13 +40,6 @@ std::vector<std::string> expert_nodes(const GraphView& view, const std::string& 
       if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
   }
   return names;
-}
-
-// Computed without reading a graph input: weights, constants, shapes.
-bool is_constant(const GraphView& view, const std::string& v) {
-  for (const std::string& u : view.upstream(v, false))
-    if (view.is_input(u)) return false;
-  return true;
 }
 
 // Evaluates routing values on made-up TopK outputs with the reference kernels. Shapes the
@@ -142,14 +108,19 @@ std::vector<T> repeat_rows(const std::vector<T>& row, int64_t rows) {
 // ones) and each term's weight must equal the probability its expert got, or 0 when the
 // expert was not chosen. This holds for every way of writing Mixtral's routing (a Slice
 // of a dense matrix, a one-hot product summed, a Gather of a scattered matrix, ...).
-void identify_experts(const GraphView& view, MoeBlock& b, const std::string& indices,
-                      std::vector<std::pair<std::string, Expert>>& terms) {
+void identify_experts(const GraphView& view, MoeBlock& b, const std::string& indices, std::vector<Expert>& terms) {
   const std::string where = "moe: TopK '" + b.topk + "': ";
   const int64_t E = b.experts, K = b.k;
   std::vector<float> top(static_cast<size_t>(K));
   float sum = 0;
   for (int64_t i = 0; i < K; ++i) sum += top[static_cast<size_t>(i)] = 0.4f / static_cast<float>(1 << i);
   std::vector<std::vector<float>> got(terms.size(), std::vector<float>(static_cast<size_t>(E)));
+  // Every row (token) of the probe routes the same way.
+  const std::vector<int64_t> dims = probe_dims(view, {b.top_values, b.probs, b.logits, b.x}, K);
+  std::vector<int64_t> pdims = dims;
+  pdims.back() = E;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i];
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int64_t> idx(static_cast<size_t>(K));
     std::vector<float> probs(static_cast<size_t>(E), top.back() / static_cast<float>(4 * E));
@@ -157,24 +128,18 @@ void identify_experts(const GraphView& view, MoeBlock& b, const std::string& ind
       idx[static_cast<size_t>(i)] = (e + i) % E;
       probs[static_cast<size_t>((e + i) % E)] = top[static_cast<size_t>(i)];
     }
-    // Every row (token) of the probe routes the same way.
-    const std::vector<int64_t> dims = probe_dims(view, {b.top_values, b.probs, b.logits, b.x}, K);
-    std::vector<int64_t> pdims = dims;
-    pdims.back() = E;
-    int64_t rows = 1;
-    for (size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i];
     RoutingProbe probe(view, {{b.top_values, nf::kernels::Tensor::from(NF_DTYPE_FLOAT32, dims, repeat_rows(top, rows))},
                               {indices, nf::kernels::Tensor::from(NF_DTYPE_INT64, dims, repeat_rows(idx, rows))},
                               {b.probs, nf::kernels::Tensor::from(NF_DTYPE_FLOAT32, pdims, repeat_rows(probs, rows))}});
     for (size_t j = 0; j < terms.size(); ++j) {
       nf::kernels::Tensor w;
       try {
-        w = nf::kernels::cast(probe.eval(terms[j].first), NF_DTYPE_FLOAT32);
+        w = nf::kernels::cast(probe.eval(terms[j].weight), NF_DTYPE_FLOAT32);
       } catch (const std::exception& ex) {
-        throw nf::Error(where + "cannot evaluate the routing weight '" + terms[j].first + "': " + ex.what());
+        throw nf::Error(where + "cannot evaluate the routing weight '" + terms[j].weight + "': " + ex.what());
       }
       if (w.numel() != rows)
-        throw nf::Error(where + "the routing weight '" + terms[j].first + "' is not one number per token");
+        throw nf::Error(where + "the routing weight '" + terms[j].weight + "' is not one number per token");
       got[j][static_cast<size_t>(e)] = w.data<float>()[0];
     }
   }
@@ -195,7 +160,7 @@ void identify_experts(const GraphView& view, MoeBlock& b, const std::string& ind
         if (fits) owner = x;
       }
       all = owner >= 0 && taken.insert(owner).second;
-      terms[j].second.index = owner;
+      terms[j].index = owner;
     }
     if (all) {
       b.renormalize = renorm == 1;
@@ -206,7 +171,7 @@ void identify_experts(const GraphView& view, MoeBlock& b, const std::string& ind
                   std::to_string(K) + " probability (plain or renormalised)");
 }
 
-MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
+MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal, const std::map<std::string, int64_t>& kv_layer) {
   MoeBlock b;
   b.topk = name_of(topk);
   const std::string where = "moe: TopK '" + b.topk + "': ";
@@ -222,19 +187,19 @@ MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
   auto wd = view.graph().initializer(router->input(1)).dims();
   if (wd.size() != 2) throw nf::Error(where + "the router weight is not 2-D");
   b.experts = wd[1];
-  auto kv = const_ints(view, topk.input(1));
+  auto kv = view.constant_ints(topk.input(1));
   if (kv.size() != 1) throw nf::Error(where + "K is not a constant");
   b.k = kv[0];
   if (b.k < 1 || b.k > b.experts) throw nf::Error(where + "K " + std::to_string(b.k) + " is not in [1, experts]");
   if (topk.attr_int("largest", 1) != 1 || (topk.attr_int("axis", -1) != -1 && topk.attr_int("axis", -1) < 0))
     throw nf::Error(where + "not a largest-K selection over the last axis");
   b.top_values = topk.output(0);
-  b.layer = kv_layer(view, b.x);
-  if (b.layer < 0) b.layer = ordinal;
+  auto layer = kv_layer.find(b.x);
+  b.layer = layer != kv_layer.end() ? layer->second : ordinal;
   // The routing: every value computed from the TopK outputs (and the probabilities) with
   // constants and shapes only. It ends in the Muls that weight the expert outputs.
   std::set<std::string> routing{topk.output(0), topk.output(1)};
-  std::vector<std::pair<std::string, Expert>> terms;  // (weight, term)
+  std::vector<Expert> terms;
   bool after = false;
   for (const nf::Node& n : view.nodes()) {
     if (n.get() == topk.get()) after = true;
@@ -244,14 +209,15 @@ MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
     if (!reads_routing) continue;
     std::vector<std::string> data;
     for (const std::string& in : n.inputs())
-      if (!in.empty() && !routing.count(in) && in != b.probs && !is_constant(view, in)) data.push_back(in);
+      if (!in.empty() && !routing.count(in) && in != b.probs && !view.computed_without_inputs(in)) data.push_back(in);
     if (data.empty()) {
       for (const std::string& out : n.outputs()) routing.insert(out);
     } else if (n.op_type() == "Mul" && data.size() == 1 && n.input_count() == 2) {
       Expert e;
       e.output = data[0];
+      e.weight = n.input(0) == data[0] ? n.input(1) : n.input(0);
       e.term = n.output(0);
-      terms.push_back({n.input(0) == data[0] ? n.input(1) : n.input(0), e});
+      terms.push_back(e);
     } else {
       throw nf::Error(where + "routing values meet '" + data[0] + "' in " + std::string(n.op_type()) + " '" + name_of(n) +
                       "'; expected each expert's output multiplied by its routing weight");
@@ -261,12 +227,9 @@ MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
     throw nf::Error(where + "found " + std::to_string(terms.size()) + " expert outputs weighted by the routing for " +
                     std::to_string(b.experts) + " router outputs");
   identify_experts(view, b, topk.output(1), terms);
-  for (auto& [weight, e] : terms) {
-    e.weight = weight;
-    e.nodes = expert_nodes(view, e.output, b.x);
-    b.expert_terms.push_back(e);
-  }
-  std::sort(b.expert_terms.begin(), b.expert_terms.end(), [](const Expert& a, const Expert& c) { return a.index < c.index; });
+  for (Expert& e : terms) e.nodes = expert_nodes(view, e.output, b.x);
+  std::sort(terms.begin(), terms.end(), [](const Expert& a, const Expert& c) { return a.index < c.index; });
+  b.expert_terms = std::move(terms);
   return b;
 }
 
@@ -274,8 +237,9 @@ MoeBlock match(const GraphView& view, const nf::Node& topk, int64_t ordinal) {
 
 std::vector<MoeBlock> find_moe_blocks(const GraphView& view) {
   std::vector<MoeBlock> blocks;
+  const std::map<std::string, int64_t> kv_layer = nf::graph::kv_layer_of_values(view);
   for (const nf::Node& n : view.nodes())
-    if (n.op_type() == "TopK") blocks.push_back(match(view, n, static_cast<int64_t>(blocks.size())));
+    if (n.op_type() == "TopK") blocks.push_back(match(view, n, static_cast<int64_t>(blocks.size()), kv_layer));
   return blocks;
 }
 

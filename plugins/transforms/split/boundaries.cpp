@@ -1,5 +1,7 @@
 #include "boundaries.h"
 
+#include <npuforge/graph/kv_layers.h>
+
 #include <map>
 #include <optional>
 #include <regex>
@@ -8,20 +10,13 @@
 namespace split {
 namespace {
 
-// Values computed without reading any graph input (weights, constants, folded shapes).
-bool is_constant(const nf::graph::GraphView& view, const std::string& v) {
-  for (const std::string& u : view.upstream(v, false))
-    if (view.is_input(u)) return false;
-  return true;
-}
-
 // Nodes that carry the residual stream on unchanged up to a constant factor: no-op Cast /
 // Identity, and a Mul / Div by a constant (Gemma scales the embeddings by sqrt(hidden)).
 bool carries_stream(const nf::graph::GraphView& view, const nf::Node& n, const std::string& stream) {
   if ((n.op_type() == "Cast" || n.op_type() == "Identity") && n.input_count() == 1) return true;
   if ((n.op_type() == "Mul" || (n.op_type() == "Div" && n.input(0) == stream)) && n.input_count() == 2) {
     const std::string& other = n.input(0) == stream ? n.input(1) : n.input(0);
-    return other != stream && is_constant(view, other);
+    return other != stream && view.computed_without_inputs(other);
   }
   return false;
 }
@@ -37,24 +32,6 @@ std::set<std::string> aliases(const nf::graph::GraphView& view, const std::strin
       if (carries_stream(view, u, v) && out.insert(u.output(0)).second) todo.push_back(u.output(0));
   }
   return out;
-}
-
-// For every value, the highest decoder layer whose KV cache (past_key_values.N.*) it is
-// computed from through data (not through the shapes it borrows); -1 for none. The graph
-// must be sorted.
-std::map<std::string, int64_t> kv_layer_of_values(const nf::graph::GraphView& view, int64_t layers) {
-  std::map<std::string, int64_t> layer;
-  for (int64_t l = 0; l < layers; ++l)
-    for (const char* kv : {".key", ".value"}) layer["past_key_values." + std::to_string(l) + kv] = l;
-  for (const nf::Node& n : view.nodes()) {
-    if (n.op_type() == "Shape" || n.op_type() == "Size") continue;
-    int64_t l = -1;
-    for (const std::string& in : n.inputs())
-      if (auto it = layer.find(in); it != layer.end()) l = std::max(l, it->second);
-    if (l >= 0)
-      for (const std::string& out : n.outputs()) layer[out] = l;
-  }
-  return layer;
 }
 
 }  // namespace
@@ -96,7 +73,7 @@ std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, c
   // Layer l ends at the last stream value that reads layer l's KV cache and no later
   // layer's: whatever the number of residual Adds a layer has (2 for Llama, 1 for a
   // parallel block, 4 norms around 2 Adds for Gemma-2).
-  std::map<std::string, int64_t> kv_layer = kv_layer_of_values(view, layers);
+  const std::map<std::string, int64_t> kv_layer = nf::graph::kv_layer_of_values(view);
   std::vector<std::string> ends(static_cast<size_t>(layers));
   for (const std::string& v : stream_values) {
     auto it = kv_layer.find(v);

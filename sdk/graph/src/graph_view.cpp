@@ -63,4 +63,24 @@ std::set<std::string> GraphView::upstream(const std::string& value, bool through
   return seen;
 }
 
+bool GraphView::computed_without_inputs(const std::string& value) const {
+  for (const std::string& u : upstream(value, false))
+    if (is_input(u)) return false;
+  return true;
+}
+
+std::vector<int64_t> GraphView::constant_ints(const std::string& value) const {
+  Tensor t;
+  if (is_initializer(value)) {
+    t = g_.initializer(value);
+  } else if (auto p = producer(value); p && p->op_type() == "Constant") {
+    t = p->attr_tensor("value");
+  }
+  std::vector<int64_t> r;
+  if (t && t.dtype() == NF_DTYPE_INT64) r.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  if (t && t.dtype() == NF_DTYPE_INT32)
+    for (int64_t i = 0; i < t.numel(); ++i) r.push_back(t.data_as<int32_t>()[i]);
+  return r;
+}
+
 }  // namespace nf::graph

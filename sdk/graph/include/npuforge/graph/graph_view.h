@@ -36,6 +36,12 @@ class GraphView {
   // graph inputs and initializers. With `through_shapes` false the walk does not enter the
   // input of Shape/Size nodes: it follows data, not the shapes a value borrows.
   std::set<std::string> upstream(const std::string& value, bool through_shapes = true) const;
+  // Whether `value` reads no graph input's data (the shapes it borrows do not count):
+  // weights, constants and shapes, e.g. a scale or a Slice bound.
+  bool computed_without_inputs(const std::string& value) const;
+  // The values of an int64 / int32 initializer or Constant node output; empty when
+  // `value` is neither.
+  std::vector<int64_t> constant_ints(const std::string& value) const;
 
  private:
   Graph g_;
