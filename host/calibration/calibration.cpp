@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "manifest/schema.h"
+#include "calibration/segments.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/session.h"
 #include "pipeline/util.h"
@@ -118,11 +119,22 @@ std::vector<std::vector<int32_t>> TextCalibration::make_batches(const std::vecto
   return batches;
 }
 
-// A float copy of the model set whose graph also outputs the values a recipe asks for,
-// with its cpu session. `key` says what it was made from; the copy shares (and so holds)
-// every initializer buffer, so no pointer in the key can be freed and reused while it lives.
-struct TextCalibration::Prepared {
-  std::string key;
+// What the calibration has computed of one batch: the values `carried` into segment
+// `next` (graph inputs included), computed with the segments' weights named by `keys`.
+struct BatchState {
+  size_t next = 0;
+  std::vector<std::string> keys;
+  std::map<std::string, TensorPtr> values;
+};
+
+// The model set cut into segments, the states each batch reached and the one open segment
+// session. `structure` says which graph the cut belongs to.
+struct TextCalibration::Stream {
+  std::string structure;
+  GraphSegments cut;
+  std::vector<std::vector<BatchState>> states;  // [batch]: the last two boundaries reached
+  std::string open_key;                         // segment key + outputs of the open session
+  size_t open_segment = 0;
   std::unique_ptr<ir::ModelSet> copy;
   std::unique_ptr<BackendSession> session;
 };
@@ -131,10 +143,8 @@ TextCalibration::~TextCalibration() = default;
 
 namespace {
 
-// What a prepared copy depends on: the graph's structure, its initializer buffers (by
-// identity: recipes replace a weight with a new tensor, never write into one) and the
-// computed values requested.
-std::string prepared_key(const ir::Graph& g, const std::vector<std::string>& run_names) {
+// The graph's structure (nodes, inputs): what the cut depends on.
+std::string structure_key(const ir::Graph& g) {
   std::ostringstream k;
   k << g.name << '|' << static_cast<const void*>(&g) << '|';
   for (const auto& n : g.nodes) {
@@ -145,14 +155,96 @@ std::string prepared_key(const ir::Graph& g, const std::vector<std::string>& run
     k << ';';
   }
   for (const auto& i : g.inputs) k << i << ',';
-  k << '|';
-  for (const auto& [name, t] : g.initializers) k << name << '@' << static_cast<const void*>(t.get()) << ',';
-  k << '|';
-  for (const auto& r : run_names) k << r << ',';
   return k.str();
 }
 
+// A segment's weights by identity: recipes replace a weight with a new tensor, never
+// write into one, and the stream holds every tensor it computed with, so no address in a
+// key can be freed and reused while the key is compared.
+std::string segment_key(const ir::Graph& g, const GraphSegment& seg) {
+  std::ostringstream k;
+  for (const auto& name : seg.initializers) k << name << '@' << static_cast<const void*>(g.initializers.at(name).get()) << ',';
+  return k.str();
+}
+
+// A one-graph model set running `seg` of `src`: its nodes, the initializers they read
+// (shared, not copied) and `outputs`.
+std::unique_ptr<ir::ModelSet> segment_model(const ir::Graph& src, const GraphSegment& seg, size_t index,
+                                            const std::vector<std::string>& outputs) {
+  auto g = std::make_unique<ir::Graph>();
+  g->name = src.name + ".segment" + std::to_string(index);
+  g->opsets = src.opsets;
+  g->ir_version = src.ir_version;
+  for (const ir::Node* n : seg.nodes) g->nodes.push_back(std::make_unique<ir::Node>(*n));
+  g->inputs = seg.inputs;
+  g->outputs = outputs;
+  for (const auto& name : seg.initializers) g->initializers[name] = src.initializers.at(name);
+  for (const auto* names : {&seg.inputs, &outputs})
+    for (const auto& v : *names)
+      if (auto t = src.types.find(v); t != src.types.end()) g->types[v] = t->second;
+  auto ms = std::make_unique<ir::ModelSet>();
+  ms->graphs.push_back(std::move(g));
+  return ms;
+}
+
+void drop_weight_pages(const ir::Graph& g, const GraphSegment& seg) {
+  for (const auto& name : seg.initializers) {
+    const ir::Tensor& t = g.initializers.at(name)->tensor;
+    if (t.buffer) t.buffer->drop_pages(t.offset, t.nbytes());
+  }
+}
+
 }  // namespace
+
+// Runs segment `s` of `src` on `state` (which must be at its start), advances the state
+// past it and adds the `wanted` values it computes to `found`.
+void TextCalibration::run_segment(const ir::Graph& src, size_t s, BatchState& state,
+                                  const std::vector<std::string>& wanted, std::map<std::string, TensorPtr>& found) {
+  Stream& st = *stream_;
+  const GraphSegment& seg = st.cut.segments[s];
+  std::vector<std::string> outputs;
+  for (const auto& v : seg.carried)
+    if (auto p = st.cut.segment_of.find(v); p != st.cut.segment_of.end() && p->second == s) outputs.push_back(v);
+  for (const auto& v : wanted)
+    if (st.cut.segment_of.at(v) == s && std::find(outputs.begin(), outputs.end(), v) == outputs.end()) outputs.push_back(v);
+  const std::string key = segment_key(src, seg) + '|' + std::to_string(s) + '|' + nlohmann::json(outputs).dump();
+  if (!st.session || st.open_key != key) {
+    if (st.session) {  // one segment's weights at a time
+      st.session.reset();
+      drop_weight_pages(src, st.cut.segments[st.open_segment]);
+    }
+    st.copy = segment_model(src, seg, s, outputs);
+    nlohmann::json options = {{"use_encodings", false}};
+    auto errors = manifest::validate_json(cpu_.schema, options);
+    if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
+    st.session = BackendSession::open_model_set(cpu_, options, *st.copy);
+    st.open_key = key;
+    st.open_segment = s;
+    ++sessions_opened_;
+  }
+  std::vector<NamedTensor> inputs;
+  for (const auto& v : seg.inputs) {
+    auto it = state.values.find(v);
+    if (it == state.values.end())
+      throw std::runtime_error("calibration: graph '" + src.name + "' reads input '" + v +
+                               "', which calibration does not feed");
+    inputs.push_back({v, it->second});
+  }
+  std::vector<TensorPtr> computed = st.session->run(st.copy->graphs[0]->name, inputs, outputs);
+  ++segments_run_;
+  std::map<std::string, TensorPtr> next;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (std::find(wanted.begin(), wanted.end(), outputs[i]) != wanted.end()) found[outputs[i]] = computed[i];
+    next[outputs[i]] = computed[i];
+  }
+  for (const auto& v : seg.carried)
+    if (!next.count(v)) next[v] = state.values.at(v);
+  for (auto it = next.begin(); it != next.end();)  // only what a later segment reads
+    it = std::binary_search(seg.carried.begin(), seg.carried.end(), it->first) ? std::next(it) : next.erase(it);
+  state.values = std::move(next);
+  state.keys.push_back(segment_key(src, seg));
+  state.next = s + 1;
+}
 
 void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) {
   if (index >= batches_.size())
@@ -164,7 +256,7 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
                              std::to_string(ms.graphs.size()) + " graphs in the model set)");
   std::vector<std::string> wanted(names, names + n);
   const ir::Graph& src = *ms.graphs[0];
-  std::vector<std::string> run_names;  // values the session computes
+  std::vector<std::string> run_names;  // values the segments compute
   for (const auto& name : wanted) {
     if (name.empty()) throw std::runtime_error("calibration: empty tensor name requested");
     bool is_input = std::find(src.inputs.begin(), src.inputs.end(), name) != src.inputs.end();
@@ -188,26 +280,45 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
       inputs.push_back({past, ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io.kv_heads, 0, io.head_dim}))});
   }
 
-  std::vector<TensorPtr> computed;
+  std::map<std::string, TensorPtr> found;
   if (!run_names.empty()) {
-    std::string key = prepared_key(src, run_names);
-    if (!prepared_ || prepared_->key != key) {
-      prepared_.reset();  // release the previous copy and session first
-      auto p = std::make_unique<Prepared>();
-      p->key = std::move(key);
-      p->copy = ms.clone();
-      p->copy->encodings.clear();  // float model: the cpu backend would otherwise run encoded weights
-      ir::Graph& g = *p->copy->graphs[0];
-      for (const auto& name : run_names)
-        if (std::find(g.outputs.begin(), g.outputs.end(), name) == g.outputs.end()) g.outputs.push_back(name);
-      nlohmann::json options = {{"use_encodings", false}};
-      auto errors = manifest::validate_json(cpu_.schema, options);
-      if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
-      p->session = BackendSession::open_model_set(cpu_, options, *p->copy);
-      ++sessions_opened_;
-      prepared_ = std::move(p);
+    std::string structure = structure_key(src);
+    if (!stream_ || stream_->structure != structure) {
+      stream_.reset();  // release the previous session first
+      stream_ = std::make_unique<Stream>();
+      stream_->structure = std::move(structure);
+      stream_->cut = cut_into_segments(src);
+      stream_->states.resize(batches_.size());
     }
-    computed = prepared_->session->run(src.name, inputs, run_names);
+    Stream& st = *stream_;
+    size_t lowest = SIZE_MAX, highest = 0;
+    for (const auto& v : run_names) {
+      lowest = std::min(lowest, st.cut.segment_of.at(v));
+      highest = std::max(highest, st.cut.segment_of.at(v));
+    }
+    // Start from the latest state at or before the first segment needed that was computed
+    // with today's weights; else from the graph inputs.
+    std::vector<std::string> keys;
+    for (size_t s = 0; s < lowest; ++s) keys.push_back(segment_key(src, st.cut.segments[s]));
+    BatchState state;
+    for (const BatchState& c : st.states[index])
+      if (c.next <= lowest && c.next >= state.next && std::equal(c.keys.begin(), c.keys.end(), keys.begin()))
+        state = c;
+    if (state.next == 0) {
+      state.values.clear();
+      for (const auto& in : inputs) state.values[in.name] = in.tensor;
+    }
+    BatchState start_of_last;
+    for (size_t s = state.next; s <= highest; ++s) {
+      if (s == highest) start_of_last = state;
+      run_segment(src, s, state, run_names, found);
+    }
+    // Keep the start and the end of the last segment run: the next request usually reads
+    // the same segment (after a recipe replaced some of its weights) or the one after.
+    auto& kept = st.states[index];
+    kept.clear();
+    kept.push_back(std::move(start_of_last));
+    kept.push_back(std::move(state));
   }
 
   std::vector<nf_tensor*> result;
@@ -216,8 +327,7 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     for (const auto& in : inputs)
       if (in.name == name) t = &in.tensor->tensor;
     if (auto it = src.initializers.find(name); it != src.initializers.end()) t = &it->second->tensor;
-    for (size_t i = 0; i < run_names.size(); ++i)
-      if (run_names[i] == name) t = &computed[i]->tensor;
+    if (auto it = found.find(name); it != found.end()) t = &it->second->tensor;
     if (!t) {
       for (nf_tensor* r : result) host_api()->tensor_release(r);
       throw std::runtime_error("calibration: no value for '" + name + "' (a graph input the calibration does not feed)");

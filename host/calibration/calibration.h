@@ -7,15 +7,19 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "api/host_api.h"
 #include "manifest/manifest.h"
+#include "pipeline/session.h"
 #include "registry/registry.h"
 
 namespace nf::host {
+
+struct BatchState;
 
 class TextCalibration final : public nf_calibration {
  public:
@@ -35,21 +39,29 @@ class TextCalibration final : public nf_calibration {
   // Runs batch `index` (from position 0, empty past KV, all-ones mask) through the first
   // graph of `ms` with fp32 weights (encodings ignored) and writes a new reference to each
   // named value to out[0..n). Outputs are untouched on error.
-  // The float copy and its cpu session are kept for the next call while the model set's
-  // graph, initializers and the computed values asked for stay the same (a recipe asks for
-  // the same values batch after batch), so weights are packed once, not once per batch.
+  //
+  // The graph runs segment by segment (segments.h) on cpu sessions opened one at a time,
+  // so one decoder layer's weights are packed and paged in, not the model's. Each batch
+  // keeps the values carried into the segments it reached last; a request starts from the
+  // latest of them computed with the weights the graph holds now (recipes replace a weight
+  // with a new tensor, which the state notices), so a recipe asking layer by layer, batch
+  // after batch, runs each segment once per batch.
   void run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) override;
   ~TextCalibration() override;
 
-  // How many times run() opened a session (for tests and progress reports).
+  // How many segment sessions run() opened and how many segment runs it made (for tests).
   size_t sessions_opened() const { return sessions_opened_; }
+  size_t segments_run() const { return segments_run_; }
 
  private:
-  struct Prepared;
+  struct Stream;
+  void run_segment(const ir::Graph& src, size_t s, BatchState& state, const std::vector<std::string>& wanted,
+                   std::map<std::string, TensorPtr>& found);
+
   const PluginInfo& cpu_;
   std::vector<std::vector<int32_t>> batches_;
-  std::unique_ptr<Prepared> prepared_;
-  size_t sessions_opened_ = 0;
+  std::unique_ptr<Stream> stream_;
+  size_t sessions_opened_ = 0, segments_run_ = 0;
 };
 
 // What the calibration of `m` contributes to a quant stage's cache key: a hash of the data

@@ -7,14 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "calibration/calibration.h"
+#include "calibration/segments.h"
 #include "cli/cli_support.h"
 #include "lpbq/lpbq_math.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
+#include "runner/runner.h"
 
 using namespace nf;
 namespace fs = std::filesystem;
@@ -310,9 +313,79 @@ TEST(Calibration, RunReturnsIntermediateValues) {
   EXPECT_EQ(none, nullptr);
 }
 
-// One session serves every batch while the model set and the values asked for stay the
-// same; a replaced weight or other values open a new one, and its values follow the weight.
-TEST(Calibration, SessionIsReusedUntilTheModelSetChanges) {
+// Calibration runs the graph segment by segment (one decoder layer's weights at a time) and
+// gives exactly the values of one whole-graph cpu session on the same batch.
+TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = 3;
+  c.sequence_length = 16;
+  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  const ir::Graph& g = *ms->graphs[0];
+
+  auto cut = host::cut_into_segments(g);
+  const size_t layers = 4;  // tiny_llama
+  ASSERT_EQ(cut.segments.size(), layers + 1);
+  for (const auto& seg : cut.segments)
+    for (const auto& v : seg.carried)
+      EXPECT_FALSE(ms->graphs[0]->initializers.count(v)) << v;
+  for (const auto& seg : cut.segments) {  // computed values crossing a boundary (graph inputs left out)
+    size_t computed = 0;
+    for (const auto& v : seg.carried) computed += cut.segment_of.count(v);
+    EXPECT_LE(computed, 8u) << "only the residual stream, the attention inputs and the rotary/mask values cross: "
+                            << nlohmann::json(seg.carried).dump();
+  }
+
+  // Every linear layer's input and output, the KV outputs and the logits.
+  std::vector<std::string> names;
+  for (const auto& n : g.nodes)
+    if (n->op_type == "MatMul" && g.initializers.count(n->inputs[1]))
+      for (const auto& v : {n->inputs[0], n->outputs[0]})
+        if (std::find(names.begin(), names.end(), v) == names.end()) names.push_back(v);
+  for (const auto& o : g.outputs) names.push_back(o);
+
+  // The reference: the whole graph on one session, fed as calibration feeds it.
+  auto whole = ms->clone();
+  whole->graphs[0]->outputs = names;
+  auto session = host::BackendSession::open_model_set(*cpu, {{"use_encodings", false}}, *whole);
+  host::DecoderIO io = host::DecoderIO::from_spec(host::graph_specs(*ms)[0]);
+  for (size_t b = 0; b < calib.batch_count(); ++b) {
+    const auto& ids = calib.batch(b);
+    const int64_t T = static_cast<int64_t>(ids.size());
+    std::vector<host::NamedTensor> in;
+    auto ints = [&](std::vector<int64_t> v) {
+      return ir::make_tensor_ref(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, {1, T}, v));
+    };
+    std::vector<int64_t> tokens(ids.begin(), ids.end()), ones(ids.size(), 1), pos(ids.size());
+    for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = i;
+    in.push_back({io.input_ids, ints(tokens)});
+    in.push_back({io.attention_mask, ints(ones)});
+    in.push_back({io.position_ids, ints(pos)});
+    for (size_t l = 0; l < io.past_keys.size(); ++l)
+      for (const auto& past : {io.past_keys[l], io.past_values[l]})
+        in.push_back({past, ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io.kv_heads, 0, io.head_dim}))});
+    auto expected = session->run(g.name, in, names);
+
+    std::vector<const char*> cnames;
+    for (const auto& n : names) cnames.push_back(n.c_str());
+    std::vector<nf_tensor*> out(names.size(), nullptr);
+    calib.run(*ms, b, cnames.data(), cnames.size(), out.data());
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto got = host::adopt_tensor_handle(out[i]);
+      ASSERT_EQ(got->tensor.dims, expected[i]->tensor.dims) << names[i];
+      EXPECT_EQ(std::memcmp(got->tensor.data(), expected[i]->tensor.data(), got->tensor.nbytes()), 0)
+          << names[i] << " differs from the whole graph's value, batch " << b;
+    }
+  }
+  EXPECT_EQ(ms->graphs[0]->outputs.size(), 9u) << "the caller's graph is not changed";
+}
+
+// Asked layer by layer, every batch runs each segment once; a replaced weight reruns only
+// the segments from the one holding it, and the values follow the weight.
+TEST(Calibration, StreamsEachSegmentOncePerBatch) {
   const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
   ASSERT_NE(cpu, nullptr);
   manifest::Manifest::Calibration c;
@@ -322,40 +395,45 @@ TEST(Calibration, SessionIsReusedUntilTheModelSetChanges) {
   host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
   ir::Graph& g = *ms->graphs[0];
-  const char* logits[] = {"logits"};
-  auto run = [&](size_t batch, const char* const* names) {
+  auto cut = host::cut_into_segments(g);
+  std::vector<std::string> per_segment(cut.segments.size());  // a value each segment computes
+  for (const auto& [value, s] : cut.segment_of)
+    if (per_segment[s].empty() && g.producer(value)->op_type == "MatMul") per_segment[s] = value;
+  per_segment.back() = "logits";
+  auto run = [&](size_t batch, const std::string& name) {
+    const char* names[] = {name.c_str()};
     nf_tensor* out = nullptr;
     calib.run(*ms, batch, names, 1, &out);
     auto t = host::adopt_tensor_handle(out);
     const float* p = t->tensor.as<float>();
     return std::vector<float>(p, p + t->tensor.numel());
   };
-  auto first = run(0, logits);
-  run(1, logits);
-  run(2, logits);
-  EXPECT_EQ(calib.sessions_opened(), 1u);
-  EXPECT_EQ(run(0, logits), first) << "the reused session gives the same values";
+  std::vector<float> first_logits;
+  for (const auto& name : per_segment)
+    for (size_t b = 0; b < calib.batch_count(); ++b) {
+      ASSERT_FALSE(name.empty());
+      auto v = run(b, name);
+      if (name == "logits" && b == 0) first_logits = v;
+    }
+  EXPECT_EQ(calib.sessions_opened(), cut.segments.size());
+  EXPECT_EQ(calib.segments_run(), cut.segments.size() * calib.batch_count());
+  EXPECT_EQ(run(0, "logits"), first_logits) << "the same segment run again gives the same values";
 
-  // Replace the LM head (the last MatMul's weight) by zeros: the logits must follow.
+  // Replace the LM head (the last MatMul's weight) by zeros: only the last segment reruns.
   std::string head;
   for (const auto& n : g.nodes)
     if (n->op_type == "MatMul" && g.initializers.count(n->inputs[1])) head = n->inputs[1];
   ASSERT_FALSE(head.empty());
   const ir::Tensor& w = g.initializers.at(head)->tensor;
   g.initializers[head] = ir::make_tensor_ref(ir::Tensor::zeros(w.dtype, w.dims));
-  auto zeroed = run(0, logits);
-  EXPECT_EQ(calib.sessions_opened(), 2u);
+  const size_t before = calib.segments_run();
+  auto zeroed = run(0, "logits");
+  EXPECT_EQ(calib.segments_run(), before + 1);
   EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float v) { return v == 0.f; }));
 
-  std::string hidden;
-  for (const auto& n : g.nodes)
-    if (n->op_type == "MatMul" && g.initializers.count(n->inputs[1])) {
-      hidden = n->inputs[0];
-      break;
-    }
-  const char* other[] = {hidden.c_str()};
-  run(0, other);
-  EXPECT_EQ(calib.sessions_opened(), 3u);
+  // An earlier segment's value after the state moved past it: computed again from the start.
+  run(1, per_segment[0]);
+  EXPECT_EQ(calib.segments_run(), before + 2);
 }
 
 namespace {

@@ -356,7 +356,7 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
       throw Error("cpu backend: input '" + name + "' is " + k::dtype_name(t.dtype()) + ", expected " + k::dtype_name(vt.dtype));
     std::vector<int64_t> dims = t.dims();
     bool shape_ok = vt.dims.empty() && vt.dtype == NF_DTYPE_UNDEFINED ? true : dims.size() == vt.dims.size();
-    for (size_t d = 0; shape_ok && d < dims.size(); ++d) shape_ok = vt.dims[d] < 0 || vt.dims[d] == dims[d];
+    for (size_t d = 0; shape_ok && d < vt.dims.size(); ++d) shape_ok = vt.dims[d] < 0 || vt.dims[d] == dims[d];
     if (!shape_ok)
       throw Error("cpu backend: input '" + name + "' has shape " + k::dims_str(dims) + ", expected " + k::dims_str(vt.dims));
     slots[it->slot] = quantized(it->slot, from_host(t));

@@ -7,6 +7,8 @@
 // encodings have scale = absmax / (2^(bw-1) - 1) and offset = -2^(bw-1) (-128 at 8 bits).
 #pragma once
 
+#include <npuforge/graph/graph_view.h>
+#include <npuforge/graph/kv_layers.h>
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>
@@ -203,22 +205,40 @@ struct Histogram {
 };
 
 // Runs every calibration batch, handing each named float value to `visit(index, data, n)`.
+// Values are asked for one decoder layer at a time (kv_layer_of_values), each layer over
+// every batch: the host's calibration streams the graph segment by segment, so it then
+// runs each segment once per batch and hands back one layer's values at a time.
 template <class Visit>
 void for_each_calibration_value(const ModelSet& ms, nf_calibration* calib, const std::vector<std::string>& names,
                                 const Context& ctx, const std::string& what, Visit visit) {
-  std::vector<const char*> cnames;
-  for (auto& n : names) cnames.push_back(n.c_str());
-  size_t batches = host().calibration_batch_count(calib);
-  for (size_t b = 0; b < batches; ++b) {
-    ctx.progress(b, batches, what + " batch " + std::to_string(b + 1));
-    std::vector<nf_tensor*> out(names.size(), nullptr);
-    check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
-    std::vector<Tensor> owned;
-    for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
-    for (size_t i = 0; i < names.size(); ++i)
-      if (owned[i].dtype() == NF_DTYPE_FLOAT32) visit(i, owned[i].data_as<float>(), owned[i].nbytes() / sizeof(float));
+  std::map<int64_t, std::vector<size_t>> by_layer;  // -1: before the first layer's cache
+  {
+    const auto layer = nf::graph::kv_layer_of_values(nf::graph::GraphView(ms.graph(0)));
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto it = layer.find(names[i]);
+      by_layer[it == layer.end() ? -1 : it->second].push_back(i);
+    }
   }
-  ctx.progress(batches, batches, what + " done");
+  const size_t batches = host().calibration_batch_count(calib);
+  const size_t steps = by_layer.size() * batches;
+  size_t step = 0, group = 0;
+  for (const auto& [layer, members] : by_layer) {
+    ++group;
+    std::vector<const char*> cnames;
+    for (size_t i : members) cnames.push_back(names[i].c_str());
+    for (size_t b = 0; b < batches; ++b, ++step) {
+      ctx.progress(step, steps, what + " layer group " + std::to_string(group) + "/" + std::to_string(by_layer.size()) +
+                                    ", batch " + std::to_string(b + 1) + "/" + std::to_string(batches));
+      std::vector<nf_tensor*> out(members.size(), nullptr);
+      check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
+      std::vector<Tensor> owned;
+      for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
+      for (size_t j = 0; j < members.size(); ++j)
+        if (owned[j].dtype() == NF_DTYPE_FLOAT32)
+          visit(members[j], owned[j].data_as<float>(), owned[j].nbytes() / sizeof(float));
+    }
+  }
+  ctx.progress(steps, steps, what + " done");
 }
 
 // Min/max of named values over every calibration batch.
