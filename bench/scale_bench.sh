@@ -31,7 +31,7 @@ quant_toml() {
     transforms) ;;
     lpbq) printf '[[quant]]\nrecipe = "lpbq"\nblock_size = 64\n' ;;
     seqmse) printf '[[quant]]\nrecipe = "seqmse"\ngranularity = "per_block"\nblock_size = 64\nlpbq_decompressed_bw = 8\nnum_candidates = 20\n\n[[quant]]\nrecipe = "lpbq"\nblock_size = 64\n' ;;
-    spinquant) printf '[[quant]]\nrecipe = "spinquant"\n\n[[quant]]\nrecipe = "lpbq"\nblock_size = 64\n' ;;
+    spinquant) printf '[[quant]]\nrecipe = "spinquant"\nuntie_embedding = true\n\n[[quant]]\nrecipe = "lpbq"\nblock_size = 64\n' ;;
     *) echo "unknown manifest $1" >&2; exit 2 ;;
   esac
 }

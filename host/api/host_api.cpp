@@ -94,6 +94,11 @@ void tensor_release(nf_tensor* t) {
   if (!t) return;
   TensorRef* r = unwrap(t);
   if (r->abi_refs.fetch_sub(1) == 1) {
+    // No plugin reads the tensor now: a weight mapped from the model's external data leaves
+    // the resident set (its pages come back from the file on the next read), so a stage
+    // reading every weight once holds one weight in memory, not the model.
+    const ir::Tensor& tensor = r->tensor;
+    if (tensor.buffer) tensor.buffer->drop_pages(tensor.offset, tensor.nbytes());
     auto keep = std::move(r->abi_keep);  // may destroy r when this goes out of scope
   }
 }
@@ -141,8 +146,10 @@ const char* ms_get_metadata(const nf_model_set* ms, const char* key) {
 
 nf_status* ms_set_metadata(nf_model_set* ms, const char* key, const char* json) {
   return guarded([&] {
-    // Stored normalized, and refused when it is not JSON.
-    unwrap(ms)->metadata[key] = nlohmann::json::parse(json).dump();
+    // Stored normalized, and refused when it is not JSON; null removes the key.
+    nlohmann::json v = nlohmann::json::parse(json);
+    if (v.is_null()) unwrap(ms)->metadata.erase(key);
+    else unwrap(ms)->metadata[key] = v.dump();
   });
 }
 

@@ -158,19 +158,36 @@ std::string structure_key(const ir::Graph& g) {
   return k.str();
 }
 
+// Whether calibration runs weights that carry an encoding on its grid: model-set metadata
+// "calibration_weights" = "encoded" (seqmse sets it while it freezes layer after layer).
+bool encoded_weights(const ir::ModelSet& ms) {
+  auto it = ms.metadata.find("calibration_weights");
+  return it != ms.metadata.end() && it->second == "\"encoded\"";
+}
+
 // A segment's weights by identity: recipes replace a weight with a new tensor, never
 // write into one, and the stream holds every tensor it computed with, so no address in a
-// key can be freed and reused while the key is compared.
-std::string segment_key(const ir::Graph& g, const GraphSegment& seg) {
+// key can be freed and reused while the key is compared. With encoded weights, each
+// weight's encoding by its generation.
+std::string segment_key(const ir::ModelSet& ms, const GraphSegment& seg) {
+  const ir::Graph& g = *ms.graphs[0];
+  const bool encoded = encoded_weights(ms);
   std::ostringstream k;
-  for (const auto& name : seg.initializers) k << name << '@' << static_cast<const void*>(g.initializers.at(name).get()) << ',';
+  k << (encoded ? "encoded|" : "float|");
+  for (const auto& name : seg.initializers) {
+    k << name << '@' << static_cast<const void*>(g.initializers.at(name).get());
+    if (auto e = ms.encodings.find(name); encoded && e != ms.encodings.end()) k << '#' << e->second.generation;
+    k << ',';
+  }
   return k.str();
 }
 
-// A one-graph model set running `seg` of `src`: its nodes, the initializers they read
-// (shared, not copied) and `outputs`.
-std::unique_ptr<ir::ModelSet> segment_model(const ir::Graph& src, const GraphSegment& seg, size_t index,
+// A one-graph model set running `seg` of `ms`'s graph: its nodes, the initializers they
+// read (shared, not copied), their encodings when calibration runs encoded weights, and
+// `outputs`.
+std::unique_ptr<ir::ModelSet> segment_model(const ir::ModelSet& ms, const GraphSegment& seg, size_t index,
                                             const std::vector<std::string>& outputs) {
+  const ir::Graph& src = *ms.graphs[0];
   auto g = std::make_unique<ir::Graph>();
   g->name = src.name + ".segment" + std::to_string(index);
   g->opsets = src.opsets;
@@ -182,9 +199,12 @@ std::unique_ptr<ir::ModelSet> segment_model(const ir::Graph& src, const GraphSeg
   for (const auto* names : {&seg.inputs, &outputs})
     for (const auto& v : *names)
       if (auto t = src.types.find(v); t != src.types.end()) g->types[v] = t->second;
-  auto ms = std::make_unique<ir::ModelSet>();
-  ms->graphs.push_back(std::move(g));
-  return ms;
+  auto copy = std::make_unique<ir::ModelSet>();
+  copy->graphs.push_back(std::move(g));
+  if (encoded_weights(ms))
+    for (const auto& name : seg.initializers)
+      if (auto e = ms.encodings.find(name); e != ms.encodings.end()) copy->encodings[name] = e->second;
+  return copy;
 }
 
 void drop_weight_pages(const ir::Graph& g, const GraphSegment& seg) {
@@ -198,23 +218,24 @@ void drop_weight_pages(const ir::Graph& g, const GraphSegment& seg) {
 
 // Runs segment `s` of `src` on `state` (which must be at its start), advances the state
 // past it and adds the `wanted` values it computes to `found`.
-void TextCalibration::run_segment(const ir::Graph& src, size_t s, BatchState& state,
+void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& state,
                                   const std::vector<std::string>& wanted, std::map<std::string, TensorPtr>& found) {
   Stream& st = *stream_;
+  const ir::Graph& src = *ms.graphs[0];
   const GraphSegment& seg = st.cut.segments[s];
   std::vector<std::string> outputs;
   for (const auto& v : seg.carried)
     if (auto p = st.cut.segment_of.find(v); p != st.cut.segment_of.end() && p->second == s) outputs.push_back(v);
   for (const auto& v : wanted)
     if (st.cut.segment_of.at(v) == s && std::find(outputs.begin(), outputs.end(), v) == outputs.end()) outputs.push_back(v);
-  const std::string key = segment_key(src, seg) + '|' + std::to_string(s) + '|' + nlohmann::json(outputs).dump();
+  const std::string key = segment_key(ms, seg) + '|' + std::to_string(s) + '|' + nlohmann::json(outputs).dump();
   if (!st.session || st.open_key != key) {
     if (st.session) {  // one segment's weights at a time
       st.session.reset();
       drop_weight_pages(src, st.cut.segments[st.open_segment]);
     }
-    st.copy = segment_model(src, seg, s, outputs);
-    nlohmann::json options = {{"use_encodings", false}};
+    st.copy = segment_model(ms, seg, s, outputs);
+    nlohmann::json options = {{"use_encodings", encoded_weights(ms)}};
     auto errors = manifest::validate_json(cpu_.schema, options);
     if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
     st.session = BackendSession::open_model_set(cpu_, options, *st.copy);
@@ -242,7 +263,7 @@ void TextCalibration::run_segment(const ir::Graph& src, size_t s, BatchState& st
   for (auto it = next.begin(); it != next.end();)  // only what a later segment reads
     it = std::binary_search(seg.carried.begin(), seg.carried.end(), it->first) ? std::next(it) : next.erase(it);
   state.values = std::move(next);
-  state.keys.push_back(segment_key(src, seg));
+  state.keys.push_back(segment_key(ms, seg));
   state.next = s + 1;
 }
 
@@ -299,7 +320,7 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     // Start from the latest state at or before the first segment needed that was computed
     // with today's weights; else from the graph inputs.
     std::vector<std::string> keys;
-    for (size_t s = 0; s < lowest; ++s) keys.push_back(segment_key(src, st.cut.segments[s]));
+    for (size_t s = 0; s < lowest; ++s) keys.push_back(segment_key(ms, st.cut.segments[s]));
     BatchState state;
     for (const BatchState& c : st.states[index])
       if (c.next <= lowest && c.next >= state.next && std::equal(c.keys.begin(), c.keys.end(), keys.begin()))
@@ -311,14 +332,15 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     BatchState start_of_last;
     for (size_t s = state.next; s <= highest; ++s) {
       if (s == highest) start_of_last = state;
-      run_segment(src, s, state, run_names, found);
+      run_segment(ms, s, state, run_names, found);
     }
     // Keep the start and the end of the last segment run: the next request usually reads
-    // the same segment (after a recipe replaced some of its weights) or the one after.
+    // the same segment (after a recipe replaced some of its weights) or the one after. The
+    // two before stay too, for a recipe alternating float and encoded weights.
     auto& kept = st.states[index];
-    kept.clear();
     kept.push_back(std::move(start_of_last));
     kept.push_back(std::move(state));
+    if (kept.size() > 4) kept.erase(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(kept.size() - 4));
   }
 
   std::vector<nf_tensor*> result;

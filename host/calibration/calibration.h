@@ -37,8 +37,10 @@ class TextCalibration final : public nf_calibration {
   size_t batch_count() const override { return batches_.size(); }
   const std::vector<int32_t>& batch(size_t index) const { return batches_.at(index); }
   // Runs batch `index` (from position 0, empty past KV, all-ones mask) through the first
-  // graph of `ms` with fp32 weights (encodings ignored) and writes a new reference to each
-  // named value to out[0..n). Outputs are untouched on error.
+  // graph of `ms` with fp32 weights (encodings ignored; with model-set metadata
+  // "calibration_weights" = "encoded", weights run on their encodings' grids, activations
+  // stay float) and writes a new reference to each named value to out[0..n). Outputs are
+  // untouched on error.
   //
   // The graph runs segment by segment (segments.h) on cpu sessions opened one at a time,
   // so one decoder layer's weights are packed and paged in, not the model's. Each batch
@@ -55,7 +57,7 @@ class TextCalibration final : public nf_calibration {
 
  private:
   struct Stream;
-  void run_segment(const ir::Graph& src, size_t s, BatchState& state, const std::vector<std::string>& wanted,
+  void run_segment(const ir::ModelSet& ms, size_t s, BatchState& state, const std::vector<std::string>& wanted,
                    std::map<std::string, TensorPtr>& found);
 
   const PluginInfo& cpu_;

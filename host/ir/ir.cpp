@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -150,7 +151,9 @@ const Tensor* Graph::initializer(const std::string& n) const {
 }
 
 Encoding Encoding::from(const nf_encoding& e) {
+  static std::atomic<uint64_t> generations{0};
   Encoding r;
+  r.generation = ++generations;
   r.view = e;
   r.view.struct_size = sizeof(nf_encoding);
   if (e.scale) r.scale.assign(e.scale, e.scale + e.num_scales);
@@ -162,6 +165,7 @@ Encoding Encoding::from(const nf_encoding& e) {
 
 Encoding& Encoding::operator=(const Encoding& o) {
   view = o.view;
+  generation = o.generation;
   scale = o.scale;
   offset = o.offset;
   per_block_int_scale = o.per_block_int_scale;

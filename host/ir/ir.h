@@ -159,6 +159,7 @@ struct Graph {
 // Encoding of one tensor; owns its arrays, exposes them as nf_encoding.
 struct Encoding {
   nf_encoding view{};
+  uint64_t generation = 0;  // unique to each from(): tells a replaced encoding from the one before
   std::vector<float> scale;
   std::vector<int32_t> offset;
   std::vector<int32_t> per_block_int_scale;

@@ -3,6 +3,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <spdlog/spdlog.h>
+
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -15,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace nf::host {
 namespace {
-bool g_progress_enabled = true;
+enum class ProgressMode { off, bar, lines };
+ProgressMode g_progress_mode = ::isatty(STDERR_FILENO) ? ProgressMode::bar : ProgressMode::lines;
 
 std::string hex128(XXH128_hash_t h) {
   char buf[33];
@@ -86,26 +90,50 @@ void install_cancel_handler() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-Progress::Progress(std::string label) : label_(std::move(label)) {}
+Progress::Progress(std::string label) : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() {
   if (drawn_) std::fputs("\r\033[K", stderr);
 }
 
-void Progress::set_enabled(bool enabled) { g_progress_enabled = enabled && ::isatty(STDERR_FILENO); }
+void Progress::set_enabled(bool enabled) {
+  g_progress_mode = !enabled ? ProgressMode::off : ::isatty(STDERR_FILENO) ? ProgressMode::bar : ProgressMode::lines;
+}
+
+namespace {
+// "1h02m", "3m05s", "42s".
+std::string format_duration(double seconds) {
+  const long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+}  // namespace
 
 bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
-  if (g_progress_enabled && total > 0) {
-    int permille = static_cast<int>(std::min<uint64_t>(done, total) * 1000 / total);
-    if (permille != last_permille_) {
+  if (g_progress_mode != ProgressMode::off && total > 0) {
+    const int permille = static_cast<int>(std::min<uint64_t>(done, total) * 1000 / total);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    // The remaining time at the rate so far, once there is a rate to go by.
+    std::string eta;
+    if (done > 0 && done < total && elapsed >= 2.0)
+      eta = ", ETA " + format_duration(elapsed * static_cast<double>(total - done) / static_cast<double>(done));
+    if (g_progress_mode == ProgressMode::bar && permille != last_permille_) {
       last_permille_ = permille;
       constexpr int width = 30;
       int filled = permille * width / 1000;
       std::string bar(static_cast<size_t>(filled), '#');
       bar.resize(width, '.');
-      std::fprintf(stderr, "\r\033[K%s [%s] %3d%% %s", label_.c_str(), bar.c_str(), permille / 10, what.c_str());
+      std::fprintf(stderr, "\r\033[K%s [%s] %3d%% %s%s", label_.c_str(), bar.c_str(), permille / 10, what.c_str(),
+                   eta.c_str());
       std::fflush(stderr);
       drawn_ = true;
+    } else if (g_progress_mode == ProgressMode::lines && elapsed - last_line_ >= 10.0) {
+      // Logs get a line every 10 s of a long stage, not a redrawn bar.
+      last_line_ = elapsed;
+      spdlog::info("{}: {}% {} ({} elapsed{})", label_, permille / 10, what, format_duration(elapsed), eta);
     }
   }
   return cancel_flag().load();

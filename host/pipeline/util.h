@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -40,11 +41,14 @@ class Progress {
   explicit Progress(std::string label);
   ~Progress();
   bool report(uint64_t done, uint64_t total, const std::string& what);
-  static void set_enabled(bool enabled);  // off with -q or when stderr is not a TTY
+  // Off with -q; a redrawn bar with an ETA on a terminal; else (logs) a line every 10 s.
+  static void set_enabled(bool enabled);
 
  private:
   std::string label_;
+  std::chrono::steady_clock::time_point start_;
   int last_permille_ = -1;
+  double last_line_ = 0;
   bool drawn_ = false;
 };
 

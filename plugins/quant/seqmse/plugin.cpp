@@ -1,9 +1,10 @@
 // seqmse: sequential MSE choice of weight ranges (aimet seq_mse). Linear layers are taken
 // in execution order, grouped by the activation they read (q/k/v share one input); for
 // each group the inputs are captured from calibration with every earlier layer already
-// quantized ('symqt', 'asym') or from the float model ('symfp'), each weight's clip is
-// searched per channel or per block (seqmse_math.h), the weight is frozen at its best
-// clip, and the next group runs on top. Results are encodings: PER_CHANNEL or PER_BLOCK
+// quantized ('symqt', 'asym': the calibration runs the weights encoded so far on their
+// grids) or from the float model ('symfp'), each weight's clip is searched per channel or
+// per block (seqmse_math.h), its encoding is set at the best clip, and the next group runs
+// on top. The calibration streams layer by layer, so a group reruns only its own layer. Results are encodings: PER_CHANNEL or PER_BLOCK
 // at `weight_bw` for the searched weights, int8 PER_CHANNEL for the excluded ones (LM
 // head by default), min/max activation and KV encodings. Weights stay float at the end.
 //
@@ -54,20 +55,19 @@ const char* kSchema = R"json({
 
 using nf::quant::LinearWeight;
 
-// Puts the float weights back however the search ends.
-struct RestoreWeights {
-  nf::Graph graph;
-  std::map<std::string, nf::Tensor> originals;
-  ~RestoreWeights() {
-    for (auto& [name, t] : originals) {
-      try {
-        graph.set_initializer(name, t);
-      } catch (...) {
-      }
-    }
+// The calibration's view of the layers done: with `quantized`, weights that carry an
+// encoding run on its grid (model-set metadata calibration_weights = "encoded"), so no
+// fake-quantized copy of a weight is kept. Back to float however the search ends.
+struct CalibrationWeights {
+  nf::ModelSet& ms;
+  void set(bool quantized) {
+    ms.set_metadata("calibration_weights", quantized ? nlohmann::json("encoded") : nlohmann::json());
   }
-  void set_float() {
-    for (auto& [name, t] : originals) graph.set_initializer(name, t);
+  ~CalibrationWeights() {
+    try {
+      set(false);
+    } catch (...) {
+    }
   }
 };
 
@@ -90,21 +90,6 @@ std::vector<float> capture(nf::ModelSet& ms, nf_calibration* calib, const std::s
   }
   *rows = static_cast<int64_t>(x.size()) / K;
   return x;
-}
-
-nf::Tensor fake_quantized(const nf::Tensor& w, const LinearWeight& lw, const nf::quant::EncodingData& e) {
-  nf::Tensor q = nf::Tensor::create(NF_DTYPE_FLOAT32, w.dims());
-  const float* src = w.data_as<float>();
-  float* dst = q.mutable_as<float>();
-  const float qmax = std::ldexp(1.f, e.bw - 1) - 1.f, qmin = -std::ldexp(1.f, e.bw - 1);
-  const int64_t blocks = e.type == NF_ENC_PER_BLOCK ? lw.K / e.block_size : 1;
-  for (int64_t k = 0; k < lw.K; ++k)
-    for (int64_t n = 0; n < lw.N; ++n) {
-      size_t s = e.type == NF_ENC_PER_TENSOR ? 0 : static_cast<size_t>(n * blocks + (blocks > 1 ? k / e.block_size : 0));
-      int64_t i = lw.nk ? n * lw.K + k : k * lw.N + n;
-      dst[i] = nf::quant::seqmse_fake_quant(src[i], e.scale[s], qmin, qmax);
-    }
-  return q;
 }
 
 void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
@@ -158,13 +143,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     groups[lw.input].push_back(&lw);
   }
 
-  RestoreWeights restore{g, {}};
-  for (const auto& lw : weights) restore.originals.emplace(lw.name, g.initializer(lw.name));
-  std::map<std::string, nf::Tensor> frozen;  // fake-quantized weights of the layers done
-  auto set_frozen = [&] {
-    for (auto& [name, t] : frozen) g.set_initializer(name, t);
-  };
-
+  CalibrationWeights calibration_weights{ms};
   auto t0 = std::chrono::steady_clock::now();
   size_t n_searched = 0, n_int8 = 0;
   double clip_sum = 0;
@@ -179,20 +158,19 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     const int64_t K = members[0]->K;
     if (any_search) {
       if (symmetry == "symfp") {
-        restore.set_float();
         x_q = capture(ms, calib, order[gi], batches, K, &T);
       } else {
-        set_frozen();
+        calibration_weights.set(true);
         x_q = capture(ms, calib, order[gi], batches, K, &T);
         if (symmetry == "asym") {
-          restore.set_float();
+          calibration_weights.set(false);
           x_ref = capture(ms, calib, order[gi], batches, K, &T_ref);
           if (T_ref != T) throw nf::Error("seqmse: float and quantized captures of '" + order[gi] + "' differ in rows");
         }
       }
     }
     for (auto* lw : members) {
-      const nf::Tensor& w = restore.originals.at(lw->name);
+      const nf::Tensor w = g.initializer(lw->name);
       nf::quant::EncodingData e;
       if (!searched(*lw)) {
         e = nf::quant::symmetric_weight_encoding(w.data_as<float>(), *lw, 8, true);
@@ -224,10 +202,9 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         ++n_searched;
       }
       ms.set_encoding(lw->name, e.view());
-      frozen[lw->name] = fake_quantized(w, *lw, e);
     }
   }
-  restore.set_float();
+  calibration_weights.set(false);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char mean_clip[32];
   std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);

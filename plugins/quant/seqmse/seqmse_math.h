@@ -12,6 +12,8 @@
 // passes float-model inputs as x_ref and quantized-model inputs as x_q.
 #pragma once
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -80,34 +82,88 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
   r.candidate.assign(r.scale.size(), 0);
 
   auto at = [&](int64_t k, int64_t n) { return L.nk ? L.w[n * L.K + k] : L.w[k * L.N + n]; };
-  std::vector<double> G;  // per segment: seg x seg, recomputed per block (blocks share it across channels)
+  const bool lpbq = L.lpbq_channel_scale != nullptr;
+  const int c_end = lpbq ? L.lpbq_levels : L.candidates;
+  auto first_candidate = [&](size_t out) { return lpbq && (*L.lpbq_keep_top)[out] ? c_end - 1 : 0; };
+  auto candidate_scale = [&](int64_t n, float absmax, int c) {
+    return lpbq ? static_cast<float>(c + 1) * L.lpbq_channel_scale[n]
+                : absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
+  };
+  // Keeps candidate c of segment `out` when its loss is lower (strict: a tie keeps the
+  // smaller clip).
+  auto choose = [&](size_t out, int64_t n, float absmax, int c, double loss, double signal, double& best) {
+    if (L.loss == SeqMseLoss::sqnr) loss = signal > 0 ? loss / signal : loss;
+    if (loss < best) {
+      best = loss;
+      r.scale[out] = candidate_scale(n, absmax, c);
+      r.candidate[out] = c;
+    }
+  };
+
   std::vector<float> w(static_cast<size_t>(seg)), e(static_cast<size_t>(seg)), y_ref(static_cast<size_t>(L.T));
+  if (gram) {
+    // Every candidate of every channel at once: rows of E are w - q(w) per (channel,
+    // candidate) and w itself (for the signal); the losses are the row products of E G
+    // with E, one dgemm per block and chunk of channels.
+    const int64_t rows_per_channel = c_end + 1;
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(L.N, (1 << 22) / (rows_per_channel * seg)));
+    std::vector<double> X(static_cast<size_t>(L.T * seg)), G(static_cast<size_t>(seg * seg));
+    std::vector<double> E(static_cast<size_t>(chunk * rows_per_channel * seg)), M(E.size());
+    std::vector<float> absmax(static_cast<size_t>(chunk));
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      const int64_t k0 = b * seg;
+      for (int64_t t = 0; t < L.T; ++t)
+        for (int64_t i = 0; i < seg; ++i) X[static_cast<size_t>(t * seg + i)] = L.x_q[t * L.K + k0 + i];
+      cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(seg), static_cast<int>(L.T), 1.0, X.data(),
+                  static_cast<int>(seg), 0.0, G.data(), static_cast<int>(seg));
+      for (int64_t i = 0; i < seg; ++i)
+        for (int64_t j = 0; j < i; ++j) G[static_cast<size_t>(i * seg + j)] = G[static_cast<size_t>(j * seg + i)];
+      for (int64_t n0 = 0; n0 < L.N; n0 += chunk) {
+        const int64_t count = std::min(chunk, L.N - n0);
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t n = n0 + j;
+          float& a = absmax[static_cast<size_t>(j)];
+          a = 0.f;
+          for (int64_t i = 0; i < seg; ++i) {
+            w[static_cast<size_t>(i)] = at(k0 + i, n);
+            a = std::max(a, std::fabs(w[static_cast<size_t>(i)]));
+          }
+          double* rows = &E[static_cast<size_t>(j * rows_per_channel * seg)];
+          for (int c = 0; c < c_end; ++c) {
+            const float scale = a > 0.f ? candidate_scale(n, a, c) : 1.f;
+            for (int64_t i = 0; i < seg; ++i)
+              rows[c * seg + i] = w[static_cast<size_t>(i)] - seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
+          }
+          for (int64_t i = 0; i < seg; ++i) rows[c_end * seg + i] = w[static_cast<size_t>(i)];
+        }
+        const int64_t rows = count * rows_per_channel;
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(seg),
+                    static_cast<int>(seg), 1.0, E.data(), static_cast<int>(seg), G.data(), static_cast<int>(seg), 0.0,
+                    M.data(), static_cast<int>(seg));
+        auto row_loss = [&](int64_t row) {
+          const double* m = &M[static_cast<size_t>(row * seg)];
+          const double* x = &E[static_cast<size_t>(row * seg)];
+          double acc = 0;
+          for (int64_t i = 0; i < seg; ++i) acc += m[i] * x[i];
+          return acc;
+        };
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t n = n0 + j;
+          const float a = absmax[static_cast<size_t>(j)];
+          if (a == 0.f) continue;
+          const size_t out = static_cast<size_t>(n * r.blocks + b);
+          const double signal = row_loss(j * rows_per_channel + c_end);
+          double best = INFINITY;
+          for (int c = first_candidate(out); c < c_end; ++c)
+            choose(out, n, a, c, row_loss(j * rows_per_channel + c), signal, best);
+        }
+      }
+    }
+    return r;
+  }
 
   for (int64_t b = 0; b < r.blocks; ++b) {
     const int64_t k0 = b * seg;
-    if (gram) {
-      G.assign(static_cast<size_t>(seg * seg), 0.0);
-      for (int64_t t = 0; t < L.T; ++t) {
-        const float* x = L.x_q + t * L.K + k0;
-        for (int64_t i = 0; i < seg; ++i) {
-          const double xi = x[i];
-          double* row = &G[static_cast<size_t>(i * seg)];
-          for (int64_t j = i; j < seg; ++j) row[j] += xi * x[j];
-        }
-      }
-      for (int64_t i = 0; i < seg; ++i)
-        for (int64_t j = 0; j < i; ++j) G[static_cast<size_t>(i * seg + j)] = G[static_cast<size_t>(j * seg + i)];
-    }
-    auto quadratic = [&](const std::vector<float>& v) {
-      double s = 0;
-      for (int64_t i = 0; i < seg; ++i) {
-        double acc = 0;
-        const double* row = &G[static_cast<size_t>(i * seg)];
-        for (int64_t j = 0; j < seg; ++j) acc += row[j] * v[static_cast<size_t>(j)];
-        s += acc * v[static_cast<size_t>(i)];
-      }
-      return s;
-    };
     for (int64_t n = 0; n < L.N; ++n) {
       float absmax = 0.f;
       for (int64_t i = 0; i < seg; ++i) {
@@ -116,48 +172,28 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
       }
       const size_t out = static_cast<size_t>(n * r.blocks + b);
       if (absmax == 0.f) continue;
-
       double signal = 0;  // sum (x_ref . w)^2, for sqnr
-      if (gram) {
-        signal = quadratic(w);
-      } else {
-        for (int64_t t = 0; t < L.T; ++t) {
-          const float* x = L.x_ref + t * L.K + k0;
-          double acc = 0;
-          for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * w[static_cast<size_t>(i)];
-          y_ref[static_cast<size_t>(t)] = static_cast<float>(acc);
-          signal += acc * acc;
-        }
+      for (int64_t t = 0; t < L.T; ++t) {
+        const float* x = L.x_ref + t * L.K + k0;
+        double acc = 0;
+        for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * w[static_cast<size_t>(i)];
+        y_ref[static_cast<size_t>(t)] = static_cast<float>(acc);
+        signal += acc * acc;
       }
       double best = INFINITY;
-      const bool lpbq = L.lpbq_channel_scale != nullptr;
-      const int c_end = lpbq ? L.lpbq_levels : L.candidates;
-      const int c_begin = lpbq && (*L.lpbq_keep_top)[out] ? c_end - 1 : 0;
-      for (int c = c_begin; c < c_end; ++c) {
-        const float scale = lpbq ? static_cast<float>(c + 1) * L.lpbq_channel_scale[n]
-                                 : absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
+      for (int c = first_candidate(out); c < c_end; ++c) {
+        const float scale = candidate_scale(n, absmax, c);
+        for (int64_t i = 0; i < seg; ++i)
+          e[static_cast<size_t>(i)] = seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
         double loss = 0;
-        if (gram) {
-          for (int64_t i = 0; i < seg; ++i)
-            e[static_cast<size_t>(i)] = w[static_cast<size_t>(i)] - seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
-          loss = quadratic(e);
-        } else {
-          for (int64_t i = 0; i < seg; ++i)
-            e[static_cast<size_t>(i)] = seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
-          for (int64_t t = 0; t < L.T; ++t) {
-            const float* x = L.x_q + t * L.K + k0;
-            double acc = 0;
-            for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * e[static_cast<size_t>(i)];
-            const double err = y_ref[static_cast<size_t>(t)] - acc;
-            loss += L.loss == SeqMseLoss::l1 ? std::fabs(err) : err * err;
-          }
+        for (int64_t t = 0; t < L.T; ++t) {
+          const float* x = L.x_q + t * L.K + k0;
+          double acc = 0;
+          for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * e[static_cast<size_t>(i)];
+          const double err = y_ref[static_cast<size_t>(t)] - acc;
+          loss += L.loss == SeqMseLoss::l1 ? std::fabs(err) : err * err;
         }
-        if (L.loss == SeqMseLoss::sqnr) loss = signal > 0 ? loss / signal : loss;
-        if (loss < best) {  // strict: a tie keeps the smaller clip
-          best = loss;
-          r.scale[out] = scale;
-          r.candidate[out] = c;
-        }
+        choose(out, n, absmax, c, loss, signal, best);
       }
     }
   }

@@ -166,7 +166,9 @@ typedef struct nf_host_api {
                                     nf_graph** out);
   nf_status* (*model_set_remove_graph)(nf_model_set* ms, const char* name);
   /* Metadata: a JSON object; keys used by the host: "config" (HF config.json),
-   * "tokenizer" (path), "io" (runner layout). get returns "null" for a missing key. */
+   * "tokenizer" (path), "io" (runner layout), "calibration_weights" ("encoded": calibration
+   * runs weights that carry an encoding on its grid; else float). get returns "null" for a
+   * missing key; setting null removes the key. */
   const char* (*model_set_get_metadata)(const nf_model_set* ms, const char* key);
   nf_status* (*model_set_set_metadata)(nf_model_set* ms, const char* key, const char* json);
   /* Encodings keyed by tensor name, shared by all graphs of the set. */
