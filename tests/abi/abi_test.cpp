@@ -65,6 +65,14 @@ std::unique_ptr<ir::ModelSet> tiny_model() {
   return ms;
 }
 
+// An empty folder for a backend's artifacts, new on every call.
+fs::path artifacts_dir(const std::string& tag) {
+  static int n = 0;
+  fs::path dir = test::process_dir("abi") / (tag + "_" + std::to_string(n++));
+  fs::create_directories(dir);
+  return dir;
+}
+
 std::vector<float> run_main(host::BackendSession& s) {
   auto x = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2, 3}, {1, 1, 1, 2, 2, 2}));
   auto out = s.run("main", {{"x", x}}, {"y"});
@@ -96,8 +104,7 @@ void smoke(const Registry& reg, const std::string& prefix) {
   EXPECT_FLOAT_EQ(ms->encodings.at("w").scale.at(0), 6.f / 127.f);
 
   const PluginInfo& backend = find(reg, NF_KIND_BACKEND, prefix + "_eltwise");
-  fs::path artifacts = test::process_dir("abi") / prefix;
-  fs::create_directories(artifacts);
+  fs::path artifacts = artifacts_dir(prefix);
   nf_context cctx{"backend", {}};
   host::throw_if_error(backend.backend()->compile("{}", host::handle(ms.get()), artifacts.c_str(), &cctx), backend.name);
   auto session = host::BackendSession::open_artifacts(backend, nlohmann::json::object(), artifacts.string());
@@ -164,8 +171,7 @@ TEST(Abi, ABackendTableWithoutOpenModelSetLoadsAndTheEntryIsAbsent) {
   } catch (const host::PluginError& e) {
     EXPECT_STREQ(e.what(), "backend 'short_eltwise' cannot run a model without compiling it first");
   }
-  fs::path artifacts = test::process_dir("abi") / "short";
-  fs::create_directories(artifacts);
+  fs::path artifacts = artifacts_dir("short");
   nf_context ctx{"backend", {}};
   host::throw_if_error(backend.backend()->compile("{}", host::handle(ms.get()), artifacts.c_str(), &ctx), "compile");
   EXPECT_EQ(run_main(*host::BackendSession::open_artifacts(backend, nlohmann::json::object(), artifacts.string())), kWant);
