@@ -1,9 +1,14 @@
-// One plugin of each kind, small but working, built three ways (tests/abi/CMakeLists.txt):
-//   v1     against the frozen ABI-1 headers in tests/abi/v1 (plugins as built before issue 16)
-//   short  the same, with the backend table cut before open_model_set (48 bytes)
-//   grown  against today's headers, every table with one more entry at its end, as a
-//          later ABI would ship them
+// One plugin of each kind, small but working, built four ways (tests/abi/CMakeLists.txt):
+//   v1       against the frozen ABI-1 headers in tests/abi/v1 (plugins as built before issue 16)
+//   short    the same, with the backend table cut before open_model_set (48 bytes)
+//   grown    against today's headers, every table with one more entry at its end, as a
+//            later ABI would ship them
+//   oldhost  against today's headers, asking only for the host table of a host from before
+//            the status codes (NF_PLUGIN_MIN_HOST_API_SIZE), which it then feature-detects
 // NF_ABI_PREFIX names the plugins ("v1" gives v1_tag, v1_minmax, v1_eltwise, v1_greedy).
+#ifdef NF_ABI_TEST_OLD_HOST
+#define NF_PLUGIN_MIN_HOST_API_SIZE NF_SIZE_THROUGH(nf_host_api, runner_rows_available)
+#endif
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // ABI evolution (sdk/docs/abi.md): plugins built against the frozen ABI-1 headers load and
 // work in this host, a table cut short loads with its missing entries absent, tables grown
 // by an entry this host does not know load beside the old ones, and status codes cross.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -218,4 +219,43 @@ TEST(Abi, StatusCodesCrossTheAbiAndOldPluginsSayFail) {
   nf_status* missing = api->model_set_remove_graph(host::handle(ms.get()), "nope");
   EXPECT_EQ(api->status_code(missing), NF_STATUS_NOT_FOUND);
   api->status_release(missing);
+}
+
+// The other direction: a plugin built against today's header meets a host whose table is
+// older (704 bytes: before the status codes). By default it refuses, naming both sizes; one
+// that lowers NF_PLUGIN_MIN_HOST_API_SIZE loads and plugin.hpp falls back to plain statuses.
+TEST(Abi, APluginRefusesAnOlderHostTableUnlessItLowersItsMinimum) {
+  static nf_host_api older = *host::host_api();
+  older.struct_size = NF_SIZE_THROUGH(nf_host_api, runner_rows_available);
+  auto enter = [](const std::string& path, const nf_host_api* host, const nf_plugin_library** out) {
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed, as the registry does
+    if (!lib) throw std::runtime_error(dlerror());
+    auto entry = reinterpret_cast<nf_entry_fn>(dlsym(lib, NF_ENTRY_SYMBOL));
+    return entry(NF_ABI_VERSION, host, out);
+  };
+  const nf_plugin_library* library = nullptr;
+  nf_status* st = enter(test::plugin_dir() / "libnpuforge_cpu.so", &older, &library);  // built as usual
+  ASSERT_NE(st, nullptr);
+  EXPECT_STREQ(host::host_api()->status_message(st),
+               "plugin needs host ABI 1 with a host table of at least 720 bytes, host has ABI 1 with 704 bytes; "
+               "update npuforge");
+  host::host_api()->status_release(st);
+
+  auto missing_graph_code = [&](const nf_host_api* host) {
+    EXPECT_EQ(enter(case_dir("oldhost") + "/libnf_abi_plugin_oldhost.so", host, &library), nullptr);
+    const auto* api = static_cast<const nf_backend_api*>(library->plugins[2]->api);
+    auto ms = tiny_model();
+    nf_session* s = nullptr;
+    EXPECT_EQ(api->open_model_set("{}", host::handle(ms.get()), nullptr, &s), nullptr);
+    nf_tensor* out = nullptr;
+    const char* name = "y";
+    nf_status* err = api->run(s, "nope", nullptr, nullptr, 0, &name, &out, 1);
+    api->close(s);
+    EXPECT_STREQ(host::host_api()->status_message(err), "no graph 'nope'");
+    nf_status_code code = host::host_api()->status_code(err);
+    host::host_api()->status_release(err);
+    return code;
+  };
+  EXPECT_EQ(missing_graph_code(&older), NF_STATUS_FAIL);  // status_create_code is absent
+  EXPECT_EQ(missing_graph_code(host::host_api()), NF_STATUS_NOT_FOUND);
 }
