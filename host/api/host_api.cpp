@@ -17,7 +17,7 @@ using ir::ModelSet;
 using ir::Node;
 using ir::TensorRef;
 
-nf_status* fail(const std::string& msg) { return new nf_status{msg}; }
+nf_status* fail(const std::string& msg, nf_status_code code = NF_STATUS_FAIL) { return new nf_status{msg, code}; }
 
 // Runs `f`, turning any exception into a status: no exception crosses the ABI.
 template <class F>
@@ -57,7 +57,12 @@ std::vector<std::string> to_strings(const char* const* names, size_t n) {
 
 // ---- status, context -------------------------------------------------------------
 nf_status* status_create(const char* m) { return new nf_status{m ? m : ""}; }
+nf_status* status_create_code(nf_status_code code, const char* m) {
+  // An unknown code (from a newer plugin) stays as it is; the message still says it.
+  return new nf_status{m ? m : "", code == NF_STATUS_OK ? NF_STATUS_FAIL : code};
+}
 const char* status_message(const nf_status* s) { return s ? s->message.c_str() : ""; }
+nf_status_code status_code(const nf_status* s) { return s ? s->code : NF_STATUS_OK; }
 void status_release(nf_status* s) { delete s; }
 
 void log(nf_context* ctx, nf_log_level level, const char* msg) {
@@ -78,10 +83,10 @@ int progress(nf_context* ctx, uint64_t done, uint64_t total, const char* what) {
 // ---- tensors ------------------------------------------------------------------------
 nf_status* tensor_create(nf_dtype dtype, const int64_t* dims, size_t rank, nf_tensor** out) {
   if (ir::dtype_size(dtype) == 0 && dtype != NF_DTYPE_INT4 && dtype != NF_DTYPE_UINT4)
-    return fail(std::string("tensor_create: unsupported dtype ") + ir::dtype_name(dtype));
+    return fail(std::string("tensor_create: unsupported dtype ") + ir::dtype_name(dtype), NF_STATUS_UNSUPPORTED);
   std::vector<int64_t> d(dims, dims + rank);
   for (int64_t x : d)
-    if (x < 0) return fail("tensor_create: negative dimension");
+    if (x < 0) return fail("tensor_create: negative dimension", NF_STATUS_INVALID_ARGUMENT);
   return guarded([&] { *out = new_tensor_handle(ir::Tensor::zeros(dtype, d)); });
 }
 
@@ -133,7 +138,7 @@ nf_status* ms_add_graph(nf_model_set* ms, const char* name, const nf_graph* sour
 nf_status* ms_remove_graph(nf_model_set* ms, const char* name) {
   auto& gs = unwrap(ms)->graphs;
   auto it = std::find_if(gs.begin(), gs.end(), [&](auto& g) { return g->name == name; });
-  if (it == gs.end()) return fail(std::string("model_set_remove_graph: no graph '") + name + "'");
+  if (it == gs.end()) return fail(std::string("model_set_remove_graph: no graph '") + name + "'", NF_STATUS_NOT_FOUND);
   gs.erase(it);
   return nullptr;
 }
@@ -215,7 +220,7 @@ nf_status* graph_add_node(nf_graph* g, const char* op, const char* domain, const
 nf_status* graph_remove_node(nf_graph* g, nf_node* node) {
   auto& ns = unwrap(g)->nodes;
   auto it = std::find_if(ns.begin(), ns.end(), [&](auto& n) { return n.get() == node_of(node); });
-  if (it == ns.end()) return fail("graph_remove_node: node is not in this graph");
+  if (it == ns.end()) return fail("graph_remove_node: node is not in this graph", NF_STATUS_NOT_FOUND);
   ns.erase(it);
   return nullptr;
 }
@@ -287,13 +292,13 @@ nf_tensor* graph_initializer(const nf_graph* g, const char* name) {
   return it == m.end() ? nullptr : handle(it->second.get());
 }
 nf_status* graph_set_initializer(nf_graph* g, const char* name, nf_tensor* t) {
-  if (!t) return fail("graph_set_initializer: null tensor");
+  if (!t) return fail("graph_set_initializer: null tensor", NF_STATUS_INVALID_ARGUMENT);
   unwrap(g)->initializers[name] = unwrap(t)->shared_from_this();
   return nullptr;
 }
 nf_status* graph_remove_initializer(nf_graph* g, const char* name) {
   if (unwrap(g)->initializers.erase(name) == 0)
-    return fail(std::string("graph_remove_initializer: no initializer '") + name + "'");
+    return fail(std::string("graph_remove_initializer: no initializer '") + name + "'", NF_STATUS_NOT_FOUND);
   return nullptr;
 }
 int64_t graph_opset(const nf_graph* g, const char* domain) {
@@ -313,7 +318,7 @@ const char* node_output(const nf_node* n, size_t i) { return node_of(n)->outputs
 
 // Setting index == count appends; further is an error.
 nf_status* set_slot(std::vector<std::string>& slots, size_t i, const char* v, const char* what) {
-  if (i > slots.size()) return fail(std::string(what) + ": index out of range");
+  if (i > slots.size()) return fail(std::string(what) + ": index out of range", NF_STATUS_INVALID_ARGUMENT);
   if (i == slots.size()) slots.emplace_back();
   slots[i] = v ? v : "";
   return nullptr;
@@ -393,7 +398,7 @@ nf_status* node_set_attr_floats(nf_node* n, const char* name, const float* v, si
   return nullptr;
 }
 nf_status* node_set_attr_tensor(nf_node* n, const char* name, nf_tensor* t) {
-  if (!t) return fail("node_set_attr_tensor: null tensor");
+  if (!t) return fail("node_set_attr_tensor: null tensor", NF_STATUS_INVALID_ARGUMENT);
   set_attr(n, name, NF_ATTR_TENSOR).t = unwrap(t)->shared_from_this();
   return nullptr;
 }
@@ -521,6 +526,8 @@ nf_host_api make_api() {
   a.runner_set_prefix_kv = runner_set_prefix_kv;
   a.runner_forward_flags = runner_forward_flags;
   a.runner_rows_available = runner_rows_available;
+  a.status_create_code = status_create_code;
+  a.status_code = status_code;
   return a;
 }
 
@@ -547,8 +554,9 @@ std::shared_ptr<ir::TensorRef> adopt_tensor_handle(nf_tensor* t) {
 void throw_if_error(nf_status* st, const std::string& prefix) {
   if (!st) return;
   std::string msg = prefix.empty() ? st->message : prefix + ": " + st->message;
+  nf_status_code code = st->code;
   delete st;
-  throw PluginError(msg);
+  throw PluginError(msg, code);
 }
 
 }  // namespace nf::host

@@ -12,6 +12,7 @@
 
 struct nf_status {
   std::string message;
+  nf_status_code code = NF_STATUS_FAIL;
 };
 
 // One plugin call's context. progress returns true when the user asked to cancel.
@@ -67,9 +68,11 @@ nf_tensor* new_tensor_handle(ir::Tensor t);
 // Takes over one ABI reference: the returned shared_ptr owns it.
 std::shared_ptr<ir::TensorRef> adopt_tensor_handle(nf_tensor* t);
 
-// Turns a returned status into an exception with the plugin's message.
+// Turns a returned status into an exception with the plugin's message and code.
 struct PluginError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit PluginError(const std::string& message, nf_status_code c = NF_STATUS_FAIL)
+      : std::runtime_error(message), code(c) {}
+  nf_status_code code;
 };
 void throw_if_error(nf_status* st, const std::string& prefix);
 

@@ -29,7 +29,17 @@ void add_plugins(CLI::App& app) {
       out.push_back({{"kind", host::kind_name(p->kind)}, {"name", p->name}, {"version", p->version},
                      {"summary", p->summary}, {"library", p->library}, {"options", options}});
     }
-    if (!name.empty() && !found) throw UserError("no plugin named '" + name + "' is installed");
+    if (!name.empty() && !found) {
+      // One line per refusal: "plugin 'x' was refused: <library>: <why>".
+      std::vector<std::string> refused;
+      for (const host::Refusal* r : reg.refusals_of(name))
+        refused.push_back("plugin '" + name + "' was refused: " + r->message);
+      for (size_t i = 0; i + 1 < refused.size(); ++i) std::fprintf(stderr, "npuforge: error: %s\n", refused[i].c_str());
+      if (!refused.empty()) throw UserError(refused.back());
+      std::string hint = reg.refusals().empty() ? "" : " (" + std::to_string(reg.refusals().size()) +
+                                                           " refused: `npuforge plugins` lists why)";
+      throw UserError("no plugin named '" + name + "' is installed" + hint);
+    }
     if (json) {
       std::cout << nlohmann::json{{"plugins", out}, {"warnings", reg.warnings()}}.dump(2) << "\n";
       return;

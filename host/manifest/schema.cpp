@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <regex>
 #include <set>
 
 namespace nf::manifest {
@@ -106,6 +107,13 @@ std::string enum_text(const json& values) {
   return join(names, "|");
 }
 
+// Characters (code points) of UTF-8 text, as JSON Schema counts string length.
+size_t utf8_length(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 class Validator {
  public:
   explicit Validator(const SchemaNames& names) : names_(names) {}
@@ -125,6 +133,7 @@ class Validator {
     if (schema.contains("anyOf")) alternatives(schema["anyOf"], value, path, false);
     if (schema.contains("enum")) check_enum(schema["enum"], value, path);
     if (value.is_number()) check_number(schema, value, path);
+    if (value.is_string()) check_string(schema, value, path);
     if (value.is_array()) check_array(schema, value, path);
     if (value.is_object()) check_object(schema, value, path);
   }
@@ -179,6 +188,18 @@ class Validator {
           fail(path, subject(path) + " must be a multiple of " + schema["multipleOf"].dump() + ", got " + value.dump());
       }
     }
+  }
+
+  void check_string(const json& schema, const json& value, const Path& path) {
+    const auto& text = value.get_ref<const std::string&>();
+    const size_t n = utf8_length(text);
+    if (schema.contains("minLength") && n < schema["minLength"].get<size_t>())
+      fail(path, subject(path) + " needs at least " + schema["minLength"].dump() + " character(s), got " + preview(value));
+    if (schema.contains("maxLength") && n > schema["maxLength"].get<size_t>())
+      fail(path, subject(path) + " allows at most " + schema["maxLength"].dump() + " character(s), got " +
+                     std::to_string(n));
+    if (schema.contains("pattern") && !std::regex_search(text, std::regex(schema["pattern"].get<std::string>())))
+      fail(path, subject(path) + " must match " + schema["pattern"].dump() + ", got " + preview(value));
   }
 
   void check_array(const json& schema, json& value, const Path& path) {
@@ -287,6 +308,104 @@ std::vector<SchemaError> validate_json(const json& schema, json& value, const Sc
 
 namespace {
 
+const std::vector<std::string>& schema_keywords() {
+  static const std::vector<std::string> words{
+      "type", "properties", "additionalProperties", "required", "default", "enum", "minimum", "maximum",
+      "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "pattern", "items",
+      "minItems", "maxItems", "uniqueItems", "oneOf", "anyOf", "title", "description", "format"};
+  return words;
+}
+
+bool is_count(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+
+// Walks a schema and returns the first problem as one line ("" when there is none).
+class SchemaChecker {
+ public:
+  std::string check(const json& s, const std::string& at) {
+    if (s.is_boolean()) return "";
+    if (!s.is_object()) return "the schema at " + where(at) + " is " + actual_type(s) + ", not a table or boolean";
+    for (const auto& [key, v] : s.items()) {
+      const auto& known = schema_keywords();
+      if (std::find(known.begin(), known.end(), key) == known.end())
+        return "unknown keyword " + quote(key) + " at " + where(at) + did_you_mean(key, known);
+      if (std::string why = keyword(key, v, at); !why.empty()) return why;
+    }
+    if (s.contains("default")) {
+      json value = s["default"];
+      auto errors = validate_json(s, value);
+      if (!errors.empty()) return "keyword 'default' at " + where(at) + " does not fit its own schema: " + errors[0].message;
+    }
+    return "";
+  }
+
+ private:
+  static std::string where(const std::string& at) { return at.empty() ? "the top level" : at; }
+  static std::string bad(const std::string& key, const std::string& at, const std::string& want) {
+    return "keyword " + quote(key) + " at " + where(at) + " must be " + want;
+  }
+
+  std::string keyword(const std::string& key, const json& v, const std::string& at) {
+    const std::string inner = pointer_append(at, key);
+    if (key == "type") {
+      static const std::vector<std::string> types{"object", "array", "integer", "number", "boolean", "string", "null"};
+      auto one = [&](const json& t) {
+        return t.is_string() && std::find(types.begin(), types.end(), t.get<std::string>()) != types.end();
+      };
+      bool ok = one(v) || (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), one));
+      return ok ? "" : bad(key, at, "one of " + join(types, "|") + " or a list of them, got " + preview(v));
+    }
+    if (key == "properties") {
+      if (!v.is_object()) return bad(key, at, "a table of schemas");
+      for (const auto& [name, prop] : v.items())
+        if (std::string why = check(prop, pointer_append(inner, name)); !why.empty()) return why;
+      return "";
+    }
+    if (key == "additionalProperties" || key == "items") {
+      if (!v.is_boolean() && !v.is_object()) return bad(key, at, "a schema (table or boolean)");
+      return check(v, inner);
+    }
+    if (key == "oneOf" || key == "anyOf") {
+      if (!v.is_array() || v.empty()) return bad(key, at, "a non-empty list of schemas");
+      for (size_t i = 0; i < v.size(); ++i)
+        if (std::string why = check(v[i], pointer_append(inner, i)); !why.empty()) return why;
+      return "";
+    }
+    if (key == "required") {
+      bool ok = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& r) { return r.is_string(); });
+      return ok ? "" : bad(key, at, "a list of property names");
+    }
+    if (key == "enum") return v.is_array() && !v.empty() ? "" : bad(key, at, "a non-empty list");
+    if (key == "minimum" || key == "maximum" || key == "exclusiveMinimum" || key == "exclusiveMaximum")
+      return v.is_number() ? "" : bad(key, at, "a number, got " + preview(v));
+    if (key == "multipleOf")
+      return v.is_number() && v.get<double>() > 0 ? "" : bad(key, at, "a number > 0, got " + preview(v));
+    if (key == "minLength" || key == "maxLength" || key == "minItems" || key == "maxItems")
+      return is_count(v) ? "" : bad(key, at, "an integer >= 0, got " + preview(v));
+    if (key == "uniqueItems") return v.is_boolean() ? "" : bad(key, at, "a boolean, got " + preview(v));
+    if (key == "title" || key == "description") return v.is_string() ? "" : bad(key, at, "a string, got " + preview(v));
+    if (key == "format")
+      return v == "asset" ? "" : bad(key, at, "\"asset\" (the only format with a meaning here), got " + preview(v));
+    if (key == "pattern") {
+      if (!v.is_string()) return bad(key, at, "a string, got " + preview(v));
+      try {
+        std::regex re(v.get<std::string>());
+      } catch (const std::regex_error& e) {
+        return bad(key, at, "an ECMAScript regular expression: " + preview(v) + " is not (" + e.what() + ")");
+      }
+    }
+    return "";  // default: any value, checked against the schema once the keywords are
+  }
+};
+
+}  // namespace
+
+std::string check_schema(const json& schema) {
+  if (!schema.is_object()) return "the schema is " + actual_type(schema) + ", not a table";
+  return SchemaChecker().check(schema, "");
+}
+
+namespace {
+
 std::string range_text(const json& s) {
   if (!s.is_object()) return "";
   std::vector<std::string> parts;
@@ -306,6 +425,13 @@ std::string range_text(const json& s) {
   else if (s.contains("maxItems"))
     parts.push_back("at most " + s["maxItems"].dump() + " item(s)");
   if (s.value("uniqueItems", false)) parts.push_back("unique");
+  if (s.contains("minLength") && s.contains("maxLength"))
+    parts.push_back(s["minLength"].dump() + " to " + s["maxLength"].dump() + " characters");
+  else if (s.contains("minLength"))
+    parts.push_back("at least " + s["minLength"].dump() + " character(s)");
+  else if (s.contains("maxLength"))
+    parts.push_back("at most " + s["maxLength"].dump() + " character(s)");
+  if (s.contains("pattern")) parts.push_back("matching " + s["pattern"].dump());
   if (s.contains("items")) {
     std::string inner = range_text(s["items"]);
     if (!inner.empty()) parts.push_back("each " + inner);

@@ -1,8 +1,9 @@
-// A small JSON-schema validator: the subset plugins use to describe their options.
-// Keywords: type (name or list), properties, additionalProperties, required, default,
-// enum, minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, items,
-// minItems, maxItems, uniqueItems, oneOf, anyOf, description (documentation only),
-// format (only "asset" has a meaning: see asset_properties).
+// A small JSON-schema validator: the subset plugins use to describe their options,
+// documented for plugin authors in sdk/docs/options-schema.md. Keywords: type (name or
+// list), properties, additionalProperties, required, default, enum, minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum, multipleOf, minLength, maxLength, pattern, items,
+// minItems, maxItems, uniqueItems, oneOf, anyOf, title and description (documentation
+// only), format (only "asset": see asset_properties). check_schema refuses anything else.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,11 @@ struct SchemaNames {
   std::string noun = "key";
   std::string owner;  // "" = no " for ..." suffix
 };
+
+// "" when `schema` uses only the keywords above, each well formed (and every default fits
+// its own schema); else one line naming the keyword and where it is, e.g.
+//   "unknown keyword 'maximun' at /properties/steps; did you mean 'maximum'?"
+std::string check_schema(const nlohmann::json& schema);
 
 // Checks `value` against `schema` and fills in missing properties that have a default.
 // Collects every error rather than stopping at the first.

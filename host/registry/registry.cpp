@@ -1,11 +1,13 @@
 #include "registry/registry.h"
 
 #include <boost/dll/shared_library.hpp>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <spdlog/spdlog.h>
 
 #include "api/host_api.h"
+#include "manifest/schema.h"
 
 namespace fs = std::filesystem;
 
@@ -18,14 +20,59 @@ std::vector<boost::dll::shared_library>& loaded_libraries() {
   return *libs;
 }
 
-size_t api_size(nf_plugin_kind kind) {
+// A plugin function table as this host knows it: `known` bytes, of which the first
+// `required` (through entry `last_required`) must be there.
+struct TableLayout {
+  size_t known = 0, required = 0;
+  const char* last_required = "";
+};
+
+TableLayout layout(nf_plugin_kind kind) {
   switch (kind) {
-    case NF_KIND_TRANSFORM: return sizeof(nf_transform_api);
-    case NF_KIND_QUANT: return sizeof(nf_quant_api);
-    case NF_KIND_BACKEND: return sizeof(nf_backend_api);
-    case NF_KIND_SPECULATIVE: return sizeof(nf_speculative_api);
+    case NF_KIND_TRANSFORM: return {sizeof(nf_transform_api), NF_SIZE_THROUGH(nf_transform_api, apply), "apply"};
+    case NF_KIND_QUANT: return {sizeof(nf_quant_api), NF_SIZE_THROUGH(nf_quant_api, apply), "apply"};
+    case NF_KIND_BACKEND: return {sizeof(nf_backend_api), NF_SIZE_THROUGH(nf_backend_api, run), "run"};
+    case NF_KIND_SPECULATIVE: return {sizeof(nf_speculative_api), NF_SIZE_THROUGH(nf_speculative_api, step), "step"};
   }
-  return 0;
+  return {};
+}
+
+std::string abi_range() { return std::to_string(NF_ABI_VERSION_MIN) + ".." + std::to_string(NF_ABI_VERSION); }
+
+// "" when this host reads a table with this header (abi_version, struct_size); else why not.
+std::string check_header(const std::string& what, uint32_t abi, uint32_t size, size_t required) {
+  if (abi > NF_ABI_VERSION)
+    return what + " is for ABI " + std::to_string(abi) + ", newer than this host's ABI " +
+           std::to_string(NF_ABI_VERSION) + "; update npuforge";
+  if (abi < NF_ABI_VERSION_MIN)
+    return what + " is for ABI " + std::to_string(abi) + ", older than this host serves (" + abi_range() +
+           "); rebuild the plugin";
+  if (size < required)
+    return what + " of " + std::to_string(size) + " bytes, host needs at least " + std::to_string(required);
+  return {};
+}
+
+// Copies a plugin's table into the host's layout (`dst`, zeroed, `known` bytes): entries
+// past a smaller table stay NULL, entries past what the host knows are not read.
+void copy_table(void* dst, size_t known, const void* src, uint32_t size) {
+  std::memcpy(dst, src, std::min<size_t>(size, known));
+}
+
+// The first required entry that is NULL, or nullptr.
+const char* missing_entry(const PluginInfo& p) {
+  switch (p.kind) {
+    case NF_KIND_TRANSFORM: return p.transform_api.apply ? nullptr : "apply";
+    case NF_KIND_QUANT: return p.quant_api.apply ? nullptr : "apply";
+    case NF_KIND_BACKEND: {
+      const nf_backend_api& b = p.backend_api;
+      return !b.compile ? "compile" : !b.open ? "open" : !b.close ? "close" : !b.run ? "run" : nullptr;
+    }
+    case NF_KIND_SPECULATIVE: {
+      const nf_speculative_api& s = p.speculative_api;
+      return !s.create ? "create" : !s.release ? "release" : !s.step ? "step" : nullptr;
+    }
+  }
+  return "kind";
 }
 
 }  // namespace
@@ -87,30 +134,50 @@ void Registry::load_directories(const std::vector<std::string>& dirs) {
   }
 }
 
-std::string Registry::check_descriptor(const nf_plugin_descriptor* d) const {
+// Fills `info` from descriptor `d`; returns why the plugin is refused ("" when it is not).
+std::string Registry::check_descriptor(const nf_plugin_descriptor* d, PluginInfo* info) const {
   static const std::regex name_re("[a-z][a-z0-9_]*");
   if (!d) return "null plugin descriptor";
-  if (d->struct_size < sizeof(nf_plugin_descriptor)) return "plugin descriptor struct_size too small";
+  if (std::string why = check_header("plugin descriptor", d->abi_version, d->struct_size,
+                                     NF_SIZE_THROUGH(nf_plugin_descriptor, api));
+      !why.empty())
+    return why;
   if (!d->name || !std::regex_match(d->name, name_re))
     return std::string("invalid plugin name '") + (d->name ? d->name : "") + "' (want [a-z][a-z0-9_]*)";
-  if (api_size(d->kind) == 0) return std::string("plugin '") + d->name + "' has an unknown kind";
-  if (!d->api) return std::string("plugin '") + d->name + "' has no function table";
-  auto table_size = static_cast<const uint32_t*>(d->api)[1];  // every table: abi_version, struct_size
-  if (table_size < api_size(d->kind)) return std::string("plugin '") + d->name + "' function table is too small";
-  if (!d->version || !d->summary) return std::string("plugin '") + d->name + "' lacks a version or summary";
+  info->name = d->name;
+  const TableLayout table = layout(d->kind);
+  if (table.known == 0)
+    return "plugin '" + info->name + "' has an unknown kind " + std::to_string(static_cast<int>(d->kind));
+  info->kind = d->kind;
+  const std::string who = std::string(kind_name(d->kind)) + " '" + info->name + "'";
+  if (!d->api) return who + " has no function table";
+  const auto* header = static_cast<const uint32_t*>(d->api);  // every table: abi_version, struct_size
+  if (std::string why = check_header("function table", header[0], header[1], table.required); !why.empty())
+    return who + ": " + why + (header[1] < table.required ? std::string(" (through '") + table.last_required + "')" : "");
+  info->table_size = header[1];
+  void* dst = d->kind == NF_KIND_TRANSFORM ? static_cast<void*>(&info->transform_api)
+              : d->kind == NF_KIND_QUANT   ? static_cast<void*>(&info->quant_api)
+              : d->kind == NF_KIND_BACKEND ? static_cast<void*>(&info->backend_api)
+                                           : static_cast<void*>(&info->speculative_api);
+  copy_table(dst, table.known, d->api, header[1]);
+  if (const char* entry = missing_entry(*info)) return who + ": required entry '" + entry + "' is NULL";
+  if (!d->version || !d->summary) return who + " lacks a version or summary";
+  info->version = d->version;
+  info->summary = d->summary;
   try {
-    auto schema = nlohmann::json::parse(d->options_schema ? d->options_schema : "{}");
-    if (!schema.is_object()) return std::string("plugin '") + d->name + "' options schema is not a JSON object";
+    info->schema = nlohmann::json::parse(d->options_schema ? d->options_schema : "{}");
   } catch (const std::exception& e) {
-    return std::string("plugin '") + d->name + "' options schema is not valid JSON: " + e.what();
+    return who + ": options schema is not valid JSON: " + e.what();
   }
+  if (std::string why = manifest::check_schema(info->schema); !why.empty()) return who + ": options schema: " + why;
   return {};
 }
 
 bool Registry::load_library(const std::string& path_in) {
   std::string path = fs::absolute(path_in).lexically_normal().string();
-  auto refuse = [&](const std::string& why) {
+  auto refuse = [&](const std::string& why, const std::string& plugin = "") {
     warnings_.push_back(path + ": " + why);
+    refusals_.push_back({path, plugin, warnings_.back()});
     return false;
   };
   boost::dll::shared_library lib;
@@ -123,11 +190,11 @@ bool Registry::load_library(const std::string& path_in) {
     return refuse("no npuforge entry point (" NF_ABI_SYMBOL " / " NF_ENTRY_SYMBOL ")");
   uint32_t abi = lib.get<uint32_t()>(NF_ABI_SYMBOL)();
   if (abi < NF_ABI_VERSION_MIN)
-    return refuse("plugin ABI " + std::to_string(abi) + " is too old (this host supports " +
-                  std::to_string(NF_ABI_VERSION_MIN) + ".." + std::to_string(NF_ABI_VERSION) + "); rebuild it");
+    return refuse("plugin ABI " + std::to_string(abi) + " is too old (this host supports " + abi_range() +
+                  "); rebuild it");
   if (abi > NF_ABI_VERSION)
-    return refuse("plugin ABI " + std::to_string(abi) + " is too new (this host supports " +
-                  std::to_string(NF_ABI_VERSION_MIN) + ".." + std::to_string(NF_ABI_VERSION) + "); update npuforge");
+    return refuse("plugin ABI " + std::to_string(abi) + " is too new (this host supports " + abi_range() +
+                  "); update npuforge");
   const nf_plugin_library* table = nullptr;
   nf_status* st = lib.get<nf_status*(uint32_t, const nf_host_api*, const nf_plugin_library**)>(NF_ENTRY_SYMBOL)(
       NF_ABI_VERSION, host_api(), &table);
@@ -137,34 +204,42 @@ bool Registry::load_library(const std::string& path_in) {
     return refuse("entry point failed: " + msg);
   }
   if (!table) return refuse("entry point returned no plugin table");
-  if (table->struct_size < sizeof(nf_plugin_library)) return refuse("plugin table struct_size too small");
-  if (table->plugin_count == 0) return refuse("library declares no plugins");
+  if (std::string why = check_header("plugin library table", table->abi_version, table->struct_size,
+                                     NF_SIZE_THROUGH(nf_plugin_library, plugins));
+      !why.empty())
+    return refuse(why);
+  if (table->plugin_count == 0 || !table->plugins) return refuse("library declares no plugins");
 
   bool any = false;
   for (size_t i = 0; i < table->plugin_count; ++i) {
     const nf_plugin_descriptor* d = table->plugins[i];
-    if (std::string why = check_descriptor(d); !why.empty()) {
-      refuse(why);
-      continue;
-    }
-    if (const PluginInfo* prev = find(d->kind, d->name)) {
-      warnings_.push_back(path + ": " + kind_name(d->kind) + " plugin '" + d->name + "' ignored: " + prev->library +
-                          " provides it and comes first in the search path");
-      continue;
-    }
     auto info = std::make_unique<PluginInfo>();
-    info->kind = d->kind;
-    info->name = d->name;
-    info->version = d->version;
-    info->summary = d->summary;
-    info->schema = nlohmann::json::parse(d->options_schema ? d->options_schema : "{}");
+    if (std::string why = check_descriptor(d, info.get()); !why.empty()) {
+      refuse(why, info->name);
+      continue;
+    }
+    if (const PluginInfo* prev = find(info->kind, info->name)) {
+      warnings_.push_back(path + ": " + kind_name(info->kind) + " plugin '" + info->name + "' ignored: " +
+                          prev->library + " provides it and comes first in the search path");
+      continue;
+    }
     info->library = path;
-    info->descriptor = d;
     plugins_.push_back(std::move(info));
     any = true;
   }
   loaded_libraries().push_back(std::move(lib));
   return any;
+}
+
+std::vector<const Refusal*> Registry::refusals_of(const std::string& name) const {
+  std::vector<const Refusal*> r;
+  for (const auto& x : refusals_) {
+    std::string file = fs::path(x.library).filename().string();
+    if (x.plugin == name ||
+        (x.plugin.empty() && (file == "lib" + name + ".so" || file == "libnpuforge_" + name + ".so")))
+      r.push_back(&x);
+  }
+  return r;
 }
 
 const PluginInfo* Registry::find(nf_plugin_kind kind, const std::string& name) const {

@@ -275,6 +275,31 @@ TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
   EXPECT_TRUE(cpu);
 }
 
+// `plugins NAME` for a plugin the registry refused says why, in one line.
+TEST(Plugins, NameOfARefusedPluginSaysWhy) {
+  const std::string cases = std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/";
+  setenv("NPUFORGE_PLUGIN_PATH", (cases + "schema_typo:" + cases + "abi_too_new").c_str(), 1);
+  auto typo = npuforge({"plugins", "bad_schema"});
+  auto library = npuforge({"plugins", "nf_test_plugin_abi_too_new"});
+  auto other = npuforge({"plugins", "no_such_plugin"});
+  setenv("NPUFORGE_PLUGIN_PATH", "", 1);
+  EXPECT_EQ(typo.exit_code, 1);
+  EXPECT_EQ(line_count(typo.err), 1) << typo.err;
+  EXPECT_NE(typo.err.find("npuforge: error: plugin 'bad_schema' was refused: " + cases +
+                          "schema_typo/libnf_test_plugin_schema_typo.so: transform 'bad_schema': options schema: "
+                          "unknown keyword 'maximun' at /properties/steps; did you mean 'maximum'?"),
+            std::string::npos)
+      << typo.err;
+  EXPECT_EQ(line_count(library.err), 1) << library.err;
+  EXPECT_NE(library.err.find("was refused: " + cases + "abi_too_new/libnf_test_plugin_abi_too_new.so: plugin ABI 2 "
+                             "is too new (this host supports 1..1); update npuforge"),
+            std::string::npos)
+      << library.err;
+  EXPECT_NE(other.err.find("no plugin named 'no_such_plugin' is installed (2 refused: `npuforge plugins` lists why)"),
+            std::string::npos)
+      << other.err;
+}
+
 // The trained model with its tokenizer: text in, text out, streaming and --json agree.
 TEST(Run, TextPromptThroughTheTokenizer) {
   auto g = golden("tiny_llama");

@@ -246,6 +246,62 @@ TEST(Schema, DescribeOptions) {
   EXPECT_EQ(docs[4].range, "> 0");
 }
 
+TEST(Schema, StringLengthAndPattern) {
+  json s = {{"type", "string"}, {"minLength", 2}, {"maxLength", 3}, {"pattern", "^[a-z]+$"}};
+  EXPECT_TRUE(check(s, "ab").empty());
+  EXPECT_TRUE(check({{"type", "string"}, {"maxLength", 2}}, "\xC3\xA9\xC3\xA9").empty()) << "characters, not bytes";
+  EXPECT_EQ(check(s, "a"), Lines{": transform 'arcl' options needs at least 2 character(s), got string \"a\""});
+  EXPECT_EQ(check(s, "abcd"), Lines{": transform 'arcl' options allows at most 3 character(s), got 4"});
+  EXPECT_EQ(check(s, "A1"), Lines{": transform 'arcl' options must match \"^[a-z]+$\", got string \"A1\""});
+  EXPECT_EQ(describe_options({{"properties", {{"k", s}}}})[0].range, "2 to 3 characters, matching \"^[a-z]+$\"");
+}
+
+// check_schema: what the registry runs on every plugin's schema at load.
+TEST(SchemaCheck, AcceptsEveryKeywordOfTheSubset) {
+  json s = json::parse(R"({"type": "object", "title": "t", "description": "d", "additionalProperties": false,
+    "required": ["a"], "properties": {
+      "a": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9, "multipleOf": 3},
+                      {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                       "minItems": 1, "maxItems": 4, "uniqueItems": true}], "default": 3},
+      "b": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 8, "pattern": "^x"}, {"type": "null"}]},
+      "c": {"type": ["string", "boolean"], "enum": ["on", true], "default": true},
+      "d": {"type": "string", "format": "asset"},
+      "e": {"type": "object", "additionalProperties": {"type": "integer"}}}})");
+  EXPECT_EQ(check_schema(s), "");
+  EXPECT_EQ(check_schema(json::object()), "");
+}
+
+TEST(SchemaCheck, RefusesUnknownKeywordsNamingThemAndWhere) {
+  EXPECT_EQ(check_schema({{"type", "object"}, {"properties", {{"steps", {{"type", "integer"}, {"maximun", 9}}}}}}),
+            "unknown keyword 'maximun' at /properties/steps; did you mean 'maximum'?");
+  EXPECT_EQ(check_schema({{"type", "object"}, {"additionalProperties", {{"const", 1}}}}),
+            "unknown keyword 'const' at /additionalProperties");
+  EXPECT_EQ(check_schema({{"typ", "object"}}), "unknown keyword 'typ' at the top level; did you mean 'type'?");
+  EXPECT_EQ(check_schema({{"properties", {{"a", {{"oneOf", {{{"type", "integer"}}, {{"not", json::object()}}}}}}}}}),
+            "unknown keyword 'not' at /properties/a/oneOf/1");
+}
+
+TEST(SchemaCheck, RefusesMalformedKeywordValues) {
+  auto at_a = [](json prop) { return check_schema({{"properties", {{"a", prop}}}}); };
+  EXPECT_EQ(check_schema(json::array()), "the schema is list, not a table");
+  EXPECT_EQ(check_schema({{"properties", {{"a", 3}}}}), "the schema at /properties/a is integer, not a table or boolean");
+  EXPECT_EQ(at_a({{"type", "int"}}), "keyword 'type' at /properties/a must be one of "
+                                     "object|array|integer|number|boolean|string|null or a list of them, got string \"int\"");
+  EXPECT_EQ(at_a({{"minimum", "3"}}), "keyword 'minimum' at /properties/a must be a number, got string \"3\"");
+  EXPECT_EQ(at_a({{"multipleOf", 0}}), "keyword 'multipleOf' at /properties/a must be a number > 0, got integer 0");
+  EXPECT_EQ(at_a({{"minItems", -1}}), "keyword 'minItems' at /properties/a must be an integer >= 0, got integer -1");
+  EXPECT_EQ(at_a({{"enum", json::array()}}), "keyword 'enum' at /properties/a must be a non-empty list");
+  EXPECT_EQ(at_a({{"required", {1}}}), "keyword 'required' at /properties/a must be a list of property names");
+  EXPECT_EQ(at_a({{"format", "uri"}}),
+            "keyword 'format' at /properties/a must be \"asset\" (the only format with a meaning here), got string \"uri\"");
+  EXPECT_EQ(at_a({{"pattern", "(["}}).rfind("keyword 'pattern' at /properties/a must be an ECMAScript regular "
+                                            "expression: string \"([\" is not (",
+                                            0),
+            0u);
+  EXPECT_EQ(at_a({{"type", "integer"}, {"minimum", 1}, {"default", 0}}),
+            "keyword 'default' at /properties/a does not fit its own schema: value must be >= 1, got 0");
+}
+
 TEST(Schema, PointersEscape) {
   EXPECT_EQ(pointer_append("", "a/b~c"), "/a~1b~0c");
   EXPECT_EQ(pointer_append("/arn", 2), "/arn/2");

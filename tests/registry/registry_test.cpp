@@ -99,3 +99,51 @@ TEST(Registry, BuiltinDirectoryHoldsTheCpuBackend) {
   reg.load_directories({std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
   EXPECT_NE(reg.find(NF_KIND_BACKEND, "cpu"), nullptr);
 }
+
+// One line each, naming the plugin, what it has and what the host needs.
+TEST(Registry, RefusesATableOfANewerAbiNamingBothVersions) {
+  Registry reg;
+  std::string w = load_case(reg, "table_too_new");
+  EXPECT_NE(w.find("nf_test_plugin_table_too_new.so: transform 'future_table': function table is for ABI 2, newer "
+                   "than this host's ABI 1; update npuforge"),
+            std::string::npos)
+      << w;
+  EXPECT_TRUE(reg.plugins().empty());
+}
+
+TEST(Registry, RefusesATableWithoutItsRequiredEntriesGivingSizes) {
+  Registry reg;
+  std::string w = load_case(reg, "table_too_small");
+  EXPECT_NE(w.find(": backend 'tiny_table': function table of 24 bytes, host needs at least 40 (through 'run')"),
+            std::string::npos)
+      << w;
+  Registry b;
+  w = load_case(b, "required_null");
+  EXPECT_NE(w.find(": backend 'no_run': required entry 'run' is NULL"), std::string::npos) << w;
+  EXPECT_TRUE(reg.plugins().empty() && b.plugins().empty());
+}
+
+TEST(Registry, RefusesAnUnknownOrMalformedSchemaKeywordNamingPluginAndKeyword) {
+  Registry reg;
+  std::string w = load_case(reg, "schema_typo");
+  EXPECT_NE(w.find(": transform 'bad_schema': options schema: unknown keyword 'maximun' at /properties/steps; did "
+                   "you mean 'maximum'?"),
+            std::string::npos)
+      << w;
+  Registry b;
+  w = load_case(b, "schema_malformed");
+  EXPECT_NE(w.find(": transform 'bad_schema': options schema: keyword 'type' at /properties/steps must be one of "
+                   "object|array|integer|number|boolean|string|null or a list of them, got string \"int\""),
+            std::string::npos)
+      << w;
+  ASSERT_EQ(b.refusals_of("bad_schema").size(), 1u);
+  EXPECT_EQ(b.refusals_of("bad_schema")[0]->message, w);
+  EXPECT_TRUE(reg.plugins().empty() && b.plugins().empty());
+}
+
+TEST(Registry, EveryBuiltinPluginLoadsAndItsSchemaPasses) {
+  Registry reg;
+  reg.load_directories({std::string(NPUFORGE_BINARY_DIR) + "/lib/npuforge/plugins"});
+  for (const auto& w : reg.warnings()) ADD_FAILURE() << w;
+  EXPECT_GE(reg.plugins().size(), 15u);
+}

@@ -69,6 +69,47 @@ NF_PLUGIN_LIBRARY(&bad_desc)
 // An ordinary shared library: exports something, but not the npuforge entry point.
 extern "C" NF_EXPORT int some_other_function(void) { return 42; }
 
+#elif defined(NF_TEST_TABLE_TOO_NEW)
+// A function table from a later, incompatible ABI.
+namespace {
+const nf_transform_api future_api = {NF_ABI_VERSION + 1, sizeof(nf_transform_api), slow_identity};
+const nf_plugin_descriptor future_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_TRANSFORM,
+                                          "future_table", "1.0.0", "future", "{}", &future_api};
+}  // namespace
+NF_PLUGIN_LIBRARY(&future_desc)
+
+#elif defined(NF_TEST_TABLE_TOO_SMALL) || defined(NF_TEST_REQUIRED_NULL)
+// A backend table that ends before `run`, or has it NULL.
+namespace {
+nf_status* no_compile(const char*, const nf_model_set*, const char*, nf_context*) { return nullptr; }
+nf_status* no_open(const char*, const char*, nf_context*, nf_session**) { return nullptr; }
+void no_close(nf_session*) {}
+#ifdef NF_TEST_TABLE_TOO_SMALL
+const nf_backend_api backend_api = {NF_ABI_VERSION, 24, no_compile, no_open, no_close, nullptr, nullptr, nullptr};
+#define NF_BACKEND_NAME "tiny_table"
+#else
+const nf_backend_api backend_api = {NF_ABI_VERSION, sizeof(nf_backend_api), no_compile, no_open, no_close,
+                                    nullptr, nullptr, nullptr};
+#define NF_BACKEND_NAME "no_run"
+#endif
+const nf_plugin_descriptor backend_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND,
+                                           NF_BACKEND_NAME, "1.0.0", "broken backend", "{}", &backend_api};
+}  // namespace
+NF_PLUGIN_LIBRARY(&backend_desc)
+
+#elif defined(NF_TEST_SCHEMA_TYPO) || defined(NF_TEST_SCHEMA_MALFORMED)
+// The good transform with a misspelled or malformed keyword in its options schema.
+namespace {
+#ifdef NF_TEST_SCHEMA_TYPO
+#define NF_SCHEMA R"({"type":"object","properties":{"steps":{"type":"integer","maximun":100}}})"
+#else
+#define NF_SCHEMA R"({"type":"object","properties":{"steps":{"type":"int"}}})"
+#endif
+const nf_plugin_descriptor schema_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_TRANSFORM,
+                                          "bad_schema", "1.0.0", "bad schema", NF_SCHEMA, &transform_api};
+}  // namespace
+NF_PLUGIN_LIBRARY(&schema_desc)
+
 #else
 #error "define one NF_TEST_* case"
 #endif

@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # Installs npuforge to a temporary prefix, builds examples/third_party_plugin against the
-# installed SDK with plain CMake, and checks the installed host loads and runs it: a
+# installed SDK with plain CMake (BLAS hidden from find_package: a transform needs none),
+# checks it exports only the two entry points and the installed host loads and runs it: a
 # package built with the plugin (2 Identity nodes folded) generates what the model does.
+# Also: the SDK docs are installed, and COMPONENTS graph configures a plugin on npuforge::graph.
 set -euo pipefail
 src=$1 bin=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$bin" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/examples/third_party_plugin" -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+for doc in abi.md options-schema.md; do
+  [ -s "$work/prefix/share/doc/npuforge/$doc" ] || { echo "SDK doc $doc not installed"; exit 1; }
+done
+cmake -S "$src/examples/third_party_plugin" -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON >/dev/null
 cmake --build "$work/plugin" >/dev/null
+exports=$(nm -D --defined-only "$work/plugin/libfold_identity.so" | awk '{print $3}' | sort | tr '\n' ' ')
+[ "$exports" = "npuforge_plugin_abi_version npuforge_plugin_entry " ] || { echo "exports: $exports"; exit 1; }
+
+mkdir -p "$work/graph_plugin"
+cat > "$work/graph_plugin/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.22)
+project(uses_graph LANGUAGES CXX)
+find_package(npuforge_sdk 0.1 REQUIRED COMPONENTS graph)
+npuforge_add_plugin(uses_graph SOURCES plugin.cpp LIBS npuforge::graph)
+CMAKE
+touch "$work/graph_plugin/plugin.cpp"
+cmake -S "$work/graph_plugin" -B "$work/graph_plugin/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null ||
+  { echo "COMPONENTS graph does not configure"; exit 1; }
 export NPUFORGE_PLUGIN_PATH="$work/plugin"
 npuforge="$work/prefix/bin/npuforge"
 "$npuforge" plugins fold_identity | grep -q "^transform *fold_identity" || { echo "plugin not listed"; exit 1; }

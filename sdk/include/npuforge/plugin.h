@@ -7,11 +7,14 @@
  * The host checks the version first, then calls the entry once. The entry keeps `host`
  * for the life of the process and returns a static table of plugin descriptors.
  *
- * Rules (see DESIGN.md):
+ * Rules (the whole contract: abi.md, installed with the SDK as share/doc/npuforge/abi.md):
  * - Every table begins with abi_version and struct_size and only ever grows at the end.
- *   Readers check struct_size before touching a field added later.
- * - Only C types cross. A fallible call returns nf_status* (NULL = success); outputs are
- *   untouched on error. A status is released by whoever receives it.
+ *   A reader accepts a smaller table than it knows: the entries past struct_size are
+ *   absent (NF_HAS_ENTRY). The host accepts a larger one and uses what it knows.
+ * - NF_ABI_VERSION changes only when a shipped layout changes (never so far); appending
+ *   an entry does not change it. The host refuses tables of a newer ABI.
+ * - Only C types cross. A fallible call returns nf_status* (NULL = success) with a code and
+ *   a message; outputs are untouched on error. A status is released by whoever receives it.
  * - Graphs, tensors and model sets are host-owned and reached through nf_host_api.
  *   Plugin-owned objects (sessions, decoders) are released through the plugin's table.
  * - Strings are UTF-8. A `const char*` returned by the host stays valid until the object
@@ -34,6 +37,12 @@ extern "C" {
 #define NF_ENTRY_SYMBOL "npuforge_plugin_entry"
 #define NF_ABI_SYMBOL "npuforge_plugin_abi_version"
 
+/* Bytes of `type` up to the end of `member`. A table has the entry when its struct_size is
+ * at least this; NF_HAS_ENTRY also wants it set. Never read an entry past struct_size. */
+#define NF_SIZE_THROUGH(type, member) (offsetof(type, member) + sizeof(((type*)0)->member))
+#define NF_HAS_ENTRY(type, table, member) \
+  ((table)->struct_size >= NF_SIZE_THROUGH(type, member) && (table)->member != NULL)
+
 #if defined(_WIN32)
 #define NF_EXPORT __declspec(dllexport)
 #else
@@ -51,6 +60,18 @@ typedef struct nf_session nf_session;     /* backend-owned */
 typedef struct nf_runner nf_runner;       /* host-owned: KV cache, row scoring */
 typedef struct nf_decoder nf_decoder;     /* speculative-decoder-owned */
 typedef struct nf_calibration nf_calibration; /* host-owned calibration batches */
+
+/* What went wrong, for callers that branch on it; the message says it to a person.
+ * Codes are only appended. */
+typedef enum nf_status_code {
+  NF_STATUS_OK = 0,
+  NF_STATUS_FAIL = 1,             /* unspecified: what status_create makes */
+  NF_STATUS_INVALID_ARGUMENT = 2, /* bad options, input, shape or struct_size */
+  NF_STATUS_NOT_FOUND = 3,        /* no graph, value, file, ... of that name */
+  NF_STATUS_UNSUPPORTED = 4,      /* valid, but this plugin or host cannot do it */
+  NF_STATUS_CANCELLED = 5,        /* the user cancelled (progress returned nonzero) */
+  NF_STATUS_INTERNAL = 6          /* a bug: an invariant did not hold */
+} nf_status_code;
 
 /* Element types use ONNX TensorProto.DataType codes so no table is needed at import. */
 typedef enum nf_dtype {
@@ -281,9 +302,18 @@ typedef struct nf_host_api {
    * committed cache and the prefix KV (at most runner_max_rows); 0 when the context is full.
    * Decoders shrink their tree to it near the end of the context. */
   size_t (*runner_rows_available)(const nf_runner* r);
+
+  /* ---- appended (check struct_size): status codes ----
+   * status_create makes NF_STATUS_FAIL; status_code(NULL) is NF_STATUS_OK. */
+  nf_status* (*status_create_code)(nf_status_code code, const char* message);
+  nf_status_code (*status_code)(const nf_status* status);
 } nf_host_api;
 
-/* ---- plugin tables -------------------------------------------------------------------- */
+/* ---- plugin tables --------------------------------------------------------------------
+ * Required entries are set in every table; the host accepts a table that ends after its
+ * last required entry and treats the later ones as absent (NULL):
+ *   transform, quant: apply          backend: compile, open, close, run
+ *   speculative: create, release, step */
 
 /* transform: model set -> model set, in place. */
 typedef struct nf_transform_api {
@@ -368,20 +398,27 @@ typedef nf_status* (*nf_entry_fn)(uint32_t host_abi_version, const nf_host_api* 
 #ifdef __cplusplus
 } /* extern "C" */
 
-/* Layouts of ABI 1, pinned: a change here breaks every shipped plugin. */
+/* Layouts of ABI 1, pinned: a change here breaks every shipped plugin. Append a member,
+ * then add its offset here and update the size. */
 static_assert(offsetof(nf_host_api, status_create) == 8, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, runner_rows_available) == 696, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 704, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, status_create_code) == 704, "nf_host_api layout");
+static_assert(offsetof(nf_host_api, status_code) == 712, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 720, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
 static_assert(offsetof(nf_backend_api, compile) == 8, "nf_backend_api layout");
+static_assert(offsetof(nf_backend_api, estimate) == 40, "nf_backend_api layout");
+static_assert(offsetof(nf_backend_api, open_model_set) == 48, "nf_backend_api layout");
 static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 static_assert(sizeof(nf_transform_api) == 16, "nf_transform_api layout");
 static_assert(sizeof(nf_quant_api) == 16, "nf_quant_api layout");
+static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api layout");
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
+_Static_assert(sizeof(nf_host_api) == 720, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 

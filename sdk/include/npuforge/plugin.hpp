@@ -25,20 +25,30 @@ inline const nf_host_api*& host_api_slot() {
 }
 inline const nf_host_api& host() { return *host_api_slot(); }
 
-// An error a plugin reports; NF_TRY turns it into an nf_status.
+// Whether the host's table has `member` (entries appended after the host was built are
+// absent). Only needed for entries past NF_PLUGIN_MIN_HOST_API_SIZE (see below).
+#define NF_HOST_HAS(member) NF_HAS_ENTRY(nf_host_api, ::nf::host_api_slot(), member)
+
+// An error a plugin reports; NF_TRY turns it into an nf_status with its code.
 struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message, nf_status_code c = NF_STATUS_FAIL) : std::runtime_error(message), code(c) {}
+  nf_status_code code;
 };
 
-// Throws the message of a failed host call.
+// Throws the message (and code) of a failed host call.
 inline void check(nf_status* st) {
   if (!st) return;
   std::string msg = host().status_message(st);
+  nf_status_code code = NF_HOST_HAS(status_code) ? host().status_code(st) : NF_STATUS_FAIL;
   host().status_release(st);
-  throw Error(msg);
+  throw Error(msg, code);
 }
 
-inline nf_status* make_status(const char* msg) { return host().status_create(msg); }
+// A status with a code; a host without codes gets the message alone.
+inline nf_status* make_status(const char* msg, nf_status_code code = NF_STATUS_FAIL) {
+  if (code != NF_STATUS_FAIL && NF_HOST_HAS(status_create_code)) return host().status_create_code(code, msg);
+  return host().status_create(msg);
+}
 
 // Wraps a plugin function body: `return NF_TRY({ ... });` (variadic: commas inside the
 // body, as in brace initializers, are fine).
@@ -47,6 +57,8 @@ inline nf_status* make_status(const char* msg) { return host().status_create(msg
     try {                                                     \
       __VA_ARGS__;                                            \
       return nullptr;                                         \
+    } catch (const ::nf::Error& e) {                          \
+      return ::nf::make_status(e.what(), e.code);             \
     } catch (const std::exception& e) {                       \
       return ::nf::make_status(e.what());                     \
     } catch (...) {                                           \
@@ -321,7 +333,7 @@ class Context {
   void debug(const std::string& msg) const { log(NF_LOG_DEBUG, msg); }
   // Reports progress; throws when the user cancelled.
   void progress(uint64_t done, uint64_t total, const std::string& what) const {
-    if (host().progress(c_, done, total, what.c_str())) throw Error("cancelled");
+    if (host().progress(c_, done, total, what.c_str())) throw Error("cancelled", NF_STATUS_CANCELLED);
   }
 
  private:
@@ -397,6 +409,14 @@ struct SpeculativeTable {
 
 }  // namespace nf
 
+// The smallest host table this library runs with. By default the whole table it was built
+// against, so every nf_host_api entry the plugin calls exists. A plugin that should also
+// load in older hosts defines this smaller (NF_SIZE_THROUGH(nf_host_api, <last entry it
+// needs>)) before including this header and checks later entries with NF_HOST_HAS.
+#ifndef NF_PLUGIN_MIN_HOST_API_SIZE
+#define NF_PLUGIN_MIN_HOST_API_SIZE sizeof(nf_host_api)
+#endif
+
 // Declares the library's exported symbols. Use once per library:
 //   NF_PLUGIN_LIBRARY(&my_transform_descriptor, &my_backend_descriptor)
 #define NF_PLUGIN_LIBRARY(...)                                                                       \
@@ -406,8 +426,13 @@ struct SpeculativeTable {
     static const nf_plugin_descriptor* const plugins[] = {__VA_ARGS__};                            \
     static const nf_plugin_library library = {NF_ABI_VERSION, sizeof(nf_plugin_library),            \
                                               sizeof(plugins) / sizeof(plugins[0]), plugins};       \
-    if (host_abi < NF_ABI_VERSION || host->struct_size < sizeof(nf_host_api))                       \
-      return host->status_create("plugin needs a newer host ABI");                                 \
+    if (host_abi < NF_ABI_VERSION || host->struct_size < NF_PLUGIN_MIN_HOST_API_SIZE)               \
+      return host->status_create(("plugin needs host ABI " + std::to_string(NF_ABI_VERSION) +        \
+                                  " with a host table of at least " +                              \
+                                  std::to_string(NF_PLUGIN_MIN_HOST_API_SIZE) + " bytes, host has ABI " + \
+                                  std::to_string(host_abi) + " with " +                            \
+                                  std::to_string(host->struct_size) + " bytes; update npuforge")   \
+                                     .c_str());                                                    \
     ::nf::host_api_slot() = host;                                                                  \
     *out = &library;                                                                               \
     return nullptr;                                                                                \
