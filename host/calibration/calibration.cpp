@@ -132,7 +132,7 @@ struct BatchState {
 struct TextCalibration::Stream {
   std::string structure;
   GraphSegments cut;
-  std::vector<std::vector<BatchState>> states;  // [batch]: the last two boundaries reached
+  std::vector<std::vector<BatchState>> states;  // [batch]: the last boundaries reached (up to 4)
   std::string open_key;                         // segment key + outputs of the open session
   size_t open_segment = 0;
   std::unique_ptr<ir::ModelSet> copy;
@@ -146,7 +146,7 @@ namespace {
 // The graph's structure (nodes, inputs): what the cut depends on.
 std::string structure_key(const ir::Graph& g) {
   std::ostringstream k;
-  k << g.name << '|' << static_cast<const void*>(&g) << '|';
+  k << g.name << '|';
   for (const auto& n : g.nodes) {
     k << n->op_type << '(';
     for (const auto& i : n->inputs) k << i << ',';
@@ -165,17 +165,15 @@ bool encoded_weights(const ir::ModelSet& ms) {
   return it != ms.metadata.end() && it->second == "\"encoded\"";
 }
 
-// A segment's weights by identity: recipes replace a weight with a new tensor, never
-// write into one, and the stream holds every tensor it computed with, so no address in a
-// key can be freed and reused while the key is compared. With encoded weights, each
-// weight's encoding by its generation.
+// A segment's weights by identity (recipes replace a weight with a new tensor, never
+// write into one); with encoded weights, each weight's encoding by its generation.
 std::string segment_key(const ir::ModelSet& ms, const GraphSegment& seg) {
   const ir::Graph& g = *ms.graphs[0];
   const bool encoded = encoded_weights(ms);
   std::ostringstream k;
   k << (encoded ? "encoded|" : "float|");
   for (const auto& name : seg.initializers) {
-    k << name << '@' << static_cast<const void*>(g.initializers.at(name).get());
+    k << name << '@' << g.initializers.at(name)->id;
     if (auto e = ms.encodings.find(name); encoded && e != ms.encodings.end()) k << '#' << e->second.generation;
     k << ',';
   }
@@ -192,7 +190,7 @@ std::unique_ptr<ir::ModelSet> segment_model(const ir::ModelSet& ms, const GraphS
   g->name = src.name + ".segment" + std::to_string(index);
   g->opsets = src.opsets;
   g->ir_version = src.ir_version;
-  for (const ir::Node* n : seg.nodes) g->nodes.push_back(std::make_unique<ir::Node>(*n));
+  for (size_t i : seg.nodes) g->nodes.push_back(std::make_unique<ir::Node>(*src.nodes[i]));
   g->inputs = seg.inputs;
   g->outputs = outputs;
   for (const auto& name : seg.initializers) g->initializers[name] = src.initializers.at(name);

@@ -8,8 +8,8 @@
 namespace nf::host {
 namespace {
 
-// Kahn's order of the nodes (stable for a sorted graph); the graph itself is not touched.
-std::vector<const ir::Node*> execution_order(const ir::Graph& g) {
+// Kahn's order of the nodes' indices (stable for a sorted graph); the graph is not touched.
+std::vector<size_t> execution_order(const ir::Graph& g) {
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i]->outputs)
@@ -25,11 +25,11 @@ std::vector<const ir::Node*> execution_order(const ir::Graph& g) {
   std::set<size_t> ready;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!waiting[i]) ready.insert(i);
-  std::vector<const ir::Node*> order;
+  std::vector<size_t> order;
   while (!ready.empty()) {
     size_t i = *ready.begin();
     ready.erase(ready.begin());
-    order.push_back(g.nodes[i].get());
+    order.push_back(i);
     for (size_t r : readers[i])
       if (--waiting[r] == 0) ready.insert(r);
   }
@@ -57,10 +57,11 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   // Each node's segment: the latest segment of what it reads. Nodes computed from
   // initializers alone (a tied LM head's Transpose, shape constants) are copied into every
   // segment that reads them, where the backend folds them, rather than carried across.
-  const std::vector<const ir::Node*> order = execution_order(g);
+  const std::vector<size_t> order = execution_order(g);
+  auto node = [&](size_t i) -> const ir::Node& { return *g.nodes[order[i]]; };
   std::map<std::string, size_t> constant_producer;  // value -> index in `order`
   for (size_t i = 0; i < order.size() && !one_segment; ++i) {
-    const ir::Node& n = *order[i];
+    const ir::Node& n = node(i);
     bool constant = std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
       return in.empty() || g.initializers.count(in) || constant_producer.count(in);
     });
@@ -72,7 +73,7 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   std::vector<size_t> node_segment(order.size(), 0);
   size_t last = 0;
   for (size_t i = 0; i < order.size() && !one_segment; ++i) {
-    const ir::Node& n = *order[i];
+    const ir::Node& n = node(i);
     if (!n.outputs.empty() && constant_producer.count(n.outputs[0])) continue;
     const bool reads_shape_only = n.op_type == "Shape" || n.op_type == "Size";
     size_t s = 0;
@@ -97,7 +98,7 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   result.segments.resize(std::max<size_t>(count, 1));
   std::vector<std::vector<size_t>> members(result.segments.size());
   for (size_t i = 0; i < order.size(); ++i)
-    if (order[i]->outputs.empty() || !constant_producer.count(order[i]->outputs[0]))
+    if (node(i).outputs.empty() || !constant_producer.count(node(i).outputs[0]))
       members[dense[node_segment[i]]].push_back(i);
   std::vector<std::set<size_t>> with(members.size());  // node indices of each segment
   std::set<size_t> placed;
@@ -108,7 +109,7 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
     while (!todo.empty()) {
       size_t i = todo.back();
       todo.pop_back();
-      for (const auto& in : order[i]->inputs)
+      for (const auto& in : node(i).inputs)
         if (auto c = constant_producer.find(in); c != constant_producer.end() && with[s].insert(c->second).second)
           todo.push_back(c->second);
     }
@@ -119,7 +120,7 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   for (size_t s = 0; s < with.size(); ++s)
     for (size_t i : with[s]) {  // in execution order
       result.segments[s].nodes.push_back(order[i]);
-      for (const auto& o : order[i]->outputs)
+      for (const auto& o : node(i).outputs)
         if (!o.empty() && !result.segment_of.count(o)) result.segment_of[o] = s;
     }
 
@@ -128,8 +129,8 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   for (size_t s = 0; s < result.segments.size(); ++s) {
     GraphSegment& seg = result.segments[s];
     std::set<std::string> seen;
-    for (const ir::Node* n : seg.nodes)
-      for (const auto& in : n->inputs) {
+    for (size_t i : seg.nodes)
+      for (const auto& in : g.nodes[i]->inputs) {
         if (in.empty() || !seen.insert(in).second) continue;
         if (g.initializers.count(in)) {
           seg.initializers.push_back(in);

@@ -19,7 +19,7 @@
 namespace nf::host {
 
 struct GraphSegment {
-  std::vector<const ir::Node*> nodes;   // in execution order
+  std::vector<size_t> nodes;            // indices into the graph's nodes, in execution order
   std::vector<std::string> inputs;      // values read here that a graph input or an earlier segment gives
   std::vector<std::string> initializers;
   std::vector<std::string> carried;     // values available after this segment that a later one reads

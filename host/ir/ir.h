@@ -95,10 +95,19 @@ struct Tensor {
 // hold shared_ptr<TensorRef>; references taken through the ABI (tensor_retain) keep the
 // box alive through `abi_keep` until the last tensor_release.
 struct TensorRef : std::enable_shared_from_this<TensorRef> {
-  explicit TensorRef(Tensor t = {}) : tensor(std::move(t)) {}
+  explicit TensorRef(Tensor t = {}) : tensor(std::move(t)), id(next_id()) {}
   Tensor tensor;
+  // Unique for the process's lifetime (an address can be reused once the box is freed):
+  // what a cache keyed by "this very tensor" compares.
+  const uint64_t id;
   std::atomic<int> abi_refs{0};
   std::shared_ptr<TensorRef> abi_keep;
+
+ private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> ids{0};
+    return ++ids;
+  }
 };
 inline std::shared_ptr<TensorRef> make_tensor_ref(Tensor t) { return std::make_shared<TensorRef>(std::move(t)); }
 

@@ -78,6 +78,14 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::fabs(b[i])) << i;
 }
 
+// An input the graph declares no type for (a graph cut out of a bigger one) runs with
+// whatever it is given; the shape check read past an empty dims list and crashed.
+TEST(Encodings, InputWithoutADeclaredTypeRuns) {
+  Fixture f;
+  f.ms.graphs[0]->types.clear();
+  expect_near(f.run(R"({"use_encodings": false})"), f.reference([&](int64_t k, int64_t n) { return f.w[k * N + n]; }));
+}
+
 TEST(Encodings, PerChannelInt8UsesExactScales) {
   Fixture f;
   std::vector<float> scale(N);

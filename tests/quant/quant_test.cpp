@@ -383,6 +383,34 @@ TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
   EXPECT_EQ(ms->graphs[0]->outputs.size(), 9u) << "the caller's graph is not changed";
 }
 
+// One calibration serves model set after model set (recipes in a row, tests): a model
+// loaded where a freed one was gets its own weights, never the old graph's nodes.
+TEST(Calibration, ServesOneModelSetAfterAnother) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  ASSERT_NE(cpu, nullptr);
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = 1;
+  c.sequence_length = 16;
+  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto logits = [&](ir::ModelSet& ms) {
+    const char* names[] = {"logits"};
+    nf_tensor* out = nullptr;
+    calib.run(ms, 0, names, 1, &out);
+    auto t = host::adopt_tensor_handle(out);
+    return std::vector<float>(t->tensor.as<float>(), t->tensor.as<float>() + t->tensor.numel());
+  };
+  std::vector<float> first;
+  {
+    auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+    first = logits(*ms);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+    EXPECT_EQ(logits(*ms), first);
+  }
+}
+
 // Asked layer by layer, every batch runs each segment once; a replaced weight reruns only
 // the segments from the one holding it, and the values follow the weight.
 TEST(Calibration, StreamsEachSegmentOncePerBatch) {
