@@ -1,5 +1,6 @@
 #include "pipeline/pipeline.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -43,6 +44,7 @@ void call_plugin(const std::string& label, Call&& call) {
                    return bar.report(done, total, what);
                  }};
   nf_status* st = call(&ctx);
+  ::malloc_trim(0);  // what the stage freed goes back to the system before the next one
   if (cancel_flag()) {
     if (st) host_api()->status_release(st);
     throw Cancelled();

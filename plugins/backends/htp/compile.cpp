@@ -209,7 +209,9 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   }
   std::map<std::string, WeightInfo> weights;
   std::map<std::string, std::vector<StoredTensor>> group_tensors;
-  std::map<std::string, std::vector<Tensor>> group_sources;
+  // Where each packed weight is (graph, name): fetched again when it is packed, so neither
+  // planning nor packing holds more than one weight's mapped pages.
+  std::map<std::string, std::vector<std::pair<Graph, std::string>>> group_sources;
   nlohmann::json splits = nlohmann::json::array();
   uint64_t total_weight_bytes = 0;
   for (const auto& [group, graphs] : group_graphs) {
@@ -228,7 +230,7 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
       WeightInfo info;
       int assumed = !o.assume_weight_bw || !hmx_weights.count(name) ? 0 : lm_head_weights.count(name) ? 8 : o.assume_weight_bw;
       group_tensors[group].push_back(plan_weight(ms, name, t, o, assumed, &info));
-      group_sources[group].push_back(t);
+      group_sources[group].push_back({holder, name});
       weights[name] = info;
       bytes += info.bytes;
     }
@@ -277,9 +279,15 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
     if (!o.pack_weights) break;  // estimate-only package
     std::string group = s["name"];
     ctx.progress(done++, splits.size(), "packing weights of " + group);
-    auto& sources = group_sources[group];
+    const auto& sources = group_sources[group];
+    Tensor current;
     write_container((fs::path(out_dir) / s["file"].get<std::string>()).string(), {{"split", group}, {"graphs", s["graphs"]}},
-                    group_tensors[group], [&](size_t i) { return sources[i].data_as<float>(); });
+                    group_tensors[group],
+                    [&](size_t i) {
+                      current = sources[i].first.initializer(sources[i].second);
+                      return current.data_as<float>();
+                    },
+                    [&](size_t) { current = Tensor(); });
   }
   write_json(fs::path(out_dir) / "htp" / "graphs.json", summaries);
   write_json(fs::path(out_dir) / "htp.json", meta);

@@ -139,7 +139,7 @@ void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out) {
 }
 
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
-                     const std::function<const float*(size_t)>& source) {
+                     const std::function<const float*(size_t)>& source, const std::function<void(size_t)>& done) {
   uint64_t total = 0;
   auto lay = layout(tensors, &total);
   nlohmann::json table = nlohmann::json::array();
@@ -181,6 +181,7 @@ void write_container(const std::string& path, const nlohmann::json& info, const 
     const auto& t = tensors[i];
     buf.assign(t.payload_bytes(), 0);
     quantize_payload(t, source(i), buf.data());
+    if (done) done(i);
     pad_to(base + lay[i].data);
     f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     pos += buf.size();

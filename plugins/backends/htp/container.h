@@ -43,9 +43,11 @@ void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out);
 // Reverse: the stored values as floats, exactly on the grid.
 void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out);
 
-// Writes a container; `source(i)` returns the float data of tensor i (numel floats).
+// Writes a container; `source(i)` returns the float data of tensor i (numel floats), and
+// `done(i)`, when given, is called once tensor i is written (the caller can let its source go).
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
-                     const std::function<const float*(size_t)>& source);
+                     const std::function<const float*(size_t)>& source,
+                     const std::function<void(size_t)>& done = {});
 
 struct LoadedContainer {
   nlohmann::json info;
