@@ -36,6 +36,17 @@ host::Registry& registry() {
   return *reg;
 }
 
+// A calibration on tiny_llama's held-out text: `samples` windows of `len` tokens.
+std::unique_ptr<host::TextCalibration> tiny_calibration(int samples, int len) {
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
+  if (!cpu) throw std::runtime_error("the cpu backend is not built");
+  manifest::Manifest::Calibration c;
+  c.text = kTiny + "/heldout.txt";
+  c.num_samples = samples;
+  c.sequence_length = len;
+  return std::make_unique<host::TextCalibration>(c, kTiny + "/tokenizer.json", *cpu);
+}
+
 // A model set of one graph: Y = X @ W, W = [K, N] given row-major.
 std::unique_ptr<ir::ModelSet> matmul_model(int64_t K, int64_t N, const std::vector<float>& w) {
   auto g = std::make_unique<ir::Graph>();
@@ -284,13 +295,8 @@ TEST(Calibration, MissingEmptyAndShortTextAreClearErrors) {
 
 // Intermediate values come back by name, with the batch's sequence length.
 TEST(Calibration, RunReturnsIntermediateValues) {
-  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
-  ASSERT_NE(cpu, nullptr);
-  manifest::Manifest::Calibration c;
-  c.text = kTiny + "/heldout.txt";
-  c.num_samples = 2;
-  c.sequence_length = 16;
-  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto calibration = tiny_calibration(2, 16);
+  host::TextCalibration& calib = *calibration;
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
   std::string hidden;  // the first MatMul's activation input
   for (const auto& n : ms->graphs[0]->nodes)
@@ -316,13 +322,8 @@ TEST(Calibration, RunReturnsIntermediateValues) {
 // Calibration runs the graph segment by segment (one decoder layer's weights at a time) and
 // gives exactly the values of one whole-graph cpu session on the same batch.
 TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
-  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
-  ASSERT_NE(cpu, nullptr);
-  manifest::Manifest::Calibration c;
-  c.text = kTiny + "/heldout.txt";
-  c.num_samples = 3;
-  c.sequence_length = 16;
-  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto calibration = tiny_calibration(3, 16);
+  host::TextCalibration& calib = *calibration;
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
   const ir::Graph& g = *ms->graphs[0];
 
@@ -350,6 +351,7 @@ TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
   // The reference: the whole graph on one session, fed as calibration feeds it.
   auto whole = ms->clone();
   whole->graphs[0]->outputs = names;
+  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
   auto session = host::BackendSession::open_model_set(*cpu, {{"use_encodings", false}}, *whole);
   host::DecoderIO io = host::DecoderIO::from_spec(host::graph_specs(*ms)[0]);
   for (size_t b = 0; b < calib.batch_count(); ++b) {
@@ -386,13 +388,8 @@ TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
 // One calibration serves model set after model set (recipes in a row, tests): a model
 // loaded where a freed one was gets its own weights, never the old graph's nodes.
 TEST(Calibration, ServesOneModelSetAfterAnother) {
-  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
-  ASSERT_NE(cpu, nullptr);
-  manifest::Manifest::Calibration c;
-  c.text = kTiny + "/heldout.txt";
-  c.num_samples = 1;
-  c.sequence_length = 16;
-  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto calibration = tiny_calibration(1, 16);
+  host::TextCalibration& calib = *calibration;
   auto logits = [&](ir::ModelSet& ms) {
     const char* names[] = {"logits"};
     nf_tensor* out = nullptr;
@@ -414,13 +411,8 @@ TEST(Calibration, ServesOneModelSetAfterAnother) {
 // Asked layer by layer, every batch runs each segment once; a replaced weight reruns only
 // the segments from the one holding it, and the values follow the weight.
 TEST(Calibration, StreamsEachSegmentOncePerBatch) {
-  const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
-  ASSERT_NE(cpu, nullptr);
-  manifest::Manifest::Calibration c;
-  c.text = kTiny + "/heldout.txt";
-  c.num_samples = 3;
-  c.sequence_length = 16;
-  host::TextCalibration calib(c, kTiny + "/tokenizer.json", *cpu);
+  auto calibration = tiny_calibration(3, 16);
+  host::TextCalibration& calib = *calibration;
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
   ir::Graph& g = *ms->graphs[0];
   auto cut = host::cut_into_segments(g);
