@@ -9,8 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "manifest/schema.h"
 #include "calibration/segments.h"
+#include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/session.h"
 #include "pipeline/util.h"

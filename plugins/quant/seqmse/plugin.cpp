@@ -4,9 +4,10 @@
 // quantized ('symqt', 'asym': the calibration runs the weights encoded so far on their
 // grids) or from the float model ('symfp'), each weight's clip is searched per channel or
 // per block (seqmse_math.h), its encoding is set at the best clip, and the next group runs
-// on top. The calibration streams layer by layer, so a group reruns only its own layer. Results are encodings: PER_CHANNEL or PER_BLOCK
-// at `weight_bw` for the searched weights, int8 PER_CHANNEL for the excluded ones (LM
-// head by default), min/max activation and KV encodings. Weights stay float at the end.
+// on top (the calibration streams layer by layer, so a group reruns only its own layer).
+// Results are encodings: PER_CHANNEL or PER_BLOCK at `weight_bw` for the searched weights,
+// int8 PER_CHANNEL for the excluded ones (LM head by default), min/max activation and KV
+// encodings. Weights stay float throughout.
 //
 // Composition with lpbq: run seqmse with granularity = "per_block" and then lpbq with
 // the same block_size and bw; lpbq takes each PER_BLOCK scale as its block scale s_blk
