@@ -1,7 +1,5 @@
 #include "calibration/calibration.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <climits>
 #include <filesystem>
@@ -233,7 +231,6 @@ void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& 
     if (st.session) {  // one segment's weights at a time
       st.session.reset();
       drop_weight_pages(src, st.cut.segments[st.open_segment]);
-      ::malloc_trim(0);  // the packed copies go back to the system, not to a heap that keeps them
     }
     st.copy = segment_model(ms, seg, s, outputs);
     nlohmann::json options = {{"use_encodings", encoded_weights(ms)}};
