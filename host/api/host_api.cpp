@@ -102,8 +102,7 @@ void tensor_release(nf_tensor* t) {
     // No plugin reads the tensor now: a weight mapped from the model's external data leaves
     // the resident set (its pages come back from the file on the next read), so a stage
     // reading every weight once holds one weight in memory, not the model.
-    const ir::Tensor& tensor = r->tensor;
-    if (tensor.buffer) tensor.buffer->drop_pages(tensor.offset, tensor.nbytes());
+    r->tensor.drop_pages();
     auto keep = std::move(r->abi_keep);  // may destroy r when this goes out of scope
   }
 }

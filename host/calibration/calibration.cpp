@@ -206,10 +206,7 @@ std::unique_ptr<ir::ModelSet> segment_model(const ir::ModelSet& ms, const GraphS
 }
 
 void drop_weight_pages(const ir::Graph& g, const GraphSegment& seg) {
-  for (const auto& name : seg.initializers) {
-    const ir::Tensor& t = g.initializers.at(name)->tensor;
-    if (t.buffer) t.buffer->drop_pages(t.offset, t.nbytes());
-  }
+  for (const auto& name : seg.initializers) g.initializers.at(name)->tensor.drop_pages();
 }
 
 }  // namespace

@@ -3,39 +3,9 @@
 #include <algorithm>
 #include <regex>
 #include <set>
-#include <stdexcept>
 
 namespace nf::host {
 namespace {
-
-// Kahn's order of the nodes' indices (stable for a sorted graph); the graph is not touched.
-std::vector<size_t> execution_order(const ir::Graph& g) {
-  std::map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i]->outputs)
-      if (!o.empty()) producer[o] = i;
-  std::vector<std::vector<size_t>> readers(g.nodes.size());
-  std::vector<size_t> waiting(g.nodes.size(), 0);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& in : g.nodes[i]->inputs)
-      if (auto it = producer.find(in); it != producer.end()) {
-        readers[it->second].push_back(i);
-        ++waiting[i];
-      }
-  std::set<size_t> ready;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!waiting[i]) ready.insert(i);
-  std::vector<size_t> order;
-  while (!ready.empty()) {
-    size_t i = *ready.begin();
-    ready.erase(ready.begin());
-    order.push_back(i);
-    for (size_t r : readers[i])
-      if (--waiting[r] == 0) ready.insert(r);
-  }
-  if (order.size() != g.nodes.size()) throw std::runtime_error("graph '" + g.name + "' has a cycle");
-  return order;
-}
 
 bool has_subgraphs(const ir::Graph& g) {
   for (const auto& n : g.nodes)
@@ -57,7 +27,7 @@ GraphSegments cut_into_segments(const ir::Graph& g) {
   // Each node's segment: the latest segment of what it reads. Nodes computed from
   // initializers alone (a tied LM head's Transpose, shape constants) are copied into every
   // segment that reads them, where the backend folds them, rather than carried across.
-  const std::vector<size_t> order = execution_order(g);
+  const std::vector<size_t> order = g.execution_order();
   auto node = [&](size_t i) -> const ir::Node& { return *g.nodes[order[i]]; };
   std::map<std::string, size_t> constant_producer;  // value -> index in `order`
   for (size_t i = 0; i < order.size() && !one_segment; ++i) {

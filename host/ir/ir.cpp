@@ -102,7 +102,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   return g;
 }
 
-void Graph::sort() {
+std::vector<size_t> Graph::execution_order() const {
   std::unordered_map<std::string, size_t> producer_of;
   for (size_t i = 0; i < nodes.size(); ++i)
     for (const auto& o : nodes[i]->outputs)
@@ -117,9 +117,8 @@ void Graph::sort() {
       ++pending[i];
     }
   }
-  // Ready nodes are taken in their current order, so a sorted graph is left unchanged.
+  // Ready nodes are taken in their current order, so a sorted graph keeps its order.
   std::vector<size_t> order;
-  std::vector<bool> ready(nodes.size(), false);
   std::deque<size_t> queue;
   for (size_t i = 0; i < nodes.size(); ++i)
     if (pending[i] == 0) queue.push_back(i);
@@ -132,9 +131,13 @@ void Graph::sort() {
       if (--pending[u] == 0) queue.push_back(u);
   }
   if (order.size() != nodes.size()) throw std::runtime_error("graph '" + name + "' has a cycle");
+  return order;
+}
+
+void Graph::sort() {
   std::vector<std::unique_ptr<Node>> sorted;
   sorted.reserve(nodes.size());
-  for (size_t i : order) sorted.push_back(std::move(nodes[i]));
+  for (size_t i : execution_order()) sorted.push_back(std::move(nodes[i]));
   nodes = std::move(sorted);
 }
 

@@ -81,6 +81,10 @@ struct Tensor {
   void* mutable_data();
   template <class T> const T* as() const { return static_cast<const T*>(data()); }
   template <class T> T* mutable_as() { return static_cast<T*>(mutable_data()); }
+  // Lets the bytes leave the resident set if they are a file mapping (Buffer::drop_pages).
+  void drop_pages() const {
+    if (buffer) buffer->drop_pages(offset, nbytes());
+  }
 
   static Tensor zeros(DType dtype, std::vector<int64_t> dims);
   template <class T>
@@ -159,7 +163,10 @@ struct Graph {
 
   // Deep copy of structure; initializer buffers are shared.
   std::unique_ptr<Graph> clone() const;
-  // Kahn's algorithm; stable for nodes already in order. Throws on a cycle.
+  // Indices of the nodes in an order that computes every value before its readers (Kahn's
+  // algorithm; a sorted graph keeps its order). Throws on a cycle.
+  std::vector<size_t> execution_order() const;
+  // Puts the nodes in execution_order().
   void sort();
   Node* producer(const std::string& value) const;
   const Tensor* initializer(const std::string& name) const;
