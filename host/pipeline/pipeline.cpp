@@ -10,6 +10,7 @@
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/package.h"
+#include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/util.h"
@@ -81,6 +82,38 @@ nlohmann::json package_decoder_assets(const manifest::Manifest& m, const std::ve
     options[a.key] = rel.string();
   }
   return options;
+}
+
+// Estimates the build's peak memory and disk from the source's shapes (resources.h) and
+// refuses what cannot fit, before any stage runs. Returns whether the stage cache fits too:
+// a build whose cache entries would fill the disk runs without them.
+bool fits_before_start(const manifest::Manifest& m, const std::vector<std::pair<std::string, manifest::PluginUse>>& targets,
+                       const ir::ModelSet& source, const BuildRequest& req, const fs::path& cache_root) {
+  std::vector<std::string> backends;
+  for (const auto& t : targets) backends.push_back(t.second.name);
+  const BuildNeeds need = estimate_build(m, backends, source, req.use_cache);
+  const uint64_t memory = memory_available(), out_free = disk_free(req.out_dir);
+  spdlog::info("estimated from the model's {} of fp32 weights: peak memory ~{} ({}), packages ~{}{}; available: {} of "
+               "memory, {} of disk for the packages",
+               human_bytes(need.weight_bytes), human_bytes(need.peak_memory), need.peak_stage, human_bytes(need.package_bytes),
+               need.cache_bytes ? ", stage cache ~" + human_bytes(need.cache_bytes) : std::string(), human_bytes(memory),
+               human_bytes(out_free));
+  const std::string override_hint = "; pass --skip-resource-check to try anyway";
+  if (need.peak_memory > memory && !req.skip_resource_check)
+    throw std::runtime_error("this build needs ~" + human_bytes(need.peak_memory) + " of memory at its peak (" +
+                             need.peak_stage + " on " + human_bytes(need.weight_bytes) +
+                             " of fp32 weights) and this machine has " + human_bytes(memory) +
+                             " available (MemAvailable + swap, within the cgroup's limit)" + override_hint);
+  if (need.package_bytes > out_free && !req.skip_resource_check)
+    throw std::runtime_error("the packages need ~" + human_bytes(need.package_bytes) + " of disk and " +
+                             req.out_dir.string() + " has " + human_bytes(out_free) + " free" + override_hint);
+  if (need.cache_bytes && need.cache_bytes + need.package_bytes > disk_free(cache_root)) {
+    spdlog::warn("the stage cache would need ~{} and {} has {} free: building without it (--cache-dir picks another "
+                 "place)",
+                 human_bytes(need.cache_bytes), cache_root.string(), human_bytes(disk_free(cache_root)));
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -167,12 +200,14 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   }
 
   const auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
-  StageCache cache(req.cache_root.empty() ? StageCache::default_root() : req.cache_root, req.use_cache);
   auto t_load = std::chrono::steady_clock::now();
   stage_hook("load");
   auto ms = load_source_model(m.model_onnx, m.model_config);
   std::string key = nlohmann::json::parse(ms->metadata["source_key"]).get<std::string>();
   spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
+  const fs::path cache_root = req.cache_root.empty() ? StageCache::default_root() : req.cache_root;
+  const bool cache_fits = fits_before_start(m, targets, *ms, req, cache_root);
+  StageCache cache(cache_root, req.use_cache && cache_fits);
   // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
   // embedding table before any stage, so quant recipes and transforms see the final table.
   if (auto a = find_speculative_assets(assets)) {

@@ -30,6 +30,8 @@ struct BuildRequest {
   std::string target = "all";        // a [targets.NAME] or "all"
   std::filesystem::path out_dir;     // packages go to out_dir/<target>
   bool use_cache = true;
+  // Build even when the estimated peak memory or package size exceeds what the machine has.
+  bool skip_resource_check = false;
   std::filesystem::path cache_root;  // empty: StageCache::default_root()
   // Called before each stage starts ("quant lpbq", "transform arcl", "compile htp").
   std::function<void(const std::string& stage)> on_stage;

@@ -189,6 +189,26 @@ TEST(Build, InterruptedBuildLeavesNoPackage) {
   fs::remove_all(dir);
 }
 
+// A build whose estimated peak memory exceeds what the machine has is refused before any
+// stage runs, with both numbers on one line; --skip-resource-check builds anyway.
+TEST(Build, RefusesWhatDoesNotFitBeforeAnyStage) {
+  fs::path dir = fresh_dir("resources");
+  auto manifest = write_manifest(dir, "llama_gqa", "");
+  std::vector<std::string> args{"build", manifest.string(), "--out", (dir / "out").string(), "--no-cache", "-q"};
+  ::setenv("NPUFORGE_MEMORY_AVAILABLE", "1000", 1);
+  auto refused = npuforge(args);
+  args.push_back("--skip-resource-check");
+  auto forced = npuforge(args);
+  ::unsetenv("NPUFORGE_MEMORY_AVAILABLE");
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_EQ(line_count(refused.err), 1) << refused.err;
+  EXPECT_EQ(refused.err.rfind("npuforge: error: this build needs ~", 0), 0u) << refused.err;
+  EXPECT_NE(refused.err.find("has 0 MB available"), std::string::npos) << refused.err;
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "cpu" / "package.json"));
+  fs::remove_all(dir);
+}
+
 TEST(Check, ManifestErrorsNameFileLineAndColumn) {
   fs::path dir = fresh_dir("check");
   auto manifest = write_manifest(dir, "llama_gqa",

@@ -4,6 +4,7 @@
 // onto their grid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -181,6 +182,88 @@ TEST(Encodings, ActivationsAreRoundedOntoTheirGrid) {
   // use_encodings false: plain float.
   auto fp = f.reference([&](int64_t k, int64_t n) { return f.w[k * N + n]; });
   expect_near(f.run(R"({"use_encodings": false})"), fp);
+}
+
+// A tied table E [V, H]: the embedding lookup Gather(E, ids) and the LM head
+// MatMul(x, Transpose(E)) both read E on its encoding's grid (PER_CHANNEL on axis 0, one
+// step per row: what lpbq gives a tied LM head), so the device's one stored table serves
+// both. The Transpose is not materialised: the head packs from E with E's encoding.
+TEST(Encodings, TiedTableIsOneGridForLookupAndHead) {
+  constexpr int64_t V = 48, H = 64;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d;
+  std::vector<float> table(V * H), x(H), scale(V);
+  for (float& v : table) v = d(rng);
+  for (float& v : x) v = d(rng);
+  std::vector<int32_t> offset(V, -128);
+  for (int64_t r = 0; r < V; ++r) {
+    float absmax = 0;
+    for (int64_t c = 0; c < H; ++c) absmax = std::max(absmax, std::fabs(table[r * H + c]));
+    scale[r] = absmax / 127;
+  }
+  ir::ModelSet ms;
+  auto g = std::make_unique<ir::Graph>();
+  g->name = "main";
+  g->opsets[""] = 17;
+  g->inputs = {"ids", "x"};
+  g->outputs = {"rows", "logits"};
+  g->types["ids"] = {NF_DTYPE_INT64, std::vector<ir::Dim>{{2, ""}}};
+  g->types["x"] = {NF_DTYPE_FLOAT32, std::vector<ir::Dim>{{1, ""}, {H, ""}}};
+  auto node = [&](const char* op, std::vector<std::string> in, std::string out) {
+    auto n = std::make_unique<ir::Node>();
+    n->op_type = op;
+    n->name = std::string("/") + op;
+    n->inputs = std::move(in);
+    n->outputs = {std::move(out)};
+    g->nodes.push_back(std::move(n));
+  };
+  node("Gather", {"E", "ids"}, "rows");
+  node("Transpose", {"E"}, "Et");
+  node("MatMul", {"x", "Et"}, "logits");
+  auto ref = std::make_shared<ir::TensorRef>();
+  ref->tensor = ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {V, H}, table);
+  g->initializers["E"] = ref;
+  ms.graphs.push_back(std::move(g));
+  nf_encoding e{};
+  e.struct_size = sizeof(nf_encoding);
+  e.enc_type = NF_ENC_PER_CHANNEL;
+  e.bw = 8;
+  e.is_sym = 1;
+  e.axis = 0;
+  e.block_axis = -1;
+  e.num_scales = V;
+  e.scale = scale.data();
+  e.offset = offset.data();
+  ms.encodings["E"] = ir::Encoding::from(e);
+  auto q = [&](int64_t r, int64_t c) { return std::clamp(std::nearbyint(table[r * H + c] / scale[r]), -128.f, 127.f) * scale[r]; };
+
+  for (bool encoded : {true, false}) {
+    nf_session* s = nullptr;
+    ASSERT_EQ(backend()->open_model_set(encoded ? "{}" : R"({"use_encodings": false})", host::handle(&ms), nullptr, &s),
+              nullptr);
+    const std::vector<int64_t> ids = {7, -1};  // -1: the last row
+    const char* in_names[] = {"ids", "x"};
+    const char* out_names[] = {"rows", "logits"};
+    nf_tensor* in[] = {host::new_tensor_handle(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, {2}, ids)),
+                       host::new_tensor_handle(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {1, H}, x))};
+    nf_tensor* out[2] = {nullptr, nullptr};
+    ASSERT_EQ(backend()->run(s, "main", in_names, in, 2, out_names, out, 2), nullptr);
+    const float* rows = host::unwrap(out[0])->tensor.as<float>();
+    const float* logits = host::unwrap(out[1])->tensor.as<float>();
+    for (int64_t i = 0; i < 2; ++i) {
+      const int64_t r = i == 0 ? 7 : V - 1;
+      for (int64_t c = 0; c < H; ++c)
+        EXPECT_FLOAT_EQ(rows[i * H + c], encoded ? q(r, c) : table[r * H + c]) << "row " << r << " col " << c;
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      double want = 0;
+      for (int64_t c = 0; c < H; ++c) want += double(x[c]) * (encoded ? q(v, c) : table[v * H + c]);
+      EXPECT_NEAR(logits[v], want, 1e-4 + 1e-4 * std::fabs(want)) << "logit " << v;
+    }
+    for (nf_tensor* t : in) host::host_api()->tensor_release(t);
+    for (nf_tensor* t : out) host::host_api()->tensor_release(t);
+    backend()->close(s);
+  }
 }
 
 }  // namespace

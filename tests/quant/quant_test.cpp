@@ -170,6 +170,37 @@ TEST(LpbqRecipe, WritesLpbqEncodingAndKeepsLmHeadInt8) {
   }
 }
 
+// A tied LM head, MatMul(h, Transpose(E)) on the embedding table E [V, H] itself: lpbq
+// encodes E (int8, one scale per vocabulary row, axis 0) so the device stores one table for
+// the lookup and the head, and the decoder's other weights get LPBQ.
+TEST(LpbqRecipe, TiedLmHeadEncodesTheTableOncePerRow) {
+  const int64_t V = 5, H = 4;
+  std::vector<float> table(V * H), w(H * H, 0.25f);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.01f * float(i + 1) * (i % 2 ? -1.f : 1.f);
+  auto ms = matmul_model(H, H, w);  // x @ W -> Identity -> logits
+  ir::Graph& g = *ms->graphs[0];
+  g.nodes[1]->op_type = "Transpose";  // the Identity becomes Transpose(E) ...
+  g.nodes[1]->inputs = {"E"};
+  g.nodes[1]->outputs = {"Et"};
+  g.nodes[0]->outputs = {"h"};
+  auto head = std::make_unique<ir::Node>();  // ... and the head reads it: logits = h @ E^T
+  head->op_type = "MatMul";
+  head->name = "/lm_head/MatMul";
+  head->inputs = {"h", "Et"};
+  head->outputs = {"logits"};
+  g.nodes.push_back(std::move(head));
+  g.initializers["E"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {V, H}, table));
+  ASSERT_EQ(apply_recipe("lpbq", {{"block_size", 2}}, *ms), "");
+  ASSERT_TRUE(ms->encodings.count("E"));
+  const nf_encoding& e = ms->encodings.at("E").view;
+  EXPECT_EQ(e.enc_type, NF_ENC_PER_CHANNEL);
+  EXPECT_EQ(e.bw, 8);
+  EXPECT_EQ(e.axis, 0);  // one scale per row of E: per output channel of the head
+  ASSERT_EQ(e.num_scales, static_cast<size_t>(V));
+  for (int64_t r = 0; r < V; ++r) EXPECT_FLOAT_EQ(e.scale[r], std::fabs(table[r * H + H - 1]) / 127) << r;
+  EXPECT_EQ(ms->encodings.at("W").view.enc_type, NF_ENC_LPBQ);
+}
+
 TEST(LpbqRecipe, BlockSizeMustDivideInputChannels) {
   auto ms = matmul_model(6, 2, std::vector<float>(12, 0.5f));
   std::string err = apply_recipe("lpbq", {{"block_size", 4}, {"exclude_lm_head", false}}, *ms);

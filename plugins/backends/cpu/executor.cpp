@@ -138,6 +138,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   drop_unused_constants();
   plan_frees();
   plan_activation_quant(ms);
+  plan_table_lookups(ms);
   plan_integer_mode();
 }
 
@@ -151,11 +152,12 @@ void GraphPlan::fold_constants() {
       kept.push_back(std::move(n));
       continue;
     }
-    // A big 2-D Transpose of a constant (tied lm_head: MatMul(h, Transpose(embed))) is not
-    // computed here: pack_weights packs from its source; finish_deferred() computes it only
-    // if something else still reads it.
+    // A 2-D Transpose of a big constant or of an initializer (tied lm_head: MatMul(h,
+    // Transpose(embed))) is not computed here: pack_weights packs from its source, with the
+    // source's encoding; finish_deferred() computes it only if something else still reads it.
     if (n.op == "Transpose" && n.in.size() == 1 && n.in[0] >= 0 && n.out.size() == 1 && n.out[0] >= 0 &&
-        constants_[n.in[0]].rank() == 2 && constants_[n.in[0]].numel() >= (1 << 16) &&
+        constants_[n.in[0]].rank() == 2 &&
+        (constants_[n.in[0]].numel() >= (1 << 16) || !initializer_of_[n.in[0]].empty()) &&
         n.ints("perm", {1, 0}) == std::vector<int64_t>{1, 0}) {
       transposed_of_[n.out[0]] = n.in[0];
       kept.push_back(std::move(n));
@@ -293,6 +295,62 @@ void GraphPlan::drop_unused_constants() {
   for (const std::string& o : outputs_) used[slot(o)] = true;
   for (size_t s = 0; s < constants_.size(); ++s)
     if (!used[s] && !constants_[s].empty_handle() && constants_[s].numel() > 64) constants_[s] = k::Tensor();
+}
+
+void TableGrid::apply(float* rows, const std::vector<int64_t>& indices, int64_t cols) const {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    float* row = rows + static_cast<int64_t>(i) * cols;
+    const size_t base = per_row ? static_cast<size_t>(indices[i] * blocks) : 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t g = per_row ? base + static_cast<size_t>(c / block) : 0;
+      const float q = std::clamp(std::nearbyint(row[c] / scale[g]) - zero[g], qmin, qmax);
+      row[c] = (q + zero[g]) * scale[g];
+    }
+  }
+}
+
+// A Gather of a constant 2-D table with an integer encoding (the tied embedding, encoded as
+// the LM head's weight: per row, per row block, or per tensor) rounds what it reads onto
+// that grid, as the device stores the one table.
+void GraphPlan::plan_table_lookups(ModelSet ms) {
+  if (!opts_.use_encodings) return;
+  for (NodeDef& n : nodes_) {
+    if (n.op != "Gather" || n.in.size() < 2 || n.in[0] < 0 || n.i("axis", 0) != 0) continue;
+    const k::Tensor& t = constants_[n.in[0]];
+    const std::string& name = initializer_of_[n.in[0]];
+    if (t.empty_handle() || name.empty() || t.dtype() != NF_DTYPE_FLOAT32 || t.rank() != 2) continue;
+    const nf_encoding* e = ms.encoding(name);
+    if (!e || e->is_float) continue;
+    auto bad = [&](const std::string& why) {
+      return Error("cpu backend: encoding of table '" + name + "' read by Gather " + n.name + ": " + why);
+    };
+    const bool lpbq = e->enc_type == NF_ENC_LPBQ, blocked = lpbq || e->enc_type == NF_ENC_PER_BLOCK;
+    const int bits = lpbq ? e->compressed_bw : e->bw;
+    if (bits < 2 || bits > 16) throw bad(std::to_string(bits) + "-bit values");
+    auto g = std::make_shared<TableGrid>();
+    const int64_t rows = t.dim(0), cols = t.dim(1);
+    g->per_row = e->enc_type != NF_ENC_PER_TENSOR;
+    g->block = blocked ? e->block_size : cols;
+    if (g->per_row && (e->axis != 0 || (blocked && (e->block_axis != 1 || e->block_size <= 0))))
+      throw bad("the lookup reads rows: the channel axis must be 0 and blocks must run along axis 1");
+    g->blocks = (cols + g->block - 1) / g->block;
+    const size_t groups = g->per_row ? static_cast<size_t>(rows * g->blocks) : 1;
+    const size_t scales = e->enc_type == NF_ENC_PER_BLOCK ? groups : g->per_row ? static_cast<size_t>(rows) : 1;
+    if (e->num_scales != scales) throw bad(std::to_string(e->num_scales) + " scales, expected " + std::to_string(scales));
+    if (lpbq && e->num_block_ints != groups) throw bad(std::to_string(e->num_block_ints) + " block ints, expected " + std::to_string(groups));
+    g->qmin = -std::ldexp(1.f, bits - 1);
+    g->qmax = std::ldexp(1.f, bits - 1) - 1;
+    g->scale.resize(groups);
+    g->zero.resize(groups);
+    for (size_t i = 0; i < groups; ++i) {
+      const size_t src = e->enc_type == NF_ENC_PER_BLOCK ? i : i / static_cast<size_t>(g->blocks);
+      g->scale[i] = e->scale[src] * (lpbq ? static_cast<float>(e->per_block_int_scale[i]) : 1.f);
+      // AIMET's unsigned offset on the signed grid, as weights.cpp from_encoding does.
+      g->zero[i] = e->is_sym ? 0.f : static_cast<float>(e->offset[src] + (1 << (bits - 1)));
+      if (!(g->scale[i] > 0)) throw bad("scale " + std::to_string(g->scale[i]) + " is not positive");
+    }
+    n.table_grid = std::move(g);
+  }
 }
 
 void ActivationGrid::apply(const float* x, float* y, int64_t n) const {

@@ -54,6 +54,7 @@ class GraphPlan {
   void drop_unused_constants();
   void plan_frees();
   void plan_activation_quant(ModelSet ms);
+  void plan_table_lookups(ModelSet ms);
   void plan_integer_mode();
   k::Tensor quantized(int slot, const k::Tensor& t) const;
 

@@ -195,6 +195,13 @@ void op_slice(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
 }
 void op_gather(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
   out[0] = k::gather(need(n, in, 0), need(n, in, 1), n.i("axis", 0));
+  if (n.table_grid) {
+    const k::Tensor& table = need(n, in, 0);
+    std::vector<int64_t> idx = need(n, in, 1).to_int64s();
+    for (int64_t& i : idx)
+      if (i < 0) i += table.dim(0);
+    n.table_grid->apply(out[0].mut<float>(), idx, table.dim(1));
+  }
 }
 void op_gather_elements(const NodeDef& n, const Ins& in, Outs& out, const RunCtx&) {
   out[0] = k::gather_elements(need(n, in, 0), need(n, in, 1), n.i("axis", 0));

@@ -58,6 +58,19 @@ struct ExactMode {
   float b_scale = 0;  // input 1 of a MatMul without packed weights
 };
 
+// The grid of an encoded 2-D table read by Gather along axis 0 (a tied embedding that also
+// serves as the LM head): element (r, c) has step scale[r * blocks + c / block] and zero
+// zero[...] (w = (q + zero) * scale, q signed in `bits` bits). Gathered rows are rounded onto
+// it, so the lookup reads what the device stores.
+struct TableGrid {
+  int64_t block = 0, blocks = 1;  // columns per group and groups per row
+  bool per_row = false;           // false: one group for the whole table (PER_TENSOR)
+  float qmin = -128, qmax = 127;
+  std::vector<float> scale, zero;
+  // Rounds `rows` (row i taken from table row indices[i]) of `cols` columns in place.
+  void apply(float* rows, const std::vector<int64_t>& indices, int64_t cols) const;
+};
+
 struct NodeDef {
   std::string op, name;
   int64_t opset = 0;
@@ -66,6 +79,7 @@ struct NodeDef {
   OpFn fn = nullptr;
   std::shared_ptr<LinearState> linear;  // set by the planner for packed weights
   bool trans_b = false;                 // MatMul reads B through a folded Transpose
+  std::shared_ptr<const TableGrid> table_grid;  // Gather of an encoded constant table
   ExactMode exact;
 
   bool has(const char* a) const { return attrs.count(a) != 0; }

@@ -38,17 +38,30 @@ inline float weight_at(const float* w, const LinearWeight& lw, int64_t k, int64_
 }
 
 // Every MatMul/Gemm whose B input is a 2-D float32 initializer, over all graphs of the set
-// (a weight shared by several graphs is listed once, from the first graph).
+// (a weight shared by several graphs is listed once, from the first graph). A MatMul whose B
+// is Transpose(initializer, perm [1, 0]) -- the tied LM head, MatMul(h, Transpose(embed)) as
+// torch writes it without constant folding -- lists the initializer itself, read as [N, K]:
+// its encoding then serves the embedding lookup too, so the tied table is stored once.
 inline std::vector<LinearWeight> linear_weights(const ModelSet& ms) {
   std::vector<LinearWeight> result;
   std::set<std::string> seen;
   for (const Graph& g : ms.graphs()) {
     std::set<std::string> inits;
     for (auto& n : g.initializer_names()) inits.insert(n);
+    std::map<std::string, std::string> transposed_init;  // Transpose output -> its initializer
+    for (const Node& node : g.nodes())
+      if (node.op_type() == "Transpose" && node.input_count() == 1 && inits.count(node.input(0)) &&
+          node.attr_ints("perm", {1, 0}) == std::vector<int64_t>{1, 0})
+        transposed_init[node.output(0)] = node.input(0);
     for (const Node& node : g.nodes()) {
       if (node.op_type() != "MatMul" && node.op_type() != "Gemm") continue;
       if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
       std::string b = node.input(1);
+      bool through_transpose = false;
+      if (!inits.count(b) && node.op_type() == "MatMul" && transposed_init.count(b)) {
+        b = transposed_init[b];
+        through_transpose = true;
+      }
       if (!inits.count(b) || seen.count(b)) continue;
       Tensor t = g.initializer(b);
       if (t.dtype() != NF_DTYPE_FLOAT32 || t.dims().size() != 2) continue;
@@ -58,7 +71,7 @@ inline std::vector<LinearWeight> linear_weights(const ModelSet& ms) {
       lw.name = b;
       lw.output = node.output(0);
       lw.input = node.input(0);
-      lw.nk = gemm && node.attr_int("transB", 0) != 0;
+      lw.nk = through_transpose || (gemm && node.attr_int("transB", 0) != 0);
       auto d = t.dims();
       lw.K = lw.nk ? d[1] : d[0];
       lw.N = lw.nk ? d[0] : d[1];

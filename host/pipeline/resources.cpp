@@ -1,0 +1,122 @@
+#include "pipeline/resources.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace nf::host {
+namespace {
+
+// Peak resident bytes of a stage ~= a * fp32 weights + b * largest tensor + base. The fits
+// come from /usr/bin/time -v of bench/scale_bench.sh builds at 100M, 1B and 3B (bench/
+// RESULTS.md, "Real-size builds"): a stage keeps a share of the layers resident while it
+// streams them, and the largest tensor (the embedding, or the LM head that reads it) whole,
+// packed or transposed. They err high at 100M-3B; spinquant was never measured to its end
+// (it rotates every weight into a new fp32 copy), so its share assumes one whole copy.
+struct StageCost {
+  const char* stage;
+  double per_weight_byte, per_largest_byte;
+};
+constexpr double kBaseBytes = 0.1e9;  // the process, plugins and calibration activations
+constexpr StageCost kTransformsAndCompile{"compile", 0.22, 0.85};
+constexpr StageCost kCalibratedRecipe{"calibrated quantization", 0.30, 1.56};
+constexpr StageCost kSeqMse{"seqmse", 0.95, 1.56};
+constexpr StageCost kSpinQuant{"spinquant", 1.30, 1.56};
+
+StageCost cost_of_recipe(const std::string& name) {
+  if (name == "seqmse") return kSeqMse;
+  if (name == "spinquant") return kSpinQuant;
+  return kCalibratedRecipe;  // lpbq, minmax and recipes of other authors
+}
+
+bool is_float(ir::DType t) { return t == NF_DTYPE_FLOAT32 || t == NF_DTYPE_FLOAT16 || t == NF_DTYPE_BFLOAT16; }
+
+// The number in a /proc or cgroup file's "Key: N kB" line, or its whole content; 0 if absent.
+uint64_t read_kb(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+  return 0;
+}
+
+uint64_t read_number(const char* path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s == "max") return 0;
+  return std::strtoull(s.c_str(), nullptr, 10);
+}
+
+}  // namespace
+
+std::string human_bytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
+                          const ir::ModelSet& source, bool use_cache) {
+  BuildNeeds n;
+  std::set<const ir::TensorRef*> seen;  // a tied table counts once
+  for (const auto& g : source.graphs)
+    for (const auto& [name, ref] : g->initializers) {
+      if (!ref || !is_float(ref->tensor.dtype) || !seen.insert(ref.get()).second) continue;
+      const uint64_t fp32 = static_cast<uint64_t>(ref->tensor.numel()) * 4;
+      n.weight_bytes += fp32;
+      n.largest_bytes = std::max(n.largest_bytes, fp32);
+    }
+  auto peak_of = [&](const StageCost& c) {
+    return static_cast<uint64_t>(c.per_weight_byte * n.weight_bytes + c.per_largest_byte * n.largest_bytes + kBaseBytes);
+  };
+  n.peak_memory = peak_of(kTransformsAndCompile);
+  n.peak_stage = kTransformsAndCompile.stage;
+  for (const auto& q : m.quant) {
+    const StageCost c = cost_of_recipe(q.name);
+    if (peak_of(c) > n.peak_memory) {
+      n.peak_memory = peak_of(c);
+      n.peak_stage = q.name;
+    }
+  }
+  // Package: weights as the target stores them. A quantized build keeps ~4-bit blocks plus
+  // int8 heads and scales (0.4 of fp32, measured 0.38 at 1B); an unquantized one fp16 on
+  // the NPUs (0.65 with the graphs and the head) and fp32 on the cpu backend.
+  for (const auto& backend : target_backends) {
+    const double share = !m.quant.empty() ? 0.4 : backend == "cpu" ? 1.05 : 0.65;
+    n.package_bytes += static_cast<uint64_t>(share * n.weight_bytes);
+  }
+  // Every quant and transform stage stores its whole model set, weights at fp32.
+  if (use_cache) n.cache_bytes = (m.quant.size() + m.transforms.size()) * n.weight_bytes;
+  return n;
+}
+
+uint64_t memory_available() {
+  if (const char* s = std::getenv("NPUFORGE_MEMORY_AVAILABLE"); s && *s) return std::strtoull(s, nullptr, 10);
+  uint64_t avail = read_kb("/proc/meminfo", "MemAvailable:") + read_kb("/proc/meminfo", "SwapFree:");
+  // A container's limit is its cgroup's, which /proc/meminfo does not show.
+  const uint64_t limit = read_number("/sys/fs/cgroup/memory.max");
+  if (limit > 0) {
+    const uint64_t used = read_number("/sys/fs/cgroup/memory.current");
+    avail = std::min(avail, limit > used ? limit - used : 0);
+  }
+  return avail;
+}
+
+uint64_t disk_free(const fs::path& path) {
+  fs::path p = fs::absolute(path);
+  while (!p.empty() && !fs::exists(p) && p != p.parent_path()) p = p.parent_path();
+  struct statvfs st{};
+  if (::statvfs(p.c_str(), &st) != 0) return UINT64_MAX;  // unknown: do not refuse on it
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+}  // namespace nf::host

@@ -1,0 +1,38 @@
+// What a build will need, from the source model's shapes, checked against what the machine
+// has before the first stage runs: a build that cannot fit is refused with "needs ~X GB,
+// this machine has Y" instead of being killed by the kernel hours in.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "ir/ir.h"
+#include "manifest/manifest.h"
+
+namespace nf::host {
+
+struct BuildNeeds {
+  uint64_t weight_bytes = 0;   // every float initializer at fp32 (what the stages work in)
+  uint64_t largest_bytes = 0;  // the largest float initializer at fp32 (the embedding)
+  uint64_t peak_memory = 0;    // resident bytes at the build's most demanding stage
+  std::string peak_stage;      // which stage that is ("lpbq", "compile", ...)
+  uint64_t package_bytes = 0;  // all selected targets' packages
+  uint64_t cache_bytes = 0;    // stage cache entries (each holds the model set's weights)
+};
+
+// Estimates a build of manifest `m` for `targets` (backend plugin names) on `source`.
+BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
+                          const ir::ModelSet& source, bool use_cache);
+
+// Bytes of memory this process can still take: MemAvailable + SwapFree, capped by the
+// cgroup's memory.max when it has one. NPUFORGE_MEMORY_AVAILABLE (bytes) overrides.
+uint64_t memory_available();
+
+// Bytes free to this user on the file system holding `path` (or its nearest existing parent).
+uint64_t disk_free(const std::filesystem::path& path);
+
+// "12.9 GB", "350 MB"
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace nf::host
