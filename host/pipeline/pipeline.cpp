@@ -13,6 +13,7 @@
 #include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
+#include "pipeline/tied_head.h"
 #include "pipeline/util.h"
 
 namespace fs = std::filesystem;
@@ -162,6 +163,11 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
     if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
     seen.push_back(mf);
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
+  }
+  // Cached stages of a build from before this step must not be replayed: the key says so.
+  if (std::string copy = tie_lm_head(*g); !copy.empty()) {
+    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+    key += hash_string("tie_lm_head " + copy);
   }
 
   std::string config = config_path;

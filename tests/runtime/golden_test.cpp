@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "manifest/schema.h"
+#include "onnx/onnx_io.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tied_head.h"
 #include "runner/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,4 +88,36 @@ TEST(Perplexity, TinyLlamaMatchesTorch) {
   auto r = host::perplexity(runner, ids, want["window_length"].get<int>());
   EXPECT_EQ(r.tokens_scored, want["tokens_scored"].get<int64_t>());
   EXPECT_NEAR(r.perplexity / want["ppl"].get<double>(), 1.0, 1e-3) << r.perplexity;
+}
+
+// torch's constant folding stores a tied LM head twice: the embedding and its transpose
+// (onnx::MatMul_N). The build ties the copy back to the table: Golden.* above runs qwen2
+// that way and still equals torch. Here: the copy is gone and a Transpose of the table
+// produces its value; an untied head, or a copy that differs in one element, stays as it is.
+TEST(TiedHead, FoldedCopyReadsTheTableAndOthersStay) {
+  const std::string models = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/";
+  for (const char* tied : {"qwen2", "zoo/gemma"}) {
+    auto g = onnx_io::load_model(models + tied + "/model.onnx");
+    const size_t inits = g->initializers.size();
+    std::string copy = host::tie_lm_head(*g);
+    ASSERT_FALSE(copy.empty()) << tied;
+    EXPECT_EQ(g->initializers.count(copy), 0u) << tied;
+    EXPECT_EQ(g->initializers.size(), inits - 1) << tied;
+    ir::Node* t = g->producer(copy);
+    ASSERT_NE(t, nullptr) << tied;
+    EXPECT_EQ(t->op_type, "Transpose");
+    EXPECT_EQ(t->inputs[0], "model.embed_tokens.weight") << tied;
+    EXPECT_NO_THROW(g->execution_order());
+  }
+  auto untied = onnx_io::load_model(models + "zoo/llama3/model.onnx");
+  EXPECT_EQ(host::tie_lm_head(*untied), "");
+
+  auto g = onnx_io::load_model(models + "qwen2/model.onnx");
+  ir::Node* head = g->producer("logits");
+  while (head && head->op_type != "MatMul") head = g->producer(head->inputs[0]);
+  ASSERT_NE(head, nullptr);
+  ir::Tensor& b = g->initializers.at(head->inputs[1])->tensor;
+  b.mutable_as<float>()[b.numel() - 1] += 1.f;  // the last element: past the sampled ones
+  EXPECT_EQ(host::tie_lm_head(*g), "");
+  EXPECT_TRUE(g->initializers.count(head->inputs[1]));
 }

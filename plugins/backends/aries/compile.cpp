@@ -227,10 +227,6 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   }
 
   if (!o.estimate_only) {
-    for (const auto& l : info.linears)
-      if (l.via_transpose)
-        throw Error("aries backend: the LM head '" + l.node + "' reads the embedding through a Transpose (tied "
-                    "weights); export with a separate lm_head weight, or compile with estimate_only");
     // Weights of each part into its container, quantized at the bit config.
     size_t done = 0;
     for (size_t p = 0; p < parts.size(); ++p) {
