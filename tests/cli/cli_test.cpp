@@ -1,10 +1,12 @@
 // The CLI as a user runs it: golden greedy output, clear one-line errors, builds that are
 // whole or absent, corrupted packages refused.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <spawn.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "cli_support.h"
@@ -206,6 +208,35 @@ TEST(Build, RefusesWhatDoesNotFitBeforeAnyStage) {
   EXPECT_NE(refused.err.find("has 0 MB available"), std::string::npos) << refused.err;
   EXPECT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_TRUE(fs::is_regular_file(dir / "out" / "cpu" / "package.json"));
+  fs::remove_all(dir);
+}
+
+// Every manifest under examples/ passes `npuforge check`: those that name the bundled
+// model in place, full.toml (a user's Llama-3.2-1B) in a folder laid out as it expects,
+// with the tiny model standing in. A new example must be added here.
+TEST(Check, EveryExampleManifestValidates) {
+  const fs::path examples = fs::path(source_dir()) / "examples";
+  const std::set<std::string> in_place = {"manifests/minimal-cpu.toml", "manifests/multi_target.toml",
+                                          "tiny_llama/manifest.toml"};
+  for (const auto& e : fs::recursive_directory_iterator(examples)) {
+    if (e.path().extension() != ".toml") continue;
+    const std::string rel = fs::relative(e.path(), examples).generic_string();
+    if (rel == "manifests/full.toml") continue;
+    EXPECT_TRUE(in_place.count(rel)) << rel << " is not checked by this test";
+  }
+  for (const auto& rel : in_place) {
+    auto r = npuforge({"check", (examples / rel).string()});
+    EXPECT_EQ(r.exit_code, 0) << rel << ": " << r.err;
+  }
+  fs::path dir = fresh_dir("example_full");
+  fs::create_directories(dir / "llama-3.2-1b");
+  fs::create_directories(dir / "data");
+  for (const char* f : {"model.onnx", "config.json", "tokenizer.json"})
+    fs::copy_file(model_dir("tiny_llama") + "/" + f, dir / "llama-3.2-1b" / f);
+  fs::copy_file(model_dir("tiny_llama") + "/heldout.txt", dir / "data" / "calibration.txt");
+  fs::copy_file(examples / "manifests" / "full.toml", dir / "full.toml");
+  auto r = npuforge({"check", (dir / "full.toml").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   fs::remove_all(dir);
 }
 
