@@ -207,13 +207,15 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   }
   calibration_weights.set(false);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char mean_clip[32];
+  char mean_clip[32], per_group[32];
+  std::snprintf(per_group, sizeof per_group, "%.2f", order.empty() ? 0.0 : secs / static_cast<double>(order.size()));
   std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);
   ctx.info(std::to_string(n_searched) + " weights searched at W" + std::to_string(bw) + " " +
            (per_block ? "per block of " + std::to_string(block_size) : std::string("per channel")) + " (" +
            (lpbq_dbw ? "on the LPBQ grid, " : "") + symmetry + ", " + opts.get<std::string>("loss_fn", "mse") + ", " + std::to_string(candidates) +
            " candidates, " + std::to_string(batches) + " batches; mean clip " + mean_clip + " of absmax) in " +
-           std::to_string(static_cast<int>(secs)) + " s, " + std::to_string(n_int8) + " kept at int8 per channel" +
+           std::to_string(static_cast<int>(secs)) + " s (" + per_group + " s per layer input), " +
+           std::to_string(n_int8) + " kept at int8 per channel" +
            (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
 
   size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
