@@ -17,7 +17,8 @@ namespace {
 // come from /usr/bin/time -v of bench/scale_bench.sh builds at 100M, 1B and 3B (bench/
 // RESULTS.md, "Real-size builds"): a stage keeps a share of the layers resident while it
 // streams them, and the largest tensor (the embedding, or the LM head that reads it) whole,
-// packed or transposed. Fitted on transforms and lpbq at 1B and 3B (within 5% at 100M-3B);
+// packed or transposed. Fitted on transforms and lpbq at 1B and 3B (within 5% at 100M-3B;
+// since the head is read in place, 1B lpbq peaks at 2.70 GB against 3.2 estimated);
 // seqmse on its 1B build before the htp page release (0.48 GB at 100M now, estimated 0.63);
 // spinquant on 100M (0.87 GB: it rotates every weight into a new fp32 copy).
 struct StageCost {

@@ -82,18 +82,18 @@ void gemv_f32(const float* x, int64_t M, const PackedWeight& w, const float* bia
     float s[4];
     for (; n + 4 <= n1; n += 4)
       for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<4>(x + m * K, w.f32.data() + n * K, K, s);
+        rows_avx512<4>(x + m * K, w.f32_rows() + n * K, K, s);
         for (int r = 0; r < 4; ++r) y[m * N + n + r] = s[r] + (bias ? bias[n + r] : 0.f);
       }
     for (; n < n1; ++n)
       for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<1>(x + m * K, w.f32.data() + n * K, K, s);
+        rows_avx512<1>(x + m * K, w.f32_rows() + n * K, K, s);
         y[m * N + n] = s[0] + (bias ? bias[n] : 0.f);
       }
     return;
   }
   for (int64_t n = n0; n < n1; ++n) {
-    const float* row = w.f32.data() + n * K;
+    const float* row = w.f32_rows() + n * K;
     for (int64_t m = 0; m < M; ++m) {
       float s = simd ? dot_avx2(x + m * K, row, K) : dot_scalar(x + m * K, row, K);
       y[m * N + n] = s + (bias ? bias[n] : 0.f);

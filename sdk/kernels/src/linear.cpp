@@ -107,7 +107,18 @@ void force_scalar(bool on) { g_force_scalar = on; }
 bool using_simd() { return cpu_has_avx2() && !g_force_scalar; }
 
 size_t PackedWeight::weight_bytes() const {
-  return f32.size() * 4 + q8.size() + q4.size() + scales.size() * 4 + zeros.size() * 4;
+  const size_t viewed = f32_view ? static_cast<size_t>(K * N) : 0;
+  return (f32.size() + viewed) * 4 + q8.size() + q4.size() + scales.size() * 4 + zeros.size() * 4;
+}
+
+PackedWeight view_f32_nk(const float* w, int64_t K, int64_t N, std::shared_ptr<const void> keep) {
+  check_dims(K, N, 1);
+  PackedWeight p;
+  p.K = K;
+  p.N = N;
+  p.f32_view = w;
+  p.keep = std::move(keep);
+  return p;
 }
 
 PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk) {
@@ -167,7 +178,7 @@ std::vector<float> dequantize(const PackedWeight& p) {
   for (int64_t n = 0; n < p.N; ++n)
     for (int64_t k = 0; k < p.K; ++k) {
       float v;
-      if (p.format == WeightFormat::F32) v = p.f32[n * p.K + k];
+      if (p.format == WeightFormat::F32) v = p.f32_rows()[n * p.K + k];
       else {
         size_t i = static_cast<size_t>(n * p.n_blocks + k / p.block_size);
         v = (static_cast<float>(load(p, n, k)) + (p.zeros.empty() ? 0.f : p.zeros[i])) * p.scales[i];
@@ -215,7 +226,7 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   // Prefill: fp32 GEMM against the packed [N, K] rows, dequantizing tiles of output channels
   // for the integer formats so the scratch stays small.
   if (w.format == WeightFormat::F32) {
-    sgemm(x, w.f32.data(), y, M, N, K, true);
+    sgemm(x, w.f32_rows(), y, M, N, K, true);
   } else {
     const int64_t tile = std::min<int64_t>(N, 256);
     static thread_local std::vector<float> wt, yt;  // reused across calls

@@ -11,6 +11,7 @@
 
 #include "npuforge/kernels/tensor.h"
 
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -42,6 +43,8 @@ struct PackedWeight {
   int64_t block_size = 0;  // along K (Int8/Int4); K for per-channel
   int64_t n_blocks = 0;    // ceil(K / block_size)
   aligned_vector<float> f32;   // F32: [N, K], 64-byte aligned
+  const float* f32_view = nullptr;  // F32 rows borrowed instead (view_f32_nk), f32 empty
+  std::shared_ptr<const void> keep;  // keeps f32_view's owner alive
   aligned_vector<int8_t> q8;   // Int8: [N, K]
   // Int4: [N, row_bytes]. Each 16-element chunk of a row is 8 bytes: byte j holds element
   // j in its low nibble and element 8 + j in its high nibble, as q + 8, so one zero-extending
@@ -53,10 +56,14 @@ struct PackedWeight {
   std::vector<float> zeros;    // [N, n_blocks]; empty when every zero is 0 (symmetric)
 
   size_t weight_bytes() const;  // bytes a GEMV streams (values + scales)
+  const float* f32_rows() const { return f32_view ? f32_view : f32.data(); }
 };
 
 // W is row-major [K, N] (ONNX MatMul's B) unless `w_is_nk` (Gemm with transB): [N, K].
 PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk = false);
+// An [N, K] fp32 weight is already in the packed layout: viewed in place, no copy (a tied
+// LM head's 1 GB embedding stays in the file mapping). `keep` owns `w`.
+PackedWeight view_f32_nk(const float* w, int64_t K, int64_t N, std::shared_ptr<const void> keep);
 // Symmetric weight-only quantization: int8 per channel (block_size 0) or blockwise, int4
 // blockwise; scale = max|w| / qmax of each block.
 PackedWeight quantize_int8(const float* w, int64_t K, int64_t N, int64_t block_size = 0, bool w_is_nk = false);
