@@ -9,7 +9,10 @@ leave-one-out fit uses instead) are in bench/sim_figures.json.
 
 htp: one estimate-only package per model shape (synth_model.py --zeros -> arcl AR {1, 128}
 x CL 4096 -> htp, one target per chip with a figure for that model; weights costed as AI
-Hub's w4a16 recipe stores them), timed with `npuforge estimate`. The fits write the chip
+Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
+KV cache at 8 bits for the genie exports (AIMET's LLM recipe, facts.md) and at the
+activations' 16 bits for the qnn_context_binary ones, whose own encodings do not say:
+`kv_bits` per figure in sim_figures.json), timed with `npuforge estimate`. The fits write the chip
 files (plugins/backends/htp/chips/, and the build's copy the plugin reads):
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
             the HVX rate on 1B TTFT
@@ -58,10 +61,13 @@ def package_of(config):
 
 
 def build_htp_packages():
-    chips_of = {}
+    chips_of, kv_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp":
             chips_of.setdefault(package_of(f["config"]), set()).add(f["chip"])
+            kv_of.setdefault(package_of(f["config"]), set()).add(f["kv_bits"])
+    if any(len(k) > 1 for k in kv_of.values()):
+        raise SystemExit("sim_figures.json: one model shape with two KV widths needs two packages")
     # The calibration models first (the fits need them), then the rest.
     first = ["llama-3.2-1b", "llama-3.2-3b", "llama-3-8b"]
     for cfg, chips in sorted(chips_of.items(), key=lambda kv: (kv[0] not in first, first.index(kv[0]) if kv[0] in first else 0, kv[0])):
@@ -75,7 +81,7 @@ def build_htp_packages():
 backend = "htp"
 chipset = "{c}"
 assume_activation_bw = 16
-assume_kv_bw = 8
+assume_kv_bw = {min(kv_of[cfg])}
 assume_weight_bw = 4
 pack_weights = false
 ''' for c in sorted(chips))

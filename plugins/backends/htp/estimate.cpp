@@ -48,9 +48,12 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
   for (const auto& op : g.at("ops")) {
     const std::string kind = op.at("kind");
     double out = op.value("out_bytes", 0.0);
-    // A result whose slice along the outer (head) dims does not fit half the VTCM spills to
-    // DRAM (written, read back); graph outputs are counted as writes once, below.
-    bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) > half_vtcm;
+    // A result is made and consumed in slices: along its outer (head) dims, and in row tiles
+    // of the HMX (32 rows) that the next ops (SiLU, Mul, the next matmul's K split) take one
+    // at a time. A slice that does not fit half the VTCM spills to DRAM (written, read back);
+    // graph outputs are counted as writes once, below.
+    const double row_tiles = std::ceil(static_cast<double>(g.at("ar").get<int64_t>()) / kHmxTile);
+    bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) / row_tiles > half_vtcm;
     double dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
     double compute = 0;
     if (kind == "hmx") {
