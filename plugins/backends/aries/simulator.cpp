@@ -22,12 +22,34 @@ ModeShape mode_shape(const std::string& mode, const Device& d) {
 
 double act_bytes(bool wide) { return wide ? 2.0 : 1.0; }
 
-// A GEMM of rows x K x N on one core's array, N split over `cores`: fold-based cycles; the
-// next weight tile loads while the current one streams its rows.
-double gemm_cycles(const Device& d, int64_t rows, int64_t K, int64_t N, int cores, double passes) {
-  int64_t n_core = ceil_div(N, cores);
-  double folds = static_cast<double>(ceil_div(K, d.mac_rows)) * static_cast<double>(ceil_div(n_core, d.mac_cols));
-  return folds * std::max(d.weight_tile_load_cycles, static_cast<double>(rows) * passes / d.mac_efficiency);
+// One GEMM of rows x K x N on a core's weight-stationary array, N split over `cores`.
+// Tile utilization: ceil(K / mac_rows) x ceil(N_core / mac_cols) folds, a partly filled
+// tile costs a full one. Each fold first brings its weight tile from DRAM (at the core's
+// share of the bandwidth; the array holds one tile, so fetch and streaming do not overlap),
+// then streams the rows through. The rows' inputs (K wide) and outputs (N_core wide) must
+// sit in the on-chip buffer beside the tile; when they do not, the rows run in blocks that
+// fit and every block fetches every weight tile again, and the activations go through DRAM.
+struct Gemm {
+  double fetch_cycles = 0, stream_cycles = 0, weight_bytes = 0, spill_bytes = 0;
+  int64_t blocks = 1;
+};
+
+Gemm gemm(const Device& d, int64_t rows, int64_t K, int64_t N, int cores, double passes, double a_in, double a_out,
+          int w_bits, double dram_bytes_per_cycle) {
+  Gemm g;
+  const int64_t n_core = ceil_div(N, cores);
+  const double folds = static_cast<double>(ceil_div(K, d.mac_rows)) * static_cast<double>(ceil_div(n_core, d.mac_cols));
+  const double tile_bytes = static_cast<double>(d.mac_rows) * d.mac_cols * w_bits / 8.0;
+  const double fetch = std::max(d.weight_tile_load_cycles, tile_bytes / dram_bytes_per_cycle);
+  const double per_row = static_cast<double>(K) * a_in + static_cast<double>(n_core) * a_out;
+  const double room = std::max(0.0, d.onchip_buffer_bytes - tile_bytes);
+  const int64_t fit_rows = std::clamp<int64_t>(static_cast<int64_t>(room / per_row), 1, std::max<int64_t>(rows, 1));
+  g.blocks = ceil_div(rows, fit_rows);
+  g.fetch_cycles = folds * static_cast<double>(g.blocks) * fetch;
+  g.stream_cycles = folds * static_cast<double>(rows) * passes / d.mac_efficiency;
+  g.weight_bytes = static_cast<double>(g.blocks) * static_cast<double>(K) * static_cast<double>(N) * w_bits / 8.0;
+  if (g.blocks > 1) g.spill_bytes = 2.0 * static_cast<double>(rows) * per_row * cores;  // written, read back
+  return g;
 }
 
 bool wide_input(const AriesOptions& o, const LinearCost& l) {
@@ -62,45 +84,50 @@ PassTime pass_time(const SimModel& m, const AriesOptions& o, const Device& d, in
   double kv_b = act_bytes(o.act16("kv_cache"));
 
   PassTime t;
-  double layer_compute = 0, layer_dram = 0;
-  double head_compute = 0, head_dram = 0;
+  // The cores working at once share the DRAM bandwidth.
+  const double dram_per_cycle =
+      d.dram_bandwidth_bytes_per_s / d.clock_hz / static_cast<double>(ms.cores * concurrent);
+  double fetch = 0, stream = 0, weight_bytes = 0, other_bytes = 0;
   for (const auto& l : m.linears) {
-    bool head = l.block < 0;
-    int64_t r = head ? head_rows : rows;
+    int64_t r = l.block < 0 ? head_rows : rows;
     if (r == 0) continue;
     bool wide = wide_input(o, l);
-    double cyc = gemm_cycles(d, r, l.K, l.N, ms.cores, wide ? passes16 : 1.0);
-    double bytes = static_cast<double>(l.K * l.N) * l.bits / 8.0 + static_cast<double>(l.N) * 4.0;
-    // Activations that do not fit the core's buffer go to DRAM and back.
-    double tile = static_cast<double>(r) * (l.K + ceil_div(l.N, ms.cores)) * act_bytes(wide);
-    if (tile > d.onchip_buffer_bytes) bytes += 2.0 * tile * ms.cores;
-    (head ? head_compute : layer_compute) += cyc;
-    (head ? head_dram : layer_dram) += bytes;
+    // A 16-bit input runs as two 8-bit passes; a 16-bit output (the down projection's input
+    // is produced by gate/up) takes twice the buffer.
+    bool wide_out = l.kind == Kind::ffn && !l.ffn_down && o.act16("ffn_down");
+    Gemm g = gemm(d, r, l.K, l.N, ms.cores, wide ? passes16 : 1.0, act_bytes(wide), act_bytes(wide_out), l.bits,
+                  dram_per_cycle);
+    fetch += g.fetch_cycles;
+    stream += g.stream_cycles;
+    weight_bytes += g.weight_bytes + static_cast<double>(l.N) * 4.0;  // + fp32 scale per channel
+    other_bytes += g.spill_bytes;
   }
-  // Attention and vector work of every block (heads split across the cores).
+  // Attention and vector work of every block (heads split across the cores): QK^T and PV
+  // stream the chunk's rows against the cached keys/values, softmax etc. on the vector unit.
   int64_t heads_core = ceil_div(s.heads, ms.cores);
   double att_cyc = static_cast<double>(heads_core) *
-                   (gemm_cycles(d, rows, s.head_dim, keys, 1, passes16) + gemm_cycles(d, rows, keys, s.head_dim, 1, passes16));
+                   (static_cast<double>(ceil_div(s.head_dim, d.mac_rows) * ceil_div(keys, d.mac_cols)) +
+                    static_cast<double>(ceil_div(keys, d.mac_rows) * ceil_div(s.head_dim, d.mac_cols))) *
+                   static_cast<double>(rows) * passes16 / d.mac_efficiency;
   double vec_elems = static_cast<double>(rows) *
                      (4.0 * heads_core * keys                                              // softmax
                       + (8.0 * s.hidden + 3.0 * (s.heads + s.kv_heads) * s.head_dim) / ms.cores  // norms, residuals, RoPE
                       + 4.0 * static_cast<double>(s.intermediate) / ms.cores);                 // SiLU gate
   double blocks = static_cast<double>(s.layers);
-  double per_block_compute = att_cyc + vec_elems / d.vector_elems_per_cycle;
-  double kv_bytes_block = 2.0 * s.kv_heads * s.head_dim * kv_b * static_cast<double>(keys + rows);
-  double compute_cycles = layer_compute + blocks * per_block_compute + head_compute;
-  double dram = layer_dram + head_dram + blocks * kv_bytes_block;
-  // Concurrent sequences each stream their own weights over the shared DRAM.
-  t.dram_bytes = dram * static_cast<double>(sequences);
-  t.compute_s = compute_cycles / d.clock_hz * static_cast<double>(rounds);
-  t.dram_s = dram * static_cast<double>(concurrent) / d.dram_bandwidth_bytes_per_s * static_cast<double>(rounds);
-  // Per block (and per part) the compute and the DRAM streams overlap; take the larger.
-  t.sync_s = ms.cores > 1 ? blocks * 4.0 * ms.sync_cycles / d.clock_hz * static_cast<double>(rounds) : 0.0;
-  t.overhead_s = static_cast<double>(m.parts) * d.invoke_overhead_s * static_cast<double>(rounds);
-  t.seconds = std::max(t.compute_s, t.dram_s) + t.sync_s + t.overhead_s;
-  t.bound = t.overhead_s + t.sync_s > std::max(t.compute_s, t.dram_s) ? "overhead"
-            : t.dram_s >= t.compute_s                                  ? "dram"
-                                                                       : "compute";
+  stream += blocks * (att_cyc + vec_elems / d.vector_elems_per_cycle);
+  // The KV cache is read (keys, values) and the new rows written, overlapped with compute.
+  other_bytes += blocks * 2.0 * s.kv_heads * s.head_dim * kv_b * static_cast<double>(keys + rows);
+  const double seqs = static_cast<double>(sequences), r = static_cast<double>(rounds);
+  t.dram_bytes = (weight_bytes + other_bytes) * seqs;
+  // Weight tiles arrive before their rows stream (serial); KV and spill traffic overlaps the
+  // streaming. Concurrent sequences (single mode, batch) run on cores of their own.
+  const double fetch_s = fetch / d.clock_hz * r;
+  t.compute_s = stream / d.clock_hz * r;
+  t.dram_s = fetch_s + other_bytes * static_cast<double>(concurrent) / d.dram_bandwidth_bytes_per_s * r;
+  t.sync_s = ms.cores > 1 ? blocks * 4.0 * ms.sync_cycles / d.clock_hz * r : 0.0;
+  t.overhead_s = static_cast<double>(m.parts) * d.invoke_overhead_s * r;
+  t.seconds = fetch_s + std::max(t.compute_s, t.dram_s - fetch_s) + t.sync_s + t.overhead_s;
+  t.bound = t.overhead_s + t.sync_s > t.seconds / 2 ? "overhead" : t.dram_s >= t.compute_s ? "dram" : "compute";
   return t;
 }
 
@@ -174,7 +201,7 @@ nlohmann::json simulate(const SimModel& m, const AriesOptions& o, const Device& 
   MemoryPlan mem = memory_plan(m, o, cache);
 
   nlohmann::json notes = nlohmann::json::array();
-  notes.push_back("simulated with the " + d.id + " data file (fitted: DRAM bandwidth on Llama-3.2-1B decode, MAC efficiency on its TTFT; see the plugin README)");
+  notes.push_back("simulated with the " + d.id + " data file (fitted: DRAM bandwidth on Llama-3.2-1B decode, MAC efficiency on its TTFT, on-chip buffer on Llama-3.1-8B's TTFT; see the plugin README)");
   if (!m.activations_calibrated && !m.estimate_only)
     notes.push_back("no calibration encodings in the model set: timing assumes int8 activations, execution ran them in float");
   if (m.estimate_only) notes.push_back("estimate_only package: shapes and bit config only, no weights");

@@ -85,6 +85,9 @@ Chip load_chip(const std::string& chipset) {
   c.marketing_name = j.value("marketing_name", "");
   c.soc_model = static_cast<int>(number(j, "soc_model", file));
   c.dsp_arch = value(j, "dsp_arch", file).get<std::string>();
+  c.npu_generation = value(j, "npu_generation", file).get<std::string>();
+  const auto& mem = value(j, "dram.type", file);
+  c.memory_type = mem.is_string() ? mem.get<std::string>() : "";
   c.vtcm_mb = number(j, "vtcm_mb", file);
   c.cores = static_cast<int>(number(j, "cores", file));
   c.hvx_threads_max = static_cast<int>(number(j, "hvx_threads_max", file));
@@ -93,8 +96,15 @@ Chip load_chip(const std::string& chipset) {
   c.hvx_bytes_per_s = number(j, "hvx_bytes_per_s", file);
   const auto& peak = value(j, "dram.peak_gb_per_s", file);
   if (peak.is_number()) c.dram_peak_bytes_per_s = peak.get<double>() * 1e9;
-  c.dram_share = number(j, "dram.achievable_share", file);
-  if (c.dram_share > 1) throw Error("htp: chip file " + file + ": dram.achievable_share must be at most 1");
+  // The NPU's own ceiling, not the SoC's peak: its bus to memory is narrower than the DRAM.
+  const auto& npu = value(j, "dram.npu_gb_per_s", file);
+  if (!npu.is_null()) {
+    if (!npu.is_number() || !(npu.get<double>() > 0))
+      throw Error("htp: chip file " + file + ": 'dram.npu_gb_per_s' must be a positive number or null");
+    c.npu_bytes_per_s = npu.get<double>() * 1e9;
+    if (c.dram_peak_bytes_per_s && *c.npu_bytes_per_s > *c.dram_peak_bytes_per_s)
+      throw Error("htp: chip file " + file + ": 'dram.npu_gb_per_s' exceeds 'dram.peak_gb_per_s'");
+  }
   c.per_graph_s = number(j, "overheads.per_graph_us", file, false) * 1e-6;
   c.per_op_s = number(j, "overheads.per_op_us", file, false) * 1e-6;
   const auto& budget = value(j, "memory.device_budget_bytes", file);

@@ -17,14 +17,16 @@ struct Chip {
   std::string marketing_name;  // "Snapdragon 8 Elite"
   int soc_model = 0;           // QNN SoC id
   std::string dsp_arch;        // "v79"
+  std::string npu_generation;  // "Hexagon NPU (v79)"
+  std::string memory_type;     // "LPDDR5X-5300"
   double vtcm_mb = 0;
   int cores = 1;
   int hvx_threads_max = 1;
   double a16w8_macs_per_s = 0;                  // HMX rate at 16-bit activations, 8-bit weights
   std::map<std::string, double> relative_rate;  // precision -> rate / a16w8 rate
   double hvx_bytes_per_s = 0;
-  std::optional<double> dram_peak_bytes_per_s;  // none when unpublished
-  double dram_share = 0;                        // achievable share of the peak
+  std::optional<double> dram_peak_bytes_per_s;  // the SoC's DRAM peak (none when unpublished)
+  std::optional<double> npu_bytes_per_s;        // what the NPU itself can draw from DRAM (none: estimate refuses)
   double per_graph_s = 0;
   double per_op_s = 0;
   std::optional<double> memory_budget_bytes;

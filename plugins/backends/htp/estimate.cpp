@@ -20,6 +20,14 @@ struct Cost {
 
 double vtcm_bytes(const HtpOptions& o) { return o.vtcm_size_in_mb * kMiB; }
 
+// DRAM bytes/s the NPU draws: its own ceiling from the chip file (not the SoC's peak).
+double npu_bandwidth(const HtpOptions& o) {
+  if (!o.chip.npu_bytes_per_s)
+    throw Error("htp: chip " + o.chipset + " has no NPU bandwidth in " + o.chip.file +
+                " (dram.npu_gb_per_s is null): cannot estimate; add the figure with its source");
+  return *o.chip.npu_bytes_per_s;
+}
+
 std::string precision_of(const nlohmann::json& op) {
   int a = op.value("a_bits", 16), w = op.value("w_bits", 16);
   bool a_int = op.value("a_int", false), w_int = op.value("w_int", false);
@@ -32,10 +40,7 @@ std::string precision_of(const nlohmann::json& op) {
 
 Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& g) {
   const Chip& c = o.chip;
-  if (!c.dram_peak_bytes_per_s)
-    throw Error("htp: chip " + o.chipset + " has no published DRAM bandwidth in " + c.file +
-                " (dram.peak_gb_per_s is null): cannot estimate; add the figure with its source");
-  const double bw = *c.dram_peak_bytes_per_s * c.dram_share;
+  const double bw = npu_bandwidth(o);
   const double half_vtcm = vtcm_bytes(o) / 2;
   const double hvx_rate = c.hvx_bytes_per_s * o.hvx_threads / c.hvx_threads_max;
   const auto& weights = meta.at("weights");
@@ -43,9 +48,12 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
   for (const auto& op : g.at("ops")) {
     const std::string kind = op.at("kind");
     double out = op.value("out_bytes", 0.0);
-    // A result whose slice along the outer (head) dims does not fit half the VTCM spills to
-    // DRAM (written, read back); graph outputs are counted as writes once, below.
-    bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) > half_vtcm;
+    // A result is made and consumed in slices: along its outer (head) dims, and in row tiles
+    // of the HMX (32 rows) that the next ops (SiLU, Mul, the next matmul's K split) take one
+    // at a time. A slice that does not fit half the VTCM spills to DRAM (written, read back);
+    // graph outputs are counted as writes once, below.
+    const double row_tiles = std::ceil(static_cast<double>(g.at("ar").get<int64_t>()) / kHmxTile);
+    bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) / row_tiles > half_vtcm;
     double dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
     double compute = 0;
     if (kind == "hmx") {
@@ -54,10 +62,14 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
       cost.macs += macs;
       if (op.contains("weight") && op["weight"].is_string()) {
         double wb = weights.at(op["weight"].get<std::string>()).at("bytes").get<double>();
-        // Activations stay in (half of) VTCM while weight columns stream; rows that do not
-        // fit split the pass and stream the weights again.
-        double act = op.value("m", 1.0) * op.value("k", 1.0) * op.value("a_bits", 16) / 8.0;
-        dram += wb * std::max(1.0, std::ceil(act / half_vtcm));
+        // Activations stay in half the VTCM while the weight columns stream once. Activations
+        // that do not fit are split along K instead (their spill is charged where they are
+        // produced) while int32 partial sums of all rows stay in the other half; only when
+        // those do not fit either are the rows split, streaming the weights once per block.
+        double m = op.value("m", 1.0);
+        double act = m * op.value("k", 1.0) * op.value("a_bits", 16) / 8.0;
+        double acc = m * op.value("n", 1.0) * 4.0;
+        dram += act <= half_vtcm || acc <= half_vtcm ? wb : wb * std::ceil(act / half_vtcm);
       }
     } else if (kind == "lookup") {
       dram += out;
@@ -173,9 +185,8 @@ nlohmann::json graph_pass(const HtpOptions& o, const nlohmann::json& g) {
   const GraphPass pass = GraphPass::from_json(g, "htp");
   double weights = 0;
   for (const auto& [K, N] : pass.linears) weights += static_cast<double>(K) * static_cast<double>(N);
-  if (!c.dram_peak_bytes_per_s) throw Error("htp: chip " + o.chipset + " has no published DRAM bandwidth");
   const double compute = weights * pass.rows / c.macs_per_s("fp16");
-  const double dram = 2 * weights / (*c.dram_peak_bytes_per_s * c.dram_share);
+  const double dram = 2 * weights / npu_bandwidth(o);
   return {{"backend", "htp"},
           {"device", o.chipset},
           {"simulated", true},
@@ -227,10 +238,9 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
   memory_at(summaries, cl_decode, &kv, &act);
   const double weight_bytes = meta.at("weight_bytes").get<double>();
   nlohmann::json notes = nlohmann::json::array();
-  notes.push_back("simulated by the htp hardware model (roofline per op, DRAM share and overheads from " +
-                  std::string(meta.at("chip").value("file", "")) + "), not measured on a device");
-  if (o.chipset != "sm8750")
-    notes.push_back("the compute rate and overheads of " + o.chipset + " reuse sm8750's fitted values (no published figures)");
+  notes.push_back("simulated by the htp hardware model (roofline per op; NPU bandwidth, HMX rate and overheads from " +
+                  std::string(meta.at("chip").value("file", "")) + ", each with its source: published, derived or fitted), "
+                  "not measured on a device");
   if (o.assume_activation_bw || o.assume_kv_bw)
     notes.push_back("values without an encoding are costed as integers by assumption (assume_activation_bw " +
                     std::to_string(o.assume_activation_bw) + ", assume_kv_bw " + std::to_string(o.assume_kv_bw) +

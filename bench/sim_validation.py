@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Fits the htp and aries simulators on a stated subset of published LLM figures and
+predicts the rest (bench/sim_validation.sh runs this; bench/RESULTS.md shows the output).
+
+    /usr/bin/python3 bench/sim_validation.py BUILD_DIR WORK_DIR
+
+Every published figure, its source and which ones are fitted (and the figure a
+leave-one-out fit uses instead) are in bench/sim_figures.json.
+
+htp: one estimate-only package per model shape (synth_model.py --zeros -> arcl AR {1, 128}
+x CL 4096 -> htp, one target per chip with a figure for that model; weights costed as AI
+Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
+KV cache at 8 bits for the genie exports (AIMET's LLM recipe, facts.md) and at the
+activations' 16 bits for the qnn_context_binary ones, whose own encodings do not say:
+`kv_bits` per figure in sim_figures.json), timed with `npuforge estimate`. The fits write the chip
+files (plugins/backends/htp/chips/, and the build's copy the plugin reads):
+  sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
+            the HVX rate on 1B TTFT
+  sm8850    a16w8, per-op and HVX = sm8750's x 1.37 (published NPU speed-up); npu_gb_per_s
+            on its 1B decode
+  sc8380xp  a16w8 on its 3B TTFT (per-op, HVX scaled by the same ratio); npu_gb_per_s on
+            its 3B decode
+  sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
+  sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
+aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip buffer),
+written to plugins/backends/aries/devices/aries-rb.json; predictions with aries_sim predict
+from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
+"""
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD, WORK = sys.argv[1], sys.argv[2]  # [--no-loo]: skip the leave-one-out fits
+NF = f"{BUILD}/bin/npuforge"
+SIM = f"{BUILD}/bin/aries_sim"
+CHIPS_SRC = f"{ROOT}/plugins/backends/htp/chips"
+CHIPS_BUILD = f"{BUILD}/lib/npuforge/plugins/htp/chips"
+DEVICE = f"{ROOT}/plugins/backends/aries/devices/aries-rb.json"
+DEVICE_BUILD = f"{BUILD}/lib/npuforge/plugins/aries/devices/aries-rb.json"  # what the plugin reads
+CONFIGS = f"{ROOT}/tools/models/configs"
+DATA = json.load(open(f"{ROOT}/bench/sim_figures.json"))
+FIGS = DATA["figures"]
+# Models with the same shapes share a package (costs depend on shapes and widths only).
+SAME_SHAPES = {"llama-3.1-8b": "llama-3-8b"}
+# AI Hub's NPU speed-ups between chip generations (launch material, see the chip files).
+SPEED = {"sm8850": 1.37, "sm8650": 1 / 1.45, "sm8550": 1 / 1.45 / 1.98, "sa8295p": 1 / 1.45 / 1.98}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- htp packages and estimates
+def package_of(config):
+    return SAME_SHAPES.get(config, config)
+
+
+def build_htp_packages():
+    chips_of, kv_of = {}, {}
+    for f in FIGS:
+        if f["sim"] == "htp":
+            chips_of.setdefault(package_of(f["config"]), set()).add(f["chip"])
+            kv_of.setdefault(package_of(f["config"]), set()).add(f["kv_bits"])
+    if any(len(k) > 1 for k in kv_of.values()):
+        raise SystemExit("sim_figures.json: one model shape with two KV widths needs two packages")
+    # The calibration models first (the fits need them), then the rest.
+    first = ["llama-3.2-1b", "llama-3.2-3b", "llama-3-8b"]
+    for cfg, chips in sorted(chips_of.items(), key=lambda kv: (kv[0] not in first, first.index(kv[0]) if kv[0] in first else 0, kv[0])):
+        d = f"{WORK}/htp/{cfg}"
+        if not os.path.exists(f"{d}/model.onnx"):
+            log(f"synthesizing {cfg}")
+            subprocess.run(["/usr/bin/python3", f"{ROOT}/tools/models/synth_model.py", f"{CONFIGS}/{cfg}.json", d, "--zeros"],
+                           check=True, stdout=subprocess.DEVNULL)
+        targets = "".join(f'''
+[targets.{c}]
+backend = "htp"
+chipset = "{c}"
+assume_activation_bw = 16
+assume_kv_bw = {min(kv_of[cfg])}
+assume_weight_bw = 4
+pack_weights = false
+''' for c in sorted(chips))
+        manifest = f'''[model]
+onnx = "model.onnx"
+
+[[transform]]
+plugin = "arcl"
+arn = [1, 128]
+context_length = [4096]
+{targets}'''
+        path = f"{d}/validation.toml"
+        if not os.path.exists(path) or open(path).read() != manifest or \
+                any(not os.path.exists(f"{d}/out/{c}/package.json") for c in chips):
+            open(path, "w").write(manifest)
+            log(f"building {cfg} for {', '.join(sorted(chips))}")
+            subprocess.run([NF, "build", path, "--no-cache", "--out", f"{d}/out", "-q"], check=True)
+
+
+def htp_estimate(chip, config):
+    out = subprocess.run([NF, "estimate", f"{WORK}/htp/{package_of(config)}/out/{chip}", "--json", "--prompt-len", "128",
+                          "--context-len", "4096"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def predict(f):
+    if f["sim"] == "htp":
+        return htp_estimate(f["chip"], f["config"])[f["metric"]]
+    out = subprocess.run([SIM, "predict", f"{CONFIGS}/{f['config']}.json", DEVICE, "240", "245"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)[f["metric"]]
+
+
+def fig(chip, model, metric):
+    for f in FIGS:
+        if f["chip"] == chip and f["model"] == model and f["metric"] == metric:
+            return f
+    raise SystemExit(f"no figure {chip} {model} {metric} in sim_figures.json")
+
+
+# ---------------------------------------------------------------- chip files
+def load_chip(c):
+    return json.load(open(f"{CHIPS_SRC}/{c}.json"))
+
+
+def save_chip(c, j):
+    text = json.dumps(j, indent=2) + "\n"
+    for d in (CHIPS_SRC, CHIPS_BUILD):
+        open(f"{d}/{c}.json", "w").write(text)
+
+
+def get(j, path):
+    for k in path.split("."):
+        j = j[k]
+    return j["value"]
+
+
+def put(j, path, value):
+    for k in path.split("."):
+        j = j[k]
+    j["value"] = float(f"{value:.4g}")
+
+
+def set_speed(c, rate):
+    """The chip's a16w8 rate; its per-op cost and HVX rate follow the same NPU-speed ratio to sm8750."""
+    ref, j = load_chip("sm8750"), load_chip(c)
+    ratio = rate / get(ref, "hmx_macs_per_s.a16w8")
+    put(j, "hmx_macs_per_s.a16w8", rate)
+    put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") / ratio)
+    put(j, "hvx_bytes_per_s", get(ref, "hvx_bytes_per_s") * ratio)
+    save_chip(c, j)
+
+
+def bisect(lo, hi, too_low, steps=18):
+    """Geometric bisection: too_low(x) says the parameter must grow."""
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if too_low(mid) else (lo, mid)
+    return (lo * hi) ** 0.5
+
+
+def fit_bw(chip, model):
+    f = fig(chip, model, "decode_tokens_per_s")
+
+    def too_low(bw):
+        j = load_chip(chip)
+        put(j, "dram.npu_gb_per_s", bw)
+        save_chip(chip, j)
+        return htp_estimate(chip, f["config"])["decode_tokens_per_s"] < f["published"]
+    bw = bisect(1.0, get(load_chip(chip), "dram.peak_gb_per_s"), too_low)
+    j = load_chip(chip)
+    put(j, "dram.npu_gb_per_s", bw)
+    save_chip(chip, j)
+    return bw
+
+
+def fit_rate(chip, model, scale_overheads, key="hmx_macs_per_s.a16w8"):
+    """A rate (HMX a16w8, or HVX bytes/s) on a TTFT figure; with scale_overheads the chip's
+    per-op cost and HVX rate follow the a16w8 rate (one NPU-speed ratio to sm8750)."""
+    f = fig(chip, model, "ttft_ms")
+
+    def too_low(rate):
+        if scale_overheads:
+            set_speed(chip, rate)
+        else:
+            j = load_chip(chip)
+            put(j, key, rate)
+            save_chip(chip, j)
+        return htp_estimate(chip, f["config"])["ttft_ms"] > f["published"]
+    rate = bisect(1e10, 1e15, too_low)
+    too_low(rate)
+    return rate
+
+
+def fit_decode_pair(chip, small, big):
+    """npu_gb_per_s and per_op_us from two decode figures: the step is (bytes, compute) at
+    the bandwidth plus per_op x ops plus per_graph; for a trial bandwidth the small model
+    gives per_op, and the bandwidth is bisected until the big model agrees."""
+    fs, fb = fig(chip, small, "decode_tokens_per_s"), fig(chip, big, "decode_tokens_per_s")
+
+    def at(bw):
+        j = load_chip(chip)
+        put(j, "dram.npu_gb_per_s", bw)
+        put(j, "overheads.per_op_us", 1.0)
+        save_chip(chip, j)
+        es, eb = htp_estimate(chip, fs["config"]), htp_estimate(chip, fb["config"])
+        pg = get(j, "overheads.per_graph_us") / 1000
+
+        def parts(e):  # ms without the per-op part, and the op count (per_op_us = 1 here)
+            ops = (e["breakdown"]["decode_overhead_ms"] - pg) * 1000
+            return e["decode_ms_per_token"] - ops / 1000, ops
+        xs, ns = parts(es)
+        xb, nb = parts(eb)
+        per_op_ms = (1000 / fs["published"] - xs) / ns
+        return per_op_ms, xb + per_op_ms * nb - 1000 / fb["published"]
+    # residual > 0: the big model too slow at this bandwidth -> more bandwidth
+    bw = bisect(5.0, get(load_chip(chip), "dram.peak_gb_per_s"), lambda bw: at(bw)[1] > 0)
+    per_op_ms, _ = at(bw)
+    if per_op_ms < 0:
+        raise SystemExit(f"{chip}: no physical fit (per-op cost {per_op_ms * 1000:.1f} us)")
+    j = load_chip(chip)
+    put(j, "dram.npu_gb_per_s", bw)
+    put(j, "overheads.per_op_us", per_op_ms * 1000)
+    save_chip(chip, j)
+    return bw, per_op_ms * 1000
+
+
+def derive_from_sm8750():
+    ref = load_chip("sm8750")
+    for c, ratio in SPEED.items():
+        set_speed(c, get(ref, "hmx_macs_per_s.a16w8") * ratio)
+    j = load_chip("sm8550")  # same NPU generation (v73) as the X Elite
+    put(j, "dram.npu_gb_per_s", get(load_chip("sc8380xp"), "dram.npu_gb_per_s"))
+    save_chip("sm8550", j)
+
+
+def fit_htp(subst=None, only=None):
+    """All htp fits in dependency order; subst = {(chip, model, metric): other model} for
+    leave-one-out, which refits `only` that chip (the others do not change its figures)."""
+    s = subst or {}
+    D, T = "decode_tokens_per_s", "ttft_ms"
+    pick = lambda chip, model, metric: s.get((chip, model, metric), model)
+    todo = lambda chip: only in (None, chip)
+    if todo("sm8750"):
+        for _ in range(3):  # decode barely depends on the rates, TTFT on all: a few rounds
+            fit_decode_pair("sm8750", pick("sm8750", "Llama-3.2-1B-Instruct", D), pick("sm8750", "Llama-v3-8B-Instruct", D))
+            for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
+                fit_rate("sm8750", pick("sm8750", "Llama-3.2-3B-Instruct", T), scale_overheads=False)
+                fit_rate("sm8750", pick("sm8750", "Llama-3.2-1B-Instruct", T), scale_overheads=False, key="hvx_bytes_per_s")
+    if only is None:
+        derive_from_sm8750()
+    if todo("sc8380xp"):
+        for _ in range(2):
+            fit_rate("sc8380xp", pick("sc8380xp", "Llama-3.2-3B-Instruct", T), scale_overheads=True)
+            fit_bw("sc8380xp", pick("sc8380xp", "Llama-3.2-3B-Instruct", D))
+    if only is None:
+        derive_from_sm8750()
+    if todo("sm8850"):
+        fit_bw("sm8850", pick("sm8850", "Llama-3.2-1B-Instruct", D))
+    if todo("sm8650"):
+        fit_bw("sm8650", pick("sm8650", "Phi-3.5-Mini-Instruct", D))
+
+
+# ---------------------------------------------------------------- aries
+def fit_aries(small="llama-3.2-1b", big="llama-3.1-8b", small_model="Llama-3.2-1B-Instruct", big_model="Llama-3.1-8B-Instruct"):
+    fd, ft = fig("aries-rb", small_model, "decode_tokens_per_s"), fig("aries-rb", small_model, "ttft_ms")
+    fb = fig("aries-rb", big_model, "ttft_ms")
+    out = subprocess.run([SIM, "fit", DEVICE, f"{CONFIGS}/{small}.json", str(fd["published"]), str(ft["published"]), "240", "245",
+                          f"{CONFIGS}/{big}.json", str(fb["published"])], check=True, capture_output=True, text=True).stdout
+    vals = dict(re.findall(r"^(\w+) ([0-9.e+]+)$", out, re.M))
+    text = open(DEVICE).read()
+    for k in ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes"):
+        v = float(vals[k])
+        v = int(v) if k == "onchip_buffer_bytes" else float(f"{v:.4g}")
+        text = re.sub(rf'("{k}": {{"value": )[^,]+', rf"\g<1>{v}", text)
+    for path in (DEVICE, DEVICE_BUILD):
+        open(path, "w").write(text)
+    return {k: float(vals[k]) for k in ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes")}
+
+
+# ---------------------------------------------------------------- main
+def fitted_set():
+    s = set()
+    for g in DATA["fits"]:
+        for model, metric in g["figures"]:
+            s.add((g["chip"], model, metric))
+    return s
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    build_htp_packages()
+    log("fitting htp chip files")
+    fit_htp()
+    log("fitting the aries device file")
+    aries = fit_aries()
+    fitted = fitted_set()
+    rows = []
+    for f in FIGS:
+        p = predict(f)
+        rows.append(dict(f, predicted=p, error=p / f["published"] - 1,
+                         kind="fitted" if (f["chip"], f["model"], f["metric"]) in fitted else "predicted"))
+    # Leave-one-out: refit without the figure (its group uses the stated substitute) and predict it.
+    chips = [n[:-len(".json")] for n in os.listdir(CHIPS_SRC) if n.endswith(".json")]
+    snapshot = {c: load_chip(c) for c in chips}
+    device_text = open(DEVICE).read()
+    loo = []
+    for g in DATA["fits"] if "--no-loo" not in sys.argv else []:
+        for model, metric in g["figures"]:
+            f = fig(g["chip"], model, metric)
+            sub = g["loo"].get(model)
+            if not sub:
+                loo.append(dict(f, loo=None, note="no other figure of this kind on this chip"))
+                continue
+            log(f"leave-one-out: {g['chip']} {model} {metric} (refit on {sub})")
+            if g["chip"] == "aries-rb":
+                cfg = {m["model"]: m["config"] for m in FIGS if m["sim"] == "aries"}
+                if "onchip_buffer_bytes" in g["params"]:
+                    fit_aries(big=cfg[sub], big_model=sub)
+                else:
+                    fit_aries(small=cfg[sub], small_model=sub)
+            else:
+                fit_htp({(g["chip"], model, metric): sub}, only=g["chip"])
+            p = predict(f)
+            loo.append(dict(f, loo=p, error=p / f["published"] - 1, note=f"refit on {sub}"))
+            for c, j in snapshot.items():
+                save_chip(c, j)
+            for path in (DEVICE, DEVICE_BUILD):
+                open(path, "w").write(device_text)
+    params = {c: {k: get(j, k) for k in ("dram.npu_gb_per_s", "hmx_macs_per_s.a16w8", "overheads.per_op_us",
+                                         "hvx_bytes_per_s")} for c, j in snapshot.items()}
+    json.dump({"rows": rows, "loo": loo, "htp_params": params, "aries_params": aries},
+              open(f"{WORK}/validation.json", "w"), indent=1)
+    report(rows, loo, params, aries)
+
+
+def report(rows, loo, params, aries):
+    fmt = lambda m, v: f"{v:.1f} ms" if m == "ttft_ms" else f"{v:.2f} tok/s"
+    name = lambda m: "TTFT" if m == "ttft_ms" else "decode"
+    print("| simulator | chip | model | figure | published | simulated | error | |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
+              f"{fmt(r['metric'], r['predicted'])} | {100 * r['error']:+.1f}% | {r['kind']} |")
+    pred = [abs(r["error"]) for r in rows if r["kind"] == "predicted"]
+    n_fit = sum(r["kind"] == "fitted" for r in rows)
+    print(f"\n{len(rows)} figures, {n_fit} fitted ({100 * n_fit / len(rows):.0f}%), {len(pred)} predicted: "
+          f"mean |error| {100 * sum(pred) / len(pred):.1f}%, max {100 * max(pred):.1f}%, "
+          f"{sum(e <= 0.2 for e in pred)} of {len(pred)} within 20%.\n")
+    print("| leave-one-out | chip | model | figure | published | predicted when left out | error |")
+    print("|---|---|---|---|---|---|---|")
+    for r in loo:
+        if r["loo"] is None:
+            print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | — | "
+                  f"n/a: {r['note']} |")
+        else:
+            print(f"| {r['sim']} ({r['note']}) | {r['chip']} | {r['model']} | {name(r['metric'])} | "
+                  f"{fmt(r['metric'], r['published'])} | {fmt(r['metric'], r['loo'])} | {100 * r['error']:+.1f}% |")
+    print("\n| chip | NPU GB/s | a16w8 T MAC/s | per-op us | HVX GB/s |")
+    print("|---|---|---|---|---|")
+    for c, p in sorted(params.items()):
+        bw = p["dram.npu_gb_per_s"]
+        print(f"| {c} | {'—' if bw is None else f'{bw:.1f}'} | {p['hmx_macs_per_s.a16w8'] / 1e12:.2f} | "
+              f"{p['overheads.per_op_us']:.2f} | {p['hvx_bytes_per_s'] / 1e9:.0f} |")
+    print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
+          f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")
+
+
+if __name__ == "__main__":
+    main()
