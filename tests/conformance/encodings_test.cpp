@@ -79,6 +79,21 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::fabs(b[i])) << i;
 }
 
+// A symmetric int8 PER_CHANNEL encoding along `axis` (offsets -128) over `scale`.
+nf_encoding per_channel_int8(int axis, const std::vector<float>& scale, const std::vector<int32_t>& offset) {
+  nf_encoding e{};
+  e.struct_size = sizeof(nf_encoding);
+  e.enc_type = NF_ENC_PER_CHANNEL;
+  e.bw = 8;
+  e.is_sym = 1;
+  e.axis = axis;
+  e.block_axis = -1;
+  e.num_scales = scale.size();
+  e.scale = scale.data();
+  e.offset = offset.data();
+  return e;
+}
+
 // An input the graph declares no type for (a graph cut out of a bigger one) runs with
 // whatever it is given; the shape check read past an empty dims list and crashed.
 TEST(Encodings, InputWithoutADeclaredTypeRuns) {
@@ -92,17 +107,7 @@ TEST(Encodings, PerChannelInt8UsesExactScales) {
   std::vector<float> scale(N);
   std::vector<int32_t> offset(N, -128);
   for (int64_t n = 0; n < N; ++n) scale[n] = 0.01f + 0.003f * float(n);
-  nf_encoding e{};
-  e.struct_size = sizeof(nf_encoding);
-  e.enc_type = NF_ENC_PER_CHANNEL;
-  e.bw = 8;
-  e.is_sym = 1;
-  e.axis = 1;
-  e.block_axis = -1;
-  e.num_scales = N;
-  e.scale = scale.data();
-  e.offset = offset.data();
-  f.ms.encodings["W"] = ir::Encoding::from(e);
+  f.ms.encodings["W"] = ir::Encoding::from(per_channel_int8(1, scale, offset));
   auto want = f.reference([&](int64_t k, int64_t n) {
     return std::clamp(std::nearbyint(f.w[k * N + n] / scale[n]), -128.f, 127.f) * scale[n];
   });
@@ -224,17 +229,7 @@ TEST(Encodings, TiedTableIsOneGridForLookupAndHead) {
   ref->tensor = ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {V, H}, table);
   g->initializers["E"] = ref;
   ms.graphs.push_back(std::move(g));
-  nf_encoding e{};
-  e.struct_size = sizeof(nf_encoding);
-  e.enc_type = NF_ENC_PER_CHANNEL;
-  e.bw = 8;
-  e.is_sym = 1;
-  e.axis = 0;
-  e.block_axis = -1;
-  e.num_scales = V;
-  e.scale = scale.data();
-  e.offset = offset.data();
-  ms.encodings["E"] = ir::Encoding::from(e);
+  ms.encodings["E"] = ir::Encoding::from(per_channel_int8(0, scale, offset));
   auto q = [&](int64_t r, int64_t c) { return std::clamp(std::nearbyint(table[r * H + c] / scale[r]), -128.f, 127.f) * scale[r]; };
 
   for (bool encoded : {true, false}) {
