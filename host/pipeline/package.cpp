@@ -137,6 +137,21 @@ Package open_package(const fs::path& dir) {
     if (hash_file(f) != want.get<std::string>())
       throw PackageError(p.dir.string() + ": corrupt package: " + rel + " does not match its hash");
   }
+  // The shapes of the fields the host reads (a sealed package.json was made by a build;
+  // this is for one sealed again by hand or by another tool).
+  const auto& m = p.meta;
+  const std::string where = (p.dir / "package.json").string() + ": ";
+  if (!m["backend"].is_object() || !m["backend"].contains("name") || !m["backend"]["name"].is_string() ||
+      !m["backend"].contains("options") || !m["backend"]["options"].is_object())
+    throw PackageError(where + "'backend' needs a string 'name' and an object 'options'");
+  if (!m["graphs"].is_array() || m["graphs"].empty()) throw PackageError(where + "'graphs' is not a list of graphs");
+  for (const auto& g : m["graphs"])
+    if (!g.is_object() || !g.contains("name") || !g["name"].is_string() || !g.contains("inputs") ||
+        !g["inputs"].is_array() || !g.contains("outputs") || !g["outputs"].is_array())
+      throw PackageError(where + "each graph needs a string 'name' and lists 'inputs' and 'outputs'");
+  for (const char* key : {"metadata", "speculative"})
+    if (m.contains(key) && !m[key].is_null() && !m[key].is_object())
+      throw PackageError(where + "'" + key + "' is not an object");
   // The files the host reads by name are files of the package, hashed above.
   for (const char* key : {"tokenizer", "config"})
     if (p.meta.contains(key) && !p.meta[key].is_null() &&
