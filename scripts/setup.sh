@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libonnx-testdata python3 python3-onnx python3-numpy
   clang libclang-rt-14-dev
+  strace
 )
 # Node.js + npm: the ONNX Runtime check of transformed graphs (tests/ort) and the peer
 # benches run onnxruntime-node from bench/node_modules (scripts/test.sh installs it). A

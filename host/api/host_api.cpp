@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 
 #include "onnx/onnx_io.h"
@@ -17,7 +19,18 @@ using ir::ModelSet;
 using ir::Node;
 using ir::TensorRef;
 
-nf_status* fail(const std::string& msg, nf_status_code code = NF_STATUS_FAIL) { return new nf_status{msg, code}; }
+// Every status the host made and nobody released yet. A plugin may hand back anything as a
+// status; only one of these is read, the rest is refused instead of dereferenced.
+struct LiveStatuses {
+  std::mutex mutex;
+  std::unordered_set<const nf_status*> set;
+};
+LiveStatuses& live_statuses() {
+  static auto* s = new LiveStatuses();  // never destroyed: plugins may release at exit
+  return *s;
+}
+
+nf_status* fail(const std::string& msg, nf_status_code code = NF_STATUS_FAIL) { return make_status(msg, code); }
 
 // Runs `f`, turning any exception into a status: no exception crosses the ABI.
 template <class F>
@@ -56,14 +69,22 @@ std::vector<std::string> to_strings(const char* const* names, size_t n) {
 }
 
 // ---- status, context -------------------------------------------------------------
-nf_status* status_create(const char* m) { return new nf_status{m ? m : ""}; }
+nf_status* status_create(const char* m) { return make_status(m ? m : ""); }
 nf_status* status_create_code(nf_status_code code, const char* m) {
   // An unknown code (from a newer plugin) stays as it is; the message still says it.
-  return new nf_status{m ? m : "", code == NF_STATUS_OK ? NF_STATUS_FAIL : code};
+  return make_status(m ? m : "", code == NF_STATUS_OK ? NF_STATUS_FAIL : code);
 }
-const char* status_message(const nf_status* s) { return s ? s->message.c_str() : ""; }
-nf_status_code status_code(const nf_status* s) { return s ? s->code : NF_STATUS_OK; }
-void status_release(nf_status* s) { delete s; }
+const char* status_message(const nf_status* s) { return is_live_status(s) ? s->message.c_str() : ""; }
+nf_status_code status_code(const nf_status* s) {
+  if (!s) return NF_STATUS_OK;
+  return is_live_status(s) ? s->code : NF_STATUS_INTERNAL;
+}
+void status_release(nf_status* s) {
+  if (!s) return;
+  auto& live = live_statuses();
+  std::lock_guard lock(live.mutex);
+  if (live.set.erase(s)) delete s;  // a status released twice, or not ours, is left alone
+}
 
 void log(nf_context* ctx, nf_log_level level, const char* msg) {
   std::string who = ctx ? ctx->plugin : "plugin";
@@ -229,9 +250,13 @@ nf_status* graph_sort(nf_graph* g) {
 }
 
 size_t graph_input_count(const nf_graph* g) { return graph_of(g)->inputs.size(); }
-const char* graph_input(const nf_graph* g, size_t i) { return graph_of(g)->inputs.at(i).c_str(); }
+// Index getters return NULL past the end: an exception must not cross the ABI.
+const char* name_at(const std::vector<std::string>& names, size_t i) {
+  return i < names.size() ? names[i].c_str() : nullptr;
+}
+const char* graph_input(const nf_graph* g, size_t i) { return name_at(graph_of(g)->inputs, i); }
 size_t graph_output_count(const nf_graph* g) { return graph_of(g)->outputs.size(); }
-const char* graph_output(const nf_graph* g, size_t i) { return graph_of(g)->outputs.at(i).c_str(); }
+const char* graph_output(const nf_graph* g, size_t i) { return name_at(graph_of(g)->outputs, i); }
 nf_status* graph_set_inputs(nf_graph* g, const char* const* names, size_t n) {
   unwrap(g)->inputs = to_strings(names, n);
   return nullptr;
@@ -311,9 +336,9 @@ const char* node_op_type(const nf_node* n) { return node_of(n)->op_type.c_str();
 const char* node_domain(const nf_node* n) { return node_of(n)->domain.c_str(); }
 const char* node_name(const nf_node* n) { return node_of(n)->name.c_str(); }
 size_t node_input_count(const nf_node* n) { return node_of(n)->inputs.size(); }
-const char* node_input(const nf_node* n, size_t i) { return node_of(n)->inputs.at(i).c_str(); }
+const char* node_input(const nf_node* n, size_t i) { return name_at(node_of(n)->inputs, i); }
 size_t node_output_count(const nf_node* n) { return node_of(n)->outputs.size(); }
-const char* node_output(const nf_node* n, size_t i) { return node_of(n)->outputs.at(i).c_str(); }
+const char* node_output(const nf_node* n, size_t i) { return name_at(node_of(n)->outputs, i); }
 
 // Setting index == count appends; further is an error.
 nf_status* set_slot(std::vector<std::string>& slots, size_t i, const char* v, const char* what) {
@@ -550,12 +575,49 @@ std::shared_ptr<ir::TensorRef> adopt_tensor_handle(nf_tensor* t) {
   return shared;
 }
 
+nf_status* make_status(const std::string& message, nf_status_code code) {
+  auto* s = new nf_status{message, code};
+  auto& live = live_statuses();
+  std::lock_guard lock(live.mutex);
+  live.set.insert(s);
+  return s;
+}
+
+bool is_live_status(const nf_status* s) {
+  auto& live = live_statuses();
+  std::lock_guard lock(live.mutex);
+  return live.set.count(s) > 0;
+}
+
+std::string take_status_message(nf_status* st, nf_status_code* code) {
+  if (!is_live_status(st)) {
+    if (code) *code = NF_STATUS_INTERNAL;
+    return "returned an invalid status (not one made by status_create, or already released)";
+  }
+  std::string msg = st->message;
+  if (code) *code = st->code;
+  host_api()->status_release(st);
+  return msg;
+}
+
 void throw_if_error(nf_status* st, const std::string& prefix) {
   if (!st) return;
-  std::string msg = prefix.empty() ? st->message : prefix + ": " + st->message;
-  nf_status_code code = st->code;
-  delete st;
-  throw PluginError(msg, code);
+  nf_status_code code = NF_STATUS_FAIL;
+  std::string msg = take_status_message(st, &code);
+  throw PluginError(prefix.empty() ? msg : prefix + ": " + msg, code);
+}
+
+void log_plugin_exception(const std::string& who) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: threw an exception across the plugin ABI: {}", who, e.what());
+    } catch (...) {
+      spdlog::warn("{}: threw an exception across the plugin ABI", who);
+    }
+  } catch (...) {
+  }
 }
 
 }  // namespace nf::host

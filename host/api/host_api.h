@@ -76,4 +76,36 @@ struct PluginError : std::runtime_error {
 };
 void throw_if_error(nf_status* st, const std::string& prefix);
 
+// A new status (what status_create makes); the receiver releases it.
+nf_status* make_status(const std::string& message, nf_status_code code = NF_STATUS_FAIL);
+// True for a status the host made and nobody has released: a plugin may return garbage.
+bool is_live_status(const nf_status* s);
+// The message (and code) of a status a plugin returned, releasing it; a status that is not
+// live is not read and gives a message saying so.
+std::string take_status_message(nf_status* st, nf_status_code* code = nullptr);
+
+// Calls a plugin function. Exceptions must not cross the C ABI; one that does anyway (a
+// plugin function without NF_TRY) becomes a failed status here instead of a crash.
+template <class F>
+nf_status* call_plugin_entry(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return make_status(std::string("threw an exception across the plugin ABI: ") + e.what(), NF_STATUS_INTERNAL);
+  } catch (...) {
+    return make_status("threw an exception across the plugin ABI", NF_STATUS_INTERNAL);
+  }
+}
+// The same for the plugin functions that return nothing (close, release); what they throw
+// is logged and dropped.
+void log_plugin_exception(const std::string& who) noexcept;
+template <class F>
+void call_plugin_void(const std::string& who, F&& f) noexcept {
+  try {
+    f();
+  } catch (...) {
+    log_plugin_exception(who);
+  }
+}
+
 }  // namespace nf::host

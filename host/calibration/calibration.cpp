@@ -9,6 +9,7 @@
 
 #include "calibration/segments.h"
 #include "manifest/schema.h"
+#include "files/files.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/session.h"
 #include "pipeline/util.h"
@@ -24,11 +25,7 @@ namespace {
 std::string read_calibration_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw std::runtime_error(what + " " + path + ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(what + " " + path + ": cannot be read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
+  std::string text = read_regular_file(path, kTextMax, what);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw std::runtime_error(what + " " + path + ": the file is empty");
   return text;

@@ -122,12 +122,10 @@ void add_estimate(CLI::App& app) {
     if (prompt_opt->count()) workload["prompt_len"] = prompt_len;
     if (context_opt->count()) workload["context_len"] = context_len;
     std::string out, options = pkg.backend_options().dump(), wl = workload.dump();
-    nf_status* st = info->backend()->estimate(options.c_str(), pkg.artifacts().string().c_str(), wl.c_str(), collect, &out);
-    if (st) {
-      std::string msg = host::host_api()->status_message(st);
-      host::host_api()->status_release(st);
-      throw UserError("backend '" + backend + "': " + msg);
-    }
+    const std::string artifacts = pkg.artifacts().string();
+    nf_status* st = host::call_plugin_entry(
+        [&] { return info->backend()->estimate(options.c_str(), artifacts.c_str(), wl.c_str(), collect, &out); });
+    if (st) throw UserError("backend '" + backend + "': " + host::take_status_message(st));
     nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
     if (!j.is_object()) throw UserError("backend '" + backend + "' returned an estimate that is not a JSON object");
     if (json)

@@ -23,10 +23,11 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--reference", reference, "model.onnx or package whose top-1 tokens the model is compared with");
   cmd->add_flag("--json", json, "Machine-readable output");
   cmd->callback([] {
+    const std::string text = host::read_regular_file(text_path, host::kTextMax, "evaluation text");  // before any work
     auto model = open_model(path);
     if (model->tokenizer.empty()) throw UserError(path + ": eval needs a tokenizer.json beside the model or in the package");
     auto tok = Tokenizer::load(model->tokenizer);
-    auto ids = tok.encode(host::read_text_file(text_path), false);
+    auto ids = tok.encode(text, false);
     auto r = host::perplexity(*model->runner, ids, window);
     nlohmann::json j{{"perplexity", r.perplexity},
                      {"mean_nll", r.mean_nll},

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "onnx/onnx_io.h"
+#include "pipeline/package.h"
 #include "pipeline/util.h"
 
 namespace nf::cli {
@@ -86,13 +87,9 @@ void add_inspect(CLI::App& app) {
   cmd->add_flag("--json", json, "Machine-readable output");
   cmd->callback([] {
     std::filesystem::path dir(path);
-    if (std::filesystem::is_regular_file(dir / "package.json")) {
-      nlohmann::json meta;
-      try {
-        meta = nlohmann::json::parse(host::read_text_file(dir / "package.json"));
-      } catch (const nlohmann::json::exception&) {
-        throw UserError((dir / "package.json").string() + ": not valid JSON");
-      }
+    if (std::filesystem::is_directory(dir)) {
+      // Verified like every package npuforge reads: what inspect shows is what run would run.
+      nlohmann::json meta = host::open_package(dir).meta;
       if (json) {
         meta.erase("files");
         std::cout << meta.dump(2) << "\n";

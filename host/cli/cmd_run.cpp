@@ -61,8 +61,10 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
   auto estimate = [&](const nlohmann::json& workload) {
     std::string out, options = model.package->backend_options().dump(), w = workload.dump();
     auto collect = [](void* user, const char* json) { *static_cast<std::string*>(user) = json; };
-    host::throw_if_error(backend->backend()->estimate(options.c_str(), model.package->artifacts().string().c_str(),
-                                                      w.c_str(), collect, &out),
+    const std::string artifacts = model.package->artifacts().string();
+    host::throw_if_error(host::call_plugin_entry([&] {
+                           return backend->backend()->estimate(options.c_str(), artifacts.c_str(), w.c_str(), collect, &out);
+                         }),
                          "backend '" + backend->name + "' estimate");
     return nlohmann::json::parse(out);
   };
@@ -97,8 +99,10 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
       } else {
         nlohmann::json config;
         if (model.package->meta.contains("config") && model.package->meta["config"].is_string())
-          config = nlohmann::json::parse(host::read_text_file(model.package->dir / model.package->meta["config"].get<std::string>()),
-                                         nullptr, false);
+          config = nlohmann::json::parse(
+              host::read_regular_file(model.package->root / model.package->meta["config"].get<std::string>(),
+                                      host::kJsonMax, "model config"),
+              nullptr, false);
         const double target = target_macs_per_token(config);
         if (target <= 0) throw std::runtime_error("no config.json to price the draft against the target");
         draft_pass_ms = step_ms * macs_per_row / target;
@@ -209,7 +213,7 @@ void add_run(CLI::App& app) {
       // to the folder of a bare model.onnx. Defaults first, so a default path resolves too;
       // schema errors are reported by generate_speculative.
       std::filesystem::path base =
-          model->package ? model->package->dir : std::filesystem::absolute(path).parent_path();
+          model->package ? model->package->root : std::filesystem::absolute(path).parent_path();
       manifest::validate_json(decoder->schema, doptions);
       for (const std::string& key : manifest::asset_properties(decoder->schema))
         if (doptions.contains(key) && doptions[key].is_string() &&

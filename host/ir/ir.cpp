@@ -3,6 +3,7 @@
 #include <npuforge/plugin.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,16 +13,101 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace nf::ir {
 
 size_t dtype_size(DType t) { return nf::dtype_size(t); }
 const char* dtype_name(DType t) { return nf::dtype_name(t); }
 
+// ---- mapped files and SIGBUS ---------------------------------------------------------
+// A file truncated while mapped makes every read of its lost pages a SIGBUS. The handler
+// below finds the mapping in this table, maps zero pages over the rest of it, marks it and
+// returns, so the read completes; check_mapped_files() then turns the mark into an error.
+// The table is fixed and lock-free: a signal handler may not allocate or lock.
+namespace {
+
+struct MapSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being set up or torn down, 2 live
+  std::atomic<uintptr_t> begin{0}, end{0};
+  std::atomic<bool> faulted{false};
+};
+constexpr int kMapSlots = 4096;
+MapSlot g_slots[kMapSlots];
+struct sigaction g_previous_sigbus {};
+
+int page_size() {
+  static const int page = static_cast<int>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+void on_sigbus(int sig, siginfo_t* info, void* ucontext) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MapSlot& s : g_slots) {
+    if (s.state.load() != 2 || addr < s.begin.load() || addr >= s.end.load()) continue;
+    const uintptr_t from = addr / static_cast<uintptr_t>(page_size()) * static_cast<uintptr_t>(page_size());
+    const uintptr_t to = s.end.load();
+    if (::mmap(reinterpret_cast<void*>(from), to - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+        MAP_FAILED)
+      break;
+    s.faulted.store(true);
+    return;
+  }
+  // Not one of our mappings: what would have happened without us.
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO && g_previous_sigbus.sa_sigaction) {
+    g_previous_sigbus.sa_sigaction(sig, info, ucontext);
+    return;
+  }
+  if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN && g_previous_sigbus.sa_handler) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(SIGBUS, SIG_DFL);  // the faulting read runs again and ends the process as before
+}
+
+void install_sigbus_handler() {
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+    return true;
+  }();
+  (void)installed;
+}
+
+int claim_slot(uintptr_t begin, uintptr_t end) {
+  for (int i = 0; i < kMapSlots; ++i) {
+    int free = 0;
+    if (!g_slots[i].state.compare_exchange_strong(free, 1)) continue;
+    g_slots[i].begin = begin;
+    g_slots[i].end = end;
+    g_slots[i].faulted = false;
+    g_slots[i].state = 2;
+    return i;
+  }
+  return -1;  // table full: this mapping is unguarded, as all were before
+}
+
+// Live mappings, for check_mapped_files; and files that faulted but are unmapped since.
+std::mutex g_mapped_mutex;
+std::unordered_map<const MappedFile*, int> g_mapped;
+std::vector<std::string> g_lost;
+
+int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec; }
+
+std::string changed_message(const std::string& path) {
+  return path + ": the file changed while npuforge was using it (truncated or rewritten); run again once it is complete";
+}
+
+}  // namespace
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block the open
   if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -29,7 +115,12 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     ::close(fd);
     throw std::runtime_error(path + ": " + std::strerror(e));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + ": not a regular file");
+  }
   size_ = static_cast<size_t>(st.st_size);
+  mtime_ns_ = mtime_ns(st);
   if (size_ > 0) {
     addr_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (addr_ == MAP_FAILED) {
@@ -38,12 +129,40 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       ::close(fd);
       throw std::runtime_error(path + ": mmap failed: " + std::strerror(e));
     }
+    install_sigbus_handler();
+    const auto begin = reinterpret_cast<uintptr_t>(addr_);
+    slot_ = claim_slot(begin, begin + size_);
   }
-  ::close(fd);
+  fd_ = fd;
+  std::lock_guard lock(g_mapped_mutex);
+  g_mapped[this] = fd_;
 }
 
 MappedFile::~MappedFile() {
+  {
+    std::lock_guard lock(g_mapped_mutex);
+    g_mapped.erase(this);
+    if (slot_ >= 0 && g_slots[slot_].faulted.load()) g_lost.push_back(path_);
+  }
+  if (slot_ >= 0) g_slots[slot_].state = 0;  // the handler stops matching it before the range goes
   if (addr_) ::munmap(addr_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void check_mapped_files() {
+  std::lock_guard lock(g_mapped_mutex);
+  if (!g_lost.empty()) {
+    std::string path = g_lost.front();
+    g_lost.clear();
+    throw std::runtime_error(changed_message(path));
+  }
+  for (const auto& [file, fd] : g_mapped) {
+    struct stat st {};
+    const bool faulted = file->slot_ >= 0 && g_slots[file->slot_].faulted.load();
+    if (faulted || ::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != file->size_ ||
+        mtime_ns(st) != file->mtime_ns_)
+      throw std::runtime_error(changed_message(file->path_));
+  }
 }
 
 void MappedFile::drop_pages(size_t offset, size_t n) const {
@@ -139,6 +258,39 @@ void Graph::sort() {
   sorted.reserve(nodes.size());
   for (size_t i : execution_order()) sorted.push_back(std::move(nodes[i]));
   nodes = std::move(sorted);
+}
+
+std::string graph_problem(const Graph& g) {
+  auto who = [](const Node& n) { return "node '" + n.name + "' (" + n.op_type + ")"; };
+  std::unordered_map<std::string, const Node*> writer;
+  std::unordered_set<std::string> defined(g.inputs.begin(), g.inputs.end());
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n->outputs) {
+      if (o.empty()) continue;
+      if (auto [it, fresh] = writer.emplace(o, n.get()); !fresh)
+        return "value '" + o + "' is written by two nodes: " + who(*it->second) + " and " + who(*n);
+      if (defined.count(o)) return "value '" + o + "' is a graph input or initializer and also written by " + who(*n);
+    }
+  auto dtype_of = [&](const std::string& v) {
+    if (const Tensor* t = g.initializer(v)) return t->dtype;
+    auto it = g.types.find(v);
+    return it != g.types.end() ? it->second.dtype : NF_DTYPE_UNDEFINED;
+  };
+  for (const auto& n : g.nodes)
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const std::string& in = n->inputs[i];
+      if (in.empty()) continue;
+      if (!defined.count(in) && !writer.count(in)) return who(*n) + " reads '" + in + "', which nothing defines";
+      const DType t = dtype_of(in);
+      if (t == NF_DTYPE_STRING) return who(*n) + " reads '" + in + "', a STRING tensor; no backend computes on strings";
+      if (n->op_type == "Gather" && n->domain.empty() && i == 1 && t != NF_DTYPE_UNDEFINED && t != NF_DTYPE_INT32 &&
+          t != NF_DTYPE_INT64)
+        return who(*n) + ": indices '" + in + "' are " + dtype_name(t) + ", not int32 or int64";
+    }
+  for (const auto& o : g.outputs)
+    if (!defined.count(o) && !writer.count(o)) return "graph output '" + o + "' is not computed by any node";
+  return "";
 }
 
 Node* Graph::producer(const std::string& value) const {

@@ -65,7 +65,17 @@ class MappedFile final : public Buffer {
   std::string path_;
   void* addr_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;       // kept open: check_mapped_files compares the file with what was mapped
+  int slot_ = -1;     // in the SIGBUS handler's table
+  int64_t mtime_ns_ = 0;
+  friend void check_mapped_files();
 };
+
+// Throws std::runtime_error "<path>: changed while in use ..." when a mapped file was
+// truncated or rewritten since it was mapped. A truncated file's lost pages do not kill the
+// process with SIGBUS: a handler maps zeros over them, and this check then reports the
+// file. Called after each plugin call and backend run, and before a package is committed.
+void check_mapped_files();
 
 struct Tensor {
   DType dtype = NF_DTYPE_UNDEFINED;
@@ -171,6 +181,13 @@ struct Graph {
   Node* producer(const std::string& value) const;
   const Tensor* initializer(const std::string& name) const;
 };
+
+// Why `g` cannot be run ("" when it can): a value with two writers (two nodes, or a node
+// and a graph input or initializer), a node input or graph output that nothing defines, a
+// STRING tensor as a node's input, Gather indices that are not integers. Backends look
+// values up by name and kernels trust dtypes, so such a graph would crash them; the host
+// checks every graph before a backend sees it.
+std::string graph_problem(const Graph& g);
 
 // Encoding of one tensor; owns its arrays, exposes them as nf_encoding.
 struct Encoding {

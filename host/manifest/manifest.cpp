@@ -2,6 +2,7 @@
 #include "manifest/schema.h"
 #include "manifest/suggest.h"
 #include "manifest/toml.h"
+#include "files/files.h"
 
 #include <algorithm>
 #include <cctype>
@@ -347,7 +348,86 @@ class Parser {
   }
 };
 
+// Deepest nesting a manifest may have: tables, arrays and the parts of dotted keys together.
+// Real manifests stay under 10; toml++ and our walk over its tree recurse once per level,
+// so a few thousand levels would overflow the stack.
+constexpr int kMaxNesting = 64;
+
+// Refuses TOML nested deeper than kMaxNesting before toml++ sees it. Not a TOML parser:
+// a scan that skips strings and comments and counts open brackets plus the dots of the
+// keys being defined (only in key position: a float's dot is not nesting).
+void check_nesting(std::string_view text, const std::string& file) {
+  std::vector<char> open;         // '[' array, '{' inline table, 'h' table header
+  std::vector<int> dots{0};       // dots of the key being defined, per open level
+  bool key = true;                // in key position (line start, after '{' or ',' in '{')
+  int line = 1, column = 0;
+  auto depth = [&] {
+    int d = static_cast<int>(open.size());
+    for (int n : dots) d += n;
+    return d;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      if (open.empty() || open.back() == 'h') {
+        key = true;
+        dots.back() = 0;
+      }
+      continue;
+    }
+    if (c == '#') {  // comment: to the end of the line
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {  // a string, maybe multi-line: skip to its end
+      const bool multi = text.substr(i, 3) == std::string(3, c);
+      const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
+      for (i += close.size(); i < text.size(); ++i) {
+        if (c == '"' && text[i] == '\\') {
+          ++i;
+          continue;
+        }
+        if (text[i] == '\n') {
+          ++line;
+          column = 0;
+        }
+        if (text.substr(i, close.size()) == close) {
+          i += close.size() - 1;
+          break;
+        }
+      }
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      const bool header = c == '[' && key && open.empty();
+      if (!header) key = c == '{';
+      open.push_back(header ? 'h' : c);
+      dots.push_back(0);
+      if (header && i + 1 < text.size() && text[i + 1] == '[') ++i;  // [[array of tables]]
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      if (open.back() == 'h' && i + 1 < text.size() && text[i + 1] == ']') ++i;
+      open.pop_back();
+      dots.pop_back();
+      key = false;
+    } else if (c == '=') {
+      key = false;
+    } else if (c == ',' && !open.empty() && open.back() == '{') {
+      key = true;
+      dots.back() = 0;
+    } else if (c == '.' && key) {
+      ++dots.back();
+    }
+    if (depth() > kMaxNesting)
+      throw ManifestError({file, line, column}, "nested deeper than " + std::to_string(kMaxNesting) +
+                                                    " levels (tables, arrays and dotted keys together)");
+  }
+}
+
 Manifest parse_text(std::string_view text, const std::string& file) {
+  check_nesting(text, file);
   fs::path abs = fs::absolute(fs::path(file)).lexically_normal();
   Parser p(file, abs.parent_path());
   Manifest m = p.run(text);
@@ -358,11 +438,13 @@ Manifest parse_text(std::string_view text, const std::string& file) {
 }  // namespace
 
 Manifest parse_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ManifestError({path, 0, 0}, "cannot read the manifest");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_text(text.str(), path);
+  std::string text;
+  try {
+    text = nf::host::read_regular_file(path, nf::host::kManifestMax, "manifest");
+  } catch (const nf::host::FileError& e) {
+    throw ManifestError({path, 0, 0}, e.reason);
+  }
+  return parse_text(text, path);
 }
 
 Manifest parse_manifest_string(std::string_view toml, const std::string& path_for_messages) {
@@ -406,13 +488,21 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
     if (!path.empty() && !fs::exists(path, ec))
       found.push_back({where(key), what + " " + quote(path) + " does not exist"});
   };
-  must_exist(m.model_onnx, "model.onnx", "model");
-  if (m.locations.count("model.config")) must_exist(m.model_config, "model.config", "model config");
-  if (m.locations.count("model.tokenizer")) must_exist(m.model_tokenizer, "model.tokenizer", "tokenizer");
+  // Files are read whole: a FIFO or a device (/dev/zero) could hang or never end.
+  auto must_be_file = [&](const std::string& path, const std::string& key, const std::string& what) {
+    std::error_code ec;
+    if (path.empty()) return;
+    if (!fs::exists(path, ec)) found.push_back({where(key), what + " " + quote(path) + " does not exist"});
+    else if (!fs::is_regular_file(path, ec))
+      found.push_back({where(key), what + " " + quote(path) + " is not a regular file"});
+  };
+  must_be_file(m.model_onnx, "model.onnx", "model");
+  if (m.locations.count("model.config")) must_be_file(m.model_config, "model.config", "model config");
+  if (m.locations.count("model.tokenizer")) must_be_file(m.model_tokenizer, "model.tokenizer", "tokenizer");
   if (m.calibration) {
-    must_exist(m.calibration->text, "calibration.text", "calibration text");
-    must_exist(m.calibration->jsonl, "calibration.jsonl", "calibration dataset");
-    must_exist(m.calibration->ids, "calibration.ids", "calibration ids");
+    must_be_file(m.calibration->text, "calibration.text", "calibration text");
+    must_be_file(m.calibration->jsonl, "calibration.jsonl", "calibration dataset");
+    must_be_file(m.calibration->ids, "calibration.ids", "calibration ids");
   }
   for (size_t i = 0; i < m.plugin_paths.size(); ++i)
     must_exist(m.plugin_paths[i], "plugins.paths[" + std::to_string(i) + "]", "plugin folder");

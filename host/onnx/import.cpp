@@ -395,7 +395,9 @@ bool parse_stream(google::protobuf::io::ZeroCopyInputStream& in, onnx::ModelProt
 }
 
 std::unique_ptr<ir::Graph> import_parsed(onnx::ModelProto& m, ImportContext& ctx) {
-  return Importer(ctx).model(m);
+  auto g = Importer(ctx).model(m);
+  if (std::string why = ir::graph_problem(*g); !why.empty()) fail(ctx.origin, why);
+  return g;
 }
 
 }  // namespace
@@ -411,7 +413,7 @@ std::unique_ptr<ir::Graph> parse_and_import(std::string_view bytes, ImportContex
 }
 
 std::unique_ptr<ir::Graph> parse_and_import_file(const std::string& path, ImportContext& ctx) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block the open
   if (fd < 0) fail(path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

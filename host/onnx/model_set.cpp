@@ -1,6 +1,8 @@
 // Model sets on disk and AIMET 1.0.0 encodings.
 #include "onnx/internal.h"
 
+#include "files/files.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -28,10 +30,9 @@ bool safe_file_stem(const std::string& s) {
 }
 
 json read_json(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail(p.string(), "cannot open");
+  std::string text = nf::host::read_regular_file(p, nf::host::kJsonMax, "JSON file");
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail(p.string(), std::string("invalid JSON: ") + e.what());
   }

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <map>
 
 #include "api/host_api.h"
 #include "calibration/calibration.h"
@@ -45,11 +46,17 @@ void call_plugin(const std::string& label, Call&& call) {
   nf_context ctx{label, [&](uint64_t done, uint64_t total, const std::string& what) {
                    return bar.report(done, total, what);
                  }};
-  nf_status* st = call(&ctx);
+  nf_status* st = call_plugin_entry([&] { return call(&ctx); });
   ::malloc_trim(0);  // what the stage freed goes back to the system before the next one
   if (cancel_flag()) {
     if (st) host_api()->status_release(st);
     throw Cancelled();
+  }
+  try {
+    ir::check_mapped_files();  // the plugin read a weights file that changed: its result is not to be trusted
+  } catch (...) {
+    if (st) host_api()->status_release(st);
+    throw;
   }
   throw_if_error(st, label);
 }
@@ -117,7 +124,64 @@ bool fits_before_start(const manifest::Manifest& m, const std::vector<std::pair<
   return true;
 }
 
+// Files a JSON asset names beside itself (rotations.json -> "data": "rotations.bin"),
+// with their hashes: the asset's meaning includes their bytes.
+std::map<std::string, std::string> json_companions(const fs::path& file) {
+  std::map<std::string, std::string> out;
+  nlohmann::json j = nlohmann::json::parse(read_regular_file(file, kJsonMax, "asset"), nullptr, false);
+  std::vector<const nlohmann::json*> todo{&j};
+  while (!todo.empty()) {
+    const nlohmann::json* v = todo.back();
+    todo.pop_back();
+    if (v->is_structured()) {
+      for (const auto& x : *v) todo.push_back(&x);
+    } else if (v->is_string()) {
+      const fs::path rel = v->get<std::string>();
+      std::error_code ec;
+      if (rel.empty() || rel.is_absolute() || rel.lexically_normal().string().starts_with("..")) continue;
+      const fs::path f = file.parent_path() / rel;
+      if (f != file && fs::is_regular_file(f, ec)) out[rel.lexically_normal().generic_string()] = hash_file(f);
+    }
+  }
+  return out;
+}
+
+// A file's hash (a JSON file's with its companions'); a folder's: of its files' relative
+// paths and hashes, in order.
+std::string content_hash(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_regular_file(p, ec)) {
+    if (p.extension() != ".json") return hash_file(p);
+    return hash_string(hash_file(p) + nlohmann::json(json_companions(p)).dump());
+  }
+  if (!fs::is_directory(p, ec)) return "missing";
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(p, ec))
+    if (e.is_regular_file()) files[fs::relative(e.path(), p).generic_string()] = hash_file(e.path());
+  return hash_string(nlohmann::json(files).dump());
+}
+
+// A stage plugin's options with each asset option (a path: schema "format": "asset") made
+// absolute against the manifest's folder, so a build means the same files from whatever
+// folder it runs in; and {option: content hash} of those files for the stage's cache key.
+std::pair<nlohmann::json, nlohmann::json> resolve_asset_options(const manifest::PluginUse& use, const PluginInfo& p,
+                                                                const std::string& manifest_dir) {
+  nlohmann::json options = use.options, files = nlohmann::json::object();
+  for (const auto& a : manifest::asset_paths(use, p.schema, manifest_dir, manifest_dir)) {
+    if (use.options.value(a.key, std::string()).empty()) continue;  // "" is "no file"
+    options[a.key] = a.path;
+    files[a.key] = content_hash(a.path);
+  }
+  return {options, files};
+}
+
 }  // namespace
+
+void check_graphs(const ir::ModelSet& ms, const std::string& context) {
+  for (const auto& g : ms.graphs)
+    if (std::string why = ir::graph_problem(*g); !why.empty())
+      throw std::runtime_error(context + ": graph '" + g->name + "': " + why);
+}
 
 nlohmann::json graph_specs(const ir::ModelSet& ms) {
   nlohmann::json graphs = nlohmann::json::array();
@@ -176,7 +240,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
     if (fs::is_regular_file(beside)) config = beside.string();
   }
   if (!config.empty()) {
-    std::string text = read_text_file(config);
+    std::string text = read_regular_file(config, kJsonMax, "model config");
     nlohmann::json cfg;
     try {
       cfg = nlohmann::json::parse(text);
@@ -205,6 +269,11 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     throw std::runtime_error(m.path + ": no target named '" + req.target + "' (targets: " + names + ")");
   }
 
+  // Refuse now, not after the work, to replace anything but our own packages.
+  for (const auto& t : targets)
+    if (std::string why = why_not_replaceable(req.out_dir / t.first); !why.empty())
+      throw std::runtime_error((req.out_dir / t.first).string() + " " + why +
+                               "; not replacing it (move it away or choose another --out)");
   const auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
   auto t_load = std::chrono::steady_clock::now();
   stage_hook("load");
@@ -222,23 +291,27 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   }
 
   nlohmann::json stages = nlohmann::json::array();
+  std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
   auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
     const PluginInfo* p = registry.find(kind, use.name);
     if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
     std::string label = std::string(kind_name(kind)) + " " + use.name;
     stage_hook(label);
-    // A quant stage's output also depends on its calibration data.
-    key = StageCache::key(key, kind_name(kind), p->name, p->version,
-                          kind == NF_KIND_QUANT ? nlohmann::json{{"options", use.options},
-                                                                 {"calibration", calibration_cache_key(m)}}
-                                                : use.options);
+    // The output depends on the options, the bytes of the files they name, the plugin's
+    // library and (quant) the calibration data: all of it goes into the key.
+    auto [options_json, files] = resolve_asset_options(use, *p, m.dir);
+    nlohmann::json inputs{{"options", use.options}, {"files", files}};
+    if (kind == NF_KIND_QUANT) inputs["calibration"] = calibration_cache_key(m);
+    auto lib = library_hashes.find(p->library);
+    if (lib == library_hashes.end()) lib = library_hashes.emplace(p->library, hash_file(p->library)).first;
+    key = StageCache::key(key, kind_name(kind), p->name, p->version, lib->second, inputs);
     auto t0 = std::chrono::steady_clock::now();
     bool cached = false;
     if (auto hit = cache.load(key)) {
       ms = std::move(hit);
       cached = true;
     } else {
-      std::string options = use.options.dump();
+      std::string options = options_json.dump();
       // Quant recipes calibrate on the manifest's [calibration] text (null without one).
       std::unique_ptr<TextCalibration> calibration;
       if (kind == NF_KIND_QUANT) calibration = make_calibration(m, registry);
@@ -258,16 +331,23 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
 
   BuildResult result;
   fs::create_directories(req.out_dir);
+  remove_stale_build_dirs(req.out_dir);
+  // Every target is compiled and sealed aside first, then all are committed together: a
+  // failure at any target leaves every earlier package as it was.
+  std::vector<std::unique_ptr<TempDir>> stagings;
+  std::vector<StagedPackage> staged;
   for (const auto& [target, use] : targets) {
     const PluginInfo* backend = registry.find(NF_KIND_BACKEND, use.name);
     if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
     std::string label = "compile " + target;
     stage_hook(label);
-    TempDir staging(req.out_dir, "." + target + ".partial-");
+    stagings.push_back(std::make_unique<TempDir>(req.out_dir, "." + target + ".partial-"));
+    const TempDir& staging = *stagings.back();
     fs::create_directories(staging.path() / "artifacts");
     auto t0 = std::chrono::steady_clock::now();
     std::string options = use.options.dump();
     std::string artifacts = (staging.path() / "artifacts").string();
+    check_graphs(*ms, "before " + label);
     call_plugin(label, [&](nf_context* ctx) {
       return backend->backend()->compile(options.c_str(), handle(ms.get()), artifacts.c_str(), ctx);
     });
@@ -288,9 +368,13 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       meta["config"] = "config.json";
     }
     if (!m.model_tokenizer.empty()) {
-      fs::copy_file(m.model_tokenizer, staging.path() / "tokenizer.json");
+      // Read with the bounds of any input (a FIFO or a device in its place is refused).
+      write_text_file_atomic(staging.path() / "tokenizer.json",
+                             read_regular_file(m.model_tokenizer, kTokenizerMax, "tokenizer"));
       fs::path tcfg = fs::path(m.model_tokenizer).parent_path() / "tokenizer_config.json";
-      if (fs::is_regular_file(tcfg)) fs::copy_file(tcfg, staging.path() / "tokenizer_config.json");
+      if (fs::is_regular_file(tcfg))
+        write_text_file_atomic(staging.path() / "tokenizer_config.json",
+                               read_regular_file(tcfg, kTokenizerMax, "tokenizer config"));
       meta["tokenizer"] = "tokenizer.json";
     }
     // Model-set metadata the transforms left for the runner ("io": static layout, variants).
@@ -310,11 +394,17 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
                           {"peak_rss_bytes", peak_rss_bytes()}};
     write_text_file_atomic(staging.path() / "build_report.json", report.dump(2) + "\n");
     stage_hook("seal " + target);
-    fs::path final_dir = req.out_dir / target;
-    seal_package(staging.path(), meta, final_dir);
-    staging.release();
-    spdlog::info("package {} ({} in {:.2f}s)", final_dir.string(), backend->name, compile_secs);
-    result.packages.push_back(final_dir);
+    seal_package(staging.path(), meta);
+    staged.push_back({staging.path(), req.out_dir / target});
+    spdlog::info("{}: {} compiled in {:.2f}s", target, backend->name, compile_secs);
+  }
+  stage_hook("commit");
+  ir::check_mapped_files();
+  commit_packages(staged);
+  for (auto& s : stagings) s->release();  // moved into place, or holding a replaced package commit_packages handled
+  for (const auto& s : staged) {
+    spdlog::info("package {}", s.final_dir.string());
+    result.packages.push_back(s.final_dir);
   }
   return result;
 }

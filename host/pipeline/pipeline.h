@@ -22,6 +22,10 @@ std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& regi
 // model's bytes, the root of the stage-cache keys).
 std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path);
 
+// Throws "<context>: graph '<name>': <problem>" for the first graph ir::graph_problem
+// refuses: a backend never sees a graph it could crash on.
+void check_graphs(const ir::ModelSet& ms, const std::string& context);
+
 // IO specs of every graph, as package.json stores them: [{name, inputs:[{name, dtype,
 // shape}], outputs:[...]}], symbolic dims by name.
 nlohmann::json graph_specs(const ir::ModelSet& ms);

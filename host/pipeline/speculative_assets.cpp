@@ -35,7 +35,7 @@ SpeculativeAssets load_speculative_assets(const fs::path& dir) {
   if (!fs::is_regular_file(file))
     fail(file, "missing: speculative decoder assets are a folder with assets.json (e.g. made by tools/speculative/train_ssd.py)");
   try {
-    a.meta = nlohmann::json::parse(read_text_file(file));
+    a.meta = nlohmann::json::parse(read_regular_file(file, kJsonMax, "assets.json"));
   } catch (const nlohmann::json::exception&) {
     fail(file, "not valid JSON");
   }

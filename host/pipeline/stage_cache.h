@@ -1,6 +1,9 @@
 // Stage cache: the model set after each quant/transform stage, stored under a key of
-// (key of the stage's input, plugin kind + name + version, options). A rebuild replays
-// the stages that did not change from here instead of running them.
+// everything the stage's output depends on: the key of its input, the plugin (kind, name,
+// version and the hash of its library file), its options, the bytes of every file an
+// option names, and the host's version. A rebuild replays the stages that did not change
+// from here instead of running them. Each entry carries the hash of each of its files and
+// is verified when reused: a damaged entry is evicted and rebuilt, with a warning.
 #pragma once
 
 #include <filesystem>
@@ -18,15 +21,19 @@ class StageCache {
   static std::filesystem::path default_root();
   explicit StageCache(std::filesystem::path root, bool enabled = true);
 
+  // `inputs` is everything else the output depends on (options, file hashes, ...); object
+  // keys are sorted, so equal inputs give equal keys.
   static std::string key(const std::string& input_key, const std::string& kind, const std::string& name,
-                         const std::string& version, const nlohmann::json& options);
-  // The cached model set for `key`, or null.
+                         const std::string& version, const std::string& library_hash, const nlohmann::json& inputs);
+  // The cached model set for `key`, or null (also when the entry fails verification: it is
+  // then removed, with a warning).
   std::unique_ptr<ir::ModelSet> load(const std::string& key) const;
   // Stores atomically; a failure to store only costs a warning.
   void store(const std::string& key, const ir::ModelSet& ms) const;
   bool enabled() const { return enabled_; }
 
  private:
+  void evict(const std::filesystem::path& entry, const std::string& why) const;
   std::filesystem::path root_;
   bool enabled_;
 };

@@ -1,5 +1,7 @@
 #include "pipeline/util.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "ir/ir.h"
@@ -45,6 +48,7 @@ std::string hash_buffer(const ir::Buffer& b) {
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);
+  ir::check_mapped_files();  // a file truncated while hashed read as zeros: not its hash
   return hex128(h);
 }
 
@@ -54,13 +58,7 @@ std::string hash_file(const fs::path& p) {
   return hash_buffer(f);
 }
 
-std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error(p.string() + ": cannot read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text_file(const fs::path& p) { return read_regular_file(p, kTextMax, "file"); }
 
 void write_text_file_atomic(const fs::path& p, const std::string& text) {
   fs::path tmp = p;
@@ -139,11 +137,66 @@ bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
   return cancel_flag().load();
 }
 
+namespace {
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || !*buf) return "localhost";
+  std::string s = buf;
+  for (char& c : s)
+    if (c == '/') c = '_';
+  return s;
+}
+}  // namespace
+
+std::string work_dir_name(const std::string& prefix) {
+  static std::random_device rd;
+  return prefix + host_name() + "-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000);
+}
+
+size_t remove_stale_work_dirs(const fs::path& dir, const std::string& prefix_pattern) {
+  // "<prefix><host>-<pid>-<n>"; names of older builds lack "<host>-".
+  const std::regex name(prefix_pattern + "(?:(.+)-)?([0-9]+)-[0-9]+");
+  const std::string here = host_name();
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string file = e.path().filename().string();
+    if (!std::regex_match(file, m, name) || !e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (m[1].matched && m[1].str() != here) continue;  // another machine's, on a shared folder
+    const long pid = std::stol(m[2].str());
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still at work
+    DirLock lock(e.path(), DirLock::exclusive_nowait);
+    if (!lock.held()) continue;  // a reader still has the old package open
+    fs::remove_all(e.path(), ec);
+    if (!ec) {
+      ++removed;
+      spdlog::debug("removed {}, left behind by process {}", e.path().string(), pid);
+    }
+  }
+  return removed;
+}
+
+DirLock::DirLock(const fs::path& dir, Mode mode) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) return;
+  const int op = mode == shared ? LOCK_SH : LOCK_EX | LOCK_NB;
+  while (::flock(fd_, op) != 0) {
+    if (errno == EINTR) continue;
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
 TempDir::TempDir(const fs::path& parent, const std::string& prefix) {
   fs::create_directories(parent);
-  std::random_device rd;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    fs::path p = parent / (prefix + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+    fs::path p = parent / work_dir_name(prefix);
     if (fs::create_directory(p)) {
       path_ = p;
       return;

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "files/files.h"
+
 namespace nf::ir {
 class Buffer;
 }
@@ -23,6 +25,7 @@ std::string hash_file(const std::filesystem::path& p);
 // Same hash as hash_bytes over the buffer; a mapping's pages are dropped as it goes.
 std::string hash_buffer(const ir::Buffer& b);
 
+// read_regular_file (files/files.h) with the text cap: a file whose role has no name.
 std::string read_text_file(const std::filesystem::path& p);
 // Writes to a sibling temp file, then renames: readers never see half a file.
 void write_text_file_atomic(const std::filesystem::path& p, const std::string& text);
@@ -50,6 +53,29 @@ class Progress {
   int last_permille_ = -1;
   double last_line_ = 0;
   bool drawn_ = false;
+};
+
+// Work folders (package staging, cache entries being written) are named
+// "<prefix><host>-<pid>-<n>", so a later run can tell which ones a dead process left.
+std::string work_dir_name(const std::string& prefix);
+// Removes the folders in `dir` named "<prefix><host>-<pid>-<n>" (prefix: a regex) whose
+// process is gone: only this host's, only those no reader holds (DirLock). Returns how many.
+size_t remove_stale_work_dirs(const std::filesystem::path& dir, const std::string& prefix_pattern);
+
+// flock(2) on a folder: readers of a package hold it shared while they read, so the build
+// that replaced it removes the old folder only when no reader is left (exclusive_nowait).
+class DirLock {
+ public:
+  enum Mode { shared, exclusive_nowait };
+  DirLock(const std::filesystem::path& dir, Mode mode);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
 };
 
 // A directory removed on destruction unless released (half-written output never stays).

@@ -188,7 +188,13 @@ bool Registry::load_library(const std::string& path_in) {
   }
   if (!lib.has(NF_ABI_SYMBOL) || !lib.has(NF_ENTRY_SYMBOL))
     return refuse("no npuforge entry point (" NF_ABI_SYMBOL " / " NF_ENTRY_SYMBOL ")");
-  uint32_t abi = lib.get<uint32_t()>(NF_ABI_SYMBOL)();
+  // Nothing a plugin throws may escape: the entry points are C functions.
+  uint32_t abi = 0;
+  try {
+    abi = lib.get<uint32_t()>(NF_ABI_SYMBOL)();
+  } catch (...) {
+    return refuse(NF_ABI_SYMBOL " threw an exception");
+  }
   if (abi < NF_ABI_VERSION_MIN)
     return refuse("plugin ABI " + std::to_string(abi) + " is too old (this host supports " + abi_range() +
                   "); rebuild it");
@@ -196,13 +202,9 @@ bool Registry::load_library(const std::string& path_in) {
     return refuse("plugin ABI " + std::to_string(abi) + " is too new (this host supports " + abi_range() +
                   "); update npuforge");
   const nf_plugin_library* table = nullptr;
-  nf_status* st = lib.get<nf_status*(uint32_t, const nf_host_api*, const nf_plugin_library**)>(NF_ENTRY_SYMBOL)(
-      NF_ABI_VERSION, host_api(), &table);
-  if (st) {
-    std::string msg = st->message;
-    delete st;
-    return refuse("entry point failed: " + msg);
-  }
+  auto entry = lib.get<nf_status*(uint32_t, const nf_host_api*, const nf_plugin_library**)>(NF_ENTRY_SYMBOL);
+  nf_status* st = call_plugin_entry([&] { return entry(NF_ABI_VERSION, host_api(), &table); });
+  if (st) return refuse("entry point failed: " + take_status_message(st));
   if (!table) return refuse("entry point returned no plugin table");
   if (std::string why = check_header("plugin library table", table->abi_version, table->struct_size,
                                      NF_SIZE_THROUGH(nf_plugin_library, plugins));

@@ -50,7 +50,7 @@ struct DecoderHandle {
   const nf_speculative_api* api;
   nf_decoder* d = nullptr;
   ~DecoderHandle() {
-    if (d) api->release(d);
+    if (d) call_plugin_void("speculative decoder release", [&] { api->release(d); });
   }
 };
 
@@ -91,7 +91,9 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
   DecoderHandle h{api};
   nf_context ctx{"speculative " + decoder.name, {}};
   std::string opts_text = opts.dump();
-  throw_if_error(api->create(opts_text.c_str(), &counted, prompt.data(), prompt.size(), &ctx, &h.d),
+  throw_if_error(call_plugin_entry([&] {
+                   return api->create(opts_text.c_str(), &counted, prompt.data(), prompt.size(), &ctx, &h.d);
+                 }),
                  "speculative decoder '" + decoder.name + "'");
 
   // The decoder draws the target's tokens through this, so sampling stays the host's.
@@ -108,7 +110,7 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
   while (!stopped && static_cast<int>(out.size()) < max_new) {
     size_t room = static_cast<size_t>(max_new) - out.size();
     size_t n = 0;
-    throw_if_error(api->step(h.d, logits.data(), sample, &sample_user, buf.data(), room, &n),
+    throw_if_error(call_plugin_entry([&] { return api->step(h.d, logits.data(), sample, &sample_user, buf.data(), room, &n); }),
                    "speculative decoder '" + decoder.name + "'");
     if (n == 0 || n > room) throw std::runtime_error("speculative decoder '" + decoder.name + "' returned " +
                                                      std::to_string(n) + " tokens for room " + std::to_string(room));
@@ -126,9 +128,11 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
   }
   double t2 = now_seconds();
   if (api->stats)
-    api->stats(h.d, [](void* user, const char* json) {
-      *static_cast<nlohmann::json*>(user) = nlohmann::json::parse(json, nullptr, false);
-    }, &st.decoder);
+    call_plugin_void("speculative decoder stats", [&] {
+      api->stats(h.d, [](void* user, const char* json) {
+        *static_cast<nlohmann::json*>(user) = nlohmann::json::parse(json ? json : "", nullptr, false);
+      }, &st.decoder);
+    });
 
   if (st.decoder.is_object() && st.decoder.contains("draft_forwards") && st.decoder["draft_forwards"].is_number_integer())
     st.draft_forwards = st.decoder["draft_forwards"].get<int64_t>();

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "files/files.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/text.h"
 
@@ -557,11 +558,9 @@ void add_post_processor(Impl& impl, const json& j) {
   }
 }
 
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open file");
+json read_json(const std::string& path, const char* what) {
   // Whole file first: parsing from memory is much faster than from a stream.
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = nf::host::read_regular_file(path, nf::host::kTokenizerMax, what);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -667,7 +666,7 @@ using namespace tokenizer_detail;
 Tokenizer Tokenizer::load(const std::string& path) {
   std::string where = path;
   try {
-    json root = read_json(path);
+    json root = read_json(path, "tokenizer");
     if (!root.is_object()) throw std::runtime_error("not a tokenizer.json object");
     if (!root.contains("model")) throw std::runtime_error("no \"model\" section");
     json config = json::object();
@@ -677,11 +676,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
           path.substr(0, path.size() - std::string("tokenizer.json").size()) + "tokenizer_config.json";
       if (std::filesystem::exists(config_path)) {
         where = config_path;
-        config = read_json(config_path);
+        config = read_json(config_path, "tokenizer config");
         where = path;
       }
     }
     return Tokenizer(build(root, config));
+  } catch (const nf::host::FileError&) {
+    throw;  // already names the file
   } catch (const std::exception& e) {
     throw std::runtime_error(one_line(where + ": " + e.what()));
   }

@@ -255,9 +255,11 @@ TEST(HtpPackage, CorruptedPackageRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("corrupt package: artifacts/htp/weights_1_of_1.bin does not match its hash"), std::string::npos)
       << r.err;
-  // With the package hash made to match, the container's own check refuses it.
+  // With the package hash made to match (and package.json sealed again), the container's
+  // own check refuses it.
   auto meta = nlohmann::json::parse(test::slurp(copy / "package.json"));
   meta["files"]["artifacts/htp/weights_1_of_1.bin"] = host::hash_file(bin);
+  meta["digest"] = host::package_digest(meta);
   std::ofstream(copy / "package.json") << meta.dump(2);
   r = test::npuforge({"run", copy.string(), "--prompt-ids", "1,2,3", "--max-new-tokens", "2"});
   EXPECT_NE(r.exit_code, 0);

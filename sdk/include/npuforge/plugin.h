@@ -215,6 +215,7 @@ typedef struct nf_host_api {
   /* Orders nodes so every value is produced before use; fails on a cycle. */
   nf_status* (*graph_sort)(nf_graph* g);
   size_t (*graph_input_count)(const nf_graph* g);
+  /* graph_input, graph_output, node_input, node_output: NULL when index is out of range. */
   const char* (*graph_input)(const nf_graph* g, size_t index);
   size_t (*graph_output_count)(const nf_graph* g);
   const char* (*graph_output)(const nf_graph* g, size_t index);

@@ -150,7 +150,11 @@ class Node {
   size_t input_count() const { return host().node_input_count(n_); }
   size_t output_count() const { return host().node_output_count(n_); }
   std::string input(size_t i) const { return i < input_count() ? host().node_input(n_, i) : ""; }
-  std::string output(size_t i) const { return host().node_output(n_, i); }
+  std::string output(size_t i) const {
+    const char* o = host().node_output(n_, i);  // NULL past the end
+    if (!o) throw std::out_of_range("node output " + std::to_string(i) + " of " + std::string(name()) + ": no such output");
+    return o;
+  }
   std::vector<std::string> inputs() const {
     std::vector<std::string> r;
     for (size_t i = 0; i < input_count(); ++i) r.push_back(input(i));
