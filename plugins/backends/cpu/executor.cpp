@@ -300,9 +300,9 @@ void GraphPlan::drop_unused_constants() {
 void TableGrid::apply(float* rows, const std::vector<int64_t>& indices, int64_t cols) const {
   for (size_t i = 0; i < indices.size(); ++i) {
     float* row = rows + static_cast<int64_t>(i) * cols;
-    const size_t base = per_row ? static_cast<size_t>(indices[i] * blocks) : 0;
+    const size_t base = static_cast<size_t>(indices[i] * blocks);
     for (int64_t c = 0; c < cols; ++c) {
-      const size_t g = per_row ? base + static_cast<size_t>(c / block) : 0;
+      const size_t g = base + static_cast<size_t>(c / block);
       const float q = std::clamp(std::nearbyint(row[c] / scale[g]) - zero[g], qmin, qmax);
       row[c] = (q + zero[g]) * scale[g];
     }
@@ -310,8 +310,8 @@ void TableGrid::apply(float* rows, const std::vector<int64_t>& indices, int64_t 
 }
 
 // A Gather of a constant 2-D table with an integer encoding (the tied embedding, encoded as
-// the LM head's weight: per row, per row block, or per tensor) rounds what it reads onto
-// that grid, as the device stores the one table.
+// the LM head's weight [N, K]: per row, per row block, or per tensor) rounds what it reads
+// onto that grid, as the device stores the one table.
 void GraphPlan::plan_table_lookups(ModelSet ms) {
   if (!opts_.use_encodings) return;
   for (NodeDef& n : nodes_) {
@@ -321,34 +321,18 @@ void GraphPlan::plan_table_lookups(ModelSet ms) {
     if (t.empty_handle() || name.empty() || t.dtype() != NF_DTYPE_FLOAT32 || t.rank() != 2) continue;
     const nf_encoding* e = ms.encoding(name);
     if (!e || e->is_float) continue;
-    auto bad = [&](const std::string& why) {
-      return Error("cpu backend: encoding of table '" + name + "' read by Gather " + n.name + ": " + why);
-    };
-    const bool lpbq = e->enc_type == NF_ENC_LPBQ, blocked = lpbq || e->enc_type == NF_ENC_PER_BLOCK;
-    const int bits = lpbq ? e->compressed_bw : e->bw;
-    if (bits < 2 || bits > 16) throw bad(std::to_string(bits) + "-bit values");
+    WeightGrid w = weight_grid(name, t.dim(1), t.dim(0), /*nk=*/true, *e);  // rows are the channels
+    if (w.bits < 2 || w.bits > 16)
+      throw Error("cpu backend: encoding of table '" + name + "': " + std::to_string(w.bits) + "-bit values");
+    for (float sc : w.scale)
+      if (!(sc > 0)) throw Error("cpu backend: encoding of table '" + name + "': scale " + std::to_string(sc) + " is not positive");
     auto g = std::make_shared<TableGrid>();
-    const int64_t rows = t.dim(0), cols = t.dim(1);
-    g->per_row = e->enc_type != NF_ENC_PER_TENSOR;
-    g->block = blocked ? e->block_size : cols;
-    if (g->per_row && (e->axis != 0 || (blocked && (e->block_axis != 1 || e->block_size <= 0))))
-      throw bad("the lookup reads rows: the channel axis must be 0 and blocks must run along axis 1");
-    g->blocks = (cols + g->block - 1) / g->block;
-    const size_t groups = g->per_row ? static_cast<size_t>(rows * g->blocks) : 1;
-    const size_t scales = e->enc_type == NF_ENC_PER_BLOCK ? groups : g->per_row ? static_cast<size_t>(rows) : 1;
-    if (e->num_scales != scales) throw bad(std::to_string(e->num_scales) + " scales, expected " + std::to_string(scales));
-    if (lpbq && e->num_block_ints != groups) throw bad(std::to_string(e->num_block_ints) + " block ints, expected " + std::to_string(groups));
-    g->qmin = -std::ldexp(1.f, bits - 1);
-    g->qmax = std::ldexp(1.f, bits - 1) - 1;
-    g->scale.resize(groups);
-    g->zero.resize(groups);
-    for (size_t i = 0; i < groups; ++i) {
-      const size_t src = e->enc_type == NF_ENC_PER_BLOCK ? i : i / static_cast<size_t>(g->blocks);
-      g->scale[i] = e->scale[src] * (lpbq ? static_cast<float>(e->per_block_int_scale[i]) : 1.f);
-      // AIMET's unsigned offset on the signed grid, as weights.cpp from_encoding does.
-      g->zero[i] = e->is_sym ? 0.f : static_cast<float>(e->offset[src] + (1 << (bits - 1)));
-      if (!(g->scale[i] > 0)) throw bad("scale " + std::to_string(g->scale[i]) + " is not positive");
-    }
+    g->block = w.block;
+    g->blocks = w.blocks;
+    g->qmin = -std::ldexp(1.f, w.bits - 1);
+    g->qmax = std::ldexp(1.f, w.bits - 1) - 1;
+    g->scale = std::move(w.scale);
+    g->zero = std::move(w.zero);
     n.table_grid = std::move(g);
   }
 }

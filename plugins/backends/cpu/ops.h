@@ -59,12 +59,11 @@ struct ExactMode {
 };
 
 // The grid of an encoded 2-D table read by Gather along axis 0 (a tied embedding that also
-// serves as the LM head): element (r, c) has step scale[r * blocks + c / block] and zero
-// zero[...] (w = (q + zero) * scale, q signed in `bits` bits). Gathered rows are rounded onto
-// it, so the lookup reads what the device stores.
+// serves as the LM head; cpu/weights.h weight_grid with the rows as channels): element
+// (r, c) has step scale[r * blocks + c / block] and zero zero[...]. Gathered rows are
+// rounded onto it, so the lookup reads what the device stores.
 struct TableGrid {
   int64_t block = 0, blocks = 1;  // columns per group and groups per row
-  bool per_row = false;           // false: one group for the whole table (PER_TENSOR)
   float qmin = -128, qmax = 127;
   std::vector<float> scale, zero;
   // Rounds `rows` (row i taken from table row indices[i]) of `cols` columns in place.

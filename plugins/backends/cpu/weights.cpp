@@ -11,14 +11,15 @@ namespace {
   throw Error("cpu backend: encoding of weight '" + name + "': " + why);
 }
 
-// Kernel grid from an encoding: w = (q + zero) * scale with q signed in `bits` bits. AIMET's
-// real = (q_u + offset) * scale with q_u unsigned gives zero = offset + 2^(bits-1);
+}  // namespace
+
+// AIMET's real = (q_u + offset) * scale with q_u unsigned gives zero = offset + 2^(bits-1);
 // symmetric encodings are the signed grid around 0 (zero = 0) in either convention.
-k::PackedWeight from_encoding(const std::string& name, const k::Tensor& w, bool nk, const nf_encoding& e) {
-  const int64_t K = nk ? w.dim(1) : w.dim(0), N = nk ? w.dim(0) : w.dim(1);
+WeightGrid weight_grid(const std::string& name, int64_t K, int64_t N, bool nk, const nf_encoding& e) {
   const int out_axis = nk ? 0 : 1, k_axis = 1 - out_axis;
-  const int bits = e.enc_type == NF_ENC_LPBQ ? e.compressed_bw : e.bw;
-  int64_t block = K;
+  WeightGrid g;
+  g.bits = e.enc_type == NF_ENC_LPBQ ? e.compressed_bw : e.bw;
+  g.block = K;
   size_t need = 1;
   if (e.enc_type != NF_ENC_PER_TENSOR) {
     if (e.axis != out_axis)
@@ -27,25 +28,38 @@ k::PackedWeight from_encoding(const std::string& name, const k::Tensor& w, bool 
   }
   if (e.enc_type == NF_ENC_PER_BLOCK || e.enc_type == NF_ENC_LPBQ) {
     if (e.block_axis != k_axis) bad(name, "block axis " + std::to_string(e.block_axis) + " is not the input axis");
-    block = e.block_size;
-    if (block <= 0) bad(name, "block size must be positive");
+    g.block = e.block_size;
+    if (g.block <= 0) bad(name, "block size must be positive");
   }
-  const int64_t nb = (K + block - 1) / block;
+  const int64_t nb = g.blocks = (K + g.block - 1) / g.block;
   if (e.enc_type == NF_ENC_PER_BLOCK) need *= static_cast<size_t>(nb);
   if (e.num_scales != need) bad(name, std::to_string(e.num_scales) + " scales, expected " + std::to_string(need));
   if (e.enc_type == NF_ENC_LPBQ && e.num_block_ints != static_cast<size_t>(N * nb))
     bad(name, std::to_string(e.num_block_ints) + " per-block int scales, expected " + std::to_string(N * nb));
 
-  std::vector<float> scales(static_cast<size_t>(N * nb)), zeros(scales.size());
+  g.scale.resize(static_cast<size_t>(N * nb));
+  g.zero.resize(g.scale.size());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < nb; ++b) {
       size_t i = static_cast<size_t>(n * nb + b);
       size_t src = e.enc_type == NF_ENC_PER_TENSOR ? 0 : e.enc_type == NF_ENC_PER_BLOCK ? i : static_cast<size_t>(n);
       float s = e.scale[src];
       if (e.enc_type == NF_ENC_LPBQ) s *= static_cast<float>(e.per_block_int_scale[i]);
-      scales[i] = s;
-      zeros[i] = e.is_sym ? 0.f : static_cast<float>(e.offset[src] + (1 << (bits - 1)));
+      g.scale[i] = s;
+      g.zero[i] = e.is_sym ? 0.f : static_cast<float>(e.offset[src] + (1 << (g.bits - 1)));
     }
+  return g;
+}
+
+namespace {
+
+k::PackedWeight from_encoding(const std::string& name, const k::Tensor& w, bool nk, const nf_encoding& e) {
+  const int64_t K = nk ? w.dim(1) : w.dim(0), N = nk ? w.dim(0) : w.dim(1);
+  const WeightGrid grid = weight_grid(name, K, N, nk, e);
+  const int bits = grid.bits;
+  const int64_t block = grid.block, nb = grid.blocks;
+  const std::vector<float>& scales = grid.scale;
+  const std::vector<float>& zeros = grid.zero;
   if (bits <= 8) return k::quantize_with(w.data<float>(), K, N, bits, block, scales.data(), zeros.data(), nk);
   // Wider than the integer kernels: same grid, applied to fp32 weights.
   std::vector<float> fq(static_cast<size_t>(K * N));
