@@ -128,6 +128,14 @@ void tensor_release(nf_tensor* t) {
   }
 }
 
+void tensor_drop_pages(const nf_tensor* t, size_t byte_offset, size_t bytes) {
+  if (!t) return;
+  const ir::Tensor& x = unwrap(t)->tensor;
+  const size_t n = x.nbytes();
+  if (byte_offset >= n || !x.buffer) return;
+  x.buffer->drop_pages(x.offset + byte_offset, std::min(bytes, n - byte_offset));
+}
+
 nf_dtype tensor_dtype(const nf_tensor* t) { return unwrap(t)->tensor.dtype; }
 size_t tensor_rank(const nf_tensor* t) { return unwrap(t)->tensor.dims.size(); }
 const int64_t* tensor_dims(const nf_tensor* t) { return unwrap(t)->tensor.dims.data(); }
@@ -552,6 +560,7 @@ nf_host_api make_api() {
   a.runner_rows_available = runner_rows_available;
   a.status_create_code = status_create_code;
   a.status_code = status_code;
+  a.tensor_drop_pages = tensor_drop_pages;
   return a;
 }
 

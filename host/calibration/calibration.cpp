@@ -227,7 +227,8 @@ void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& 
       drop_weight_pages(src, st.cut.segments[st.open_segment]);
     }
     st.copy = segment_model(ms, seg, s, outputs);
-    nlohmann::json options = {{"use_encodings", encoded_weights(ms)}};
+    // One pass per batch: a tied LM head streams its table by row blocks (see cpu's README).
+    nlohmann::json options = {{"use_encodings", encoded_weights(ms)}, {"stream_weights", true}};
     auto errors = manifest::validate_json(cpu_.schema, options);
     if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
     st.session = BackendSession::open_model_set(cpu_, options, *st.copy);

@@ -183,13 +183,48 @@ class EncodingReader {
 
 }  // namespace
 
-json encodings_to_json(const ir::ModelSet& ms) {
+namespace {
+
+std::set<std::string> param_names(const ir::ModelSet& ms) {
   std::set<std::string> params;
   for (const auto& g : ms.graphs)
     for (const auto& [name, _] : g->initializers) params.insert(name);
+  return params;
+}
+
+}  // namespace
+
+json encodings_to_json(const ir::ModelSet& ms) {
+  std::set<std::string> params = param_names(ms);
   json act = json::array(), par = json::array();
   for (const auto& [name, e] : ms.encodings) (params.count(name) ? par : act).push_back(encoding_json(name, e));
   return {{"version", "1.0.0"}, {"activation_encodings", act}, {"param_encodings", par}};
+}
+
+void write_encodings(const ir::ModelSet& ms, std::ostream& out) {
+  std::set<std::string> params = param_names(ms);
+  // The bytes of encodings_to_json(ms).dump(2): keys in order, entries indented two levels.
+  auto section = [&](const char* key, bool param) {
+    out << "  \"" << key << "\": [";
+    bool first = true;
+    for (const auto& [name, e] : ms.encodings) {
+      if ((params.count(name) != 0) != param) continue;
+      std::string text = encoding_json(name, e).dump(2);
+      out << (first ? "\n    " : ",\n    ");
+      // JSON strings escape their newlines, so every '\n' here is a line break to indent.
+      size_t from = 0;
+      for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
+        out.write(text.data() + from, static_cast<std::streamsize>(nl + 1 - from)) << "    ";
+      out.write(text.data() + from, static_cast<std::streamsize>(text.size() - from));
+      first = false;
+    }
+    out << (first ? "]" : "\n  ]");
+  };
+  out << "{\n";
+  section("activation_encodings", false);
+  out << ",\n";
+  section("param_encodings", true);
+  out << ",\n  \"version\": \"1.0.0\"\n}";
 }
 
 void encodings_from_json(const json& j, ir::ModelSet& ms) {
@@ -257,7 +292,14 @@ void save_model_set(const ir::ModelSet& ms, const std::string& dir) {
   }
   weights.commit();
   for (const auto& [m, path] : protos) detail::write_model_file(m, path);
-  if (!ms.encodings.empty()) write_json(fs::path(dir) / "encodings.json", encodings_to_json(ms));
+  if (!ms.encodings.empty()) {
+    // Streamed: a 1B model's encodings are ~200 MB of text, ~1 GB as one JSON tree and string.
+    fs::path enc = fs::path(dir) / "encodings.json";
+    std::ofstream out(enc, std::ios::binary | std::ios::trunc);
+    write_encodings(ms, out);
+    out << "\n";
+    if (!out.flush()) fail(enc.string(), "write failed");
+  }
   // The manifest last: a folder without model_set.json is not a model set.
   write_json(fs::path(dir) / "model_set.json",
              {{"format", kFormat}, {"version", 1}, {"graphs", graphs}, {"metadata", meta}});

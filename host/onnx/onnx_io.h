@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <iosfwd>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,8 @@ std::unique_ptr<ir::ModelSet> load_model_set(const std::string& dir);
 
 // AIMET 1.0.0 encodings. A name is a param encoding if it is an initializer of any graph.
 nlohmann::json encodings_to_json(const ir::ModelSet& ms);
+// The same document as encodings_to_json(ms).dump(2), written one entry at a time.
+void write_encodings(const ir::ModelSet& ms, std::ostream& out);
 // Validates field names, types and array lengths; throws ModelError naming the entry.
 void encodings_from_json(const nlohmann::json& j, ir::ModelSet& ms);
 

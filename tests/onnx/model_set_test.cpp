@@ -164,6 +164,27 @@ TEST(ModelSet, BadEncodingsFileNamesFileAndEntry) {
   EXPECT_MODEL_ERROR(load_model_set(d.path.string()), (d.path / "encodings.json").string(), "param_encodings[0]");
 }
 
+// The package writer streams encodings.json entry by entry; its bytes must be the tree's dump.
+TEST(Encodings, StreamedFileIsTheTreesDump) {
+  ir::ModelSet ms;
+  ms.graphs.push_back(load_model((data_dir() / "tiny_decoder.onnx").string()));
+  for (bool with_activations : {true, false}) {
+    SCOPED_TRACE(with_activations ? "both sections" : "empty activation section");
+    add_encodings(ms);
+    if (!with_activations) {
+      ms.encodings.erase("logits");
+      ms.encodings.erase("/model/norm/Mul_output_0");
+    }
+    std::ostringstream streamed;
+    onnx_io::write_encodings(ms, streamed);
+    EXPECT_EQ(streamed.str(), encodings_to_json(ms).dump(2));
+  }
+  ms.encodings.clear();
+  std::ostringstream empty;
+  onnx_io::write_encodings(ms, empty);
+  EXPECT_EQ(empty.str(), encodings_to_json(ms).dump(2));
+}
+
 TEST(Encodings, JsonIsAimet100) {
   ir::ModelSet ms;
   auto g = load_model((data_dir() / "tiny_decoder.onnx").string());

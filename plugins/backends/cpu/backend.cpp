@@ -31,7 +31,9 @@ constexpr const char* kSchema = R"({
     "block_size": {"type": "integer", "minimum": 1, "default": 32,
                    "description": "int4 block size along the input dimension."},
     "use_encodings": {"type": "boolean", "default": true,
-                      "description": "Run weights that carry an encoding (PER_CHANNEL, PER_BLOCK, LPBQ) on the integer kernel with exactly its scales and offsets."}
+                      "description": "Run weights that carry an encoding (PER_CHANNEL, PER_BLOCK, LPBQ) on the integer kernel with exactly its scales and offsets."},
+    "stream_weights": {"type": "boolean", "default": false,
+                       "description": "For one-pass runs such as calibration: a float weight used in place (a tied LM head's embedding) is read in row blocks whose pages are let go after use, so it is never in memory whole; repeated runs read it from the file again."}
   }
 })";
 

@@ -20,6 +20,7 @@ SessionOptions SessionOptions::parse(const nlohmann::json& j) {
   if (j.contains("weight_dtype")) o.weight_dtype = j["weight_dtype"].get<std::string>();
   if (j.contains("block_size")) o.block_size = j["block_size"].get<int64_t>();
   if (j.contains("use_encodings")) o.use_encodings = j["use_encodings"].get<bool>();
+  if (j.contains("stream_weights")) o.stream_weights = j["stream_weights"].get<bool>();
   if (o.threads < 0) throw Error("cpu backend: option threads must be >= 0");
   if (o.weight_dtype != "float32" && o.weight_dtype != "int8" && o.weight_dtype != "int4")
     throw Error("cpu backend: option weight_dtype must be float32, int8 or int4, not '" + o.weight_dtype + "'");
@@ -28,7 +29,9 @@ SessionOptions SessionOptions::parse(const nlohmann::json& j) {
 }
 
 nlohmann::json SessionOptions::to_json() const {
-  return {{"threads", threads}, {"weight_dtype", weight_dtype}, {"block_size", block_size}, {"use_encodings", use_encodings}};
+  nlohmann::json j = {{"threads", threads}, {"weight_dtype", weight_dtype}, {"block_size", block_size}, {"use_encodings", use_encodings}};
+  if (stream_weights) j["stream_weights"] = true;
+  return j;
 }
 
 k::Tensor from_host(const Tensor& t) {
@@ -132,7 +135,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
     nodes_.push_back(std::move(d));
   }
   fold_constants();
-  pack_weights(ms, cache);
+  pack_weights(ms, g, cache);
   finish_deferred();
   fuse_transposed_matmuls();
   drop_unused_constants();
@@ -179,7 +182,7 @@ void GraphPlan::fold_constants() {
 
 // MatMul / Gemm with a constant 2-D float weight: pack it once (fp32, int8, int4 or the
 // weight's encoding) so each run streams the packed rows.
-void GraphPlan::pack_weights(ModelSet ms, PackCache* cache) {
+void GraphPlan::pack_weights(ModelSet ms, Graph g, PackCache* cache) {
   for (NodeDef& n : nodes_) {
     if ((n.op != "MatMul" && n.op != "Gemm") || n.in.size() < 2 || n.in[1] < 0) continue;
     int wslot = n.in[1];
@@ -216,8 +219,14 @@ void GraphPlan::pack_weights(ModelSet ms, PackCache* cache) {
       if (it != cache->packed.end()) st->w = it->second;
     }
     if (!st->w) {
-      st->w = std::make_shared<const k::PackedWeight>(
-          pack_weight(wname.empty() ? slot_names_[wslot] : wname, src, nk, enc, opts_));
+      k::PackedWeight packed = pack_weight(wname.empty() ? slot_names_[wslot] : wname, src, nk, enc, opts_);
+      if (Tensor source = wname.empty() ? Tensor() : g.initializer(wname)) {
+        if (!packed.f32_view)
+          source.drop_pages(0, source.nbytes());  // runs read the packed copy: the mapped pages can go
+        else if (opts_.stream_weights)
+          packed.release_rows = [source](size_t offset, size_t n) { source.drop_pages(offset, n); };
+      }
+      st->w = std::make_shared<const k::PackedWeight>(std::move(packed));
       if (cache) cache->packed[key] = st->w;
     }
     st->bias = bias;

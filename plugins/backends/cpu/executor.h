@@ -24,6 +24,9 @@ struct SessionOptions {
   // kernels at exactly their scales, activations (PER_TENSOR integer encodings on values and
   // graph inputs) rounded onto their grid where they are produced.
   bool use_encodings = true;
+  // One-pass runs (calibration): a weight viewed in place (a tied LM head's table) is read
+  // by row blocks whose mapped pages go once used, so it is never resident whole.
+  bool stream_weights = false;
 
   static SessionOptions parse(const nlohmann::json& j);
   nlohmann::json to_json() const;
@@ -49,7 +52,7 @@ class GraphPlan {
   int slot(const std::string& value);
   void fold_constants();
   void fuse_transposed_matmuls();
-  void pack_weights(ModelSet ms, PackCache* cache);
+  void pack_weights(ModelSet ms, Graph g, PackCache* cache);
   void finish_deferred();
   void drop_unused_constants();
   void plan_frees();

@@ -287,7 +287,8 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
                       current = sources[i].first.initializer(sources[i].second);
                       return current.data_as<float>();
                     },
-                    [&](size_t) { current = Tensor(); });
+                    [&](size_t) { current = Tensor(); },
+                    [&](size_t, size_t offset, size_t bytes) { current.drop_pages(offset, bytes); });
   }
   write_json(fs::path(out_dir) / "htp" / "graphs.json", summaries);
   write_json(fs::path(out_dir) / "htp.json", meta);

@@ -92,27 +92,27 @@ int64_t StoredTensor::group_of(int64_t i) const {
   return ch * blocks() + b;
 }
 
-void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out) {
-  const int64_t n = t.numel();
+void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out, int64_t begin, int64_t end) {
   if (t.storage == Storage::Fp16) {
     auto* h = reinterpret_cast<uint16_t*>(out);
-    for (int64_t i = 0; i < n; ++i) h[i] = kernels::float_to_half(w[i]);
+    for (int64_t i = begin; i < end; ++i) h[i - begin] = kernels::float_to_half(w[i]);
     return;
   }
   const int bits = storage_bits(t.storage);
   const float qmin = -std::ldexp(1.f, bits - 1), qmax = std::ldexp(1.f, bits - 1) - 1;
-  if (t.storage == Storage::Int4) std::memset(out, 0, t.payload_bytes());
-  for (int64_t i = 0; i < n; ++i) {
+  if (t.storage == Storage::Int4) std::memset(out, 0, static_cast<size_t>((end - begin + 1) / 2));
+  for (int64_t i = begin; i < end; ++i) {
     int64_t g = t.group_of(i);
     float s = t.scales[static_cast<size_t>(g)], z = t.zeros[static_cast<size_t>(g)];
     float q = s > 0 ? std::clamp(std::nearbyint(w[i] / s) - z, qmin, qmax) : 0.f;
     int v = static_cast<int>(q);
+    const int64_t j = i - begin;  // begin is even, so j and i share their nibble
     if (t.storage == Storage::Int4)
-      out[i / 2] |= static_cast<uint8_t>((v & 0xF) << ((i & 1) * 4));
+      out[j / 2] |= static_cast<uint8_t>((v & 0xF) << ((j & 1) * 4));
     else if (t.storage == Storage::Int8)
-      reinterpret_cast<int8_t*>(out)[i] = static_cast<int8_t>(v);
+      reinterpret_cast<int8_t*>(out)[j] = static_cast<int8_t>(v);
     else
-      reinterpret_cast<int16_t*>(out)[i] = static_cast<int16_t>(v);
+      reinterpret_cast<int16_t*>(out)[j] = static_cast<int16_t>(v);
   }
 }
 
@@ -139,7 +139,8 @@ void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out) {
 }
 
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
-                     const std::function<const float*(size_t)>& source, const std::function<void(size_t)>& done) {
+                     const std::function<const float*(size_t)>& source, const std::function<void(size_t)>& done,
+                     const std::function<void(size_t, size_t, size_t)>& release) {
   uint64_t total = 0;
   auto lay = layout(tensors, &total);
   nlohmann::json table = nlohmann::json::array();
@@ -176,15 +177,24 @@ void write_container(const std::string& path, const nlohmann::json& info, const 
   };
   const uint64_t base = align_up(pos);
   pad_to(base);
+  // Passes of 8 Mi values (32 MiB of floats read, at most 16 MiB written): neither a weight's
+  // floats nor its payload are ever in memory whole. Even-sized, so int4 bytes never straddle.
+  constexpr int64_t kPass = int64_t{8} << 20;
   std::vector<uint8_t> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    buf.assign(t.payload_bytes(), 0);
-    quantize_payload(t, source(i), buf.data());
-    if (done) done(i);
+    const float* w = source(i);
     pad_to(base + lay[i].data);
-    f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-    pos += buf.size();
+    const int64_t n = t.numel();
+    for (int64_t b = 0; b < n; b += kPass) {
+      const int64_t e = std::min(n, b + kPass);
+      buf.resize(static_cast<size_t>(((e - b) * storage_bits(t.storage) + 7) / 8));
+      quantize_payload(t, w, buf.data(), b, e);
+      f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+      pos += buf.size();
+      if (release) release(i, static_cast<size_t>(b) * 4, static_cast<size_t>(e - b) * 4);
+    }
+    if (done) done(i);
     pad_to(base + lay[i].scales);
     f.write(reinterpret_cast<const char*>(t.scales.data()), static_cast<std::streamsize>(t.scales.size() * 4));
     pos += t.scales.size() * 4;

@@ -38,16 +38,19 @@ struct StoredTensor {
   int64_t group_of(int64_t i) const;
 };
 
-// Quantizes float values onto the tensor's grid (or to fp16) into `out` (payload_bytes()).
-void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out);
+// Quantizes elements [begin, end) of the tensor's floats `w` onto its grid (or to fp16) into
+// `out`, which receives those elements' stored bytes; begin is even (int4 packs two a byte).
+void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out, int64_t begin, int64_t end);
 // Reverse: the stored values as floats, exactly on the grid.
 void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out);
 
-// Writes a container; `source(i)` returns the float data of tensor i (numel floats), and
-// `done(i)`, when given, is called once tensor i is written (the caller can let its source go).
+// Writes a container; `source(i)` returns the float data of tensor i (numel floats).
+// `release(i, byte_offset, bytes)`, when given, is called as each part of those floats has
+// been read (the caller can drop its pages), and `done(i)` once tensor i is written.
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
                      const std::function<const float*(size_t)>& source,
-                     const std::function<void(size_t)>& done = {});
+                     const std::function<void(size_t)>& done = {},
+                     const std::function<void(size_t, size_t, size_t)>& release = {});
 
 struct LoadedContainer {
   nlohmann::json info;

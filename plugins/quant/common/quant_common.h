@@ -139,11 +139,23 @@ inline float symmetric_scale(float absmax, int bw) {
 }
 
 // Symmetric per-channel (or per-tensor) encoding of a weight.
-inline EncodingData symmetric_weight_encoding(const float* w, const LinearWeight& lw, int bw, bool per_channel) {
+// Symmetric int encoding from each output channel's absmax. The weight is read in memory
+// order; with `source` (the weight's tensor), each ~32 MiB read leaves memory again, so a
+// tied LM head's 1 GB table is never resident whole.
+inline EncodingData symmetric_weight_encoding(const LinearWeight& lw, const Tensor& source, int bw, bool per_channel) {
+  const float* w = source.data_as<float>();
   std::vector<float> absmax(static_cast<size_t>(lw.N), 0.f);
-  for (int64_t k = 0; k < lw.K; ++k)
-    for (int64_t n = 0; n < lw.N; ++n)
-      absmax[static_cast<size_t>(n)] = std::max(absmax[static_cast<size_t>(n)], std::fabs(weight_at(w, lw, k, n)));
+  const int64_t rows = lw.nk ? lw.N : lw.K, cols = lw.nk ? lw.K : lw.N;  // as stored
+  const int64_t block = std::max<int64_t>(1, (int64_t{32} << 20) / (cols * 4));
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r1 = std::min(rows, r0 + block);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float& m = absmax[static_cast<size_t>(lw.nk ? r : c)];
+        m = std::max(m, std::fabs(w[r * cols + c]));
+      }
+    source.drop_pages(static_cast<size_t>(r0 * cols) * 4, static_cast<size_t>((r1 - r0) * cols) * 4);
+  }
   EncodingData e;
   e.bw = bw;
   e.sym = true;

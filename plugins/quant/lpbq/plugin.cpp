@@ -78,7 +78,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
                       "] (indivisible = \"per_channel\" keeps such weights at int8 per channel)");
     if (excluded || indivisible) {
       n_indivisible += !excluded;
-      plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(w.data_as<float>(), lw, 8, true)});
+      plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(lw, w, 8, true)});
       continue;
     }
     // A PER_BLOCK encoding of the same blocks (seqmse's per-block search) gives the block

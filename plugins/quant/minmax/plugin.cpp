@@ -61,7 +61,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     nf::Tensor w;
     for (const nf::Graph& g : ms.graphs())
       if ((w = g.initializer(lw.name))) break;
-    auto enc = nf::quant::symmetric_weight_encoding(w.data_as<float>(), lw, bw, per_channel);
+    auto enc = nf::quant::symmetric_weight_encoding(lw, w, bw, per_channel);
     ms.set_encoding(lw.name, enc.view());
     ++per_bw[bw];
   }

@@ -174,7 +174,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
       const nf::Tensor w = g.initializer(lw->name);
       nf::quant::EncodingData e;
       if (!searched(*lw)) {
-        e = nf::quant::symmetric_weight_encoding(w.data_as<float>(), *lw, 8, true);
+        e = nf::quant::symmetric_weight_encoding(*lw, w, 8, true);
         ++n_int8;
       } else {
         nf::quant::SeqMseLayer L;

@@ -308,6 +308,13 @@ typedef struct nf_host_api {
    * status_create makes NF_STATUS_FAIL; status_code(NULL) is NF_STATUS_OK. */
   nf_status* (*status_create_code)(nf_status_code code, const char* message);
   nf_status_code (*status_code)(const nf_status* status);
+
+  /* ---- appended (check struct_size): reading large weights in passes ----
+   * A hint that bytes [byte_offset, byte_offset + bytes) of t are not needed in memory for
+   * now. A weight mapped from the model's files leaves the resident set and is read back
+   * from the file on the next access; other tensors are unaffected. Reading a 1 GB
+   * embedding by row blocks and dropping each block keeps one block resident. */
+  void (*tensor_drop_pages)(const nf_tensor* t, size_t byte_offset, size_t bytes);
 } nf_host_api;
 
 /* ---- plugin tables --------------------------------------------------------------------
@@ -405,7 +412,8 @@ static_assert(offsetof(nf_host_api, status_create) == 8, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, runner_rows_available) == 696, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, status_create_code) == 704, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, status_code) == 712, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 720, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, tensor_drop_pages) == 720, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 728, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
@@ -419,7 +427,7 @@ static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api lay
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_host_api) == 720, "nf_host_api layout");
+_Static_assert(sizeof(nf_host_api) == 728, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 

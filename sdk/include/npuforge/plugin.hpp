@@ -134,6 +134,11 @@ class Tensor {
   void* mutable_data() { return host().tensor_mutable_data(t_); }
   template <class T> const T* data_as() const { return static_cast<const T*>(data()); }
   template <class T> T* mutable_as() { return static_cast<T*>(mutable_data()); }
+  // Lets bytes [offset, offset + n) of a mapped weight leave memory until read again (a
+  // no-op for other tensors, and on hosts without tensor_drop_pages).
+  void drop_pages(size_t offset, size_t n) const {
+    if (t_ && NF_HOST_HAS(tensor_drop_pages)) host().tensor_drop_pages(t_, offset, n);
+  }
 
  private:
   nf_tensor* t_ = nullptr;

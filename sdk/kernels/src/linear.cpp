@@ -225,7 +225,15 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   }
   // Prefill: fp32 GEMM against the packed [N, K] rows, dequantizing tiles of output channels
   // for the integer formats so the scratch stays small.
-  if (w.format == WeightFormat::F32) {
+  if (w.format == WeightFormat::F32 && w.release_rows) {
+    // Row blocks of ~32 MiB, each let go once multiplied: a 1 GB viewed head stays a block.
+    const int64_t rows = std::max<int64_t>(1, (int64_t{32} << 20) / (K * 4));
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+      const int64_t nt = std::min(rows, N - n0);
+      sgemm_ldc(x, w.f32_view + n0 * K, y + n0, M, nt, K, true, N);
+      w.release_rows(static_cast<size_t>(n0 * K) * 4, static_cast<size_t>(nt * K) * 4);
+    }
+  } else if (w.format == WeightFormat::F32) {
     sgemm(x, w.f32_rows(), y, M, N, K, true);
   } else {
     const int64_t tile = std::min<int64_t>(N, 256);

@@ -11,6 +11,7 @@
 
 #include "npuforge/kernels/tensor.h"
 
+#include <functional>
 #include <memory>
 #include <new>
 #include <vector>
@@ -45,6 +46,9 @@ struct PackedWeight {
   aligned_vector<float> f32;   // F32: [N, K], 64-byte aligned
   const float* f32_view = nullptr;  // F32 rows borrowed instead (view_f32_nk), f32 empty
   std::shared_ptr<const void> keep;  // keeps f32_view's owner alive
+  // When set, a prefill reads f32_view in row blocks and hands each finished block's byte
+  // range here (a one-pass session lets a mapped weight's pages go as it streams them).
+  std::function<void(size_t byte_offset, size_t bytes)> release_rows;
   aligned_vector<int8_t> q8;   // Int8: [N, K]
   // Int4: [N, row_bytes]. Each 16-element chunk of a row is 8 bytes: byte j holds element
   // j in its low nibble and element 8 + j in its high nibble, as q + 8, so one zero-extending

@@ -12,5 +12,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b = false);
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b);
 // Row-major C[M,N] = A[M,K] * op(B) with B stored [K,N] (trans_b false) or [N,K] (true).
 void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b);
+// The same with C's row stride: writes columns [0, n) of rows of length ldc (a column block).
+void sgemm_ldc(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldc);
 
 }  // namespace nf::kernels
