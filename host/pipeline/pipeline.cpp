@@ -14,6 +14,7 @@
 #include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
+#include "pipeline/weight_spill.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/util.h"
 
@@ -290,6 +291,17 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
   }
 
+  // New weights (the grown table above, what stages make) go to a scratch file beside the
+  // output between stages, so they leave memory like the model's own mapped weights.
+  WeightSpill spill(req.out_dir);
+  auto spill_new_weights = [&] {
+    if (uint64_t moved = spill.spill(*ms)) {
+      ::malloc_trim(0);
+      spdlog::debug("moved {} of new weights to the scratch file", human_bytes(moved));
+    }
+  };
+  spill_new_weights();
+
   nlohmann::json stages = nlohmann::json::array();
   std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
   auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
@@ -321,6 +333,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       });
       cache.store(key, *ms);
     }
+    spill_new_weights();
     double secs = seconds_since(t0);
     spdlog::info("{}: {} graph(s) in {:.2f}s{}", label, ms->graphs.size(), secs, cached ? " (cached)" : "");
     stages.push_back({{"kind", kind_name(kind)}, {"name", p->name}, {"version", p->version}, {"options", use.options},

@@ -33,7 +33,7 @@ constexpr const char* kSchema = R"({
     "use_encodings": {"type": "boolean", "default": true,
                       "description": "Run weights that carry an encoding (PER_CHANNEL, PER_BLOCK, LPBQ) on the integer kernel with exactly its scales and offsets."},
     "stream_weights": {"type": "boolean", "default": false,
-                       "description": "For one-pass runs such as calibration: a float weight used in place (a tied LM head's embedding) is read in row blocks whose pages are let go after use, so it is never in memory whole; repeated runs read it from the file again."}
+                       "description": "For one-pass runs such as calibration: float weights are multiplied where they are stored instead of packed into copies, and a tied LM head's embedding is read in row blocks whose pages are let go after use, so it is never in memory whole. Decoding gets slower."}
   }
 })";
 

@@ -24,8 +24,9 @@ struct SessionOptions {
   // kernels at exactly their scales, activations (PER_TENSOR integer encodings on values and
   // graph inputs) rounded onto their grid where they are produced.
   bool use_encodings = true;
-  // One-pass runs (calibration): a weight viewed in place (a tied LM head's table) is read
-  // by row blocks whose mapped pages go once used, so it is never resident whole.
+  // One-pass runs (calibration): float weights are used in place, not packed into copies,
+  // and one viewed as [N, K] (a tied LM head's table) is read by row blocks whose mapped
+  // pages go once used, so it is never resident whole.
   bool stream_weights = false;
 
   static SessionOptions parse(const nlohmann::json& j);

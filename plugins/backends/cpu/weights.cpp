@@ -84,6 +84,7 @@ k::PackedWeight pack_weight(const std::string& name, const k::Tensor& w, bool nk
   if (opts.weight_dtype == "int4") return k::quantize_int4(w.data<float>(), K, N, opts.block_size, nk);
   // [N, K] (Gemm transB, a tied LM head read through its Transpose) is the packed layout.
   if (nk) return k::view_f32_nk(w.data<float>(), K, N, std::make_shared<k::Tensor>(w));
+  if (opts.stream_weights) return k::view_f32_kn(w.data<float>(), K, N, std::make_shared<k::Tensor>(w));
   return k::pack_f32(w.data<float>(), K, N, nk);
 }
 

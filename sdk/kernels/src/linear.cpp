@@ -97,6 +97,12 @@ PackedWeight quantize_sym(WeightFormat f, const float* w, int64_t K, int64_t N, 
   return p;
 }
 
+void add_bias(float* y, int64_t M, int64_t N, const float* bias) {
+  if (bias)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -118,6 +124,12 @@ PackedWeight view_f32_nk(const float* w, int64_t K, int64_t N, std::shared_ptr<c
   p.N = N;
   p.f32_view = w;
   p.keep = std::move(keep);
+  return p;
+}
+
+PackedWeight view_f32_kn(const float* w, int64_t K, int64_t N, std::shared_ptr<const void> keep) {
+  PackedWeight p = view_f32_nk(w, K, N, std::move(keep));
+  p.view_kn = true;
   return p;
 }
 
@@ -178,7 +190,8 @@ std::vector<float> dequantize(const PackedWeight& p) {
   for (int64_t n = 0; n < p.N; ++n)
     for (int64_t k = 0; k < p.K; ++k) {
       float v;
-      if (p.format == WeightFormat::F32) v = p.f32_rows()[n * p.K + k];
+      if (p.view_kn) v = p.f32_view[k * p.N + n];
+      else if (p.format == WeightFormat::F32) v = p.f32_rows()[n * p.K + k];
       else {
         size_t i = static_cast<size_t>(n * p.n_blocks + k / p.block_size);
         v = (static_cast<float>(load(p, n, k)) + (p.zeros.empty() ? 0.f : p.zeros[i])) * p.scales[i];
@@ -192,6 +205,11 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   const int64_t K = w.K, N = w.N;
   if (M <= 0) return;
   const bool simd = using_simd();
+  if (w.view_kn) {
+    sgemm(x, w.f32_view, y, M, N, K, false);
+    add_bias(y, M, N, bias);
+    return;
+  }
   // Decode and short batches: stream the weights once, rows of x reuse each weight row.
   constexpr int64_t kGemvMaxRows = 4;
   if (M <= kGemvMaxRows) {
@@ -250,9 +268,7 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
       for (int64_t m = 0; m < M; ++m) std::copy(yt.begin() + m * nt, yt.begin() + (m + 1) * nt, y + m * N + n0);
     }
   }
-  if (bias)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+  add_bias(y, M, N, bias);
 }
 
 Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int threads) {

@@ -45,6 +45,7 @@ struct PackedWeight {
   int64_t n_blocks = 0;    // ceil(K / block_size)
   aligned_vector<float> f32;   // F32: [N, K], 64-byte aligned
   const float* f32_view = nullptr;  // F32 rows borrowed instead (view_f32_nk), f32 empty
+  bool view_kn = false;             // f32_view is [K, N] as stored (view_f32_kn): GEMM only
   std::shared_ptr<const void> keep;  // keeps f32_view's owner alive
   // When set, a prefill reads f32_view in row blocks and hands each finished block's byte
   // range here (a one-pass session lets a mapped weight's pages go as it streams them).
@@ -68,6 +69,10 @@ PackedWeight pack_f32(const float* w, int64_t K, int64_t N, bool w_is_nk = false
 // An [N, K] fp32 weight is already in the packed layout: viewed in place, no copy (a tied
 // LM head's 1 GB embedding stays in the file mapping). `keep` owns `w`.
 PackedWeight view_f32_nk(const float* w, int64_t K, int64_t N, std::shared_ptr<const void> keep);
+// A [K, N] fp32 weight (ONNX MatMul's B) used as stored, no copy, multiplied by sgemm
+// without a transpose: for one-pass runs (calibration), where packing a copy costs more
+// memory and time than the slower decode GEMV it would buy.
+PackedWeight view_f32_kn(const float* w, int64_t K, int64_t N, std::shared_ptr<const void> keep);
 // Symmetric weight-only quantization: int8 per channel (block_size 0) or blockwise, int4
 // blockwise; scale = max|w| / qmax of each block.
 PackedWeight quantize_int8(const float* w, int64_t K, int64_t N, int64_t block_size = 0, bool w_is_nk = false);

@@ -1,0 +1,40 @@
+// Weights a stage makes (mha2sha's per-head slices, spinquant's rotated copies, ssd's grown
+// embedding table) are anonymous memory, while the model's own weights are file mappings
+// that leave the resident set once read. A build moves each new weight into one unnamed
+// scratch file and maps it back, so new weights cost the build disk space, not memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "ir/ir.h"
+
+namespace nf::host {
+
+struct ScratchFile;
+
+class WeightSpill {
+ public:
+  static constexpr size_t kMinBytes = size_t{256} << 10;  // smaller weights stay in memory
+
+  // An unnamed file (O_TMPFILE: nothing to clean up, even after a crash) in the nearest
+  // existing folder at or above `near`. Without one, spill() moves nothing.
+  explicit WeightSpill(const std::filesystem::path& near);
+  ~WeightSpill();
+  WeightSpill(const WeightSpill&) = delete;
+  WeightSpill& operator=(const WeightSpill&) = delete;
+
+  // Moves every owned initializer buffer of at least min_bytes into the file and maps it
+  // back in place: same bytes, same TensorRefs, buffers shared between graphs stay shared.
+  // A write that fails (disk full) stops the spilling and leaves that weight in memory.
+  // Returns the bytes moved. Call it between stages, when no plugin holds a data pointer.
+  uint64_t spill(ir::ModelSet& ms, size_t min_bytes = kMinBytes);
+  bool active() const;
+
+ private:
+  std::shared_ptr<ScratchFile> file_;
+};
+
+}  // namespace nf::host

@@ -1,0 +1,57 @@
+// The build moves weights that stages make into a scratch file between stages
+// (host/pipeline/weight_spill.h): same bytes, same tensors, sharing kept, nothing in memory.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "pipeline/weight_spill.h"
+
+using namespace nf;
+namespace fs = std::filesystem;
+
+namespace {
+
+ir::Tensor iota_tensor(int64_t n) {
+  ir::Tensor t = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {n});
+  std::iota(t.mutable_as<float>(), t.mutable_as<float>() + n, 0.f);
+  return t;
+}
+
+}  // namespace
+
+TEST(WeightSpill, MovesNewWeightsKeepingBytesTensorsAndSharing) {
+  ir::ModelSet ms;
+  ms.graphs.push_back(std::make_unique<ir::Graph>());
+  ms.graphs.push_back(std::make_unique<ir::Graph>());
+  const int64_t big = 512 << 10;  // 2 MiB of floats
+  auto shared = ir::make_tensor_ref(iota_tensor(big));
+  ms.graphs[0]->initializers["w"] = shared;
+  ms.graphs[1]->initializers["w"] = ir::make_tensor_ref(shared->tensor);  // another box, same bytes
+  ms.graphs[1]->initializers["small"] = ir::make_tensor_ref(iota_tensor(16));
+  const uint64_t id = shared->id;
+
+  // A folder that does not exist yet: the file goes into its nearest existing parent.
+  host::WeightSpill spill(fs::temp_directory_path() / "npuforge-spill-test" / "out");
+  ASSERT_TRUE(spill.active()) << "O_TMPFILE is not supported in " << fs::temp_directory_path();
+  EXPECT_EQ(spill.spill(ms), static_cast<uint64_t>(big) * 4);
+
+  const ir::Tensor& a = ms.graphs[0]->initializers["w"]->tensor;
+  const ir::Tensor& b = ms.graphs[1]->initializers["w"]->tensor;
+  EXPECT_EQ(ms.graphs[0]->initializers["w"]->id, id);
+  EXPECT_EQ(a.buffer, b.buffer) << "a buffer shared between graphs stays one buffer";
+  EXPECT_FALSE(a.buffer->writable());
+  a.drop_pages();  // read back from the file
+  for (int64_t i = 0; i < big; i += 4099) ASSERT_EQ(a.as<float>()[i], static_cast<float>(i));
+  EXPECT_TRUE(ms.graphs[1]->initializers["small"]->tensor.buffer->writable()) << "small weights stay";
+
+  // A writer gets its own copy; the other graph still reads the spilled bytes.
+  ir::Tensor& w = ms.graphs[1]->initializers["w"]->tensor;
+  w.mutable_as<float>()[0] = -1.f;
+  EXPECT_EQ(a.as<float>()[0], 0.f);
+  EXPECT_EQ(w.as<float>()[0], -1.f);
+
+  EXPECT_EQ(spill.spill(ms), static_cast<uint64_t>(big) * 4) << "only the new copy moves again";
+  EXPECT_EQ(spill.spill(ms), 0u);
+}
