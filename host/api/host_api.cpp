@@ -116,6 +116,9 @@ void tensor_retain(nf_tensor* t) {
   if (r->abi_refs.fetch_add(1) == 0) r->abi_keep = r->shared_from_this();
 }
 
+std::mutex g_weight_hook_mutex;
+std::function<void(ir::TensorRef&)> g_weight_released;
+
 void tensor_release(nf_tensor* t) {
   if (!t) return;
   TensorRef* r = unwrap(t);
@@ -125,6 +128,14 @@ void tensor_release(nf_tensor* t) {
     // reading every weight once holds one weight in memory, not the model.
     r->tensor.drop_pages();
     auto keep = std::move(r->abi_keep);  // may destroy r when this goes out of scope
+    if (r->is_weight && keep.use_count() > 1) {  // a graph holds it
+      std::function<void(ir::TensorRef&)> hook;
+      {
+        std::lock_guard lock(g_weight_hook_mutex);
+        hook = g_weight_released;
+      }
+      if (hook) hook(*r);
+    }
   }
 }
 
@@ -325,7 +336,9 @@ nf_tensor* graph_initializer(const nf_graph* g, const char* name) {
 }
 nf_status* graph_set_initializer(nf_graph* g, const char* name, nf_tensor* t) {
   if (!t) return fail("graph_set_initializer: null tensor", NF_STATUS_INVALID_ARGUMENT);
-  unwrap(g)->initializers[name] = unwrap(t)->shared_from_this();
+  TensorRef* r = unwrap(t);
+  r->is_weight = true;
+  unwrap(g)->initializers[name] = r->shared_from_this();
   return nullptr;
 }
 nf_status* graph_remove_initializer(nf_graph* g, const char* name) {
@@ -569,6 +582,11 @@ nf_host_api make_api() {
 const nf_host_api* host_api() {
   static const nf_host_api api = make_api();
   return &api;
+}
+
+void set_weight_released_hook(std::function<void(ir::TensorRef&)> hook) {
+  std::lock_guard lock(g_weight_hook_mutex);
+  g_weight_released = std::move(hook);
 }
 
 nf_tensor* new_tensor_handle(ir::Tensor t) {

@@ -63,6 +63,11 @@ inline nf_tensor* handle(ir::TensorRef* t) { return reinterpret_cast<nf_tensor*>
 inline ir::TensorRef* unwrap(nf_tensor* t) { return reinterpret_cast<ir::TensorRef*>(t); }
 inline const ir::TensorRef* unwrap(const nf_tensor* t) { return reinterpret_cast<const ir::TensorRef*>(t); }
 
+// Called when the last plugin reference to a tensor that a plugin installed as an
+// initializer is released while a graph still holds it: no plugin can read its bytes now,
+// so the build moves them out of memory (pipeline/weight_spill.h). Null removes the hook.
+void set_weight_released_hook(std::function<void(ir::TensorRef&)> hook);
+
 // A new ABI reference to a tensor (the caller of the ABI releases it).
 nf_tensor* new_tensor_handle(ir::Tensor t);
 // Takes over one ABI reference: the returned shared_ptr owns it.

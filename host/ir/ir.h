@@ -116,6 +116,7 @@ struct TensorRef : std::enable_shared_from_this<TensorRef> {
   const uint64_t id;
   std::atomic<int> abi_refs{0};
   std::shared_ptr<TensorRef> abi_keep;
+  bool is_weight = false;  // a plugin installed it as an initializer (graph_set_initializer)
 
  private:
   static uint64_t next_id() {

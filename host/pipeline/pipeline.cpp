@@ -294,6 +294,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   // New weights (the grown table above, what stages make) go to a scratch file beside the
   // output between stages, so they leave memory like the model's own mapped weights.
   WeightSpill spill(req.out_dir);
+  SpillReleasedWeights spill_as_released(spill);
   auto spill_new_weights = [&] {
     if (uint64_t moved = spill.spill(*ms)) {
       ::malloc_trim(0);

@@ -1,5 +1,7 @@
 #include "pipeline/weight_spill.h"
 
+#include "api/host_api.h"
+
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -107,7 +109,19 @@ WeightSpill::~WeightSpill() = default;
 
 bool WeightSpill::active() const { return file_ && !file_->failed; }
 
+uint64_t WeightSpill::spill(ir::TensorRef& weight, size_t min_bytes) {
+  std::lock_guard lock(mutex_);
+  std::shared_ptr<ir::Buffer>& buf = weight.tensor.buffer;
+  if (!active() || !buf || !dynamic_cast<const ir::OwnedBuffer*>(buf.get()) || buf->size() < min_bytes) return 0;
+  std::shared_ptr<ir::Buffer> copy = move_to_file(file_, *buf);
+  if (!copy) return 0;
+  const uint64_t bytes = buf->size();
+  buf = std::move(copy);
+  return bytes;
+}
+
 uint64_t WeightSpill::spill(ir::ModelSet& ms, size_t min_bytes) {
+  std::lock_guard lock(mutex_);
   if (!active()) return 0;
   // Old buffer -> (old, new): the old one is kept alive until the end, so its address is
   // not reused by another buffer and mistaken for it.
@@ -128,5 +142,10 @@ uint64_t WeightSpill::spill(ir::ModelSet& ms, size_t min_bytes) {
     }
   return bytes;
 }
+
+SpillReleasedWeights::SpillReleasedWeights(WeightSpill& spill) {
+  set_weight_released_hook([&spill](ir::TensorRef& weight) { spill.spill(weight); });
+}
+SpillReleasedWeights::~SpillReleasedWeights() { set_weight_released_hook(nullptr); }
 
 }  // namespace nf::host

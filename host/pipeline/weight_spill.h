@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 
 #include "ir/ir.h"
 
@@ -31,10 +32,23 @@ class WeightSpill {
   // A write that fails (disk full) stops the spilling and leaves that weight in memory.
   // Returns the bytes moved. Call it between stages, when no plugin holds a data pointer.
   uint64_t spill(ir::ModelSet& ms, size_t min_bytes = kMinBytes);
+  // The same for one weight, as the last plugin reference to it goes (while a stage runs,
+  // so a stage making a new copy of every weight never holds them all). Thread-safe.
+  uint64_t spill(ir::TensorRef& weight, size_t min_bytes = kMinBytes);
   bool active() const;
 
  private:
   std::shared_ptr<ScratchFile> file_;
+  std::mutex mutex_;
+};
+
+// Sends every weight a plugin installs and lets go to `spill` while it lives.
+class SpillReleasedWeights {
+ public:
+  explicit SpillReleasedWeights(WeightSpill& spill);
+  ~SpillReleasedWeights();
+  SpillReleasedWeights(const SpillReleasedWeights&) = delete;
+  SpillReleasedWeights& operator=(const SpillReleasedWeights&) = delete;
 };
 
 }  // namespace nf::host

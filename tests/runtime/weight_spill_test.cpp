@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "api/host_api.h"
 #include "pipeline/weight_spill.h"
 
 using namespace nf;
@@ -54,4 +55,32 @@ TEST(WeightSpill, MovesNewWeightsKeepingBytesTensorsAndSharing) {
 
   EXPECT_EQ(spill.spill(ms), static_cast<uint64_t>(big) * 4) << "only the new copy moves again";
   EXPECT_EQ(spill.spill(ms), 0u);
+}
+
+// While a stage runs: a weight a plugin installs moves out when its last plugin reference goes.
+TEST(WeightSpill, MovesAWeightWhenThePluginLetsItGo) {
+  const nf_host_api* api = host::host_api();
+  ir::Graph g;
+  host::WeightSpill spill(fs::temp_directory_path());
+  ASSERT_TRUE(spill.active());
+  host::SpillReleasedWeights during_stage(spill);
+
+  const int64_t dims[] = {512 << 10};
+  nf_tensor* t = nullptr;
+  ASSERT_EQ(api->tensor_create(NF_DTYPE_FLOAT32, dims, 1, &t), nullptr);
+  auto* values = static_cast<float*>(api->tensor_mutable_data(t));
+  std::iota(values, values + dims[0], 0.f);
+  ASSERT_EQ(api->graph_set_initializer(host::handle(&g), "w", t), nullptr);
+  api->tensor_retain(t);  // a second plugin reference
+  api->tensor_release(t);
+  EXPECT_TRUE(g.initializers["w"]->tensor.buffer->writable()) << "still referenced by the plugin";
+  api->tensor_release(t);
+  const ir::Tensor& w = g.initializers["w"]->tensor;
+  EXPECT_FALSE(w.buffer->writable()) << "the last reference went: the weight is in the scratch file";
+  for (int64_t i = 0; i < dims[0]; i += 4099) ASSERT_EQ(w.as<float>()[i], static_cast<float>(i));
+
+  nf_tensor* scratch = nullptr;  // not an initializer: left alone
+  ASSERT_EQ(api->tensor_create(NF_DTYPE_FLOAT32, dims, 1, &scratch), nullptr);
+  auto kept = host::adopt_tensor_handle(scratch);
+  EXPECT_TRUE(kept->tensor.buffer->writable());
 }
