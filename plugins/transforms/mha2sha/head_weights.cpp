@@ -37,8 +37,11 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
         std::memcpy(to + r * part * elem, from + (r * cols + c0) * elem, static_cast<size_t>(part) * elem);
       bytes_ += t.nbytes();
       s.names.push_back(tensor + (whole ? "" : ".col" + std::to_string(first)) + ".head" + std::to_string(h));
-      s.tensors.push_back(std::move(t));
+      if (g.initializer(s.names.back()))
+        throw nf::Error("mha2sha: graph " + g.name() + " already has a tensor named '" + s.names.back() + "'");
+      g.set_initializer(s.names.back(), t);
     }
+    s.origin = g;
     it = done_.emplace(key, std::move(s)).first;
   } else if (it->second.heads != heads || it->second.part != part) {
     throw nf::Error("mha2sha: '" + tensor + "' is cut into " + std::to_string(heads) + " and " +
@@ -47,9 +50,10 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
   const Sliced& s = it->second;
   for (size_t h = 0; h < s.names.size(); ++h) {
     nf::Tensor existing = g.initializer(s.names[h]);
-    if (existing && existing.get() != s.tensors[h].get())
+    nf::Tensor made = s.origin.initializer(s.names[h]);
+    if (existing && existing.get() != made.get())
       throw nf::Error("mha2sha: graph " + g.name() + " already has a tensor named '" + s.names[h] + "'");
-    if (!existing) g.set_initializer(s.names[h], s.tensors[h]);
+    if (!existing) g.set_initializer(s.names[h], made);
   }
   return s.names;
 }

@@ -38,7 +38,9 @@ class HeadWeights {
     std::string source;
     int64_t heads = 0, rank = 0, first = 0, part = 0, columns = 0;
     std::vector<std::string> names;
-    std::vector<nf::Tensor> tensors;
+    // The graph the slices went into first; later graphs take them from there. No handle is
+    // kept, so each slice can leave memory as soon as it is made (the host spills weights).
+    nf::Graph origin{nullptr};
   };
   nf::ModelSet ms_;
   std::map<std::tuple<std::string, const void*, int64_t>, Sliced> done_;
