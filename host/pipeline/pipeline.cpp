@@ -102,9 +102,10 @@ bool fits_before_start(const manifest::Manifest& m, const std::vector<std::pair<
   for (const auto& t : targets) backends.push_back(t.second.name);
   const BuildNeeds need = estimate_build(m, backends, source, req.use_cache);
   const uint64_t memory = memory_available(), out_free = disk_free(req.out_dir);
-  spdlog::info("estimated from the model's {} of fp32 weights: peak memory ~{} ({}), packages ~{}{}; available: {} of "
-               "memory, {} of disk for the packages",
+  spdlog::info("estimated from the model's {} of fp32 weights: peak memory ~{} ({}), packages ~{}{}{}; available: {} "
+               "of memory, {} of disk for the packages",
                human_bytes(need.weight_bytes), human_bytes(need.peak_memory), need.peak_stage, human_bytes(need.package_bytes),
+               need.scratch_bytes ? ", scratch ~" + human_bytes(need.scratch_bytes) : std::string(),
                need.cache_bytes ? ", stage cache ~" + human_bytes(need.cache_bytes) : std::string(), human_bytes(memory),
                human_bytes(out_free));
   const std::string override_hint = "; pass --skip-resource-check to try anyway";
@@ -116,6 +117,10 @@ bool fits_before_start(const manifest::Manifest& m, const std::vector<std::pair<
   if (need.package_bytes > out_free && !req.skip_resource_check)
     throw std::runtime_error("the packages need ~" + human_bytes(need.package_bytes) + " of disk and " +
                              req.out_dir.string() + " has " + human_bytes(out_free) + " free" + override_hint);
+  if (need.package_bytes + need.scratch_bytes > out_free)
+    spdlog::warn("the weights this build makes (~{}) do not fit beside the packages on {} ({} free): they stay in "
+                 "memory",
+                 human_bytes(need.scratch_bytes), req.out_dir.string(), human_bytes(out_free));
   if (need.cache_bytes && need.cache_bytes + need.package_bytes > disk_free(cache_root)) {
     spdlog::warn("the stage cache would need ~{} and {} has {} free: building without it (--cache-dir picks another "
                  "place)",

@@ -18,6 +18,7 @@ struct BuildNeeds {
   uint64_t peak_memory = 0;    // resident bytes at the build's most demanding stage
   std::string peak_stage;      // which stage that is ("lpbq", "compile", ...)
   uint64_t package_bytes = 0;  // all selected targets' packages
+  uint64_t scratch_bytes = 0;  // weights stages make, in the scratch file beside the packages
   uint64_t cache_bytes = 0;    // stage cache entries (each holds the model set's weights)
 };
 

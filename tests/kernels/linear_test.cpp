@@ -63,6 +63,34 @@ TEST_P(Linear, F32MatchesNaive) {
   }
 }
 
+// One-pass sessions use fp32 weights where they are stored: [K, N] (view_f32_kn) and [N, K]
+// with release_rows, read in row blocks that are each handed back exactly once.
+TEST_P(Linear, F32ViewsInPlace) {
+  for (auto [M, K, N] : kCases) {
+    auto w = randn(K * N, 13);
+    PackedWeight kn = view_f32_kn(w.data(), K, N, nullptr);
+    EXPECT_EQ(dequantize(kn), w);
+    check(kn, M, 7, 2);
+  }
+  // A tall [N, K] table, 9000 rows of 1024 floats: a 32 MiB block of 8192 rows, then the rest.
+  const int64_t K = 1024, N = 9000, M = 5;
+  auto w = randn(K * N, 17);
+  std::vector<float> wt(K * N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) wt[n * K + k] = w[k * N + n];
+  PackedWeight nk = view_f32_nk(wt.data(), K, N, nullptr);
+  std::vector<std::pair<size_t, size_t>> released;
+  nk.release_rows = [&](size_t offset, size_t bytes) { released.push_back({offset, bytes}); };
+  check(nk, M, 9, 2);
+  ASSERT_EQ(released.size(), 2u);
+  size_t next = 0;
+  for (auto [offset, bytes] : released) {
+    EXPECT_EQ(offset, next);
+    next = offset + bytes;
+  }
+  EXPECT_EQ(next, static_cast<size_t>(K * N) * 4);
+}
+
 TEST_P(Linear, Int8PerChannelAndBlockwise) {
   for (auto [M, K, N] : kCases) {
     auto w = randn(K * N, 12);
