@@ -137,7 +137,7 @@ void add_build(CLI::App& app) {
       for (const auto& st : s["stages"])
         stages += (stages.empty() ? "" : ", ") + st["kind"].get<std::string>() + " " + st["name"].get<std::string>() +
                   (st["cached"].get<bool>() ? " (cached)" : "");
-      spdlog::debug("package {}: backend {}, {} graphs, {} files, {}; stages: {}", p.string(),
+      spdlog::debug("package {}: backend {}, {} graph(s), {} files, {}; stages: {}", p.string(),
                     s["backend"].get<std::string>(), s["graphs"].get<size_t>(), s["files"].get<uint64_t>(),
                     megabytes(s["bytes"].get<uint64_t>()), stages.empty() ? "none" : stages);
       if (spdlog::should_log(spdlog::level::trace))

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "files/files.h"
 #include "manifest/manifest.h"
 #include "manifest/suggest.h"
 #include "pipeline/package.h"
@@ -65,11 +66,15 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, 
   const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
   const std::string where = sub == &app ? "npuforge" : "npuforge " + sub->get_name();
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    for (const std::string& extra : sub->remaining()) {
+    // An unknown option falls through from the command to npuforge itself (fallthrough).
+    std::vector<std::string> extras = sub->remaining();
+    if (extras.empty()) extras = app.remaining();
+    for (const std::string& extra : extras) {
       if (extra.rfind("--", 0) != 0) return "unexpected argument " + manifest::quote(extra) + " for '" + where + "'";
       std::vector<std::string> names;
-      for (const CLI::Option* o : sub->get_options())
-        for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+      for (const CLI::App* a : {sub, &app})
+        for (const CLI::Option* o : a->get_options())
+          for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
       const std::string name = extra.substr(0, extra.find('='));
       return "unknown option " + manifest::quote(name) + " for '" + where + "'" + manifest::did_you_mean(name, names);
     }
@@ -142,6 +147,8 @@ int main(int argc, char** argv) {
   } catch (const nf::manifest::ManifestError& e) {
     return error(e.what(), exit_code::bad_input);
   } catch (const nf::host::PackageError& e) {
+    return error(e.what(), exit_code::bad_input);
+  } catch (const nf::host::FileError& e) {  // an input file missing, not regular, too large
     return error(e.what(), exit_code::bad_input);
   } catch (const std::exception& e) {
     return error(e.what(), exit_code::failed);
