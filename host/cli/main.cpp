@@ -22,7 +22,7 @@ const char* const kExitCodeHelp =
     "  0    ok\n"
     "  1    failed: the work ran and failed (a plugin or backend error, I/O, not enough memory or disk)\n"
     "  2    bad usage or input: the command line, a manifest, model, package or file that cannot be used\n"
-    "  130  interrupted (SIGINT or SIGTERM): stopped at the next step, what was done reported, nothing half-written";
+    "  130  interrupted (SIGINT or SIGTERM): stopped at the next step, what was done reported, nothing half-written\n";
 
 namespace {
 
@@ -34,7 +34,7 @@ class BarAwareSink final : public spdlog::sinks::ansicolor_stderr_sink_mt {
  public:
   void log(const spdlog::details::log_msg& msg) override {
     host::Progress::clear_bar();
-    ansicolor_stderr_sink_mt::log(msg);
+    spdlog::sinks::ansicolor_stderr_sink_mt::log(msg);
   }
 };
 
@@ -50,12 +50,20 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, 
   std::vector<std::string> commands;
   for (const auto* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
   // The first word that is not a flag of npuforge itself is the command.
-  std::string command;
+  std::string command, option;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (is_main_flag(a)) continue;
-    if (!a.empty() && a[0] != '-') command = a;
+    (!a.empty() && a[0] == '-' ? option : command) = a;
     break;
+  }
+  if (!option.empty() && app.get_subcommands().empty()) {
+    std::vector<std::string> names;
+    for (const CLI::Option* o : app.get_options())
+      for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+    const std::string name = option.substr(0, option.find('='));
+    return "unknown option " + manifest::quote(name) + " for 'npuforge'" + manifest::did_you_mean(name, names) +
+           " (npuforge --help)";
   }
   if (command.empty() && app.get_subcommands().empty())
     return "no command given; one of: " + manifest::join(commands) + " (npuforge --help)";

@@ -357,7 +357,7 @@ TEST(Signals, EvalStopsBetweenWindows) {
   {
     std::ofstream text(d / "long.txt");
     const std::string held = slurp(model_dir("tiny_llama") + "/heldout.txt");
-    for (int i = 0; i < 200; ++i) text << held;
+    for (int i = 0; i < 2; ++i) text << held;  // about half a minute of windows
   }
   Child c({"eval", model_dir("tiny_llama") + "/model.onnx", "--text", (d / "long.txt").string(), "--window", "64",
            "--json"},
@@ -367,8 +367,9 @@ TEST(Signals, EvalStopsBetweenWindows) {
   EXPECT_EQ(c.finish(), 130) << c.err();
   auto j = nlohmann::json::parse(c.out);
   EXPECT_EQ(j["stop"], "interrupted");
+  EXPECT_GT(j["windows"].get<int64_t>(), 0);  // stopped between windows, not before them
   EXPECT_LT(j["windows"].get<int64_t>(), j["windows_total"].get<int64_t>());
-  if (j["windows"].get<int64_t>() > 0) EXPECT_GT(j["perplexity"].get<double>(), 1.0);
+  EXPECT_GT(j["perplexity"].get<double>(), 1.0);
   EXPECT_NE(c.err().find("npuforge: interrupted: after "), std::string::npos) << c.err();
 }
 
