@@ -37,7 +37,7 @@ const nf_plugin_descriptor transform_desc = {
         "properties":{"steps":{"type":"integer","minimum":0,"maximum":100000,"default":10,
                                "description":"progress steps"},
                       "log_every":{"type":"integer","minimum":0,"default":0,
-                                   "description":"an info line every this many steps (0: none)"}}})",
+                                   "description":"an info line every this many steps, 0 for none"}}})",
     &transform_api};
 
 }  // namespace
