@@ -68,6 +68,7 @@ void add_build(CLI::App& app) {
                 "One JSON object on stdout: ok, seconds, and per package its path, backend, graphs, stages, files "
                 "and bytes (or the errors)");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops at the next stage or progress report
     const auto t0 = std::chrono::steady_clock::now();
     std::string stage;         // the stage running, for an interruption's message
     bool reported = false;     // --json: the failure object is printed

@@ -24,6 +24,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--reference", reference, "model.onnx or package whose top-1 tokens the model is compared with");
   cmd->add_flag("--json", json, "Machine-readable output");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops at the next window
     const std::string text = host::read_regular_file(text_path, host::kTextMax, "evaluation text");  // before any work
     auto model = open_model(path);
     if (model->tokenizer.empty()) throw UserError(path + ": eval needs a tokenizer.json beside the model or in the package");

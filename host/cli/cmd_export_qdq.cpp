@@ -22,6 +22,7 @@ void add_export_qdq(CLI::App& app) {
   cmd->add_option("--out", out, "output directory (created; must be empty if it exists)")->required();
   cmd->add_flag("--json", json, "Machine-readable summary");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops before the next graph
     fs::path dir = path;
     // Only the cpu backend keeps the quantized model set in ONNX layout; htp and aries
     // store their own containers (weights packed for the chip).

@@ -155,6 +155,7 @@ void add_run(CLI::App& app) {
                   "Speculative decoder, or 'none' (default: the package's [speculative] decoder)");
   cmd->add_flag("--stats", show_stats, "Print speculative decoding stats (tau, acceptance, forwards) to stderr");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops at the next token
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
     auto model = open_model(path, decoder_name == "none" ? "" : decoder_name);

@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
   add_eval(app);
   add_export_qdq(app);
   add_estimate(app);
-  nf::host::install_cancel_handler();
+  // build, run, eval and export-qdq install the SIGINT/SIGTERM handler themselves (they
+  // stop at their next step); the other commands end at once, as a program does.
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
