@@ -24,8 +24,9 @@ manifest::Manifest read_manifest(const std::string& path) {
       throw UserError(path + " is a package (it has package.json), not a manifest; build and check take the "
                       "manifest.toml it was built from (`npuforge run " + path + "` runs the package)");
     if (fs::is_regular_file(fs::path(path) / "manifest.toml"))
-      throw UserError(path + " is a folder; give the manifest file: " + (fs::path(path) / "manifest.toml").string());
-    throw UserError(path + " is a folder, not a manifest file");
+      throw UserError(path + ": the manifest is a folder; give the manifest file, " +
+                      (fs::path(path) / "manifest.toml").string());
+    throw UserError(path + ": the manifest is a folder; npuforge reads it from a regular file only");
   }
   if (fs::path(path).filename() == "package.json")
     throw UserError(path + " is a package's package.json, not a manifest; build and check take the manifest.toml "

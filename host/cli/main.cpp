@@ -12,7 +12,6 @@
 #include "files/files.h"
 #include "manifest/manifest.h"
 #include "manifest/suggest.h"
-#include "pipeline/package.h"
 #include "pipeline/util.h"
 
 namespace nf::cli {
@@ -154,8 +153,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "npuforge: interrupted\n");
     return exit_code::interrupted;
   } catch (const nf::manifest::ManifestError& e) {
-    return error(e.what(), exit_code::bad_input);
-  } catch (const nf::host::PackageError& e) {
     return error(e.what(), exit_code::bad_input);
   } catch (const nf::host::FileError& e) {  // an input file missing, not regular, too large
     return error(e.what(), exit_code::bad_input);

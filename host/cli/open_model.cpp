@@ -35,7 +35,11 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
   m->registry.load_directories(host::Registry::search_path());
   nlohmann::json graphs, metadata;
   if (fs::is_directory(path)) {
-    m->package = host::open_package(path);
+    try {
+      m->package = host::open_package(path);
+    } catch (const host::PackageError& e) {  // not a package, or a corrupt one: bad input
+      throw UserError(e.what());
+    }
     std::string backend = m->package->backend();
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, backend);
     if (!p) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed", exit_code::failed);
