@@ -48,7 +48,8 @@ void add_export_qdq(CLI::App& app) {
       throw UserError("--out " + out + ": exists and is not an empty folder");
     // Written aside, then renamed into place: a failed or interrupted export leaves no
     // --out folder (or the empty one that was there).
-    const fs::path target = fs::absolute(out).lexically_normal();
+    fs::path target = fs::absolute(out).lexically_normal();
+    if (target.filename().empty()) target = target.parent_path();  // "qdq/"
     host::TempDir staging(target.parent_path(), "." + target.filename().string() + ".partial-");
     nlohmann::json summary = nlohmann::json::array();
     std::vector<std::string> lines;

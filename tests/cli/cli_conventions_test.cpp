@@ -246,6 +246,31 @@ TEST(ExportQdq, HtpPackageIsOneLineAndLeavesNoOut) {
   EXPECT_FALSE(fs::exists(d / "qdq"));
 }
 
+// A quantized cpu package exports into an empty folder that is there (written aside, then
+// renamed over it), and leaves no staging folder beside it.
+TEST(ExportQdq, QuantizedCpuPackageIntoAnEmptyFolder) {
+  fs::path d = fresh("qdq_cpu");
+  const std::string m = model_dir("tiny_llama");
+  auto manifest = tiny_manifest(d, "[calibration]\ntext = \"" + m + "/calibration.txt\"\nnum_samples = 2\n"
+                                   "sequence_length = 32\n[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\n"
+                                   "[targets.cpu]\nbackend = \"cpu\"\n");
+  auto b = npuforge({"build", manifest.string(), "--out", (d / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  fs::create_directories(d / "qdq");
+  auto r = npuforge({"export-qdq", (d / "out" / "cpu").string(), "--out", (d / "qdq").string() + "/", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(fs::is_regular_file(d / "qdq" / "model.onnx")) << j.dump();
+  for (const auto& e : fs::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  // Now not empty: refused, and what is there stays.
+  auto again = npuforge({"export-qdq", (d / "out" / "cpu").string(), "--out", (d / "qdq").string()});
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_NE(again.err.find("exists and is not an empty folder"), std::string::npos) << again.err;
+  EXPECT_TRUE(fs::is_regular_file(d / "qdq" / "model.onnx"));
+}
+
 // htp needs its chip: check says so before any work, and `plugins htp` documents it.
 TEST(Check, HtpWithoutAChipIsRefusedUpFront) {
   fs::path d = fresh("htp_nochip");
