@@ -162,7 +162,7 @@ for m in models:
             if eng == "npuforge" and dt == "float32":
                 # npuforge stops at the tokenizer's stop ids (ORT does not): compare the common prefix.
                 agree = all(toks(r) == ort_tokens[:len(toks(r))] and
-                            (len(toks(r)) == len(ort_tokens) or r["out"]["stats"]["stop_reason"] == "stop_token")
+                            (len(toks(r)) == len(ort_tokens) or r["out"]["stats"]["stop_reason"] == "eos")
                             for r in s)
                 tok_note = "agree with ORT" if agree else "DISAGREE with ORT"
                 checks.append((name, t, agree))

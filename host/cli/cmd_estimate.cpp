@@ -115,7 +115,7 @@ void add_estimate(CLI::App& app) {
     registry.load_directories(host::Registry::search_path());
     std::string backend = pkg.backend();
     const host::PluginInfo* info = registry.find(NF_KIND_BACKEND, backend);
-    if (!info) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed");
+    if (!info) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed", exit_code::failed);
     if (!info->backend()->estimate)
       throw UserError("backend '" + backend + "' does not estimate (it has no hardware model)");
     nlohmann::json workload = nlohmann::json::object();
@@ -125,9 +125,9 @@ void add_estimate(CLI::App& app) {
     const std::string artifacts = pkg.artifacts().string();
     nf_status* st = host::call_plugin_entry(
         [&] { return info->backend()->estimate(options.c_str(), artifacts.c_str(), wl.c_str(), collect, &out); });
-    if (st) throw UserError("backend '" + backend + "': " + host::take_status_message(st));
+    if (st) throw UserError("backend '" + backend + "': " + host::take_status_message(st), exit_code::failed);
     nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
-    if (!j.is_object()) throw UserError("backend '" + backend + "' returned an estimate that is not a JSON object");
+    if (!j.is_object()) throw UserError("backend '" + backend + "' returned an estimate that is not a JSON object", exit_code::failed);
     if (json)
       std::cout << j.dump(2) << "\n";
     else

@@ -1,6 +1,7 @@
 // `npuforge eval MODEL|PACKAGE --text FILE [--window N] [--reference MODEL|PACKAGE] [--json]`:
 // perplexity, and with --reference the share of scored positions whose top-1 token equals
 // the reference's (e.g. a quantized package against the float model).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -23,40 +24,61 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--reference", reference, "model.onnx or package whose top-1 tokens the model is compared with");
   cmd->add_flag("--json", json, "Machine-readable output");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops at the next window
     const std::string text = host::read_regular_file(text_path, host::kTextMax, "evaluation text");  // before any work
     auto model = open_model(path);
     if (model->tokenizer.empty()) throw UserError(path + ": eval needs a tokenizer.json beside the model or in the package");
     auto tok = Tokenizer::load(model->tokenizer);
     auto ids = tok.encode(text, false);
-    auto r = host::perplexity(*model->runner, ids, window);
+    // A bar (terminal) or a line every 10 s (logs) per scored model; also stops on Ctrl-C.
+    auto score = [&](host::Runner& runner, const std::string& label) {
+      host::Progress bar(label);
+      return host::perplexity(runner, ids, window, [&](int64_t done, int64_t total) {
+        bar.report(static_cast<uint64_t>(done), static_cast<uint64_t>(total), "windows");
+      });
+    };
+    auto r = score(*model->runner, "eval");
     nlohmann::json j{{"perplexity", r.perplexity},
                      {"mean_nll", r.mean_nll},
                      {"tokens_scored", r.tokens_scored},
                      {"windows", r.windows},
                      {"window", window},
                      {"seconds", r.seconds},
-                     {"tokens_per_s", r.seconds > 0 ? r.windows * window / r.seconds : 0.0}};
-    if (!reference.empty()) {
+                     {"tokens_per_s", r.seconds > 0 ? r.windows * window / r.seconds : 0.0},
+                     {"windows_total", r.windows_total},
+                     {"stop", r.interrupted ? "interrupted" : "done"}};
+    bool interrupted = r.interrupted;
+    if (!reference.empty() && !interrupted) {
       auto ref_model = open_model(reference);
-      auto ref = host::perplexity(*ref_model->runner, ids, window);
-      if (ref.top1.size() != r.top1.size())
+      auto ref = score(*ref_model->runner, "eval reference");
+      // Interrupted, the reference scored a prefix of the model's positions: compare those.
+      interrupted = ref.interrupted;
+      if (!interrupted && ref.top1.size() != r.top1.size())
         throw UserError(reference + ": scored " + std::to_string(ref.top1.size()) + " positions, the model " +
                         std::to_string(r.top1.size()));
+      const size_t n = std::min(ref.top1.size(), r.top1.size());
       size_t same = 0;
-      for (size_t i = 0; i < r.top1.size(); ++i) same += r.top1[i] == ref.top1[i];
+      for (size_t i = 0; i < n; ++i) same += r.top1[i] == ref.top1[i];
       j["reference_perplexity"] = ref.perplexity;
-      j["top1_agreement"] = r.top1.empty() ? 0.0 : static_cast<double>(same) / static_cast<double>(r.top1.size());
+      j["top1_agreement"] = n == 0 ? 0.0 : static_cast<double>(same) / static_cast<double>(n);
+      j["top1_positions"] = n;
+      if (interrupted) j["stop"] = "interrupted";
     }
     if (json)
-      std::cout << j.dump() << "\n";
-    else {
-      std::printf("perplexity %.4f over %lld tokens (%lld windows of %d), %.1f tok/s\n", r.perplexity,
-                  static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows), window,
-                  j["tokens_per_s"].get<double>());
+      std::cout << j.dump() << std::endl;
+    else if (r.windows > 0) {
+      std::string windows = std::to_string(r.windows);
+      if (r.windows < r.windows_total) windows += " of " + std::to_string(r.windows_total);
+      std::printf("perplexity %.4f over %lld tokens (%s windows of %d), %.1f tok/s\n", r.perplexity,
+                  static_cast<long long>(r.tokens_scored), windows.c_str(), window, j["tokens_per_s"].get<double>());
       if (j.contains("top1_agreement"))
-        std::printf("top-1 agreement with %s: %.2f%% (its perplexity %.4f)\n", reference.c_str(),
-                    100 * j["top1_agreement"].get<double>(), j["reference_perplexity"].get<double>());
+        std::printf("top-1 agreement with %s: %.2f%% over %zu positions (its perplexity %.4f)\n", reference.c_str(),
+                    100 * j["top1_agreement"].get<double>(), j["top1_positions"].get<size_t>(),
+                    j["reference_perplexity"].get<double>());
+      std::fflush(stdout);
     }
+    if (interrupted)
+      throw Interrupted("after " + std::to_string(r.windows) + " of " + std::to_string(r.windows_total) + " windows");
   });
 }
 

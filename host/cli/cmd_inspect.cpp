@@ -89,7 +89,12 @@ void add_inspect(CLI::App& app) {
     std::filesystem::path dir(path);
     if (std::filesystem::is_directory(dir)) {
       // Verified like every package npuforge reads: what inspect shows is what run would run.
-      nlohmann::json meta = host::open_package(dir).meta;
+      nlohmann::json meta;
+      try {
+        meta = host::open_package(dir).meta;
+      } catch (const host::PackageError& e) {  // not a package, or a corrupt one: bad input
+        throw UserError(e.what());
+      }
       if (json) {
         meta.erase("files");
         std::cout << meta.dump(2) << "\n";

@@ -35,7 +35,7 @@ void add_plugins(CLI::App& app) {
       for (const host::Refusal* r : reg.refusals_of(name))
         refused.push_back("plugin '" + name + "' was refused: " + r->message);
       for (size_t i = 0; i + 1 < refused.size(); ++i) std::fprintf(stderr, "npuforge: error: %s\n", refused[i].c_str());
-      if (!refused.empty()) throw UserError(refused.back());
+      if (!refused.empty()) throw UserError(refused.back(), exit_code::failed);
       std::string hint = reg.refusals().empty() ? "" : " (" + std::to_string(reg.refusals().size()) +
                                                            " refused: `npuforge plugins` lists why)";
       throw UserError("no plugin named '" + name + "' is installed" + hint);
@@ -44,7 +44,8 @@ void add_plugins(CLI::App& app) {
       std::cout << nlohmann::json{{"plugins", out}, {"warnings", reg.warnings()}}.dump(2) << "\n";
       return;
     }
-    for (const auto& w : reg.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (!quiet())
+      for (const auto& w : reg.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
     for (const auto& p : out) {
       std::printf("%-12s %-10s %-8s %s\n", p["kind"].get<std::string>().c_str(), p["name"].get<std::string>().c_str(),
                   p["version"].get<std::string>().c_str(), p["summary"].get<std::string>().c_str());

@@ -9,6 +9,7 @@
 #include "pipeline/util.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
+#include "runner/static_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nf::cli {
@@ -154,6 +155,7 @@ void add_run(CLI::App& app) {
                   "Speculative decoder, or 'none' (default: the package's [speculative] decoder)");
   cmd->add_flag("--stats", show_stats, "Print speculative decoding stats (tau, acceptance, forwards) to stderr");
   cmd->callback([] {
+    host::install_cancel_handler();  // stops at the next token
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
     auto model = open_model(path, decoder_name == "none" ? "" : decoder_name);
@@ -171,6 +173,12 @@ void add_run(CLI::App& app) {
       if (model->vocab > 0 && id >= model->vocab)
         throw UserError("prompt id " + std::to_string(id) + " is out of range (vocab size " +
                         std::to_string(model->vocab) + ")");
+    // A prompt the context cannot hold is bad input; filling the context while generating
+    // is a normal stop ("context_full").
+    if (const auto* s = dynamic_cast<const host::StaticRunner*>(model->runner.get()))
+      if (static_cast<int64_t>(ids.size()) > s->context_length())
+        throw UserError("the prompt has " + std::to_string(ids.size()) + " tokens, more than the " +
+                        std::to_string(s->context_length()) + " the context of " + path + " holds");
     std::vector<int32_t> stops;
     if (tok) stops = tok->stop_ids();
 
@@ -241,6 +249,7 @@ void add_run(CLI::App& app) {
                          {"decode_tokens_per_s",
                           st.decode_seconds > 0 && st.new_tokens > 1 ? (st.new_tokens - 1) / st.decode_seconds : 0.0},
                          {"stop_reason", st.stop_reason}};
+    const bool interrupted = st.stop_reason == "interrupted";
     if (spec_stats) {
       stats["speculative"] = spec_stats->to_json();
       if (model->package) {
@@ -249,15 +258,26 @@ void add_run(CLI::App& app) {
       }
     }
     if (json) {
-      nlohmann::json j{{"tokens", out}, {"stats", stats}};
+      nlohmann::json j{{"tokens", out}, {"stop", st.stop_reason}, {"stats", stats}};
       if (tok) j["text"] = tok->decode(out);
-      std::cout << j.dump() << "\n";
+      std::cout << j.dump() << std::endl;
     } else {
+      // The text ends its line before anything goes to stderr: flushed, so a terminal or a
+      // log taking both streams never gets the stats line glued to the text.
       if (stream) std::fputs(stream->finish().c_str(), stdout);
       std::printf("\n");
-      std::fprintf(stderr, "%lld prompt tokens, %lld new tokens; prefill %.1f tok/s, decode %.1f tok/s\n",
-                   static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.new_tokens),
-                   stats["prefill_tokens_per_s"].get<double>(), stats["decode_tokens_per_s"].get<double>());
+      std::fflush(stdout);
+      const std::string why = st.stop_reason == "eos"            ? "; stopped at an end-of-sequence token"
+                              : st.stop_reason == "context_full" ? "; stopped at the end of the context (" +
+                                                                       std::to_string(model->runner->n_past()) +
+                                                                       " tokens)"
+                              : interrupted                      ? "; interrupted"
+                                                                 : "";
+      if (!quiet())
+        std::fprintf(stderr, "%lld prompt tokens, %lld new tokens; prefill %.1f tok/s, decode %.1f tok/s%s\n",
+                     static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.new_tokens),
+                     stats["prefill_tokens_per_s"].get<double>(), stats["decode_tokens_per_s"].get<double>(),
+                     why.c_str());
       if (show_stats && spec_stats)
         std::fprintf(stderr, "speculative %s: tau %.3f tokens/forward, acceptance %.3f, %lld forwards (%lld draft forwards, %lld backend passes, max %lld rows), %.3f s\n",
                      decoder->name.c_str(), spec_stats->tau, spec_stats->acceptance_rate,
@@ -279,6 +299,7 @@ void add_run(CLI::App& app) {
         std::fprintf(stderr, "no speculative decoder: %lld forwards, %.3f s\n", static_cast<long long>(st.forward_passes),
                      st.prefill_seconds + st.decode_seconds);
     }
+    if (interrupted) throw Interrupted("after " + std::to_string(st.new_tokens) + " new tokens");
   });
 }
 

@@ -17,7 +17,7 @@ namespace {
 nlohmann::json default_options(const host::PluginInfo& p) {
   nlohmann::json options = nlohmann::json::object();
   auto errors = manifest::validate_json(p.schema, options);
-  if (!errors.empty()) throw UserError("backend '" + p.name + "' options: " + errors[0].message);
+  if (!errors.empty()) throw UserError("backend '" + p.name + "' options: " + errors[0].message, exit_code::failed);
   return options;
 }
 
@@ -35,17 +35,21 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
   m->registry.load_directories(host::Registry::search_path());
   nlohmann::json graphs, metadata;
   if (fs::is_directory(path)) {
-    m->package = host::open_package(path);
+    try {
+      m->package = host::open_package(path);
+    } catch (const host::PackageError& e) {  // not a package, or a corrupt one: bad input
+      throw UserError(e.what());
+    }
     std::string backend = m->package->backend();
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, backend);
-    if (!p) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed");
+    if (!p) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed", exit_code::failed);
     m->session = host::BackendSession::open_artifacts(*p, m->package->backend_options(), m->package->artifacts().string());
     m->tokenizer = m->package->tokenizer();
     graphs = m->package->meta.at("graphs");
     metadata = m->package->meta.value("metadata", nlohmann::json());
   } else if (fs::is_regular_file(path)) {
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, "cpu");
-    if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)");
+    if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)", exit_code::failed);
     m->model_set = host::load_source_model(path, "");
     if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder))
       // No manifest: every asset option takes its default, beside the model.

@@ -23,6 +23,7 @@ namespace nf::host {
 namespace {
 enum class ProgressMode { off, bar, lines };
 ProgressMode g_progress_mode = ::isatty(STDERR_FILENO) ? ProgressMode::bar : ProgressMode::lines;
+std::atomic<bool> g_bar_on_screen{false};  // a bar is drawn on the current stderr line
 
 std::string hex128(XXH128_hash_t h) {
   char buf[33];
@@ -91,7 +92,14 @@ void install_cancel_handler() {
 Progress::Progress(std::string label) : label_(std::move(label)), start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() {
-  if (drawn_) std::fputs("\r\033[K", stderr);
+  if (drawn_) clear_bar();
+}
+
+void Progress::clear_bar() {
+  if (g_bar_on_screen.exchange(false)) {
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+  }
 }
 
 void Progress::set_enabled(bool enabled) {
@@ -118,7 +126,7 @@ bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
     std::string eta;
     if (done > 0 && done < total && elapsed >= 2.0)
       eta = ", ETA " + format_duration(elapsed * static_cast<double>(total - done) / static_cast<double>(done));
-    if (g_progress_mode == ProgressMode::bar && permille != last_permille_) {
+    if (g_progress_mode == ProgressMode::bar && (permille != last_permille_ || !g_bar_on_screen)) {
       last_permille_ = permille;
       constexpr int width = 30;
       int filled = permille * width / 1000;
@@ -128,6 +136,7 @@ bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
                    eta.c_str());
       std::fflush(stderr);
       drawn_ = true;
+      g_bar_on_screen = true;
     } else if (g_progress_mode == ProgressMode::lines && elapsed - last_line_ >= 10.0) {
       // Logs get a line every 10 s of a long stage, not a redrawn bar.
       last_line_ = elapsed;

@@ -46,6 +46,9 @@ class Progress {
   bool report(uint64_t done, uint64_t total, const std::string& what);
   // Off with -q; a redrawn bar with an ETA on a terminal; else (logs) a line every 10 s.
   static void set_enabled(bool enabled);
+  // Takes a drawn bar off the terminal line, so a log line about to be written starts at
+  // column 0; the next report draws the bar again.
+  static void clear_bar();
 
  private:
   std::string label_;

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "pipeline/util.h"
+
 namespace nf::host {
 namespace {
 double now_seconds() {
@@ -58,14 +60,25 @@ std::vector<int32_t> generate(Runner& runner, std::span<const int32_t> prompt, i
   std::vector<int32_t> out;
   st.stop_reason = "max_new_tokens";
   for (int i = 0; i < max_new; ++i) {
+    if (cancel_flag()) {
+      st.stop_reason = "interrupted";
+      break;
+    }
     int32_t tok = sampler(logits);
     out.push_back(tok);
     if (on_token) on_token(tok);
     if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
-      st.stop_reason = "stop_token";
+      st.stop_reason = "eos";
       break;
     }
-    if (i + 1 < max_new) logits = runner.append(std::span<const int32_t>(&tok, 1));
+    if (i + 1 == max_new) break;
+    // The last token fits no more: it came from the logits of a full cache, and nothing
+    // follows it.
+    if (runner.rows_available() == 0) {
+      st.stop_reason = "context_full";
+      break;
+    }
+    logits = runner.append(std::span<const int32_t>(&tok, 1));
   }
   st.decode_seconds = now_seconds() - t1;
   st.new_tokens = static_cast<int64_t>(out.size());
@@ -74,16 +87,22 @@ std::vector<int32_t> generate(Runner& runner, std::span<const int32_t> prompt, i
   return out;
 }
 
-PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, int window) {
+PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, int window,
+                            const std::function<void(int64_t done, int64_t total)>& on_window) {
   if (window < 2) throw std::runtime_error("perplexity window must be at least 2 tokens");
   size_t w = static_cast<size_t>(window);
   if (ids.size() < w)
     throw std::runtime_error("text has " + std::to_string(ids.size()) + " tokens, fewer than one window of " +
                              std::to_string(window));
   PerplexityResult r;
+  r.windows_total = static_cast<int64_t>(ids.size() / w);
   double t0 = now_seconds();
   double nll = 0;
   for (size_t start = 0; start + w <= ids.size(); start += w) {
+    if (cancel_flag()) {
+      r.interrupted = true;
+      break;
+    }
     runner.reset();
     auto win = ids.subspan(start, w);
     std::vector<float> logits = runner.append(win, true);
@@ -98,9 +117,10 @@ PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, int wi
       ++r.tokens_scored;
     }
     ++r.windows;
+    if (on_window) on_window(r.windows, r.windows_total);
   }
-  r.mean_nll = nll / static_cast<double>(r.tokens_scored);
-  r.perplexity = std::exp(r.mean_nll);
+  r.mean_nll = r.tokens_scored > 0 ? nll / static_cast<double>(r.tokens_scored) : 0.0;
+  r.perplexity = r.tokens_scored > 0 ? std::exp(r.mean_nll) : 0.0;
   r.seconds = now_seconds() - t0;
   runner.reset();
   return r;

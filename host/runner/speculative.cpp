@@ -6,6 +6,7 @@
 
 #include "api/host_api.h"
 #include "manifest/schema.h"
+#include "pipeline/util.h"
 
 namespace nf::host {
 namespace {
@@ -108,7 +109,15 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
   st.gen.stop_reason = "max_new_tokens";
   bool stopped = false;
   while (!stopped && static_cast<int>(out.size()) < max_new) {
+    if (cancel_flag()) {
+      st.gen.stop_reason = "interrupted";
+      break;
+    }
     size_t room = static_cast<size_t>(max_new) - out.size();
+    // At the end of the context a step may return one last token, without a forward (as
+    // plain decoding samples its last token from the full cache's logits); then it stops.
+    const bool last = runner.rows_available() == 0;
+    if (last) room = 1;
     size_t n = 0;
     throw_if_error(call_plugin_entry([&] { return api->step(h.d, logits.data(), sample, &sample_user, buf.data(), room, &n); }),
                    "speculative decoder '" + decoder.name + "'");
@@ -120,10 +129,14 @@ std::vector<int32_t> generate_speculative(Runner& runner, const PluginInfo& deco
       out.push_back(tok);
       if (on_token) on_token(tok);
       if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
-        st.gen.stop_reason = "stop_token";
+        st.gen.stop_reason = "eos";
         stopped = true;
         break;
       }
+    }
+    if (last && !stopped && static_cast<int>(out.size()) < max_new) {
+      st.gen.stop_reason = "context_full";
+      stopped = true;
     }
   }
   double t2 = now_seconds();

@@ -145,7 +145,9 @@ const Scores& float_reference() {
 // ---- option rules ------------------------------------------------------------------------
 
 TEST(HtpOptions, TargetIsRequired) {
-  expect_build_error("no_target", kArcl + "[targets.htp]\nbackend = \"htp\"\n", "set chipset (e.g. \"sm8750\") or soc_model");
+  // Refused by the options schema, before any stage runs.
+  expect_build_error("no_target", kArcl + "[targets.htp]\nbackend = \"htp\"\n",
+                     "missing required option 'chipset' for backend 'htp'");
 }
 
 TEST(HtpOptions, DspArchMustMatchTheChip) {

@@ -8,13 +8,16 @@
 namespace {
 
 // Copies the model set unchanged but reports progress step by step, so a test can cancel
-// it midway. Option `steps` sets how many.
+// it midway. Option `steps` sets how many; `log_every` N > 0 logs an info line every N
+// steps (a log line while the progress bar is drawn).
 nf_status* slow_identity(const char* options, nf_model_set*, nf_context* ctx) {
   return NF_TRY({
     nf::Options o(options);
     nf::Context c(ctx);
     int steps = o.get<int>("steps", 10);
+    int log_every = o.get<int>("log_every", 0);
     for (int i = 0; i < steps; ++i) {
+      if (log_every > 0 && i > 0 && i % log_every == 0) c.info("step " + std::to_string(i));
       c.progress(static_cast<uint64_t>(i), static_cast<uint64_t>(steps), "step");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -32,7 +35,9 @@ const nf_plugin_descriptor transform_desc = {
     "Test transform: leaves the model as it is, slowly",
     R"({"type":"object","additionalProperties":false,
         "properties":{"steps":{"type":"integer","minimum":0,"maximum":100000,"default":10,
-                               "description":"progress steps"}}})",
+                               "description":"progress steps"},
+                      "log_every":{"type":"integer","minimum":0,"default":0,
+                                   "description":"an info line every this many steps, 0 for none"}}})",
     &transform_api};
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "onnx/onnx_io.h"
 #include "pipeline/package.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/util.h"
 #include "runner/generate.h"
 #include "runner/static_runner.h"
 #include "support/packages.h"
@@ -239,6 +240,39 @@ TEST_P(StaticSet, CommitThenContinueEqualsPlainDecoding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sets, StaticSet, ::testing::Values("hf", "htp", "split", "swa"));
+
+// Every way generation ends is a normal stop with its reason: a stop token (kept), the
+// token budget, the end of the context (32 on the "hf" set; the last token needs no
+// forward), the cancel flag of SIGINT/SIGTERM (checked between tokens).
+TEST(Generate, StopReasons) {
+  Model s = static_model("hf");
+  const std::vector<int32_t> prompt = random_tokens(7, 7);
+  auto run = [&](int max_new, std::vector<int32_t> stops, host::GenerateStats* st) {
+    s.runner->reset();
+    host::Sampler greedy({});
+    return host::generate(*s.runner, prompt, max_new, greedy, stops, nullptr, st);
+  };
+  host::GenerateStats st;
+  auto all = run(100, {}, &st);
+  EXPECT_EQ(st.stop_reason, "context_full");
+  EXPECT_EQ(all.size(), 32u - 7u + 1u);
+  EXPECT_EQ(s.runner->n_past(), 32u);
+  EXPECT_EQ(run(5, {}, &st).size(), 5u);
+  EXPECT_EQ(st.stop_reason, "max_new_tokens");
+  auto to_eos = run(100, {all[3]}, &st);
+  EXPECT_EQ(st.stop_reason, "eos");
+  EXPECT_EQ(to_eos.back(), all[3]);
+  EXPECT_LE(to_eos.size(), 4u);
+  int seen = 0;
+  s.runner->reset();
+  host::Sampler greedy({});
+  auto interrupted = host::generate(*s.runner, prompt, 100, greedy, {}, [&](int32_t) {
+    if (++seen == 3) host::cancel_flag() = true;  // as the signal handler does
+  }, &st);
+  host::cancel_flag() = false;
+  EXPECT_EQ(st.stop_reason, "interrupted");
+  EXPECT_EQ(interrupted, std::vector<int32_t>(all.begin(), all.begin() + 3));
+}
 
 TEST(StaticRunner, ChoosesVariants) {
   Model s = static_model("hf");

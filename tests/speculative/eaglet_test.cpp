@@ -238,7 +238,8 @@ TEST(EagletPackage, FillsTheContextLikePlainGreedy) {
     EXPECT_GT(st.decoder.value("trimmed_steps", 0), 0) << st.decoder.dump();
     EXPECT_EQ(r.n_past(), cl) << "the context ends full";
     host::SpeculativeStats over;
-    EXPECT_THROW(eaglet(r, prompt, n + 1, &over), std::runtime_error);
+    EXPECT_EQ(eaglet(r, prompt, n + 1, &over), want) << "one more than fits: a normal stop";
+    EXPECT_EQ(over.gen.stop_reason, "context_full");
   }
   fs::remove_all(work);
 }

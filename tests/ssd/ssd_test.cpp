@@ -331,7 +331,14 @@ TEST(SsdStatic, DecodersFillTheContextLikePlainGreedy) {
     const int n = static_cast<int>(cl - p.size() + 1);  // plain greedy's last token needs no forward
     auto want = plain(r, p, n);
     ASSERT_EQ(want.size(), static_cast<size_t>(n));
-    EXPECT_THROW(plain(r, p, n + 1), std::runtime_error);  // one more does not fit
+    {
+      // One more does not fit: a normal stop at the end of the context, same tokens.
+      r.reset();
+      host::Sampler greedy({});
+      host::GenerateStats gs;
+      EXPECT_EQ(host::generate(r, p, n + 1, greedy, {}, nullptr, &gs), want);
+      EXPECT_EQ(gs.stop_reason, "context_full");
+    }
     for (const char* dec : {"ssd", "lade"}) {
       nlohmann::json o = std::string(dec) == "ssd" ? package_ssd_options(*s) : nlohmann::json::object();
       host::SpeculativeStats st;
@@ -341,7 +348,8 @@ TEST(SsdStatic, DecodersFillTheContextLikePlainGreedy) {
       EXPECT_GE(st.tau, 1.0) << dec;
       EXPECT_EQ(r.n_past(), cl) << dec << ": the context ends full";
       host::SpeculativeStats over;
-      EXPECT_THROW(speculative(r, dec, o, p, n + 1, &over), std::runtime_error) << dec;
+      EXPECT_EQ(speculative(r, dec, o, p, n + 1, &over), want) << dec;
+      EXPECT_EQ(over.gen.stop_reason, "context_full") << dec;
     }
   }
   fs::remove_all(work);

@@ -10,11 +10,11 @@ const char* options_schema() {
   "additionalProperties": false,
   "properties": {
     "overridden_subselection": {
-      "description": "experts kept: a list of expert indices for every MoE layer, or a table from layer index to such a list (layers not named keep all their experts); removed experts leave the router (their logits are masked before the softmax) and the graph",
+      "description": "experts kept: a list of expert indices for every MoE layer, or a table from layer index to such a list (layers not named keep all their experts; default: every expert kept); removed experts leave the router (their logits are masked before the softmax) and the graph",
       "anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
                 {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}}]},
     "remove_op_predicate": {
-      "description": "ECMAScript regex over node names: every expert with a node whose name matches is removed (e.g. \"layers\\\\.1/.*/experts\\\\.3/\")",
+      "description": "ECMAScript regex over node names: every expert with a node whose name matches is removed (default: none; e.g. \"layers\\\\.1/.*/experts\\\\.3/\")",
       "type": "string", "minLength": 1}
   }
 })schema";
