@@ -14,9 +14,9 @@
 #include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
-#include "pipeline/weight_spill.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/util.h"
+#include "pipeline/weight_spill.h"
 
 namespace fs = std::filesystem;
 
