@@ -123,6 +123,11 @@ TEST(LpbqMath, HandComputed) {
       EXPECT_GE(v, -128);
       EXPECT_LE(v, 127);
     }
+  // Without codes (what the recipe asks for): the same scales and integers.
+  auto scales_only = quant::lpbq_quantize(w.data(), 4, 3, false, 2, 4, 8, /*codes=*/false);
+  EXPECT_EQ(scales_only.channel_scale, r.channel_scale);
+  EXPECT_EQ(scales_only.block_ints, r.block_ints);
+  EXPECT_TRUE(scales_only.q.empty());
 }
 
 // One channel stored [N, K] (Gemm transB), K = 4 in blocks of 2: [0.7, -0.7 | 0.07, 0.014].

@@ -21,6 +21,7 @@
 #include "pipeline/session.h"
 #include "seqmse/seqmse_math.h"
 #include "spinquant/hadamard.h"
+#include "spinquant/rotation.h"
 
 using namespace nf;
 namespace fs = std::filesystem;
@@ -209,6 +210,45 @@ TEST(Hadamard, OrdersAndOrthogonality) {
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("no Hadamard matrix of order 36"), std::string::npos) << e.what();
+  }
+}
+
+// The structured rotation (base step + fast Walsh-Hadamard + signs) and the dense one equal
+// x R with R formed densely, on rows and on columns, for 2^k, Paley and Paley x 2^k orders.
+TEST(Hadamard, FastRotationEqualsDenseProduct) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> nd;
+  for (int64_t n : {1, 2, 8, 12, 20, 24, 96, 256, 1536}) {
+    const uint64_t seed = n % 3 == 0 ? 5 : 0;
+    const std::vector<double> R = quant::random_hadamard(n, seed);
+    for (bool learned : {false, true}) {
+      const spinquant::Rotation rot =
+          learned ? spinquant::Rotation::dense(R, n) : spinquant::Rotation::random_hadamard(n, seed);
+      const int64_t count = 3;
+      std::vector<double> x(static_cast<size_t>(count * n));
+      for (auto& v : x) v = nd(rng);
+      std::vector<double> want(x.size(), 0.0);  // x R, row by row
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t c = 0; c < n; ++c)
+            want[static_cast<size_t>(r * n + c)] += x[static_cast<size_t>(r * n + j)] * R[static_cast<size_t>(j * n + c)];
+      std::vector<double> rows = x;
+      rot.apply_to_rows(rows.data(), count);
+      // The same vectors as the columns of an n x count block.
+      std::vector<double> cols(x.size());
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t j = 0; j < n; ++j) cols[static_cast<size_t>(j * count + r)] = x[static_cast<size_t>(r * n + j)];
+      rot.apply_to_columns(cols.data(), count);
+      double worst = 0;
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const double w = want[static_cast<size_t>(r * n + c)];
+          worst = std::max({worst, std::fabs(rows[static_cast<size_t>(r * n + c)] - w),
+                            std::fabs(cols[static_cast<size_t>(c * count + r)] - w)});
+        }
+      EXPECT_LT(worst, 1e-12) << "order " << n << (learned ? " dense" : " fast");
+    }
+    EXPECT_EQ(spinquant::Rotation::random_hadamard(n, seed).matrix(), R) << "order " << n;
   }
 }
 

@@ -19,13 +19,14 @@ struct LpbqResult {
   int64_t blocks = 0;                  // per channel: K / block_size
   std::vector<float> channel_scale;    // s_ch, [N]
   std::vector<int32_t> block_ints;     // i_blk, [N * blocks], channel-major
-  std::vector<int32_t> q;              // [N * K], channel-major
+  std::vector<int32_t> q;              // [N * K], channel-major; empty unless asked for
 };
 
 // The decomposition from given block scales s_blk ([N * K/block_size], channel-major): what
 // lpbq applies to the block ranges another recipe chose (seqmse's PER_BLOCK encodings).
+// The codes q are filled only when `codes` (the encodings need the scales and integers).
 inline LpbqResult lpbq_from_block_scales(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw,
-                                         int dbw, const std::vector<float>& s_blk) {
+                                         int dbw, const std::vector<float>& s_blk, bool codes = true) {
   auto at = [&](int64_t k, int64_t n) { return nk ? w[n * K + k] : w[k * N + n]; };
   const float qmax = std::ldexp(1.f, bw - 1) - 1.f, qmin = -std::ldexp(1.f, bw - 1);
   const float int_max = std::ldexp(1.f, dbw - bw);
@@ -33,7 +34,7 @@ inline LpbqResult lpbq_from_block_scales(const float* w, int64_t K, int64_t N, b
   r.blocks = K / block_size;
   r.channel_scale.resize(static_cast<size_t>(N));
   r.block_ints.resize(static_cast<size_t>(N * r.blocks));
-  r.q.resize(static_cast<size_t>(N * K));
+  if (codes) r.q.resize(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n) {
     float s_max = 0.f;
     for (int64_t b = 0; b < r.blocks; ++b) s_max = std::max(s_max, s_blk[static_cast<size_t>(n * r.blocks + b)]);
@@ -42,6 +43,7 @@ inline LpbqResult lpbq_from_block_scales(const float* w, int64_t K, int64_t N, b
     for (int64_t b = 0; b < r.blocks; ++b) {
       float i_blk = std::clamp(std::nearbyint(s_blk[static_cast<size_t>(n * r.blocks + b)] / s_ch), 1.f, int_max);
       r.block_ints[static_cast<size_t>(n * r.blocks + b)] = static_cast<int32_t>(i_blk);
+      if (!codes) continue;
       const float s_eff = s_ch * i_blk;
       for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k)
         r.q[static_cast<size_t>(n * K + k)] = static_cast<int32_t>(std::clamp(std::nearbyint(at(k, n) / s_eff), qmin, qmax));
@@ -50,19 +52,32 @@ inline LpbqResult lpbq_from_block_scales(const float* w, int64_t K, int64_t N, b
   return r;
 }
 
-// `w` is [K, N] (nk = false, MatMul B) or [N, K] (nk = true); K % block_size == 0.
-inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw, int dbw) {
-  auto at = [&](int64_t k, int64_t n) { return nk ? w[n * K + k] : w[k * N + n]; };
+// `w` is [K, N] (nk = false, MatMul B) or [N, K] (nk = true); K % block_size == 0. Reads
+// `w` once in memory order (a [K, N] weight row by row).
+inline LpbqResult lpbq_quantize(const float* w, int64_t K, int64_t N, bool nk, int64_t block_size, int bw, int dbw,
+                                bool codes = true) {
   const float qmax = std::ldexp(1.f, bw - 1) - 1.f;
   const int64_t blocks = K / block_size;
-  std::vector<float> s_blk(static_cast<size_t>(N * blocks));
-  for (int64_t n = 0; n < N; ++n)
+  std::vector<float> absmax(static_cast<size_t>(N * blocks), 0.f);
+  if (nk) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        float& m = absmax[static_cast<size_t>(n * blocks + k / block_size)];
+        m = std::max(m, std::fabs(w[n * K + k]));
+      }
+  } else {
+    std::vector<float> block_max(static_cast<size_t>(N));
     for (int64_t b = 0; b < blocks; ++b) {
-      float absmax = 0.f;
-      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k) absmax = std::max(absmax, std::fabs(at(k, n)));
-      s_blk[static_cast<size_t>(n * blocks + b)] = absmax / qmax;
+      std::fill(block_max.begin(), block_max.end(), 0.f);
+      for (int64_t k = b * block_size; k < (b + 1) * block_size; ++k) {
+        const float* row = w + k * N;
+        for (int64_t n = 0; n < N; ++n) block_max[static_cast<size_t>(n)] = std::max(block_max[static_cast<size_t>(n)], std::fabs(row[n]));
+      }
+      for (int64_t n = 0; n < N; ++n) absmax[static_cast<size_t>(n * blocks + b)] = block_max[static_cast<size_t>(n)];
     }
-  return lpbq_from_block_scales(w, K, N, nk, block_size, bw, dbw, s_blk);
+  }
+  for (float& s : absmax) s /= qmax;
+  return lpbq_from_block_scales(w, K, N, nk, block_size, bw, dbw, absmax, codes);
 }
 
 }  // namespace nf::quant

@@ -89,8 +89,8 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
                              prior->axis == lw.axis() && prior->block_axis == lw.block_axis() &&
                              prior->num_scales == static_cast<size_t>(lw.N * (lw.K / block_size));
     auto r = from_blocks ? nf::quant::lpbq_from_block_scales(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw,
-                                                             std::vector<float>(prior->scale, prior->scale + prior->num_scales))
-                         : nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw);
+                                                             std::vector<float>(prior->scale, prior->scale + prior->num_scales), false)
+                         : nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw, false);
     n_from_blocks += from_blocks ? 1 : 0;
     nf::quant::EncodingData e;
     e.type = NF_ENC_LPBQ;

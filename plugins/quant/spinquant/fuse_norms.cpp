@@ -5,7 +5,7 @@
 
 namespace spinquant {
 
-std::vector<FusedNorm> fuse_norm_gains(GraphView& gv, const std::vector<RmsNorm>& norms) {
+std::vector<FusedNorm> fuse_norm_gains(GraphView& gv, const std::vector<RmsNorm>& norms, WeightEdits& edits) {
   std::vector<FusedNorm> result;
   std::set<std::string> fused_weights;
   for (const RmsNorm& n : norms) {
@@ -17,11 +17,7 @@ std::vector<FusedNorm> fuse_norm_gains(GraphView& gv, const std::vector<RmsNorm>
       if (static_cast<int64_t>(gain.size()) != l.K)
         throw nf::Error("spinquant: RMSNorm gain '" + n.gain + "' has " + std::to_string(gain.size()) +
                         " entries but weight '" + l.weight + "' has " + std::to_string(l.K) + " input channels");
-      nf::Tensor t = gv.float_initializer(l.weight);
-      std::vector<float> w = read_floats(t);
-      for (int64_t k = 0; k < l.K; ++k)
-        for (int64_t c = 0; c < l.N; ++c) w[static_cast<size_t>(l.nk ? c * l.K + k : k * l.N + c)] *= gain[static_cast<size_t>(k)];
-      write_initializer(gv.graph, l.weight, t.dims(), w);
+      edits.scale_input(l, gain);
     }
     write_initializer(gv.graph, n.gain, {static_cast<int64_t>(gain.size())}, std::vector<float>(gain.size(), 1.f));
     result.push_back(std::move(f));

@@ -40,34 +40,31 @@ inline std::vector<int> paley_hadamard(int64_t q) {
   return H;
 }
 
-// +-1 entries of a Hadamard matrix of order n, row-major; throws when none is built here.
-inline std::vector<int> hadamard_matrix(int64_t n) {
+// The order b of the base Hadamard that Sylvester doubling takes to order n (1 for n = 2^k,
+// q + 1 for a Paley base); throws when no construction here reaches n.
+inline int64_t hadamard_base_order(int64_t n) {
   if (n < 1) throw std::invalid_argument("hadamard: order must be positive");
   int64_t m = n;
-  int64_t pow2 = 1;
-  while (m % 2 == 0 && m > 1) {
-    m /= 2;
-    pow2 *= 2;
+  while (m % 2 == 0 && m > 1) m /= 2;
+  if (m == 1) return 1;
+  // n = m * 2^k: a Paley base q + 1 dividing n with n / (q + 1) a power of two.
+  for (int64_t base_order = m; base_order <= n; base_order *= 2) {
+    int64_t q = base_order - 1;
+    if (base_order % 4 == 0 && is_prime(q) && q % 4 == 3) return base_order;
   }
-  // n = m * 2^k: find a Paley base q + 1 dividing n with n / (q + 1) a power of two.
-  std::vector<int> base{1};
-  int64_t b = 1;
-  if (m != 1) {
-    b = 0;
-    for (int64_t base_order = m; base_order <= n; base_order *= 2) {
-      int64_t q = base_order - 1;
-      if (base_order % 4 == 0 && is_prime(q) && q % 4 == 3) {
-        b = base_order;
-        break;
-      }
-    }
-    if (b == 0)
-      throw std::invalid_argument("no Hadamard matrix of order " + std::to_string(n) +
-                                  " is built here (orders 2^k, and (q+1) * 2^k with q a prime = 3 mod 4)");
-    base = paley_hadamard(b - 1);
-  }
-  // Sylvester doubling up to n.
-  std::vector<int> H = base;
+  throw std::invalid_argument("no Hadamard matrix of order " + std::to_string(n) +
+                              " is built here (orders 2^k, and (q+1) * 2^k with q a prime = 3 mod 4)");
+}
+
+// +-1 entries of the base of order b (hadamard_base_order), row-major.
+inline std::vector<int> hadamard_base(int64_t b) { return b == 1 ? std::vector<int>{1} : paley_hadamard(b - 1); }
+
+// +-1 entries of a Hadamard matrix of order n, row-major: H_{2^k} (x) H_b; throws when none
+// is built here.
+inline std::vector<int> hadamard_matrix(int64_t n) {
+  const int64_t b = hadamard_base_order(n);
+  // Sylvester doubling up to n: [[H, H], [H, -H]].
+  std::vector<int> H = hadamard_base(b);
   for (int64_t size = b; size < n; size *= 2) {
     std::vector<int> next(static_cast<size_t>(4 * size * size));
     for (int64_t i = 0; i < size; ++i)
@@ -80,18 +77,23 @@ inline std::vector<int> hadamard_matrix(int64_t n) {
       }
     H = std::move(next);
   }
-  (void)pow2;
   return H;
 }
 
-// R = H diag(s) / sqrt(n), row-major n x n, double for exact fusing.
-inline std::vector<double> random_hadamard(int64_t n, uint64_t seed) {
-  std::vector<int> H = hadamard_matrix(n);
+// The random column signs s of SpinQuant's Hadamard (seed 0: all +1).
+inline std::vector<double> hadamard_signs(int64_t n, uint64_t seed) {
   std::vector<double> s(static_cast<size_t>(n), 1.0);
   if (seed != 0) {
     std::mt19937_64 rng(seed);
     for (auto& v : s) v = (rng() & 1) ? 1.0 : -1.0;
   }
+  return s;
+}
+
+// R = H diag(s) / sqrt(n), row-major n x n, double for exact fusing.
+inline std::vector<double> random_hadamard(int64_t n, uint64_t seed) {
+  std::vector<int> H = hadamard_matrix(n);
+  std::vector<double> s = hadamard_signs(n, seed);
   const double norm = 1.0 / std::sqrt(static_cast<double>(n));
   std::vector<double> R(static_cast<size_t>(n * n));
   for (int64_t i = 0; i < n; ++i)

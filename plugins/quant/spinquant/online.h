@@ -5,7 +5,9 @@
 // no random signs), one constant per layer.
 #pragma once
 
-#include "spinquant/graph_walk.h"
+#include <map>
+
+#include "spinquant/rotate.h"
 
 namespace spinquant {
 
@@ -16,7 +18,10 @@ struct OnlineRotation {
 };
 
 // Inserts the rotation before each of `down_projs` (MatMul only; a Gemm weight is rotated on
-// the same side). Throws when the input size has no Hadamard here (hadamard.h orders).
-std::vector<OnlineRotation> insert_online_hadamards(GraphView& gv, const std::vector<Linear>& down_projs);
+// the same side) and schedules H^T B in `edits`, with H kept in `hadamards` (one per input
+// size) until the edits are applied. Throws when the input size has no Hadamard here
+// (hadamard.h orders).
+std::vector<OnlineRotation> insert_online_hadamards(GraphView& gv, const std::vector<Linear>& down_projs,
+                                                    WeightEdits& edits, std::map<int64_t, Rotation>& hadamards);
 
 }  // namespace spinquant

@@ -10,14 +10,15 @@
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
 #include <npuforge/plugin.hpp>
 
+#include <deque>
 #include <optional>
 #include <set>
 
 #include "spinquant/graph_walk.h"
-#include "spinquant/hadamard.h"
 #include "spinquant/online.h"
 #include "spinquant/residual.h"
 #include "spinquant/rotate.h"
+#include "spinquant/rotation.h"
 #include "spinquant/rotations_file.h"
 
 namespace spinquant {
@@ -138,7 +139,8 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   for (auto& n : find_rms_norms(*gv))
     if (gv->float_initializer(n.gain).numel() == D) norms.push_back(n);
   if (norms.empty()) throw nf::Error("spinquant: no RMSNorm with a gain of the hidden size " + std::to_string(D));
-  auto fused = fuse_norm_gains(*gv, norms);
+  WeightEdits edits;
+  auto fused = fuse_norm_gains(*gv, norms, edits);
   size_t n_readers = 0, n_writers = 0;
 
   ResidualStream stream;
@@ -146,20 +148,23 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   if (learned && learned->hidden != D)
     throw nf::Error("spinquant: rotations '" + learned->path + "' hold R1 of size " + std::to_string(learned->hidden) +
                     " but the model's hidden size is " + std::to_string(D));
+  std::optional<Rotation> r1_rotation;
   if (r1) {
     for (const auto& f : fused)
       if (!stream.values.count(f.norm.input))
         throw nf::Error("spinquant: RMSNorm '" + f.norm.output + "' does not read the residual stream");
-    const auto R = learned ? learned->r1 : nf::quant::random_hadamard(D, seed);
-    rotate_columns(g, emb.weight, R, D);
-    for (const auto& w : stream.writers) rotate_output(g, w, R, D);
+    r1_rotation = learned ? Rotation::dense(learned->r1, D) : Rotation::random_hadamard(D, seed);
+    const Rotation& R = *r1_rotation;
+    edits.rotate_columns(emb.weight, R);
+    for (const auto& w : stream.writers) edits.rotate_output(w, R);
     for (const auto& f : fused)
-      for (const auto& l : f.readers) rotate_input(g, l, R, D);
+      for (const auto& l : f.readers) edits.rotate_input(l, R);
     for (const auto& f : fused) n_readers += f.readers.size();
     n_writers = stream.writers.size();
   }
 
   size_t n_heads = 0;
+  std::deque<Rotation> r2_rotations;  // stable addresses for the edits
   if (r2) {
     int64_t head_dim = 0;
     if (config.is_object()) {
@@ -168,33 +173,39 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
         head_dim = config.value("hidden_size", int64_t{0}) / config.value("num_attention_heads", int64_t{1});
     }
     if (head_dim <= 0) throw nf::Error("spinquant: r2 needs head_dim (or hidden_size and num_attention_heads) in config.json");
-    const auto H = nf::quant::random_hadamard(head_dim, seed == 0 ? 0 : seed + 1);
+    r2_rotations.push_back(Rotation::random_hadamard(head_dim, seed == 0 ? 0 : seed + 1));
     auto attention = find_attention(*gv);
     if (attention.empty()) throw nf::Error("spinquant: r2: no attention (Softmax @ V) in the graph");
     if (learned && (learned->head_dim != head_dim || learned->r2.size() != attention.size()))
       throw nf::Error("spinquant: rotations '" + learned->path + "' hold " + std::to_string(learned->r2.size()) +
                       " R2 of size " + std::to_string(learned->head_dim) + " but the model has " +
                       std::to_string(attention.size()) + " attention layers of head_dim " + std::to_string(head_dim));
+    if (learned) {
+      r2_rotations.clear();
+      for (const auto& R : learned->r2) r2_rotations.push_back(Rotation::dense(R, head_dim));
+    }
     for (size_t i = 0; i < attention.size(); ++i) {  // graph order = layer order
-      const auto& R = learned ? learned->r2[i] : H;
-      rotate_output(g, attention[i].v_proj, R, head_dim);
-      rotate_input(g, attention[i].o_proj, R, head_dim);
+      const Rotation& R = r2_rotations[learned ? i : 0];
+      edits.rotate_output(attention[i].v_proj, R);
+      edits.rotate_input(attention[i].o_proj, R);
     }
     n_heads = attention.size();
   }
   if (learned && !r2) ctx.warn("spinquant: r2 = false: the R2 matrices of '" + learned->path + "' are not applied");
   std::vector<OnlineRotation> online;
+  std::map<int64_t, Rotation> online_hadamards;
   if (online_down) {
     auto downs = down_projections(*gv, stream);
     if (downs.empty())
       throw nf::Error("spinquant: online_down_proj: no down projection (a residual writer reading an elementwise Mul, "
                       "the SwiGLU product) in the graph");
-    online = insert_online_hadamards(*gv, downs);
+    online = insert_online_hadamards(*gv, downs, edits, online_hadamards);
     // The A8 recipes read this to keep each rotation's input at 16 bits (quant_common.h).
     nlohmann::json record = nlohmann::json::array();
     for (const auto& r : online) record.push_back({{"weight", r.weight}, {"input", r.input}, {"output", r.output}});
     ms.set_metadata("online_rotations", record);
   }
+  edits.apply(g, ctx);
   ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
            (learned ? "; learned rotations from " + learned->path : std::string()) +
            (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online.size()) + " down projections") +

@@ -1,85 +1,92 @@
 #include "spinquant/rotate.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace spinquant {
 namespace {
 
-// M [rows, cols] row-major: M' = M blockdiag(R) (each row's r-blocks times R).
-void right_multiply(std::vector<float>& M, int64_t rows, int64_t cols, const std::vector<double>& R, int64_t r) {
-  std::vector<double> acc(static_cast<size_t>(r));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t b = 0; b < cols; b += r) {
-      float* seg = &M[static_cast<size_t>(i * cols + b)];
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < r; ++j) {
-        const double x = seg[j];
-        const double* row = &R[static_cast<size_t>(j * r)];
-        for (int64_t c = 0; c < r; ++c) acc[static_cast<size_t>(c)] += x * row[c];
-      }
-      for (int64_t c = 0; c < r; ++c) seg[c] = static_cast<float>(acc[static_cast<size_t>(c)]);
+constexpr int64_t kStripe = 64;  // columns rotated together along axis 0
+
+// Rows mixed in blocks of R's size: stripes of columns gathered into doubles, rotated, put back.
+void rotate_axis0(float* m, int64_t rows, int64_t cols, const Rotation& R) {
+  const int64_t r = R.size();
+  std::vector<double> buf(static_cast<size_t>(r * kStripe));
+  for (int64_t b = 0; b < rows; b += r)
+    for (int64_t c0 = 0; c0 < cols; c0 += kStripe) {
+      const int64_t w = std::min(kStripe, cols - c0);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t c = 0; c < w; ++c) buf[static_cast<size_t>(i * w + c)] = m[(b + i) * cols + c0 + c];
+      R.apply_to_columns(buf.data(), w);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t c = 0; c < w; ++c) m[(b + i) * cols + c0 + c] = static_cast<float>(buf[static_cast<size_t>(i * w + c)]);
     }
 }
 
-// M [rows, cols] row-major: M' = blockdiag(R)^T M (each r-block of rows mixed by R^T).
-void left_multiply_transposed(std::vector<float>& M, int64_t rows, int64_t cols, const std::vector<double>& R,
-                              int64_t r) {
-  std::vector<double> acc(static_cast<size_t>(r * cols));
-  for (int64_t b = 0; b < rows; b += r) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    // out[k] = sum_j R[j, k] M[b + j]
-    for (int64_t j = 0; j < r; ++j) {
-      const float* src = &M[static_cast<size_t>((b + j) * cols)];
-      for (int64_t k = 0; k < r; ++k) {
-        const double rjk = R[static_cast<size_t>(j * r + k)];
-        double* dst = &acc[static_cast<size_t>(k * cols)];
-        for (int64_t c = 0; c < cols; ++c) dst[c] += rjk * src[c];
-      }
-    }
-    for (int64_t k = 0; k < r; ++k)
-      for (int64_t c = 0; c < cols; ++c)
-        M[static_cast<size_t>((b + k) * cols + c)] = static_cast<float>(acc[static_cast<size_t>(k * cols + c)]);
+// Each row's r-blocks times R.
+void rotate_axis1(float* m, int64_t rows, int64_t cols, const Rotation& R) {
+  std::vector<double> row(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    float* p = m + i * cols;
+    std::copy(p, p + cols, row.begin());
+    R.apply_to_rows(row.data(), cols / R.size());
+    for (int64_t c = 0; c < cols; ++c) p[c] = static_cast<float>(row[static_cast<size_t>(c)]);
   }
-}
-
-void check_divides(const std::string& what, const std::string& name, int64_t n, int64_t r) {
-  if (n % r != 0)
-    throw nf::Error("spinquant: " + what + " of '" + name + "' (" + std::to_string(n) +
-                    ") is not a multiple of the rotation size " + std::to_string(r));
 }
 
 }  // namespace
 
-void rotate_input(nf::Graph& g, const Linear& l, const std::vector<double>& R, int64_t r) {
-  check_divides("input channels", l.weight, l.K, r);
-  nf::Tensor t = g.initializer(l.weight);
-  std::vector<float> w = read_floats(t);
-  if (l.nk) right_multiply(w, l.N, l.K, R, r);  // stored [N, K]: (R^T B)^T = B^T R
-  else left_multiply_transposed(w, l.K, l.N, R, r);
-  write_initializer(g, l.weight, t.dims(), w);
+void WeightEdits::add(const std::string& name, Step s) {
+  auto [it, fresh] = steps_.try_emplace(name);
+  if (fresh) order_.push_back(name);
+  it->second.push_back(std::move(s));
 }
 
-void rotate_output(nf::Graph& g, const Linear& l, const std::vector<double>& R, int64_t r) {
-  check_divides("output channels", l.weight, l.N, r);
-  nf::Tensor t = g.initializer(l.weight);
-  std::vector<float> w = read_floats(t);
-  if (l.nk) left_multiply_transposed(w, l.N, l.K, R, r);  // stored [N, K]: (B R)^T = R^T B^T
-  else right_multiply(w, l.K, l.N, R, r);
-  write_initializer(g, l.weight, t.dims(), w);
-  if (!l.bias.empty()) {
-    nf::Tensor bt = g.initializer(l.bias);
-    std::vector<float> b = read_floats(bt);
-    check_divides("bias", l.bias, static_cast<int64_t>(b.size()), r);
-    right_multiply(b, 1, static_cast<int64_t>(b.size()), R, r);
-    write_initializer(g, l.bias, bt.dims(), b);
+void WeightEdits::scale_input(const Linear& l, const std::vector<float>& gain) {
+  add(l.weight, {l.nk ? 1 : 0, nullptr, gain});
+}
+
+void WeightEdits::rotate_input(const Linear& l, const Rotation& R) { add(l.weight, {l.nk ? 1 : 0, &R, {}}); }
+
+void WeightEdits::rotate_output(const Linear& l, const Rotation& R) {
+  add(l.weight, {l.nk ? 0 : 1, &R, {}});
+  if (!l.bias.empty()) add(l.bias, {1, &R, {}});
+}
+
+void WeightEdits::rotate_columns(const std::string& name, const Rotation& R) { add(name, {1, &R, {}}); }
+
+void WeightEdits::apply(nf::Graph& g, const nf::Context& ctx) const {
+  for (size_t done = 0; done < order_.size(); ++done) {
+    const std::string& name = order_[done];
+    ctx.progress(done, order_.size(), "rotating weights");
+    nf::Tensor src = g.initializer(name);
+    const std::vector<int64_t> dims = src.dims();
+    const int64_t cols = dims.empty() ? 1 : dims.back();
+    const int64_t rows = cols == 0 ? 0 : src.numel() / cols;
+    nf::Tensor out = nf::Tensor::create(NF_DTYPE_FLOAT32, dims);
+    float* m = out.mutable_as<float>();
+    std::memcpy(m, src.data_as<float>(), static_cast<size_t>(src.numel()) * sizeof(float));
+    src = nf::Tensor();  // a mapped source leaves the resident set
+    for (const Step& s : steps_.at(name)) {
+      const int64_t along = s.axis == 0 ? rows : cols;
+      if (!s.rotation) {
+        if (static_cast<int64_t>(s.gain.size()) != along)
+          throw nf::Error("spinquant: gain of " + std::to_string(s.gain.size()) + " entries for '" + name +
+                          "' with " + std::to_string(along) + " channels");
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t c = 0; c < cols; ++c) m[i * cols + c] *= s.gain[static_cast<size_t>(s.axis == 0 ? i : c)];
+        continue;
+      }
+      if (along % s.rotation->size() != 0)
+        throw nf::Error("spinquant: " + std::string(s.axis == 0 ? "rows" : "columns") + " of '" + name + "' (" +
+                        std::to_string(along) + ") are not a multiple of the rotation size " +
+                        std::to_string(s.rotation->size()));
+      if (s.axis == 0) rotate_axis0(m, rows, cols, *s.rotation);
+      else rotate_axis1(m, rows, cols, *s.rotation);
+    }
+    g.set_initializer(name, out);
   }
-}
-
-void rotate_columns(nf::Graph& g, const std::string& name, const std::vector<double>& R, int64_t r) {
-  nf::Tensor t = g.initializer(name);
-  auto d = t.dims();
-  check_divides("columns", name, d[1], r);
-  std::vector<float> m = read_floats(t);
-  right_multiply(m, d[0], d[1], R, r);
-  write_initializer(g, name, d, m);
+  ctx.progress(order_.size(), order_.size(), "rotating weights");
 }
 
 }  // namespace spinquant
