@@ -7,6 +7,8 @@
 #     MODELS     default "llama-100m llama-3.2-1b" (also llama-3.2-3b llama-3-8b)
 #     MANIFESTS  default "transforms lpbq seqmse spinquant"
 #   BUILD=build WORK=/work/nf_scale (default)   SAMPLES=8 SEQ=128 (calibration windows)
+#   DTYPE=float16: the models' weights in float16 (in WORK/<model>-float16), as most exports
+#   are; the build widens them to float32 (host/pipeline/widen_floats.h)
 #
 # Models come from tools/models/synth_model.py (random weights, not --zeros, so the recipes
 # do real work) and are made once in WORK. Calibration is pre-tokenized ids (random, seeded):
@@ -24,6 +26,7 @@ SAMPLES=${SAMPLES:-8}
 SEQ=${SEQ:-128}
 MODELS=${1:-"llama-100m llama-3.2-1b"}
 MANIFESTS=${2:-"transforms lpbq seqmse spinquant"}
+DTYPE=${DTYPE:-float32}
 mkdir -p "$WORK"
 
 quant_toml() {
@@ -40,8 +43,9 @@ echo "| model | manifest | wall s | peak RSS GB | RSS / fp32 bytes | package GB 
 echo "|---|---|---|---|---|---|---|---|"
 for m in $MODELS; do
   d=$WORK/$m
+  if [ "$DTYPE" != float32 ]; then d=$WORK/$m-$DTYPE; fi
   if [ ! -f "$d/model.onnx" ]; then
-    $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$m.json" "$d" >&2
+    $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$m.json" "$d" --dtype "$DTYPE" >&2
   fi
   read -r vocab layers < <($PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["vocab_size"], c["num_hidden_layers"])' "$d/config.json")
   if [ ! -f "$d/calib_ids.json" ]; then
@@ -49,6 +53,7 @@ for m in $MODELS; do
       "$vocab" $((SAMPLES * SEQ)) > "$d/calib_ids.json"
   fi
   fp32=$(stat -c %s "$d/model.onnx.data")
+  if [ "$DTYPE" != float32 ]; then fp32=$((fp32 * 2)); m=$m-$DTYPE; fi
   for man in $MANIFESTS; do
     cat > "$d/$man.toml" <<TOML
 [model]

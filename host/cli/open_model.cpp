@@ -6,6 +6,8 @@
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/speculative_assets.h"
+#include "pipeline/weight_spill.h"
+#include "pipeline/widen_floats.h"
 #include "runner/static_runner.h"
 
 namespace fs = std::filesystem;
@@ -51,6 +53,8 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     const host::PluginInfo* p = m->registry.find(NF_KIND_BACKEND, "cpu");
     if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)", exit_code::failed);
     m->model_set = host::load_source_model(path, "");
+    host::WeightSpill spill(fs::temp_directory_path());  // the widened weights outlive it, in its file
+    host::widen_16bit_floats(*m->model_set->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); });
     if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder))
       // No manifest: every asset option takes its default, beside the model.
       if (auto a = host::find_speculative_assets(

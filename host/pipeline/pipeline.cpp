@@ -17,6 +17,7 @@
 #include "pipeline/tied_head.h"
 #include "pipeline/util.h"
 #include "pipeline/weight_spill.h"
+#include "pipeline/widen_floats.h"
 
 namespace fs = std::filesystem;
 
@@ -289,16 +290,20 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   const fs::path cache_root = req.cache_root.empty() ? StageCache::default_root() : req.cache_root;
   const bool cache_fits = fits_before_start(m, targets, *ms, req, cache_root);
   StageCache cache(cache_root, req.use_cache && cache_fits);
+  // New weights (widened, grown or made by stages) go to a scratch file beside the output,
+  // so they leave memory like the model's own mapped weights.
+  WeightSpill spill(req.out_dir);
+  if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); }); w.any()) {
+    spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
+                 human_bytes(w.bytes));
+    key = hash_string(key + "widen_16bit_floats");
+  }
   // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
   // embedding table before any stage, so quant recipes and transforms see the final table.
   if (auto a = find_speculative_assets(assets)) {
     std::string rows = add_extra_embeddings(*ms, *a);
     if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
   }
-
-  // New weights (the grown table above, what stages make) go to a scratch file beside the
-  // output between stages, so they leave memory like the model's own mapped weights.
-  WeightSpill spill(req.out_dir);
   SpillReleasedWeights spill_as_released(spill);
   auto spill_new_weights = [&] {
     if (uint64_t moved = spill.spill(*ms)) {

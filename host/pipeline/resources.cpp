@@ -72,11 +72,13 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
                           const ir::ModelSet& source, bool use_cache) {
   BuildNeeds n;
   std::set<const ir::TensorRef*> seen;  // a tied table counts once
+  uint64_t widened_bytes = 0;
   for (const auto& g : source.graphs)
     for (const auto& [name, ref] : g->initializers) {
       if (!ref || !is_float(ref->tensor.dtype) || !seen.insert(ref.get()).second) continue;
       const uint64_t fp32 = static_cast<uint64_t>(ref->tensor.numel()) * 4;
       n.weight_bytes += fp32;
+      if (ref->tensor.dtype != NF_DTYPE_FLOAT32) widened_bytes += fp32;
       n.largest_bytes = std::max(n.largest_bytes, fp32);
     }
   auto peak_of = [&](const StageCost& c) {
@@ -102,6 +104,8 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   // mha2sha's per-head slices of the q/k/v projections (0.08 of the weights at 1B, 0.10 at 8B).
   for (const auto& q : m.quant)
     if (q.name == "spinquant") n.scratch_bytes += n.weight_bytes;
+  // A 16-bit model's weights are widened to float32 there first (widen_floats.h).
+  n.scratch_bytes += widened_bytes;
   for (const auto& t : m.transforms)
     if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(0.12 * n.weight_bytes);
   // Every quant and transform stage stores its whole model set, weights at fp32.

@@ -123,7 +123,7 @@ struct QuantCase {
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> r;
   for (const std::string& m : models())
-    if (m.rfind("zoo/", 0) == 0 && m.find("opset14") == std::string::npos)
+    if ((m.rfind("zoo/", 0) == 0 && m.find("opset14") == std::string::npos) || m == "llama_fp16")
       for (const Recipe& q : kRecipes) r.push_back({m, &q});
   return r;
 }

@@ -2,7 +2,8 @@
 """Synthesize a shape-faithful Llama-family ONNX model with random weights.
 
     /usr/bin/python3 tools/models/synth_model.py CONFIG.json OUT_DIR \
-        [--layers N] [--dtype float32|float16] [--seed S] [--tied-layout transpose|duplicate] [--verify]
+        [--layers N] [--dtype float32|float16] [--seed S] [--tied-layout transpose|duplicate]
+        [--verify] [--golden]
 
 Writes OUT_DIR/model.onnx + OUT_DIR/model.onnx.data (external data) and
 OUT_DIR/config.json, in the optimum layout (input_ids, attention_mask,
@@ -131,7 +132,7 @@ def llama3_inv_freq(inv_freq, rs):
     return np.where(medium, smoothed, inv_l).astype(np.float32)
 
 
-def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print, zeros=False):
+def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print, zeros=False, init="normal"):
     np_dt = np.dtype(dtype)
     onnx_dt = NP2ONNX[np_dt]
     f32 = np_dt == np.float32
@@ -161,7 +162,7 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
     weight_map = {}  # onnx initializer -> [hf name, "T" if stored transposed]
     mm_counter = [1000]
 
-    def normal(shape):
+    def normal(shape, scale=std):
         if zeros:  # --zeros: shapes only (estimates); calloc'd, never touched, written as holes
             return np.zeros(shape, dtype=np_dt)
         # generate in float32 row blocks to bound temporary memory, then cast
@@ -170,7 +171,7 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
         step = max(1, (1 << 24) // max(1, flat.shape[1]))
         for r in range(0, flat.shape[0], step):
             blk = rng.standard_normal((min(step, flat.shape[0] - r), flat.shape[1]), dtype=np.float32)
-            blk *= std
+            blk *= scale
             flat[r:r + blk.shape[0]] = blk
         return out
 
@@ -184,7 +185,9 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
         # torch stores [out, in]; the exporter folds the transpose -> [in, out]
         name = f"onnx::MatMul_{mm_counter[0]}"
         mm_counter[0] += 1
-        w = normal((n_in, n_out))
+        # --init test: variance 1/n_in (torch's default init scale), lm_head x4 as the test models
+        scale = std if init == "normal" else (4.0 if hf_name == "lm_head.weight" else 1.0) / math.sqrt(n_in)
+        w = normal((n_in, n_out), scale)
         add_init(name, w, hf_name, transposed=True)
         del w
         return name
@@ -207,7 +210,7 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
 
     # ---- embedding --------------------------------------------------------
     t0 = time.time()
-    emb = normal((V, H))
+    emb = normal((V, H), std if init == "normal" else 1.0)
     add_init("model.embed_tokens.weight", emb, "model.embed_tokens.weight")
     lm_dup = None
     if tied and tied_layout == "duplicate":
@@ -369,12 +372,12 @@ def param_count(cfg):
     return V * H * (1 if cfg.get("tie_word_embeddings") else 2) + L * per + H
 
 
-def verify(cfg, out_dir, n_new=8):
-    """Load the synthesized weights into hf_decoder's torch modules and compare."""
+def reference_model(cfg, out_dir):
+    """hf_decoder's torch modules holding the synthesized weights as stored (a 16-bit
+    model's weights widened exactly to float32)."""
     import torch
     import hf_decoder as hd
     from onnx import numpy_helper
-    from onnx_check import check_onnx
     torch.set_num_threads(1)
     path = os.path.join(out_dir, "model.onnx")
     m = onnx.load(path)  # loads external data
@@ -398,8 +401,35 @@ def verify(cfg, out_dir, n_new=8):
     model.eval()
     g = torch.Generator().manual_seed(7)
     prompt = torch.randint(0, c.vocab_size, (7,), generator=g).tolist()
+    return model, prompt
+
+
+def verify(cfg, out_dir, n_new=8):
+    """Compare the ONNX graph (numpy interpreter) with the torch reference."""
+    from onnx_check import check_onnx
+    model, prompt = reference_model(cfg, out_dir)
     # random N(0, 0.02) weights give near-flat logits; the check is about numerics
-    return check_onnx(path, model, prompt, n_new=n_new)
+    return check_onnx(os.path.join(out_dir, "model.onnx"), model, prompt, n_new=n_new)
+
+
+def write_golden(cfg, out_dir, n_new=16):
+    """golden.json (tests/models layout): torch's greedy tokens and logits in float32 on the
+    stored weights. Returns the smallest top-1 / top-2 logit gap over the steps."""
+    import torch
+    import hf_decoder as hd
+    import optimum_layout as layout
+    model, prompt = reference_model(cfg, out_dir)
+    with torch.no_grad():
+        toks, prefill_last, last = hd.greedy_with_cache(model, prompt, n_new)
+        full = hd.full_logits(model, prompt + toks[:-1])
+    cache_diff = float((full[-1] - last).abs().max())
+    gaps = full[len(prompt) - 1:].topk(2, dim=-1).values
+    golden = layout.greedy_golden(prompt, toks, prefill_last, last, cache_diff)
+    golden["note_dtype"] = (f"weights stored in {cfg['torch_dtype']}; generated_ids and logits are those "
+                            "weights computed in float32 by torch")
+    with open(os.path.join(out_dir, "golden.json"), "w") as f:
+        json.dump(golden, f)
+    return float((gaps[:, 0] - gaps[:, 1]).min())
 
 
 def main():
@@ -409,8 +439,13 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", default="normal", choices=["normal", "test"],
+                    help="normal: N(0, initializer_range) as HF initializes; test: embeddings N(0, 1), linears "
+                         "N(0, 1/fan_in), lm_head x4 (logits far from flat, as the tests/models models)")
     ap.add_argument("--tied-layout", default="transpose", choices=["transpose", "duplicate"])
     ap.add_argument("--verify", action="store_true", help="compare with torch (small models only)")
+    ap.add_argument("--golden", action="store_true",
+                    help="write golden.json: torch's float32 greedy tokens and logits on the stored weights")
     ap.add_argument("--zeros", action="store_true",
                     help="all linear/embedding weights zero, stored as holes of a sparse file: the published "
                          "shapes for cost estimates (bench/htp_estimate.sh), useless for text")
@@ -425,7 +460,7 @@ def main():
     print(f"synthesizing {cfg.get('architectures', ['?'])[0]}: {cfg['num_hidden_layers']} layers, "
           f"{n / 1e6:.1f}M params, {args.dtype}", flush=True)
     onnx_path, data_path, nbytes = build(cfg, args.out_dir, args.dtype, args.seed, args.tied_layout,
-                                         log=lambda *a: print(*a, flush=True), zeros=args.zeros)
+                                         log=lambda *a: print(*a, flush=True), zeros=args.zeros, init=args.init)
     with open(os.path.join(args.out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     print(f"wrote {onnx_path} ({os.path.getsize(onnx_path) / 1e6:.2f} MB) + {data_path} "
@@ -434,6 +469,8 @@ def main():
         if args.dtype != "float32":
             raise SystemExit("--verify supports float32 only")
         print("verify:", verify(cfg, args.out_dir), flush=True)
+    if args.golden:
+        print(f"golden.json written; smallest top-1/top-2 logit gap {write_golden(cfg, args.out_dir):.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -236,13 +236,14 @@ uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(h);
 }
 
-namespace {
 float bf16_to_float(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
 }
+
+namespace {
 uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);

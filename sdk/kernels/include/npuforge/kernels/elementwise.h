@@ -22,5 +22,6 @@ Tensor clip(const Tensor& x, const Tensor* lo, const Tensor* hi);
 
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t h);
 
 }  // namespace nf::kernels
