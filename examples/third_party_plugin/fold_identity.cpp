@@ -43,7 +43,7 @@ nf_status* apply(const char* options, nf_model_set* handle, nf_context* context)
   });
 }
 
-const nf_transform_api api = {NF_ABI_VERSION, sizeof(nf_transform_api), apply};
+const nf_transform_api api = {NF_ABI_VERSION, sizeof(nf_transform_api), apply, nullptr};
 
 const nf_plugin_descriptor descriptor = {
     NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_TRANSFORM, "fold_identity", "1.0.0",

@@ -55,6 +55,7 @@ const nf_host_api* host_api();
 
 // Handle conversions: the ABI's opaque types are the IR's objects.
 inline nf_model_set* handle(ir::ModelSet* ms) { return reinterpret_cast<nf_model_set*>(ms); }
+inline const nf_model_set* handle(const ir::ModelSet* ms) { return reinterpret_cast<const nf_model_set*>(ms); }
 inline ir::ModelSet* unwrap(nf_model_set* ms) { return reinterpret_cast<ir::ModelSet*>(ms); }
 inline const ir::ModelSet* unwrap(const nf_model_set* ms) { return reinterpret_cast<const ir::ModelSet*>(ms); }
 inline nf_graph* handle(ir::Graph* g) { return reinterpret_cast<nf_graph*>(g); }

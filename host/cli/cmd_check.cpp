@@ -1,4 +1,5 @@
-// `npuforge check MANIFEST [--json]`: every manifest error, with file:line:col, before any work.
+// `npuforge check MANIFEST [--json]`: every manifest error, with file:line:col, before any work:
+// the schemas, then each stage's own validation on the model's shapes (validate_stages).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -64,6 +65,10 @@ void add_check(CLI::App& app) {
       m = read_manifest(path);
       host::Registry reg;
       errors = host::load_and_validate(*m, reg);
+      // Then what the stages would refuse on this model (mapped, not read: cheap at 8B).
+      if (errors.empty())
+        for (const auto& e : host::validate_stages(*m, reg, *host::map_source_model(m->model_onnx, m->model_config)))
+          errors.push_back(e.what());
     } catch (const std::exception& e) {
       if (json) std::cout << nlohmann::json{{"ok", false}, {"manifest", path}, {"errors", {e.what()}}}.dump() << std::endl;
       throw;

@@ -221,26 +221,11 @@ std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& regi
   return manifest::validate(m, lookup, installed);
 }
 
-std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path) {
+std::unique_ptr<ir::ModelSet> map_source_model(const std::string& onnx_path, const std::string& config_path,
+                                               std::string* config_text) {
   auto ms = std::make_unique<ir::ModelSet>();
   auto g = onnx_io::load_model(onnx_path);
   g->name = "model";
-
-  // The cache key of the source: the .onnx bytes and every external-data file it maps.
-  std::string key = hash_file(onnx_path);
-  std::vector<const ir::Buffer*> seen;
-  for (const auto& [name, ref] : g->initializers) {
-    auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
-    if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
-    seen.push_back(mf);
-    key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
-  }
-  // Cached stages of a build from before this step must not be replayed: the key says so.
-  if (std::string copy = tie_lm_head(*g); !copy.empty()) {
-    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
-    key += hash_string("tie_lm_head " + copy);
-  }
-
   std::string config = config_path;
   if (config.empty()) {
     fs::path beside = fs::path(onnx_path).parent_path() / "config.json";
@@ -255,11 +240,57 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
       throw std::runtime_error(config + ": not valid JSON");
     }
     ms->metadata["config"] = cfg.dump();
-    key += hash_string(text);
+    if (config_text) *config_text = std::move(text);
   }
-  ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
   ms->graphs.push_back(std::move(g));
   return ms;
+}
+
+std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path) {
+  std::string config_text;
+  auto ms = map_source_model(onnx_path, config_path, &config_text);
+  ir::Graph& g = *ms->graphs[0];
+
+  // The cache key of the source: the .onnx bytes and every external-data file it maps.
+  std::string key = hash_file(onnx_path);
+  std::vector<const ir::Buffer*> seen;
+  for (const auto& [name, ref] : g.initializers) {
+    auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
+    if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
+    seen.push_back(mf);
+    key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
+  }
+  // Cached stages of a build from before this step must not be replayed: the key says so.
+  if (std::string copy = tie_lm_head(g); !copy.empty()) {
+    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+    key += hash_string("tie_lm_head " + copy);
+  }
+  if (ms->metadata.count("config")) key += hash_string(config_text);
+  ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
+  return ms;
+}
+
+std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m, const Registry& registry,
+                                                     const ir::ModelSet& source) {
+  std::vector<manifest::ManifestError> errors;
+  auto validate = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
+    const PluginInfo* p = registry.find(kind, use.name);
+    if (!p) return;
+    auto entry = kind == NF_KIND_QUANT ? p->quant()->validate : p->transform()->validate;
+    if (!entry) return;  // a plugin without the entry (built before it, or nothing to check)
+    const std::string label = std::string(kind_name(kind)) + " " + use.name;
+    const std::string options = resolve_asset_options(use, *p, m.dir).first.dump();
+    nf_context ctx{label, {}};
+    nf_status* st = call_plugin_entry([&] { return entry(options.c_str(), handle(&source), &ctx); });
+    try {
+      throw_if_error(st, label);
+    } catch (const std::exception& e) {
+      errors.emplace_back(use.where, e.what());
+    }
+  };
+  for (const auto& q : m.quant) validate(NF_KIND_QUANT, q);
+  for (const auto& t : m.transforms) validate(NF_KIND_TRANSFORM, t);
+  return errors;
 }
 
 BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req) {
@@ -297,6 +328,11 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
                  human_bytes(w.bytes));
     key = hash_string(key + "widen_16bit_floats");
+  }
+  // What a stage would refuse on this model is refused now, not after the stages before it.
+  if (auto errors = validate_stages(m, registry, *ms); !errors.empty()) {
+    for (size_t i = 0; i + 1 < errors.size(); ++i) spdlog::error("{}", errors[i].what());
+    throw errors.back();
   }
   // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
   // embedding table before any stage, so quant recipes and transforms see the final table.

@@ -21,6 +21,16 @@ std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& regi
 // (HF config.json, when given or found beside the model) and "source_key" (hash of the
 // model's bytes, the root of the stage-cache keys).
 std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path);
+// The same graph and config, mapped and not read (no key): what `check` validates on.
+// `config_text` receives the config's bytes when there is one.
+std::unique_ptr<ir::ModelSet> map_source_model(const std::string& onnx_path, const std::string& config_path,
+                                               std::string* config_text = nullptr);
+
+// Every quant and transform stage's validate entry (where its plugin has one) on the source
+// model: the errors apply would give for these options on this model, each located at the
+// stage's name key ("manifest:line:col: <stage>: <message>"). build and check run it first.
+std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m, const Registry& registry,
+                                                     const ir::ModelSet& source);
 
 // Throws "<context>: graph '<name>': <problem>" for the first graph ir::graph_problem
 // refuses: a backend never sees a graph it could crash on.

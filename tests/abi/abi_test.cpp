@@ -122,6 +122,9 @@ TEST(Abi, FrozenV1PluginsOfEveryKindLoadWithTheirSizes) {
   EXPECT_EQ(find(*reg, NF_KIND_BACKEND, "v1_eltwise").table_size, 56u);
   EXPECT_EQ(find(*reg, NF_KIND_SPECULATIVE, "v1_greedy").table_size, 40u);
   EXPECT_EQ(find(*reg, NF_KIND_TRANSFORM, "v1_tag").schema["properties"]["note"]["type"], "string");
+  // `validate` was appended after these were built: absent, so check and build skip it.
+  EXPECT_EQ(find(*reg, NF_KIND_TRANSFORM, "v1_tag").transform()->validate, nullptr);
+  EXPECT_EQ(find(*reg, NF_KIND_QUANT, "v1_minmax").quant()->validate, nullptr);
 }
 
 TEST(Abi, FrozenV1TransformQuantAndBackendWork) {

@@ -283,6 +283,44 @@ TEST(Check, HtpWithoutAChipIsRefusedUpFront) {
   EXPECT_NE(p.out.find("Required (or soc_model)"), std::string::npos) << p.out;
 }
 
+// Options that cannot work on this model (arcl AR >= CL; an lpbq block size that does not
+// divide a weight's input channels) are refused by check, at the stage's line, and by build
+// before any stage runs: the plugins' validate entries on the model's shapes.
+TEST(Check, StageOptionsThatDoNotFitTheModelAreRefusedUpFront) {
+  fs::path d = fresh("stage_validate");
+  const std::string calib = "[calibration]\ntext = \"" + model_dir("tiny_llama") + "/heldout.txt\"\n";
+  const std::string lpbq48 = "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 48\n";  // hidden 256: 256 % 48 != 0
+  const std::string arcl64 = "[[transform]]\nplugin = \"arcl\"\narn = [1, 64]\ncontext_length = [64]\n";
+  const std::string target = "[targets.cpu]\nbackend = \"cpu\"\n";
+  auto m = tiny_manifest(d, calib + lpbq48 + arcl64 + target);
+  auto r = npuforge({"check", m.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(m.string() + ":8:1: quant lpbq: lpbq: block_size 48 does not divide the 256 input channels"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(m.string() + ":11:1: transform arcl: arcl: every 'arn' value must be smaller than every "
+                       "'context_length' value (AR 64 >= CL 64)"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(line_count(r.err), 2) << r.err;
+
+  auto b = npuforge({"build", m.string(), "--out", (d / "out").string(), "--no-cache"});
+  EXPECT_EQ(b.exit_code, 2) << b.err;
+  EXPECT_NE(b.err.find("AR 64 >= CL 64"), std::string::npos) << b.err;
+  EXPECT_EQ(b.err.find("quant lpbq: 1 graph(s)"), std::string::npos) << "no stage ran: " << b.err;
+  EXPECT_FALSE(fs::exists(d / "out" / "cpu"));
+
+  // The same stages with options that fit: check passes, and so does build.
+  m = tiny_manifest(d, calib + "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n" +
+                           "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [64]\n" + target);
+  r = npuforge({"check", m.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A 16-bit model is validated on its shapes (its weights are not widened for check).
+  std::ofstream(d / "fp16.toml") << "[model]\nonnx = \"" << model_dir("llama_fp16") << "/model.onnx\"\n"
+                                 << "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 48\n" << target;
+  r = npuforge({"check", (d / "fp16.toml").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("block_size 48 does not divide the 64 input channels"), std::string::npos) << r.err;
+}
+
 // ---- the end of the context, stop reasons, the text's newline, -q --------------------------
 
 TEST(Run, ContextEndIsANormalStop) {

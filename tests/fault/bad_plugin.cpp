@@ -41,9 +41,9 @@ nf_status* apply(const char*, nf_model_set* ms, nf_context*) {
 #endif
 
 #if defined(NF_FAULT_APPLY_NULL)
-const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), nullptr};
+const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), nullptr, nullptr};
 #else
-const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), apply};
+const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), apply, nullptr};
 #endif
 
 const nf_plugin_descriptor transform_desc = {

@@ -24,7 +24,7 @@ nf_status* slow_identity(const char* options, nf_model_set*, nf_context* ctx) {
   });
 }
 
-const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), slow_identity};
+const nf_transform_api transform_api = {NF_ABI_VERSION, sizeof(nf_transform_api), slow_identity, nullptr};
 
 #ifndef NF_PLUGIN_NAME
 #define NF_PLUGIN_NAME "slow_identity"
@@ -77,7 +77,7 @@ extern "C" NF_EXPORT int some_other_function(void) { return 42; }
 #elif defined(NF_TEST_TABLE_TOO_NEW)
 // A function table from a later, incompatible ABI.
 namespace {
-const nf_transform_api future_api = {NF_ABI_VERSION + 1, sizeof(nf_transform_api), slow_identity};
+const nf_transform_api future_api = {NF_ABI_VERSION + 1, sizeof(nf_transform_api), slow_identity, nullptr};
 const nf_plugin_descriptor future_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_TRANSFORM,
                                           "future_table", "1.0.0", "future", "{}", &future_api};
 }  // namespace

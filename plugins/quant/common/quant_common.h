@@ -37,12 +37,13 @@ inline float weight_at(const float* w, const LinearWeight& lw, int64_t k, int64_
   return lw.nk ? w[n * lw.K + k] : w[k * lw.N + n];
 }
 
-// Every MatMul/Gemm whose B input is a 2-D float32 initializer, over all graphs of the set
+// Every MatMul/Gemm whose B input is a 2-D float32 initializer (any float width with
+// `any_float`: a validate entry reading shapes of a 16-bit source), over all graphs of the set
 // (a weight shared by several graphs is listed once, from the first graph). A MatMul whose B
 // is Transpose(initializer, perm [1, 0]) -- the tied LM head, MatMul(h, Transpose(embed)) as
 // torch writes it without constant folding -- lists the initializer itself, read as [N, K]:
 // its encoding then serves the embedding lookup too, so the tied table is stored once.
-inline std::vector<LinearWeight> linear_weights(const ModelSet& ms) {
+inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_float = false) {
   std::vector<LinearWeight> result;
   std::set<std::string> seen;
   for (const Graph& g : ms.graphs()) {
@@ -64,7 +65,9 @@ inline std::vector<LinearWeight> linear_weights(const ModelSet& ms) {
       }
       if (!inits.count(b) || seen.count(b)) continue;
       Tensor t = g.initializer(b);
-      if (t.dtype() != NF_DTYPE_FLOAT32 || t.dims().size() != 2) continue;
+      const bool is_float = t.dtype() == NF_DTYPE_FLOAT32 ||
+                            (any_float && (t.dtype() == NF_DTYPE_FLOAT16 || t.dtype() == NF_DTYPE_BFLOAT16));
+      if (!is_float || t.dims().size() != 2) continue;
       bool gemm = node.op_type() == "Gemm";
       if (gemm && node.attr_int("transA", 0) != 0) continue;
       LinearWeight lw;

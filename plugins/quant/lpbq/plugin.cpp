@@ -40,23 +40,54 @@ struct Planned {
   nf::quant::EncodingData enc;
 };
 
+struct Settings {
+  int64_t block_size;
+  int bw, dbw;
+  std::vector<std::regex> excludes;
+  bool indivisible_per_channel, exclude_lm_head;
+};
+
+Settings read_settings(const nf::Options& opts) {
+  Settings s{opts.get<int64_t>("block_size", 64), opts.get<int>("bw", 4), opts.get<int>("decompressed_bw", 8),
+             nf::quant::compile_patterns("lpbq", opts.get<std::vector<std::string>>("exclude", {})),
+             opts.get<std::string>("indivisible", "error") == "per_channel", opts.get<bool>("exclude_lm_head", true)};
+  if (!opts.get<bool>("symmetric", true)) throw nf::Error("lpbq: LPBQ is symmetric only (symmetric = false)");
+  if (s.dbw <= s.bw)
+    throw nf::Error("lpbq: decompressed_bw (" + std::to_string(s.dbw) + ") must be larger than bw (" +
+                    std::to_string(s.bw) + ")");
+  return s;
+}
+
+bool excluded(const Settings& s, const nf::quant::LinearWeight& lw, const std::string& lm_head) {
+  bool out = lw.name == lm_head;
+  for (const auto& re : s.excludes) out = out || std::regex_search(lw.name, re);
+  return out;
+}
+
+// Throws when a weight lpbq would block has input channels block_size does not divide.
+void check_divisible(const Settings& s, const nf::quant::LinearWeight& lw, bool is_excluded) {
+  if (lw.K % s.block_size == 0 || is_excluded || s.indivisible_per_channel) return;
+  throw nf::Error("lpbq: block_size " + std::to_string(s.block_size) + " does not divide the " + std::to_string(lw.K) +
+                  " input channels of weight '" + lw.name + "' [" + std::to_string(lw.nk ? lw.N : lw.K) + ", " +
+                  std::to_string(lw.nk ? lw.K : lw.N) +
+                  "] (indivisible = \"per_channel\" keeps such weights at int8 per channel)");
+}
+
+std::vector<nf::quant::LinearWeight> weights_of(const nf::ModelSet& ms, bool any_float) {
+  auto weights = nf::quant::linear_weights(ms, any_float);
+  if (weights.empty()) throw nf::Error("lpbq: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  return weights;
+}
+
 void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
   nf::ModelSet ms(handle);
   nf::Context ctx(ctx_handle);
   nf::Options opts(options_json);
-  const int64_t block_size = opts.get<int64_t>("block_size", 64);
-  const int bw = opts.get<int>("bw", 4);
-  const int dbw = opts.get<int>("decompressed_bw", 8);
-  if (!opts.get<bool>("symmetric", true)) throw nf::Error("lpbq: LPBQ is symmetric only (symmetric = false)");
-  if (dbw <= bw)
-    throw nf::Error("lpbq: decompressed_bw (" + std::to_string(dbw) + ") must be larger than bw (" +
-                    std::to_string(bw) + ")");
-  auto excludes = nf::quant::compile_patterns("lpbq", opts.get<std::vector<std::string>>("exclude", {}));
-  const bool indivisible_per_channel = opts.get<std::string>("indivisible", "error") == "per_channel";
-
-  auto weights = nf::quant::linear_weights(ms);
-  if (weights.empty()) throw nf::Error("lpbq: no MatMul/Gemm with a constant 2-D float weight in the model set");
-  std::string lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, weights) : "";
+  const Settings settings = read_settings(opts);
+  const int64_t block_size = settings.block_size;
+  const int bw = settings.bw, dbw = settings.dbw;
+  auto weights = weights_of(ms, false);
+  std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
 
   // Plan every encoding first: a weight that cannot be blocked fails the stage before
   // any encoding is set.
@@ -68,16 +99,11 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     nf::Tensor w;
     for (const nf::Graph& g : ms.graphs())
       if ((w = g.initializer(lw.name))) break;
-    bool excluded = lw.name == lm_head;
-    for (const auto& re : excludes) excluded = excluded || std::regex_search(lw.name, re);
+    const bool is_excluded = excluded(settings, lw, lm_head);
     const bool indivisible = lw.K % block_size != 0;
-    if (indivisible && !excluded && !indivisible_per_channel)
-      throw nf::Error("lpbq: block_size " + std::to_string(block_size) + " does not divide the " +
-                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "' [" +
-                      std::to_string(lw.nk ? lw.N : lw.K) + ", " + std::to_string(lw.nk ? lw.K : lw.N) +
-                      "] (indivisible = \"per_channel\" keeps such weights at int8 per channel)");
-    if (excluded || indivisible) {
-      n_indivisible += !excluded;
+    check_divisible(settings, lw, is_excluded);
+    if (is_excluded || indivisible) {
+      n_indivisible += !is_excluded;
       plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(lw, w, 8, true)});
       continue;
     }
@@ -130,7 +156,18 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
   return NF_TRY(quantize(options_json, handle, calib, ctx));
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply};
+// The options and every weight's blocks, on the model's shapes only.
+nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context*) {
+  return NF_TRY({
+    const nf::ModelSet ms(const_cast<nf_model_set*>(handle));  // only read
+    const Settings settings = read_settings(nf::Options(options_json));
+    auto weights = weights_of(ms, true);
+    const std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
+    for (const auto& lw : weights) check_divisible(settings, lw, excluded(settings, lw, lm_head));
+  });
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

@@ -10,6 +10,9 @@
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
 #include <npuforge/plugin.hpp>
 
+#include <algorithm>
+#include <cstring>
+
 #include <deque>
 #include <optional>
 #include <set>
@@ -81,18 +84,27 @@ bool untie_structurally(GraphView& gv, const Embedding& emb, nf::Node head, bool
   if (!allowed)
     throw nf::Error("spinquant: the LM head shares the embedding '" + emb.weight +
                     "' (tied); set untie_embedding = true to give it its own copy");
+  // The head's own copy, written straight from the (mapped) table: one new table in memory,
+  // which leaves for the scratch file once set (2.1 GB at 8B; three copies before).
   nf::Tensor e = gv.float_initializer(emb.weight);
-  auto d = e.dims();
-  std::vector<float> w = read_floats(e);
-  std::string name = emb.weight + ".lm_head";
-  if (via_transpose) {
-    std::vector<float> t(w.size());
-    for (int64_t v = 0; v < d[0]; ++v)
-      for (int64_t k = 0; k < d[1]; ++k) t[static_cast<size_t>(k * d[0] + v)] = w[static_cast<size_t>(v * d[1] + k)];
-    write_initializer(gv.graph, name, {d[1], d[0]}, t);
+  const std::vector<int64_t> d = e.dims();
+  const int64_t V = d[0], H = d[1];
+  const std::vector<int64_t> head_dims = via_transpose ? std::vector<int64_t>{H, V} : d;
+  nf::Tensor copy = nf::Tensor::create(NF_DTYPE_FLOAT32, head_dims);
+  const float* src = e.data_as<float>();
+  float* dst = copy.mutable_as<float>();
+  if (!via_transpose) {
+    std::memcpy(dst, src, static_cast<size_t>(V * H) * sizeof(float));
   } else {
-    write_initializer(gv.graph, name, d, w);
+    constexpr int64_t kTile = 64;  // a tile of both layouts stays in cache
+    for (int64_t v0 = 0; v0 < V; v0 += kTile)
+      for (int64_t k0 = 0; k0 < H; k0 += kTile)
+        for (int64_t v = v0; v < std::min(V, v0 + kTile); ++v)
+          for (int64_t k = k0; k < std::min(H, k0 + kTile); ++k) dst[k * V + v] = src[v * H + k];
   }
+  e = nf::Tensor();
+  const std::string name = emb.weight + ".lm_head";
+  gv.graph.set_initializer(name, copy);
   head.set_input(1, name);
   if (via_transpose && gv.consumers(tr->output(0)).size() == 1) gv.graph.remove_node(*tr);
   return true;
@@ -220,7 +232,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
   return NF_TRY(apply_spinquant(options_json, handle, ctx));
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply};
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

@@ -104,7 +104,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
   });
 }
 
-const nf_transform_api kApi = {NF_ABI_VERSION, sizeof(nf_transform_api), apply};
+const nf_transform_api kApi = {NF_ABI_VERSION, sizeof(nf_transform_api), apply, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

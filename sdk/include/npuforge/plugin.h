@@ -328,6 +328,11 @@ typedef struct nf_transform_api {
   uint32_t abi_version;
   uint32_t struct_size;
   nf_status* (*apply)(const char* options_json, nf_model_set* ms, nf_context* ctx);
+  /* Optional (appended in ABI 1): refuses, cheaply and without changing `ms`, options that
+   * apply would refuse on this model (limits between options, the model's shapes). `npuforge
+   * check` calls it on the source model before any stage has run; weight bytes may be
+   * 16-bit there (build widens them first), so read shapes, not data. */
+  nf_status* (*validate)(const char* options_json, const nf_model_set* ms, nf_context* ctx);
 } nf_transform_api;
 
 /* quantization recipe: changes weights and/or sets encodings. */
@@ -335,6 +340,8 @@ typedef struct nf_quant_api {
   uint32_t abi_version;
   uint32_t struct_size;
   nf_status* (*apply)(const char* options_json, nf_model_set* ms, nf_calibration* calib, nf_context* ctx);
+  /* Optional (appended in ABI 1): as nf_transform_api.validate. */
+  nf_status* (*validate)(const char* options_json, const nf_model_set* ms, nf_context* ctx);
 } nf_quant_api;
 
 /* Receives a JSON document produced by a plugin (the string is valid only during the call). */
@@ -421,8 +428,10 @@ static_assert(offsetof(nf_backend_api, compile) == 8, "nf_backend_api layout");
 static_assert(offsetof(nf_backend_api, estimate) == 40, "nf_backend_api layout");
 static_assert(offsetof(nf_backend_api, open_model_set) == 48, "nf_backend_api layout");
 static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
-static_assert(sizeof(nf_transform_api) == 16, "nf_transform_api layout");
-static_assert(sizeof(nf_quant_api) == 16, "nf_quant_api layout");
+static_assert(offsetof(nf_transform_api, validate) == 16, "nf_transform_api layout");
+static_assert(sizeof(nf_transform_api) == 24, "nf_transform_api layout");
+static_assert(offsetof(nf_quant_api, validate) == 16, "nf_quant_api layout");
+static_assert(sizeof(nf_quant_api) == 24, "nf_quant_api layout");
 static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api layout");
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
