@@ -65,8 +65,17 @@ void WeightEdits::apply(nf::Graph& g, const nf::Context& ctx) const {
     const int64_t rows = cols == 0 ? 0 : src.numel() / cols;
     nf::Tensor out = nf::Tensor::create(NF_DTYPE_FLOAT32, dims);
     float* m = out.mutable_as<float>();
-    std::memcpy(m, src.data_as<float>(), static_cast<size_t>(src.numel()) * sizeof(float));
-    src = nf::Tensor();  // a mapped source leaves the resident set
+    // Copied in pieces, each piece of a mapped source leaving the resident set once read:
+    // the source and its copy are never both in memory (2 GB at 1B for the embedding).
+    const auto* from = static_cast<const uint8_t*>(src.data());
+    const size_t bytes = static_cast<size_t>(src.numel()) * sizeof(float);
+    constexpr size_t kPiece = size_t{32} << 20;
+    for (size_t at = 0; at < bytes; at += kPiece) {
+      const size_t n = std::min(kPiece, bytes - at);
+      std::memcpy(reinterpret_cast<uint8_t*>(m) + at, from + at, n);
+      src.drop_pages(at, n);
+    }
+    src = nf::Tensor();
     for (const Step& s : steps_.at(name)) {
       const int64_t along = s.axis == 0 ? rows : cols;
       if (!s.rotation) {
