@@ -252,6 +252,40 @@ TEST(Hadamard, FastRotationEqualsDenseProduct) {
   }
 }
 
+// R4's online Hadamard as P (x) Q (online.h): the factored rotation is the Kronecker product
+// of its factors' matrices, on rows and on columns (16 x 44 = tiny_llama's 704; 4 x 12).
+TEST(Hadamard, KroneckerRotationIsTheKroneckerProduct) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> nd;
+  for (auto [p, q] : {std::pair<int64_t, int64_t>{16, 44}, {4, 12}}) {
+    const auto P = spinquant::Rotation::random_hadamard(p, 0), Q = spinquant::Rotation::random_hadamard(q, 3);
+    const auto R = spinquant::Rotation::kronecker(P, Q);
+    const int64_t n = p * q;
+    ASSERT_EQ(R.size(), n);
+    const auto mp = P.matrix(), mq = Q.matrix(), mr = R.matrix();
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = mp[static_cast<size_t>((i / q) * p + j / q)] * mq[static_cast<size_t>((i % q) * q + j % q)];
+        worst = std::max(worst, std::fabs(mr[static_cast<size_t>(i * n + j)] - want));
+      }
+    EXPECT_LT(worst, 1e-15) << p << " x " << q;
+    // Columns: every column x of an n x 3 block becomes x R.
+    const int64_t width = 3;
+    std::vector<double> X(static_cast<size_t>(n * width));
+    for (auto& v : X) v = nd(rng);
+    std::vector<double> want(X.size(), 0.0);
+    for (int64_t c = 0; c < width; ++c)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < n; ++i)
+          want[static_cast<size_t>(j * width + c)] += X[static_cast<size_t>(i * width + c)] * mr[static_cast<size_t>(i * n + j)];
+    R.apply_to_columns(X.data(), width);
+    worst = 0;
+    for (size_t k = 0; k < X.size(); ++k) worst = std::max(worst, std::fabs(X[k] - want[k]));
+    EXPECT_LT(worst, 1e-12) << p << " x " << q;
+  }
+}
+
 // R1 + R2 on tiny_llama; R1 on mistral_swa (hidden 96 = 12 * 8); qwen2 ties its embedding.
 TEST(SpinQuant, FloatLogitsWithin1e4) {
   struct Case {
@@ -308,9 +342,10 @@ std::string write_identity_rotations(const std::string& name, int64_t hidden, in
 }  // namespace
 
 // The learned rotations (tests/models/tiny_llama/spinquant, tools/quant/train_spinquant.py)
-// and the online Hadamard before every down_proj (R4, 704 = 44 * 16, Paley) keep the float
-// logits of tiny_llama within 1e-4; R4 adds one MatMul per layer and records them for the
-// quant recipes. mistral_swa: R4 of 256 with random R1 of 96.
+// and the online Hadamard before every down_proj (R4 of 704 = 16 x 44: Sylvester 16 (x)
+// Paley 44, online.h) keep the float logits of tiny_llama within 1e-4; R4 adds seven nodes
+// per layer (Shape, two Reshapes, two MatMuls, two Transposes) and records both MatMuls for
+// the quant recipes. mistral_swa: R4 of 256 = 16 x 16 with random R1 of 96.
 TEST(SpinQuant, LearnedRotationsAndOnlineDownProjKeepFloatLogits) {
   struct Case {
     std::string model;
@@ -332,10 +367,10 @@ TEST(SpinQuant, LearnedRotationsAndOnlineDownProjKeepFloatLogits) {
     std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(),
                 d, m);
     EXPECT_LT(d, 1e-4) << c.model;
-    EXPECT_EQ(ms->graphs[0]->nodes.size(), nodes_before + c.online) << c.model;
+    EXPECT_EQ(ms->graphs[0]->nodes.size(), nodes_before + 7 * c.online) << c.model;
     if (c.online) {
       auto rec = nlohmann::json::parse(ms->metadata.at("online_rotations"));
-      ASSERT_EQ(rec.size(), c.online);
+      ASSERT_EQ(rec.size(), 2 * c.online);
       for (const auto& r : rec) {
         const ir::Tensor* h = ms->graphs[0]->initializer(r["weight"].get<std::string>());
         ASSERT_NE(h, nullptr);
@@ -390,9 +425,10 @@ TEST(SpinQuant, RotationsFileMustMatchTheModel) {
   EXPECT_EQ(err_of({{"rotations", write_identity_rotations("ok", 256, 32, 4)}, {"r2", true}}), "");
 }
 
-// After online_down_proj, lpbq W4A8 encodes each Hadamard like any linear layer: its weight
-// (exact on the LPBQ grid: every entry is +-1/sqrt(704)), its input at 16 bits (computed
-// before quantization) and its output, down_proj's input, at 8.
+// After online_down_proj, lpbq W4A8 encodes each Hadamard factor: its weight at int8 per
+// channel (exact: every entry is +-1/sqrt(16) or +-1/sqrt(44)), the rotation's input and
+// inner values at 16 bits (computed before quantization) and its output, down_proj's input,
+// at 8.
 TEST(SpinQuant, OnlineHadamardGetsEncodingsInA8Recipes) {
   auto calib = calibration(kTiny, 1, 16);
   auto ms = host::load_source_model(kTiny + "/model.onnx", "");
@@ -401,15 +437,15 @@ TEST(SpinQuant, OnlineHadamardGetsEncodingsInA8Recipes) {
             "");
   ASSERT_EQ(apply_recipe("lpbq", {{"activation_bw", 8}}, *ms, calib.get()), "");
   auto rec = nlohmann::json::parse(ms->metadata.at("online_rotations"));
-  ASSERT_EQ(rec.size(), 4u);
+  ASSERT_EQ(rec.size(), 8u);
   for (const auto& r : rec) {
     const std::string w = r["weight"], in = r["input"], out = r["output"];
     ASSERT_TRUE(ms->encodings.count(w) && ms->encodings.count(in) && ms->encodings.count(out)) << w;
     const nf_encoding& we = ms->encodings.at(w).view;
-    EXPECT_EQ(we.enc_type, NF_ENC_LPBQ);
-    for (size_t i = 0; i < we.num_block_ints; ++i) ASSERT_EQ(we.per_block_int_scale[i], 16) << w;
+    EXPECT_EQ(we.enc_type, NF_ENC_PER_CHANNEL) << w;
+    EXPECT_EQ(we.bw, 8) << w;
     EXPECT_EQ(ms->encodings.at(in).view.bw, 16) << in;
-    EXPECT_EQ(ms->encodings.at(out).view.bw, 8) << out;
+    EXPECT_EQ(ms->encodings.at(out).view.bw, r["inner"].get<bool>() ? 16 : 8) << out;
   }
 }
 

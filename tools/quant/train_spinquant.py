@@ -91,6 +91,24 @@ def hadamard_matrix(n):
     return H
 
 
+def online_hadamard(n):
+    """R4 as the plugin builds it (plugins/quant/spinquant/online.h): P (x) Q, p a power of
+    two, the buildable split with the smallest p^2 + q^2; each factor H / sqrt(order)."""
+    best, cost, p = 1, n * n, 2
+    while p < n and n % p == 0:
+        try:
+            hadamard_matrix(n // p)
+            if p * p + (n // p) ** 2 < cost:
+                best, cost = p, p * p + (n // p) ** 2
+        except ValueError:
+            pass
+        p *= 2
+    if best == 1:
+        return hadamard_matrix(n) / math.sqrt(n)
+    q = n // best
+    return torch.kron(hadamard_matrix(best) / math.sqrt(best), hadamard_matrix(q) / math.sqrt(q))
+
+
 def random_hadamard(n, gen):
     """H diag(s) / sqrt(n) with random signs s (the starting point; orthogonal)."""
     s = torch.randint(0, 2, (n,), generator=gen).double() * 2 - 1
@@ -280,7 +298,7 @@ def main():
     R1 = random_hadamard(model.D, gen)
     R2 = [random_hadamard(model.hd, gen) for _ in range(model.L)]
     I_size = cfg["intermediate_size"]
-    R4 = hadamard_matrix(I_size) / math.sqrt(I_size) if args.online_down_proj else None
+    R4 = online_hadamard(I_size) if args.online_down_proj else None
 
     # Sanity: in float the rotated network equals the original.
     ref = hd.DecoderLM(hd.Config(cfg))

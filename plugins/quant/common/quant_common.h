@@ -359,16 +359,32 @@ inline EncodingData asymmetric_tensor_encoding(float lo, float hi, int bw) {
 }
 
 // Inputs of the online rotations spinquant inserted (`online_down_proj`; model-set metadata
-// "online_rotations": [{"weight", "input", "output"}]). They get at least 16 bits: the
-// rotation is computed on the unquantized activation (as QuaRot's online Hadamard), and the
-// act_bw grid applies to its rotated output, the input of the layer it feeds.
+// "online_rotations": [{"weight", "input", "output", "inner"}], one entry per MatMul of a
+// rotation), and the outputs of its inner MatMuls. They get at least 16 bits: the rotation
+// is computed on the unquantized activation (as QuaRot's online Hadamard), and the act_bw
+// grid applies to its rotated output, the input of the layer it feeds.
 inline std::set<std::string> online_rotation_inputs(const ModelSet& ms) {
-  std::set<std::string> inputs;
+  std::set<std::string> values;
+  nlohmann::json rot = ms.metadata("online_rotations");
+  if (rot.is_array())
+    for (const auto& r : rot) {
+      if (!r.is_object()) continue;
+      if (r.contains("input") && r["input"].is_string()) values.insert(r["input"].get<std::string>());
+      if (r.value("inner", false) && r.contains("output") && r["output"].is_string())
+        values.insert(r["output"].get<std::string>());
+    }
+  return values;
+}
+
+// The Hadamard factors of those rotations: every entry +-1/sqrt(order), exact at int8 per
+// channel, so recipes keep them there (no 4-bit blocks, no search).
+inline std::set<std::string> online_rotation_weights(const ModelSet& ms) {
+  std::set<std::string> weights;
   nlohmann::json rot = ms.metadata("online_rotations");
   if (rot.is_array())
     for (const auto& r : rot)
-      if (r.is_object() && r.contains("input") && r["input"].is_string()) inputs.insert(r["input"].get<std::string>());
-  return inputs;
+      if (r.is_object() && r.contains("weight") && r["weight"].is_string()) weights.insert(r["weight"].get<std::string>());
+  return weights;
 }
 
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the

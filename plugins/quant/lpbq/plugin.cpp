@@ -58,8 +58,9 @@ Settings read_settings(const nf::Options& opts) {
   return s;
 }
 
-bool excluded(const Settings& s, const nf::quant::LinearWeight& lw, const std::string& lm_head) {
-  bool out = lw.name == lm_head;
+bool excluded(const Settings& s, const nf::quant::LinearWeight& lw, const std::string& lm_head,
+              const std::set<std::string>& rotations) {
+  bool out = lw.name == lm_head || rotations.count(lw.name);
   for (const auto& re : s.excludes) out = out || std::regex_search(lw.name, re);
   return out;
 }
@@ -88,6 +89,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const int bw = settings.bw, dbw = settings.dbw;
   auto weights = weights_of(ms, false);
   std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
+  const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);  // exact at int8
 
   // Plan every encoding first: a weight that cannot be blocked fails the stage before
   // any encoding is set.
@@ -99,7 +101,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     nf::Tensor w;
     for (const nf::Graph& g : ms.graphs())
       if ((w = g.initializer(lw.name))) break;
-    const bool is_excluded = excluded(settings, lw, lm_head);
+    const bool is_excluded = excluded(settings, lw, lm_head, rotations);
     const bool indivisible = lw.K % block_size != 0;
     check_divisible(settings, lw, is_excluded);
     if (is_excluded || indivisible) {
@@ -163,7 +165,8 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
     const Settings settings = read_settings(nf::Options(options_json));
     auto weights = weights_of(ms, true);
     const std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
-    for (const auto& lw : weights) check_divisible(settings, lw, excluded(settings, lw, lm_head));
+    const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);
+    for (const auto& lw : weights) check_divisible(settings, lw, excluded(settings, lw, lm_head, rotations));
   });
 }
 

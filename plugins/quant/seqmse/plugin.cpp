@@ -125,8 +125,9 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   if (weights.empty()) throw nf::Error("seqmse: no MatMul/Gemm with a constant 2-D float weight in the model set");
   const std::string lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, weights) : "";
   nf::Graph g = ms.graph(0);
+  const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);
   auto searched = [&](const LinearWeight& lw) {
-    if (lw.name == lm_head) return false;
+    if (lw.name == lm_head || rotations.count(lw.name)) return false;
     for (const auto& re : excludes)
       if (std::regex_search(lw.name, re)) return false;
     return true;

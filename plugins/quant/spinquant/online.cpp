@@ -5,34 +5,88 @@
 #include "spinquant/rotate.h"
 
 namespace spinquant {
+namespace {
+
+// The split K = p q (p a power of two) with both orders buildable that minimises p^2 + q^2;
+// p = 1 when there is none.
+int64_t outer_order(int64_t K) {
+  int64_t best = 1;
+  double best_cost = static_cast<double>(K) * static_cast<double>(K);
+  for (int64_t p = 2; p < K && K % p == 0; p *= 2) {
+    const int64_t q = K / p;
+    try {
+      Rotation::random_hadamard(q, 0);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    const double cost = static_cast<double>(p) * static_cast<double>(p) + static_cast<double>(q) * static_cast<double>(q);
+    if (cost < best_cost) best = p, best_cost = cost;
+  }
+  return best;
+}
+
+void write_factor(nf::Graph& g, const std::string& name, const Rotation& R) {
+  const std::vector<double> m = R.matrix();
+  write_initializer(g, name, {R.size(), R.size()}, std::vector<float>(m.begin(), m.end()));
+}
+
+void write_shape(nf::Graph& g, const std::string& name, const std::vector<int64_t>& values) {
+  if (g.initializer(name)) return;  // one per block shape
+  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.mutable_as<int64_t>());
+  g.set_initializer(name, t);
+}
+
+}  // namespace
 
 std::vector<OnlineRotation> insert_online_hadamards(GraphView& gv, const std::vector<Linear>& down_projs,
                                                     WeightEdits& edits, std::map<int64_t, Rotation>& hadamards) {
   nf::Graph& g = gv.graph;
   std::vector<OnlineRotation> result;
   for (const Linear& d : down_projs) {
-    if (!hadamards.count(d.K)) {
+    const int64_t K = d.K, p = outer_order(K), q = K / p;
+    // Factors per layer (a few KB each): the recipes list a weight read by several MatMuls
+    // once, and every layer's rotation needs its own activation encodings.
+    const std::string tag = d.weight + ".online_hadamard";
+    if (!hadamards.count(K)) {
       try {
-        hadamards.emplace(d.K, Rotation::random_hadamard(d.K, 0));
+        hadamards.emplace(K, p == 1 ? Rotation::random_hadamard(K, 0)
+                                    : Rotation::kronecker(Rotation::random_hadamard(p, 0), Rotation::random_hadamard(q, 0)));
       } catch (const std::invalid_argument& e) {
-        throw nf::Error("spinquant: online_down_proj: down projection '" + d.weight + "' has " + std::to_string(d.K) +
+        throw nf::Error("spinquant: online_down_proj: down projection '" + d.weight + "' has " + std::to_string(K) +
                         " input channels: " + e.what());
       }
     }
-    const Rotation& H = hadamards.at(d.K);
-    // One constant per layer: the quant recipes list a weight shared by several MatMuls
-    // once, and each rotation's input and output need their own activation encodings.
-    OnlineRotation r{d.weight + ".online_hadamard", d.input, d.input + ".online_hadamard"};
-    const std::vector<double> matrix = H.matrix();
-    std::vector<float> h(matrix.begin(), matrix.end());
-    write_initializer(g, r.weight, {d.K, d.K}, h);
+    const Rotation& H = hadamards.at(K);
+    const std::string x = d.input, y = d.input + ".online_hadamard";
+    if (p == 1) {
+      write_factor(g, tag, H);
+      g.add_node("MatMul", {x, tag}, {y}, y);
+      result.push_back({tag, x, y, false});
+    } else {
+      // x [..., K] -> blocks [-1, p, q] -> (P^T X Q) -> [..., K]
+      const std::string P = tag + ".p" + std::to_string(p), Q = tag + ".q" + std::to_string(q);
+      write_factor(g, P, Rotation::random_hadamard(p, 0));
+      write_factor(g, Q, Rotation::random_hadamard(q, 0));
+      const std::string block_shape = "online_hadamard_blocks_" + std::to_string(p) + "x" + std::to_string(q);
+      write_shape(g, block_shape, {-1, p, q});
+      const std::string s = y + "/shape", blocks = y + "/blocks", xq = y + "/xq", xq_t = y + "/xq_t",
+                        xqp = y + "/xqp", out = y + "/pxq";
+      g.add_node("Shape", {x}, {s}, s);
+      g.add_node("Reshape", {x, block_shape}, {blocks}, blocks);
+      g.add_node("MatMul", {blocks, Q}, {xq}, xq);
+      g.add_node("Transpose", {xq}, {xq_t}, xq_t).set_attr("perm", std::vector<int64_t>{0, 2, 1});
+      g.add_node("MatMul", {xq_t, P}, {xqp}, xqp);
+      g.add_node("Transpose", {xqp}, {out}, out).set_attr("perm", std::vector<int64_t>{0, 2, 1});
+      g.add_node("Reshape", {out, s}, {y}, y);
+      result.push_back({Q, blocks, xq, true});
+      result.push_back({P, xq_t, xqp, false});
+    }
     nf::ValueType vt;
-    if (g.value_type(d.input, &vt)) g.set_value_type(r.output, vt.dtype, vt.dims, vt.dim_params);
+    if (g.value_type(x, &vt)) g.set_value_type(y, vt.dtype, vt.dims, vt.dim_params);
     for (nf::Node n : g.nodes())
-      if (!n.outputs().empty() && n.output(0) == d.node_output) n.set_input(0, r.output);
-    g.add_node("MatMul", {r.input, r.weight}, {r.output}, r.output);
+      if (!n.outputs().empty() && n.output(0) == d.node_output) n.set_input(0, y);
     edits.rotate_input(d, H);  // B <- H^T B: (x H)(H^T B) = x B
-    result.push_back(r);
   }
   g.sort();
   return result;

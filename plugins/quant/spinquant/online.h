@@ -1,8 +1,14 @@
 // R4 (SpinQuant/QuaRot): an online Hadamard on the down projection's input. The graph gets
-// x -> MatMul(x, H) -> down_proj, and down_proj's weight B becomes H^T B, so the float model
-// is unchanged while the 8-bit quantizer of down_proj's input sees x H, whose outlier
-// channels are spread over all channels. H is a fixed orthonormal Hadamard (hadamard.h,
-// no random signs), one constant per layer.
+// x -> x H -> down_proj, and down_proj's weight B becomes H^T B, so the float model is
+// unchanged while the quantizer of down_proj's input sees x H, whose outlier channels are
+// spread over all channels. H is a fixed orthonormal Hadamard (hadamard.h, no random signs).
+//
+// H of order K = p q is the Kronecker product P (x) Q of two Hadamards of orders near
+// sqrt(K), applied as two small MatMuls on x viewed as p x q blocks:
+//   Reshape [-1, p, q] -> MatMul Q -> Transpose -> MatMul P -> Transpose -> Reshape back
+// so a layer holds p^2 + q^2 constants instead of K^2 (Llama-3-8B: 128^2 + 112^2 floats
+// instead of 14336^2, 822 MB) and a row costs K (p + q) MACs instead of K^2. An order with
+// no such split is one dense MatMul.
 #pragma once
 
 #include <map>
@@ -11,10 +17,14 @@
 
 namespace spinquant {
 
+// One MatMul of an online rotation (model-set metadata "online_rotations", read by the
+// quant recipes): `weight` is a Hadamard factor, `input` its activation; `inner` when its
+// output is an intermediate of the rotation (kept at the input's bits, not the layer's).
 struct OnlineRotation {
-  std::string weight;  // the Hadamard constant
-  std::string input;   // x (the SwiGLU product)
-  std::string output;  // x H, the new input of down_proj
+  std::string weight;
+  std::string input;
+  std::string output;
+  bool inner = false;
 };
 
 // Inserts the rotation before each of `down_projs` (MatMul only; a Gemm weight is rotated on

@@ -5,7 +5,7 @@
 //      layer reading the residual stream (q/k/v/gate/up/lm_head) and writing it (o/down).
 //   3. R2 (option): a Hadamard of head_dim per head on the value and output projections.
 //   R1/R2 are the learned ones of a rotations file when `rotations` names one.
-//   4. R4 (option `online_down_proj`): a Hadamard MatMul inserted before each down_proj.
+//   4. R4 (option `online_down_proj`): an online Hadamard inserted before each down_proj (online.h).
 // Weights are rewritten in place; run spinquant before the recipes that set encodings.
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
 #include <npuforge/plugin.hpp>
@@ -37,7 +37,7 @@ const char* kSchema = R"json({
     "rotations": {"type": "string", "default": "", "format": "asset",
                   "description": "rotations.json of learned R1/R2 (tools/quant/train_spinquant.py; absolute or relative to the manifest's folder) used instead of random Hadamards; empty: none"},
     "online_down_proj": {"type": "boolean", "default": false,
-                         "description": "R4: insert a Hadamard MatMul before each down_proj (its transpose folded into down_proj's weight); the A8 recipes keep its input at 16 bits"},
+                         "description": "R4: insert an online Hadamard before each down_proj, as two small MatMuls (P (x) Q, orders near sqrt of the intermediate size), its transpose folded into down_proj's weight; the A8 recipes keep its input at 16 bits"},
     "untie_embedding": {"type": "boolean", "default": false,
                         "description": "give a tied LM head its own copy of the embedding (required for tied models: the two get different rotations)"}
   }
@@ -206,21 +206,24 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   if (learned && !r2) ctx.warn("spinquant: r2 = false: the R2 matrices of '" + learned->path + "' are not applied");
   std::vector<OnlineRotation> online;
   std::map<int64_t, Rotation> online_hadamards;
+  size_t online_downs = 0;
   if (online_down) {
     auto downs = down_projections(*gv, stream);
     if (downs.empty())
       throw nf::Error("spinquant: online_down_proj: no down projection (a residual writer reading an elementwise Mul, "
                       "the SwiGLU product) in the graph");
     online = insert_online_hadamards(*gv, downs, edits, online_hadamards);
+    online_downs = downs.size();
     // The A8 recipes read this to keep each rotation's input at 16 bits (quant_common.h).
     nlohmann::json record = nlohmann::json::array();
-    for (const auto& r : online) record.push_back({{"weight", r.weight}, {"input", r.input}, {"output", r.output}});
+    for (const auto& r : online)
+      record.push_back({{"weight", r.weight}, {"input", r.input}, {"output", r.output}, {"inner", r.inner}});
     ms.set_metadata("online_rotations", record);
   }
   edits.apply(g, ctx);
   ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
            (learned ? "; learned rotations from " + learned->path : std::string()) +
-           (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online.size()) + " down projections") +
+           (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections") +
            (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
                      " readers and " + std::to_string(n_writers) + " writers of the residual stream"
                : std::string()) +

@@ -31,6 +31,14 @@ Rotation Rotation::dense(std::vector<double> R, int64_t n) {
   return r;
 }
 
+Rotation Rotation::kronecker(Rotation P, Rotation Q) {
+  Rotation r;
+  r.n_ = P.size() * Q.size();
+  r.base_ = -1;
+  r.factors_ = {std::move(P), std::move(Q)};
+  return r;
+}
+
 // Element e of a vector is a run of `width` doubles at x + e * width: the same code
 // rotates one contiguous vector (width 1) and every column of a row-major block at once.
 namespace {
@@ -88,6 +96,15 @@ void Rotation::apply_to_rows(double* x, int64_t count) const {
     std::copy(out.begin(), out.end(), x);
     return;
   }
+  if (base_ < 0) {  // x (P (x) Q) = P^T X Q with X the p x q blocks of x
+    const Rotation &P = factors_[0], &Q = factors_[1];
+    for (int64_t r = 0; r < count; ++r) {
+      double* v = x + r * n_;
+      Q.apply_to_rows(v, P.size());
+      P.apply_to_columns(v, Q.size());
+    }
+    return;
+  }
   std::vector<double> tmp;
   for (int64_t r = 0; r < count; ++r) {
     double* v = x + r * n_;
@@ -105,6 +122,13 @@ void Rotation::apply_to_columns(double* X, int64_t width) const {
                 static_cast<int>(n_), 1.0, dense_.data(), static_cast<int>(n_), X, static_cast<int>(width), 0.0,
                 out.data(), static_cast<int>(width));
     std::copy(out.begin(), out.end(), X);
+    return;
+  }
+  if (base_ < 0) {
+    const Rotation &P = factors_[0], &Q = factors_[1];
+    const int64_t q = Q.size();
+    for (int64_t i = 0; i < P.size(); ++i) Q.apply_to_columns(X + i * q * width, width);
+    P.apply_to_columns(X, q * width);
     return;
   }
   std::vector<double> tmp;

@@ -2,7 +2,9 @@
 // random Hadamard: R = H diag(s) / sqrt(n) with H = H_{2^k} (x) H_b (Sylvester doubling of
 // a Paley base of order b, hadamard.h), so x R is a dense b x b step on each b-block, a fast
 // Walsh-Hadamard transform across the blocks, then the signs: O(n (b + log n)) instead of
-// O(n^2) per vector. A learned R (rotations file) is dense and goes through dgemm.
+// O(n^2) per vector. A learned R (rotations file) is dense and goes through dgemm. A
+// Kronecker product P (x) Q of two rotations (R4's online Hadamard, online.h) applies its
+// factors in turn.
 // Arithmetic is double; callers round to float once per rotation.
 #pragma once
 
@@ -18,6 +20,8 @@ class Rotation {
   static Rotation random_hadamard(int64_t n, uint64_t seed);
   // A dense orthogonal R, row-major n x n.
   static Rotation dense(std::vector<double> R, int64_t n);
+  // R = P (x) Q (order p q, index i * q + j): Q on each q-block, then P across the blocks.
+  static Rotation kronecker(Rotation P, Rotation Q);
 
   int64_t size() const { return n_; }
   // x <- x R for `count` vectors stored one after another (x is count x n, row-major).
@@ -33,6 +37,7 @@ class Rotation {
   std::vector<double> hb_;      // H_b, b x b (+-1)
   std::vector<double> scale_;   // s_p / sqrt(n)
   std::vector<double> dense_;   // R when learned (then base_ = 0)
+  std::vector<Rotation> factors_;  // {P, Q} when R = P (x) Q (then base_ = -1)
 };
 
 }  // namespace spinquant
