@@ -313,6 +313,16 @@ TEST(Check, StageOptionsThatDoNotFitTheModelAreRefusedUpFront) {
                            "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [64]\n" + target);
   r = npuforge({"check", m.string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // split before arcl has run: its options and config.json's layer count (tiny_llama: 4).
+  for (auto [n, want] : {std::pair<int, const char*>{2, "leaves no part for the decoder layers"},
+                         {7, "needs 5 decoder parts, but the graph has only 4 decoder layers"}}) {
+    m = tiny_manifest(d, "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [64]\n" +
+                             std::string("[[transform]]\nplugin = \"split\"\nnum_splits = ") + std::to_string(n) +
+                             "\n" + target);
+    r = npuforge({"check", m.string()});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  }
   // A 16-bit model is validated on its shapes (its weights are not widened for check).
   std::ofstream(d / "fp16.toml") << "[model]\nonnx = \"" << model_dir("llama_fp16") << "/model.onnx\"\n"
                                  << "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 48\n" << target;

@@ -29,6 +29,21 @@ int64_t parameter_bytes(const nf::Graph& g) {
   return bytes;
 }
 
+// Refuses a num_splits that leaves no decoder part, or more parts than `available` layers
+// (negative: not known).
+void check_num_splits(const SplitOptions& opts, int64_t available, const std::string& source) {
+  if (!opts.num_splits) return;
+  const int64_t n = *opts.num_splits, fixed = (opts.split_embedding ? 1 : 0) + (opts.split_lm_head ? 1 : 0);
+  if (n < fixed + 1)
+    throw nf::Error("split: option 'num_splits' = " + std::to_string(n) +
+                    " leaves no part for the decoder layers (split_embedding and split_lm_head take " +
+                    std::to_string(fixed) + "); use at least " + std::to_string(fixed + 1) + " or turn them off");
+  if (available >= 0 && n - fixed > available)
+    throw nf::Error("split: option 'num_splits' = " + std::to_string(n) + " needs " + std::to_string(n - fixed) +
+                    " decoder parts, but the graph has only " + std::to_string(available) + " " + source +
+                    "; use at most " + std::to_string(available + fixed));
+}
+
 // Chooses the boundaries on the first variant graph; every variant is cut at the same.
 Cuts plan_cuts(const SplitOptions& opts, const nf::graph::GraphView& view, int64_t layers, const nf::Context& ctx) {
   const int64_t fixed = (opts.split_embedding ? 1 : 0) + (opts.split_lm_head ? 1 : 0);
@@ -42,15 +57,8 @@ Cuts plan_cuts(const SplitOptions& opts, const nf::graph::GraphView& view, int64
                                                             : "decoder layers (residual-Add heuristic)";
   Cuts c;
   if (opts.num_splits) {
+    check_num_splits(opts, available, source);
     c.num_splits = *opts.num_splits;
-    if (c.num_splits < fixed + 1)
-      throw nf::Error("split: option 'num_splits' = " + std::to_string(c.num_splits) +
-                      " leaves no part for the decoder layers (split_embedding and split_lm_head take " +
-                      std::to_string(fixed) + "); use at least " + std::to_string(fixed + 1) + " or turn them off");
-    if (c.num_splits - fixed > available)
-      throw nf::Error("split: option 'num_splits' = " + std::to_string(c.num_splits) + " needs " +
-                      std::to_string(c.num_splits - fixed) + " decoder parts, but the graph has only " +
-                      std::to_string(available) + " " + source + "; use at most " + std::to_string(available + fixed));
   } else {
     const int64_t bytes = parameter_bytes(view.graph());
     c.num_splits = default_num_splits(opts, bytes);
@@ -162,7 +170,21 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
   });
 }
 
-const nf_transform_api kApi = {NF_ABI_VERSION, sizeof(nf_transform_api), apply, nullptr};
+// Before arcl has run: the options, and the layer count config.json gives (without a regex).
+nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context*) {
+  return NF_TRY({
+    const nf::ModelSet ms(const_cast<nf_model_set*>(handle));  // only read
+    SplitOptions opts = parse_options(nf::Options(options_json));
+    nlohmann::json config = ms.metadata("config");
+    const int64_t layers = !opts.layer_boundary_name_regex && config.is_object() &&
+                                   config.contains("num_hidden_layers") && config["num_hidden_layers"].is_number_integer()
+                               ? config["num_hidden_layers"].get<int64_t>()
+                               : -1;
+    check_num_splits(opts, layers, "decoder layers (num_hidden_layers in config.json)");
+  });
+}
+
+const nf_transform_api kApi = {NF_ABI_VERSION, sizeof(nf_transform_api), apply, validate};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,
