@@ -85,7 +85,8 @@ bool untie_structurally(GraphView& gv, const Embedding& emb, nf::Node head, bool
     throw nf::Error("spinquant: the LM head shares the embedding '" + emb.weight +
                     "' (tied); set untie_embedding = true to give it its own copy");
   // The head's own copy, written straight from the (mapped) table: one new table in memory,
-  // which leaves for the scratch file once set (2.1 GB at 8B; three copies before).
+  // which leaves for the scratch file once set (2.1 GB at 8B; three copies and the table
+  // before).
   nf::Tensor e = gv.float_initializer(emb.weight);
   const std::vector<int64_t> d = e.dims();
   const int64_t V = d[0], H = d[1];
@@ -93,14 +94,17 @@ bool untie_structurally(GraphView& gv, const Embedding& emb, nf::Node head, bool
   nf::Tensor copy = nf::Tensor::create(NF_DTYPE_FLOAT32, head_dims);
   const float* src = e.data_as<float>();
   float* dst = copy.mutable_as<float>();
-  if (!via_transpose) {
-    std::memcpy(dst, src, static_cast<size_t>(V * H) * sizeof(float));
-  } else {
-    constexpr int64_t kTile = 64;  // a tile of both layouts stays in cache
-    for (int64_t v0 = 0; v0 < V; v0 += kTile)
+  constexpr int64_t kTile = 64;  // rows of the table at a time; a tile of both layouts stays in cache
+  for (int64_t v0 = 0; v0 < V; v0 += kTile) {
+    const int64_t v1 = std::min(V, v0 + kTile);
+    if (!via_transpose)
+      std::memcpy(dst + v0 * H, src + v0 * H, static_cast<size_t>((v1 - v0) * H) * sizeof(float));
+    else
       for (int64_t k0 = 0; k0 < H; k0 += kTile)
-        for (int64_t v = v0; v < std::min(V, v0 + kTile); ++v)
+        for (int64_t v = v0; v < v1; ++v)
           for (int64_t k = k0; k < std::min(H, k0 + kTile); ++k) dst[k * V + v] = src[v * H + k];
+    // Rows read leave the resident set: the table and its copy are not both in memory.
+    e.drop_pages(static_cast<size_t>(v0 * H) * sizeof(float), static_cast<size_t>((v1 - v0) * H) * sizeof(float));
   }
   e = nf::Tensor();
   const std::string name = emb.weight + ".lm_head";
