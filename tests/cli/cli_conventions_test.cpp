@@ -323,6 +323,12 @@ TEST(Check, StageOptionsThatDoNotFitTheModelAreRefusedUpFront) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
   }
+  // seqmse per block: the same rule as lpbq's, for the weights it searches.
+  m = tiny_manifest(d, calib + "[[quant]]\nrecipe = \"seqmse\"\ngranularity = \"per_block\"\nblock_size = 48\n" + target);
+  r = npuforge({"check", m.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("quant seqmse: seqmse: block_size 48 does not divide the 256 input channels"), std::string::npos)
+      << r.err;
   // A 16-bit model is validated on its shapes (its weights are not widened for check).
   std::ofstream(d / "fp16.toml") << "[model]\nonnx = \"" << model_dir("llama_fp16") << "/model.onnx\"\n"
                                  << "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 48\n" << target;

@@ -93,6 +93,45 @@ std::vector<float> capture(nf::ModelSet& ms, nf_calibration* calib, const std::s
   return x;
 }
 
+// The linear weights and which of them the search covers (not the LM head, an `exclude`
+// match or an online rotation's factor). Throws what quantize refuses before calibrating:
+// no weight, or a block size that does not divide a searched weight's input channels.
+struct Plan {
+  std::vector<LinearWeight> weights;
+  std::string lm_head;
+  std::set<std::string> skipped;
+  bool searched(const LinearWeight& lw) const { return !skipped.count(lw.name); }
+};
+
+Plan plan_search(const nf::Options& opts, const nf::ModelSet& ms, bool any_float) {
+  Plan plan;
+  plan.weights = nf::quant::linear_weights(ms, any_float);
+  if (plan.weights.empty()) throw nf::Error("seqmse: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  plan.lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, plan.weights) : "";
+  plan.skipped = nf::quant::online_rotation_weights(ms);
+  const auto excludes = nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {}));
+  for (const auto& lw : plan.weights) {
+    bool skip = lw.name == plan.lm_head;
+    for (const auto& re : excludes) skip = skip || std::regex_search(lw.name, re);
+    if (skip) plan.skipped.insert(lw.name);
+  }
+  const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
+  const int64_t block_size = opts.get<int64_t>("block_size", 64);
+  for (const auto& lw : plan.weights)
+    if (per_block && plan.searched(lw) && lw.K % block_size != 0)
+      throw nf::Error("seqmse: block_size " + std::to_string(block_size) + " does not divide the " +
+                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "'");
+  return plan;
+}
+
+void check_options(const nf::Options& opts) {
+  const int bw = opts.get<int>("weight_bw", 4), lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
+  const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
+  if (lpbq_dbw != 0 && (!per_block || lpbq_dbw <= bw))
+    throw nf::Error("seqmse: lpbq_decompressed_bw needs granularity = \"per_block\" and a value above weight_bw (" +
+                    std::to_string(bw) + ")");
+}
+
 void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
   nf::ModelSet ms(handle);
   nf::Context ctx(ctx_handle);
@@ -104,10 +143,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
   const int64_t block_size = per_block ? opts.get<int64_t>("block_size", 64) : 0;
   const int lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
-  if (lpbq_dbw != 0 && (!per_block || lpbq_dbw <= bw))
-    throw nf::Error("seqmse: lpbq_decompressed_bw needs granularity = \"per_block\" and a value above weight_bw (" +
-                    std::to_string(bw) + ")");
-  auto excludes = nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {}));
+  check_options(opts);
   if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
   if (ms.graph_count() != 1)
     throw nf::Error("seqmse: runs on the source decoder graph, before the transforms (" +
@@ -121,21 +157,11 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     batches = available;
   }
 
-  auto weights = nf::quant::linear_weights(ms);
-  if (weights.empty()) throw nf::Error("seqmse: no MatMul/Gemm with a constant 2-D float weight in the model set");
-  const std::string lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, weights) : "";
+  const Plan plan = plan_search(opts, ms, false);
+  const auto& weights = plan.weights;
+  const std::string& lm_head = plan.lm_head;
+  auto searched = [&](const LinearWeight& lw) { return plan.searched(lw); };
   nf::Graph g = ms.graph(0);
-  const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);
-  auto searched = [&](const LinearWeight& lw) {
-    if (lw.name == lm_head || rotations.count(lw.name)) return false;
-    for (const auto& re : excludes)
-      if (std::regex_search(lw.name, re)) return false;
-    return true;
-  };
-  for (const auto& lw : weights)
-    if (per_block && searched(lw) && lw.K % block_size != 0)
-      throw nf::Error("seqmse: block_size " + std::to_string(block_size) + " does not divide the " +
-                      std::to_string(lw.K) + " input channels of weight '" + lw.name + "'");
 
   // Groups of layers reading one activation, in execution order.
   std::vector<std::string> order;
@@ -229,7 +255,16 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
   return NF_TRY(quantize(options_json, handle, calib, ctx));
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr};
+// The options and every searched weight's blocks, on the model's shapes (no calibration).
+nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context*) {
+  return NF_TRY({
+    const nf::Options opts(options_json);
+    check_options(opts);
+    plan_search(opts, nf::ModelSet(const_cast<nf_model_set*>(handle)), true);  // only read
+  });
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,
