@@ -387,6 +387,20 @@ inline std::set<std::string> online_rotation_weights(const ModelSet& ms) {
   return weights;
 }
 
+// The weights a recipe keeps at int8 per channel instead of its own scheme (lpbq's blocks,
+// seqmse's search): the LM head (`lm_head`, "" for none), those an `exclude` pattern
+// matches, and the online rotations' factors.
+inline std::set<std::string> per_channel_weights(const ModelSet& ms, const std::vector<LinearWeight>& weights,
+                                                 const std::string& lm_head, const std::vector<std::regex>& excludes) {
+  std::set<std::string> names = online_rotation_weights(ms);
+  for (const auto& lw : weights) {
+    bool keep = lw.name == lm_head;
+    for (const auto& re : excludes) keep = keep || std::regex_search(lw.name, re);
+    if (keep) names.insert(lw.name);
+  }
+  return names;
+}
+
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the
 // present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration,
 // with ranges from `estimator` (a second calibration pass for percentile and mse).

@@ -58,13 +58,6 @@ Settings read_settings(const nf::Options& opts) {
   return s;
 }
 
-bool excluded(const Settings& s, const nf::quant::LinearWeight& lw, const std::string& lm_head,
-              const std::set<std::string>& rotations) {
-  bool out = lw.name == lm_head || rotations.count(lw.name);
-  for (const auto& re : s.excludes) out = out || std::regex_search(lw.name, re);
-  return out;
-}
-
 // Throws when a weight lpbq would block has input channels block_size does not divide.
 void check_divisible(const Settings& s, const nf::quant::LinearWeight& lw, bool is_excluded) {
   if (lw.K % s.block_size == 0 || is_excluded || s.indivisible_per_channel) return;
@@ -89,7 +82,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const int bw = settings.bw, dbw = settings.dbw;
   auto weights = weights_of(ms, false);
   std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
-  const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);  // exact at int8
+  const std::set<std::string> kept = nf::quant::per_channel_weights(ms, weights, lm_head, settings.excludes);
 
   // Plan every encoding first: a weight that cannot be blocked fails the stage before
   // any encoding is set.
@@ -101,7 +94,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
     nf::Tensor w;
     for (const nf::Graph& g : ms.graphs())
       if ((w = g.initializer(lw.name))) break;
-    const bool is_excluded = excluded(settings, lw, lm_head, rotations);
+    const bool is_excluded = kept.count(lw.name) > 0;
     const bool indivisible = lw.K % block_size != 0;
     check_divisible(settings, lw, is_excluded);
     if (is_excluded || indivisible) {
@@ -165,8 +158,8 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
     const Settings settings = read_settings(nf::Options(options_json));
     auto weights = weights_of(ms, true);
     const std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
-    const std::set<std::string> rotations = nf::quant::online_rotation_weights(ms);
-    for (const auto& lw : weights) check_divisible(settings, lw, excluded(settings, lw, lm_head, rotations));
+    const std::set<std::string> kept = nf::quant::per_channel_weights(ms, weights, lm_head, settings.excludes);
+    for (const auto& lw : weights) check_divisible(settings, lw, kept.count(lw.name) > 0);
   });
 }
 

@@ -108,13 +108,8 @@ Plan plan_search(const nf::Options& opts, const nf::ModelSet& ms, bool any_float
   plan.weights = nf::quant::linear_weights(ms, any_float);
   if (plan.weights.empty()) throw nf::Error("seqmse: no MatMul/Gemm with a constant 2-D float weight in the model set");
   plan.lm_head = opts.get<bool>("exclude_lm_head", true) ? nf::quant::lm_head_weight(ms, plan.weights) : "";
-  plan.skipped = nf::quant::online_rotation_weights(ms);
-  const auto excludes = nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {}));
-  for (const auto& lw : plan.weights) {
-    bool skip = lw.name == plan.lm_head;
-    for (const auto& re : excludes) skip = skip || std::regex_search(lw.name, re);
-    if (skip) plan.skipped.insert(lw.name);
-  }
+  plan.skipped = nf::quant::per_channel_weights(
+      ms, plan.weights, plan.lm_head, nf::quant::compile_patterns("seqmse", opts.get<std::vector<std::string>>("exclude", {})));
   const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
   const int64_t block_size = opts.get<int64_t>("block_size", 64);
   for (const auto& lw : plan.weights)

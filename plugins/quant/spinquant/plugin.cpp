@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-
 #include <deque>
 #include <optional>
 #include <set>
