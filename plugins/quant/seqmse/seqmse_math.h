@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "npuforge/kernels/parallel.h"
+
 namespace nf::quant {
 
 enum class SeqMseLoss { mse, l1, sqnr };
@@ -57,9 +59,28 @@ struct SeqMseResult {
   std::vector<int> candidate;    // chosen candidate index per segment
 };
 
+// clamp(nearbyint(w / scale)) * scale. Clamping first gives the same integer (qmin and
+// qmax are integers and rounding is monotonic) and bounds the value, so the round-to-
+// nearest-even of the default FP mode can use the 1.5 * 2^23 trick and the loops below
+// vectorize (no libm call).
 inline float seqmse_fake_quant(float w, float scale, float qmin, float qmax) {
-  return std::clamp(std::nearbyint(w / scale), qmin, qmax) * scale;
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23
+  const float q = std::min(std::max(w / scale, qmin), qmax);
+  return ((q + kRound) - kRound) * scale;
 }
+
+// OpenBLAS runs single-threaded inside the search's own threads (its pool would otherwise
+// serialize or oversubscribe them); the previous count is restored.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : previous_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~SingleThreadedBlas() { openblas_set_num_threads(previous_); }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int previous_;
+};
 
 inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
   if (L.lpbq_channel_scale && (L.block_size <= 0 || L.lpbq_levels < 1 || !L.lpbq_keep_top))
@@ -90,7 +111,7 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
                 : absmax * static_cast<float>(c + 1) / static_cast<float>(L.candidates) / qmax;
   };
   // Keeps candidate c of segment `out` when its loss is lower (strict: a tie keeps the
-  // smaller clip).
+  // smaller clip). Threads own disjoint channels, so they write disjoint entries.
   auto choose = [&](size_t out, int64_t n, float absmax, int c, double loss, double signal, double& best) {
     if (L.loss == SeqMseLoss::sqnr) loss = signal > 0 ? loss / signal : loss;
     if (loss < best) {
@@ -99,104 +120,120 @@ inline SeqMseResult seqmse_search(const SeqMseLayer& L) {
       r.candidate[out] = c;
     }
   };
+  // Segment b of channel n into w; returns its absmax.
+  auto load_segment = [&](int64_t b, int64_t n, float* w) {
+    float a = 0.f;
+    for (int64_t i = 0; i < seg; ++i) {
+      w[i] = at(b * seg + i, n);
+      a = std::max(a, std::fabs(w[i]));
+    }
+    return a;
+  };
+  // Channels are independent: the search splits them over the cores, each thread with its
+  // own buffers and a single-threaded BLAS.
+  const int64_t grain = std::max<int64_t>(1, L.N / (4 * kernels::hardware_threads()));
+  SingleThreadedBlas single_threaded_blas;
 
-  std::vector<float> w(static_cast<size_t>(seg)), e(static_cast<size_t>(seg)), y_ref(static_cast<size_t>(L.T));
   if (gram) {
-    // Every candidate of every channel at once: rows of E are w - q(w) per (channel,
+    // Every candidate of a chunk of channels at once: rows of E are w - q(w) per (channel,
     // candidate) and w itself (for the signal); the losses are the row products of E G
-    // with E, one dgemm per block and chunk of channels.
-    const int64_t rows_per_channel = c_end + 1;
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(L.N, (1 << 22) / (rows_per_channel * seg)));
-    std::vector<double> X(static_cast<size_t>(L.T * seg)), G(static_cast<size_t>(seg * seg));
-    std::vector<double> E(static_cast<size_t>(chunk * rows_per_channel * seg)), M(E.size());
-    std::vector<float> absmax(static_cast<size_t>(chunk));
-    for (int64_t b = 0; b < r.blocks; ++b) {
-      const int64_t k0 = b * seg;
-      for (int64_t t = 0; t < L.T; ++t)
-        for (int64_t i = 0; i < seg; ++i) X[static_cast<size_t>(t * seg + i)] = L.x_q[t * L.K + k0 + i];
-      cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(seg), static_cast<int>(L.T), 1.0, X.data(),
-                  static_cast<int>(seg), 0.0, G.data(), static_cast<int>(seg));
-      for (int64_t i = 0; i < seg; ++i)
-        for (int64_t j = 0; j < i; ++j) G[static_cast<size_t>(i * seg + j)] = G[static_cast<size_t>(j * seg + i)];
-      for (int64_t n0 = 0; n0 < L.N; n0 += chunk) {
-        const int64_t count = std::min(chunk, L.N - n0);
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t n = n0 + j;
-          float& a = absmax[static_cast<size_t>(j)];
-          a = 0.f;
-          for (int64_t i = 0; i < seg; ++i) {
-            w[static_cast<size_t>(i)] = at(k0 + i, n);
-            a = std::max(a, std::fabs(w[static_cast<size_t>(i)]));
-          }
-          double* rows = &E[static_cast<size_t>(j * rows_per_channel * seg)];
-          for (int c = 0; c < c_end; ++c) {
-            const float scale = a > 0.f ? candidate_scale(n, a, c) : 1.f;
-            for (int64_t i = 0; i < seg; ++i)
-              rows[c * seg + i] = w[static_cast<size_t>(i)] - seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
-          }
-          for (int64_t i = 0; i < seg; ++i) rows[c_end * seg + i] = w[static_cast<size_t>(i)];
-        }
-        const int64_t rows = count * rows_per_channel;
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(seg),
-                    static_cast<int>(seg), 1.0, E.data(), static_cast<int>(seg), G.data(), static_cast<int>(seg), 0.0,
-                    M.data(), static_cast<int>(seg));
-        auto row_loss = [&](int64_t row) {
-          const double* m = &M[static_cast<size_t>(row * seg)];
-          const double* x = &E[static_cast<size_t>(row * seg)];
-          double acc = 0;
-          for (int64_t i = 0; i < seg; ++i) acc += m[i] * x[i];
-          return acc;
-        };
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t n = n0 + j;
-          const float a = absmax[static_cast<size_t>(j)];
-          if (a == 0.f) continue;
-          const size_t out = static_cast<size_t>(n * r.blocks + b);
-          const double signal = row_loss(j * rows_per_channel + c_end);
-          double best = INFINITY;
-          for (int c = first_candidate(out); c < c_end; ++c)
-            choose(out, n, a, c, row_loss(j * rows_per_channel + c), signal, best);
-        }
+    // with E, one dgemm per block and chunk.
+    std::vector<double> grams(static_cast<size_t>(r.blocks * seg * seg));
+    {
+      std::vector<double> X(static_cast<size_t>(L.T * seg));
+      for (int64_t b = 0; b < r.blocks; ++b) {
+        double* G = &grams[static_cast<size_t>(b * seg * seg)];
+        for (int64_t t = 0; t < L.T; ++t)
+          for (int64_t i = 0; i < seg; ++i) X[static_cast<size_t>(t * seg + i)] = L.x_q[t * L.K + b * seg + i];
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(seg), static_cast<int>(L.T), 1.0, X.data(),
+                    static_cast<int>(seg), 0.0, G, static_cast<int>(seg));
+        for (int64_t i = 0; i < seg; ++i)
+          for (int64_t j = 0; j < i; ++j) G[i * seg + j] = G[j * seg + i];
       }
     }
+    const int64_t rows_per_channel = c_end + 1;
+    // E and E G of a chunk stay within a core's L2 (256 KiB each).
+    const int64_t chunk = std::max<int64_t>(1, (1 << 15) / (rows_per_channel * seg));
+    kernels::parallel_for(L.N, 0, grain, [&](int64_t n_begin, int64_t n_end) {
+      std::vector<float> w(static_cast<size_t>(chunk * seg)), absmax(static_cast<size_t>(chunk));
+      std::vector<double> E(static_cast<size_t>(chunk * rows_per_channel * seg)), M(E.size());
+      for (int64_t b = 0; b < r.blocks; ++b) {
+        const double* G = &grams[static_cast<size_t>(b * seg * seg)];
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += chunk) {
+          const int64_t count = std::min(chunk, n_end - n0);
+          for (int64_t j = 0; j < count; ++j) {
+            float* wj = &w[static_cast<size_t>(j * seg)];
+            const float a = absmax[static_cast<size_t>(j)] = load_segment(b, n0 + j, wj);
+            double* rows = &E[static_cast<size_t>(j * rows_per_channel * seg)];
+            for (int c = 0; c < c_end; ++c) {
+              const float scale = a > 0.f ? candidate_scale(n0 + j, a, c) : 1.f;
+              double* row = rows + c * seg;
+              for (int64_t i = 0; i < seg; ++i)
+                row[i] = wj[i] - seqmse_fake_quant(wj[i], scale, qmin, qmax);
+            }
+            for (int64_t i = 0; i < seg; ++i) rows[c_end * seg + i] = wj[i];
+          }
+          const int64_t rows = count * rows_per_channel;
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(seg),
+                      static_cast<int>(seg), 1.0, E.data(), static_cast<int>(seg), G, static_cast<int>(seg), 0.0,
+                      M.data(), static_cast<int>(seg));
+          auto row_loss = [&](int64_t row) {
+            const double* m = &M[static_cast<size_t>(row * seg)];
+            const double* x = &E[static_cast<size_t>(row * seg)];
+            double acc = 0;
+            for (int64_t i = 0; i < seg; ++i) acc += m[i] * x[i];
+            return acc;
+          };
+          for (int64_t j = 0; j < count; ++j) {
+            const int64_t n = n0 + j;
+            const float a = absmax[static_cast<size_t>(j)];
+            if (a == 0.f) continue;
+            const size_t out = static_cast<size_t>(n * r.blocks + b);
+            const double signal = row_loss(j * rows_per_channel + c_end);
+            double best = INFINITY;
+            for (int c = first_candidate(out); c < c_end; ++c)
+              choose(out, n, a, c, row_loss(j * rows_per_channel + c), signal, best);
+          }
+        }
+      }
+    });
     return r;
   }
 
-  for (int64_t b = 0; b < r.blocks; ++b) {
-    const int64_t k0 = b * seg;
-    for (int64_t n = 0; n < L.N; ++n) {
-      float absmax = 0.f;
-      for (int64_t i = 0; i < seg; ++i) {
-        w[static_cast<size_t>(i)] = at(k0 + i, n);
-        absmax = std::max(absmax, std::fabs(w[static_cast<size_t>(i)]));
-      }
-      const size_t out = static_cast<size_t>(n * r.blocks + b);
-      if (absmax == 0.f) continue;
-      double signal = 0;  // sum (x_ref . w)^2, for sqnr
-      for (int64_t t = 0; t < L.T; ++t) {
-        const float* x = L.x_ref + t * L.K + k0;
-        double acc = 0;
-        for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * w[static_cast<size_t>(i)];
-        y_ref[static_cast<size_t>(t)] = static_cast<float>(acc);
-        signal += acc * acc;
-      }
-      double best = INFINITY;
-      for (int c = first_candidate(out); c < c_end; ++c) {
-        const float scale = candidate_scale(n, absmax, c);
-        for (int64_t i = 0; i < seg; ++i)
-          e[static_cast<size_t>(i)] = seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
-        double loss = 0;
+  kernels::parallel_for(L.N, 0, grain, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<float> w(static_cast<size_t>(seg)), e(static_cast<size_t>(seg)), y_ref(static_cast<size_t>(L.T));
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      const int64_t k0 = b * seg;
+      for (int64_t n = n_begin; n < n_end; ++n) {
+        const float absmax = load_segment(b, n, w.data());
+        const size_t out = static_cast<size_t>(n * r.blocks + b);
+        if (absmax == 0.f) continue;
+        double signal = 0;  // sum (x_ref . w)^2, for sqnr
         for (int64_t t = 0; t < L.T; ++t) {
-          const float* x = L.x_q + t * L.K + k0;
+          const float* x = L.x_ref + t * L.K + k0;
           double acc = 0;
-          for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * e[static_cast<size_t>(i)];
-          const double err = y_ref[static_cast<size_t>(t)] - acc;
-          loss += L.loss == SeqMseLoss::l1 ? std::fabs(err) : err * err;
+          for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * w[static_cast<size_t>(i)];
+          y_ref[static_cast<size_t>(t)] = static_cast<float>(acc);
+          signal += acc * acc;
         }
-        choose(out, n, absmax, c, loss, signal, best);
+        double best = INFINITY;
+        for (int c = first_candidate(out); c < c_end; ++c) {
+          const float scale = candidate_scale(n, absmax, c);
+          for (int64_t i = 0; i < seg; ++i)
+            e[static_cast<size_t>(i)] = seqmse_fake_quant(w[static_cast<size_t>(i)], scale, qmin, qmax);
+          double loss = 0;
+          for (int64_t t = 0; t < L.T; ++t) {
+            const float* x = L.x_q + t * L.K + k0;
+            double acc = 0;
+            for (int64_t i = 0; i < seg; ++i) acc += static_cast<double>(x[i]) * e[static_cast<size_t>(i)];
+            const double err = y_ref[static_cast<size_t>(t)] - acc;
+            loss += L.loss == SeqMseLoss::l1 ? std::fabs(err) : err * err;
+          }
+          choose(out, n, absmax, c, loss, signal, best);
+        }
       }
     }
-  }
+  });
   return r;
 }
 
