@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
@@ -145,6 +146,39 @@ void tensor_drop_pages(const nf_tensor* t, size_t byte_offset, size_t bytes) {
   const size_t n = x.nbytes();
   if (byte_offset >= n || !x.buffer) return;
   x.buffer->drop_pages(x.offset + byte_offset, std::min(bytes, n - byte_offset));
+}
+
+// ---- checkpoints ---------------------------------------------------------------------
+bool checkpoint_name_ok(const char* name) {
+  if (!name || !*name || *name == '.') return false;
+  size_t n = 0;
+  for (const char* c = name; *c; ++c, ++n)
+    if (n >= 128 || !(std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' || *c == '-')) return false;
+  return true;
+}
+
+nf_status* checkpoint_save(nf_context* ctx, const char* name, const void* data, size_t bytes) {
+  if (!checkpoint_name_ok(name))
+    return fail("checkpoint_save: a name is 1-128 of [A-Za-z0-9._-], not starting with '.'", NF_STATUS_INVALID_ARGUMENT);
+  if (bytes && !data) return fail("checkpoint_save: no data", NF_STATUS_INVALID_ARGUMENT);
+  if (!ctx || !ctx->checkpoints) return nullptr;
+  return guarded([&] { ctx->checkpoints->save(name, data, bytes); });
+}
+
+nf_status* checkpoint_load(nf_context* ctx, const char* name, nf_tensor** out) {
+  if (!out) return fail("checkpoint_load: no output", NF_STATUS_INVALID_ARGUMENT);
+  if (!checkpoint_name_ok(name))
+    return fail("checkpoint_load: a name is 1-128 of [A-Za-z0-9._-], not starting with '.'", NF_STATUS_INVALID_ARGUMENT);
+  return guarded([&] {
+    std::string bytes;
+    if (!ctx || !ctx->checkpoints || !ctx->checkpoints->load(name, &bytes)) {
+      *out = nullptr;
+      return;
+    }
+    ir::Tensor t = ir::Tensor::zeros(NF_DTYPE_UINT8, {static_cast<int64_t>(bytes.size())});
+    std::copy(bytes.begin(), bytes.end(), static_cast<char*>(t.mutable_data()));
+    *out = new_tensor_handle(std::move(t));
+  });
 }
 
 nf_dtype tensor_dtype(const nf_tensor* t) { return unwrap(t)->tensor.dtype; }
@@ -574,6 +608,8 @@ nf_host_api make_api() {
   a.status_create_code = status_create_code;
   a.status_code = status_code;
   a.tensor_drop_pages = tensor_drop_pages;
+  a.checkpoint_save = checkpoint_save;
+  a.checkpoint_load = checkpoint_load;
   return a;
 }
 

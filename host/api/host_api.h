@@ -15,10 +15,21 @@ struct nf_status {
   nf_status_code code = NF_STATUS_FAIL;
 };
 
+namespace nf::host {
+// Where a stage keeps its checkpoints (pipeline/checkpoints.h).
+struct CheckpointStore {
+  virtual ~CheckpointStore() = default;
+  virtual void save(const std::string& name, const void* data, size_t bytes) = 0;
+  // The saved bytes, or false when none (or a damaged entry, which is removed).
+  virtual bool load(const std::string& name, std::string* bytes) = 0;
+};
+}  // namespace nf::host
+
 // One plugin call's context. progress returns true when the user asked to cancel.
 struct nf_context {
   std::string plugin;  // "transform arcl": prefix of log lines
   std::function<bool(uint64_t done, uint64_t total, const std::string& what)> progress;
+  nf::host::CheckpointStore* checkpoints = nullptr;  // null: the call keeps no checkpoints
 };
 
 // Implemented by the host's runner (host/runner); reached by decoders through the ABI.

@@ -13,6 +13,7 @@
 #include "pipeline/package.h"
 #include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
+#include "pipeline/checkpoints.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/util.h"
@@ -43,11 +44,11 @@ nlohmann::json value_spec(const ir::Graph& g, const std::string& name) {
 
 // Runs one plugin call with a progress bar and cancellation; throws the plugin's error.
 template <class Call>
-void call_plugin(const std::string& label, Call&& call) {
+void call_plugin(const std::string& label, Call&& call, CheckpointStore* checkpoints = nullptr) {
   Progress bar(label);
-  nf_context ctx{label, [&](uint64_t done, uint64_t total, const std::string& what) {
-                   return bar.report(done, total, what);
-                 }};
+  nf_context ctx{label,
+                 [&](uint64_t done, uint64_t total, const std::string& what) { return bar.report(done, total, what); },
+                 checkpoints};
   nf_status* st = call_plugin_entry([&] { return call(&ctx); });
   ::malloc_trim(0);  // what the stage freed goes back to the system before the next one
   if (cancel_flag()) {
@@ -350,6 +351,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   spill_new_weights();
 
   nlohmann::json stages = nlohmann::json::array();
+  size_t checkpoints_loaded = 0;
   std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
   auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
     const PluginInfo* p = registry.find(kind, use.name);
@@ -374,11 +376,26 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       // Quant recipes calibrate on the manifest's [calibration] text (null without one).
       std::unique_ptr<TextCalibration> calibration;
       if (kind == NF_KIND_QUANT) calibration = make_calibration(m, registry);
-      call_plugin(label, [&](nf_context* ctx) {
-        if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
-        return p->transform()->apply(options.c_str(), handle(ms.get()), ctx);
-      });
-      cache.store(key, *ms);
+      // A stage interrupted earlier resumes from the steps it saved (with the stage cache).
+      std::unique_ptr<StageCheckpoints> checkpoints;
+      if (cache.enabled())
+        checkpoints = std::make_unique<StageCheckpoints>(cache_root, key, [&](const std::string& name) {
+          if (req.on_checkpoint) req.on_checkpoint(label, name);
+        });
+      call_plugin(
+          label,
+          [&](nf_context* ctx) {
+            if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
+            return p->transform()->apply(options.c_str(), handle(ms.get()), ctx);
+          },
+          checkpoints.get());
+      const bool stored = cache.store(key, *ms);
+      if (checkpoints) {
+        if (checkpoints->loaded())
+          spdlog::info("{}: resumed an interrupted run ({} step(s) from its checkpoints)", label, checkpoints->loaded());
+        checkpoints_loaded += checkpoints->loaded();
+        if (stored) checkpoints->remove_all();
+      }
     }
     spill_new_weights();
     double secs = seconds_since(t0);
@@ -390,6 +407,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   for (const auto& t : m.transforms) run_stage(NF_KIND_TRANSFORM, t);
 
   BuildResult result;
+  result.checkpoints_loaded = checkpoints_loaded;
   fs::create_directories(req.out_dir);
   remove_stale_build_dirs(req.out_dir);
   // Every target is compiled and sealed aside first, then all are committed together: a

@@ -49,10 +49,13 @@ struct BuildRequest {
   std::filesystem::path cache_root;  // empty: StageCache::default_root()
   // Called before each stage starts ("quant lpbq", "transform arcl", "compile htp").
   std::function<void(const std::string& stage)> on_stage;
+  // Called after a stage saves a checkpoint (name), e.g. to interrupt a build there.
+  std::function<void(const std::string& stage, const std::string& name)> on_checkpoint;
 };
 
 struct BuildResult {
   std::vector<std::filesystem::path> packages;
+  size_t checkpoints_loaded = 0;  // steps of interrupted stages taken from their checkpoints
 };
 
 // Runs the build. Throws on any error (nothing half-written stays) and Cancelled when the

@@ -91,8 +91,8 @@ std::unique_ptr<ir::ModelSet> StageCache::load(const std::string& key) const {
   }
 }
 
-void StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
-  if (!enabled_) return;
+bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
+  if (!enabled_) return false;
   try {
     fs::path stages = root_ / "stages";
     TempDir tmp(stages, ".tmp-");
@@ -101,8 +101,10 @@ void StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
     std::error_code ec;
     fs::rename(tmp.path(), stages / key, ec);  // another build may have stored it first: fine
     if (!ec) tmp.release();
+    return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not store stage cache entry: {}", e.what());
+    return false;
   }
 }
 

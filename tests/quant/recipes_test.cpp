@@ -11,13 +11,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 
 #include "calibration/calibration.h"
 #include "cli/cli_support.h"
+#include "manifest/manifest.h"
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/pipeline.h"
+#include "registry/registry.h"
 #include "pipeline/session.h"
 #include "seqmse/seqmse_math.h"
 #include "spinquant/hadamard.h"
@@ -823,4 +827,76 @@ TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
     EXPECT_GE(agree, ids.size() - 1) << c.name;
     fs::remove_all(pkg.parent_path().parent_path());
   }
+}
+
+namespace {
+
+// Every file under `dir` (relative path -> bytes).
+std::map<std::string, std::string> files_under(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = test::slurp(e.path());
+  return files;
+}
+
+}  // namespace
+
+// A seqmse stage interrupted after some layer groups resumes from their checkpoints on the
+// rerun (the stage cache holds them under the stage's key) and writes the same package as
+// an uninterrupted build; a damaged checkpoint is redone, not trusted.
+TEST(SeqMseRecipe, InterruptedBuildResumesFromItsCheckpoints) {
+  const fs::path work = fs::temp_directory_path() / ("nf_recipes_resume_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  const std::string toml = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\ntokenizer = \"" + kTiny +
+                           "/tokenizer.json\"\n\n[calibration]\ntext = \"" + kTiny +
+                           "/heldout.txt\"\nnum_samples = 2\nsequence_length = 32\n\n"
+                           "[[quant]]\nrecipe = \"seqmse\"\ngranularity = \"per_block\"\nblock_size = 64\n"
+                           "num_candidates = 8\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n"
+                           "[targets.cpu]\nbackend = \"cpu\"\n";
+  auto build = [&](const std::string& out, bool cache, std::function<void(const std::string&, const std::string&)> hook) {
+    auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
+    host::Registry registry;
+    auto errors = host::load_and_validate(m, registry);
+    if (!errors.empty()) throw std::runtime_error(errors[0]);
+    host::BuildRequest req;
+    req.out_dir = work / out;
+    req.use_cache = cache;
+    req.cache_root = work / "cache";
+    req.on_checkpoint = std::move(hook);
+    return host::build(m, registry, req);
+  };
+  const auto reference = build("plain", false, {});
+  EXPECT_EQ(reference.checkpoints_loaded, 0u);
+  EXPECT_FALSE(fs::exists(work / "cache" / "checkpoints")) << "no stage cache, no checkpoints";
+
+  // Interrupted after the third layer group's checkpoint.
+  size_t saved = 0;
+  EXPECT_THROW(build("resumed", true,
+                     [&](const std::string& stage, const std::string& name) {
+                       EXPECT_EQ(stage, "quant seqmse");
+                       EXPECT_EQ(name, "group-" + std::to_string(saved));
+                       if (++saved == 3) throw std::runtime_error("interrupted");
+                     }),
+               std::exception);
+  ASSERT_EQ(saved, 3u);
+  std::vector<fs::path> stage_dirs;
+  for (const auto& e : fs::directory_iterator(work / "cache" / "checkpoints")) stage_dirs.push_back(e.path());
+  ASSERT_EQ(stage_dirs.size(), 1u);
+  for (const char* g : {"group-0", "group-1", "group-2"}) EXPECT_TRUE(fs::exists(stage_dirs[0] / g / "data")) << g;
+  EXPECT_FALSE(fs::exists(work / "resumed" / "cpu")) << "an interrupted build writes no package";
+
+  // One checkpoint damaged on disk: the rerun redoes that group and takes the other two.
+  const fs::path damaged = stage_dirs[0] / "group-1" / "data";
+  std::string bytes = test::slurp(damaged);
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes;
+
+  const auto resumed = build("resumed", true, {});
+  EXPECT_EQ(resumed.checkpoints_loaded, 2u);
+  EXPECT_FALSE(fs::exists(stage_dirs[0])) << "the finished stage's checkpoints are removed";
+  const auto a = files_under(reference.packages.at(0) / "artifacts"), b = files_under(resumed.packages.at(0) / "artifacts");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [rel, content] : a) EXPECT_TRUE(b.count(rel) && b.at(rel) == content) << rel << " differs";
+  fs::remove_all(work);
 }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <set>
@@ -133,6 +134,51 @@ struct EncodingData {
     return e;
   }
 };
+
+// An encoding as JSON with its arrays as binary (bit-exact), for stage checkpoints; the
+// reader throws on anything malformed.
+template <class T>
+nlohmann::json binary_array(const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  return nlohmann::json::binary(std::vector<uint8_t>(p, p + v.size() * sizeof(T)));
+}
+template <class T>
+std::vector<T> array_from_binary(const nlohmann::json& j) {
+  const auto& b = j.get_binary();
+  if (b.size() % sizeof(T) != 0) throw std::runtime_error("binary array of a partial element");
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+inline nlohmann::json encoding_to_json(const EncodingData& e) {
+  return {{"type", static_cast<int>(e.type)},
+          {"bw", e.bw},
+          {"sym", e.sym},
+          {"axis", e.axis},
+          {"block_axis", e.block_axis},
+          {"block_size", e.block_size},
+          {"compressed_bw", e.compressed_bw},
+          {"scale", binary_array(e.scale)},
+          {"offset", binary_array(e.offset)},
+          {"block_ints", binary_array(e.block_ints)}};
+}
+
+inline EncodingData encoding_from_json(const nlohmann::json& j) {
+  EncodingData e;
+  e.type = static_cast<nf_enc_type>(j.at("type").get<int>());
+  e.bw = j.at("bw").get<int>();
+  e.sym = j.at("sym").get<bool>();
+  e.axis = j.at("axis").get<int>();
+  e.block_axis = j.at("block_axis").get<int>();
+  e.block_size = j.at("block_size").get<int>();
+  e.compressed_bw = j.at("compressed_bw").get<int>();
+  e.scale = array_from_binary<float>(j.at("scale"));
+  e.offset = array_from_binary<int32_t>(j.at("offset"));
+  e.block_ints = array_from_binary<int32_t>(j.at("block_ints"));
+  if (e.offset.size() != e.scale.size()) throw std::runtime_error("an encoding's offsets do not match its scales");
+  return e;
+}
 
 // Scale of a symmetric `bw`-bit grid covering [-absmax, absmax]; a zero range gets a
 // scale of 1 (every weight is then exactly 0 on the grid).

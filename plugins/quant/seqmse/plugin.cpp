@@ -119,6 +119,49 @@ Plan plan_search(const nf::Options& opts, const nf::ModelSet& ms, bool any_float
   return plan;
 }
 
+// One group's result: what an interrupted build's rerun takes back from its checkpoint.
+struct GroupResult {
+  std::vector<nf::quant::EncodingData> encodings;  // one per member, in order
+  size_t searched = 0, clip_count = 0;
+  double clip_sum = 0;
+};
+
+void save_group(const nf::Context& ctx, const std::string& step, const std::vector<const LinearWeight*>& members,
+                const GroupResult& r) {
+  nlohmann::json j{{"searched", r.searched}, {"clip_sum", r.clip_sum}, {"clip_count", r.clip_count}};
+  for (size_t i = 0; i < members.size(); ++i)
+    j["weights"].push_back({{"name", members[i]->name}, {"encoding", nf::quant::encoding_to_json(r.encodings[i])}});
+  ctx.checkpoint_save(step, nlohmann::json::to_cbor(j));
+}
+
+// False (with a warning when one was there) unless the checkpoint holds this group's weights.
+bool load_group(const nf::Context& ctx, const std::string& step, const std::vector<const LinearWeight*>& members,
+                GroupResult* r) {
+  std::vector<uint8_t> bytes;
+  if (!ctx.checkpoint_load(step, &bytes)) return false;
+  try {
+    const nlohmann::json j = nlohmann::json::from_cbor(bytes);
+    const auto& weights = j.at("weights");
+    if (!weights.is_array() || weights.size() != members.size()) throw std::runtime_error("other weights");
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (weights[i].at("name").get<std::string>() != members[i]->name) throw std::runtime_error("other weights");
+      r->encodings.push_back(nf::quant::encoding_from_json(weights[i].at("encoding")));
+      const auto& e = r->encodings.back();
+      const int64_t blocks = e.type == NF_ENC_PER_BLOCK && e.block_size > 0 ? members[i]->K / e.block_size : 1;
+      if (e.scale.size() != static_cast<size_t>(members[i]->N * blocks)) throw std::runtime_error("scales of another shape");
+    }
+    r->searched = j.at("searched").get<size_t>();
+    r->clip_sum = j.at("clip_sum").get<double>();
+    r->clip_count = j.at("clip_count").get<size_t>();
+    if (r->searched > members.size()) throw std::runtime_error("more searched weights than the group has");
+    return true;
+  } catch (const std::exception& e) {
+    ctx.warn("checkpoint " + step + " does not fit this model (" + e.what() + "); searching the group again");
+    *r = GroupResult{};
+    return false;
+  }
+}
+
 void check_options(const nf::Options& opts) {
   const int bw = opts.get<int>("weight_bw", 4), lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
   const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
@@ -168,12 +211,23 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
 
   CalibrationWeights calibration_weights{ms};
   auto t0 = std::chrono::steady_clock::now();
-  size_t n_searched = 0, n_int8 = 0;
+  size_t n_searched = 0, n_int8 = 0, resumed = 0;
   double clip_sum = 0;
   size_t clip_count = 0;
   for (size_t gi = 0; gi < order.size(); ++gi) {
     const auto& members = groups[order[gi]];
     ctx.progress(gi, order.size(), "layer input " + order[gi]);
+    // A group an interrupted run of this stage finished: its encodings from the checkpoint.
+    const std::string step = "group-" + std::to_string(gi);
+    if (GroupResult saved; load_group(ctx, step, members, &saved)) {
+      for (size_t i = 0; i < members.size(); ++i) ms.set_encoding(members[i]->name, saved.encodings[i].view());
+      n_searched += saved.searched;
+      n_int8 += members.size() - saved.searched;
+      clip_sum += saved.clip_sum;
+      clip_count += saved.clip_count;
+      ++resumed;
+      continue;
+    }
     bool any_search = false;
     for (auto* lw : members) any_search = any_search || searched(*lw);
     std::vector<float> x_q, x_ref;
@@ -192,12 +246,12 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         }
       }
     }
+    GroupResult result;
     for (auto* lw : members) {
       const nf::Tensor w = g.initializer(lw->name);
       nf::quant::EncodingData e;
       if (!searched(*lw)) {
         e = nf::quant::symmetric_weight_encoding(*lw, w, 8, true);
-        ++n_int8;
       } else {
         nf::quant::SeqMseLayer L;
         L.w = w.data_as<float>();
@@ -212,8 +266,8 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         L.x_ref = x_ref.empty() ? x_q.data() : x_ref.data();
         L.T = T;
         auto r = lpbq_dbw ? nf::quant::seqmse_search_lpbq(L, lpbq_dbw) : nf::quant::seqmse_search(L);
-        for (int c : r.candidate) clip_sum += static_cast<double>(c + 1) / candidates;
-        clip_count += r.candidate.size();
+        for (int c : r.candidate) result.clip_sum += static_cast<double>(c + 1) / candidates;
+        result.clip_count += r.candidate.size();
         e.type = per_block ? NF_ENC_PER_BLOCK : NF_ENC_PER_CHANNEL;
         e.bw = bw;
         e.sym = true;
@@ -222,11 +276,20 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         e.block_size = static_cast<int>(block_size);
         e.scale = std::move(r.scale);
         e.offset.assign(e.scale.size(), -(1 << (bw - 1)));
-        ++n_searched;
+        ++result.searched;
       }
       ms.set_encoding(lw->name, e.view());
+      result.encodings.push_back(std::move(e));
     }
+    save_group(ctx, step, members, result);
+    n_searched += result.searched;
+    n_int8 += members.size() - result.searched;
+    clip_sum += result.clip_sum;
+    clip_count += result.clip_count;
   }
+  if (resumed)
+    ctx.info("resumed: " + std::to_string(resumed) + " of " + std::to_string(order.size()) +
+             " layer inputs taken from the checkpoints of an interrupted run");
   calibration_weights.set(false);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char mean_clip[32], per_group[32];

@@ -315,6 +315,20 @@ typedef struct nf_host_api {
    * from the file on the next access; other tensors are unaffected. Reading a 1 GB
    * embedding by row blocks and dropping each block keeps one block resident. */
   void (*tensor_drop_pages)(const nf_tensor* t, size_t byte_offset, size_t bytes);
+
+  /* ---- appended (check struct_size): checkpoints of a long stage ----
+   * A stage that works in steps (a quant recipe layer by layer) saves each finished step's
+   * result under a name; when the build was interrupted and runs again on the same model,
+   * options, calibration and plugin library, checkpoint_load returns those bytes and the
+   * stage can skip the step. The host keeps them beside the stage cache under the stage's
+   * cache key (so changed inputs never see them), verifies them on load and removes them
+   * once the stage's result is stored. Without a stage cache (--no-cache), or outside a
+   * stage, save keeps nothing and load finds nothing.
+   * Names: 1-128 of [A-Za-z0-9._-], not starting with '.'. A save that cannot be written
+   * only costs a warning (the build goes on). load: *out is a new uint8 tensor of the
+   * saved bytes, or NULL when nothing (valid) is saved under the name. */
+  nf_status* (*checkpoint_save)(nf_context* ctx, const char* name, const void* data, size_t bytes);
+  nf_status* (*checkpoint_load)(nf_context* ctx, const char* name, nf_tensor** out);
 } nf_host_api;
 
 /* ---- plugin tables --------------------------------------------------------------------

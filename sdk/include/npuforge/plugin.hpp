@@ -344,6 +344,22 @@ class Context {
   void progress(uint64_t done, uint64_t total, const std::string& what) const {
     if (host().progress(c_, done, total, what.c_str())) throw Error("cancelled", NF_STATUS_CANCELLED);
   }
+  // Checkpoints of a long stage (nf_host_api checkpoint_save): a step's result saved under
+  // `name`, found again when the interrupted build reruns. No-ops on hosts without them.
+  void checkpoint_save(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    if (NF_HOST_HAS(checkpoint_save)) check(host().checkpoint_save(c_, name.c_str(), bytes.data(), bytes.size()));
+  }
+  // The bytes saved under `name`, or false when there are none.
+  bool checkpoint_load(const std::string& name, std::vector<uint8_t>* bytes) const {
+    if (!NF_HOST_HAS(checkpoint_load)) return false;
+    nf_tensor* t = nullptr;
+    check(host().checkpoint_load(c_, name.c_str(), &t));
+    if (!t) return false;
+    Tensor held = Tensor::adopt(t);
+    const auto* p = static_cast<const uint8_t*>(host().tensor_data(t));
+    bytes->assign(p, p + host().tensor_nbytes(t));
+    return true;
+  }
 
  private:
   nf_context* c_;
