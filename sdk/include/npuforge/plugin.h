@@ -434,7 +434,9 @@ static_assert(offsetof(nf_host_api, runner_rows_available) == 696, "nf_host_api 
 static_assert(offsetof(nf_host_api, status_create_code) == 704, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, status_code) == 712, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, tensor_drop_pages) == 720, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 728, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, checkpoint_save) == 728, "nf_host_api layout");
+static_assert(offsetof(nf_host_api, checkpoint_load) == 736, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 744, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
@@ -450,7 +452,7 @@ static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api lay
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_host_api) == 728, "nf_host_api layout");
+_Static_assert(sizeof(nf_host_api) == 744, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 
