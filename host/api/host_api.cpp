@@ -149,6 +149,7 @@ void tensor_drop_pages(const nf_tensor* t, size_t byte_offset, size_t bytes) {
 }
 
 // ---- checkpoints ---------------------------------------------------------------------
+constexpr const char* kCheckpointNameRule = ": a name is 1-128 of [A-Za-z0-9._-], not starting with '.'";
 bool checkpoint_name_ok(const char* name) {
   if (!name || !*name || *name == '.') return false;
   size_t n = 0;
@@ -159,7 +160,7 @@ bool checkpoint_name_ok(const char* name) {
 
 nf_status* checkpoint_save(nf_context* ctx, const char* name, const void* data, size_t bytes) {
   if (!checkpoint_name_ok(name))
-    return fail("checkpoint_save: a name is 1-128 of [A-Za-z0-9._-], not starting with '.'", NF_STATUS_INVALID_ARGUMENT);
+    return fail(std::string("checkpoint_save") + kCheckpointNameRule, NF_STATUS_INVALID_ARGUMENT);
   if (bytes && !data) return fail("checkpoint_save: no data", NF_STATUS_INVALID_ARGUMENT);
   if (!ctx || !ctx->checkpoints) return nullptr;
   return guarded([&] { ctx->checkpoints->save(name, data, bytes); });
@@ -168,7 +169,7 @@ nf_status* checkpoint_save(nf_context* ctx, const char* name, const void* data, 
 nf_status* checkpoint_load(nf_context* ctx, const char* name, nf_tensor** out) {
   if (!out) return fail("checkpoint_load: no output", NF_STATUS_INVALID_ARGUMENT);
   if (!checkpoint_name_ok(name))
-    return fail("checkpoint_load: a name is 1-128 of [A-Za-z0-9._-], not starting with '.'", NF_STATUS_INVALID_ARGUMENT);
+    return fail(std::string("checkpoint_load") + kCheckpointNameRule, NF_STATUS_INVALID_ARGUMENT);
   return guarded([&] {
     std::string bytes;
     if (!ctx || !ctx->checkpoints || !ctx->checkpoints->load(name, &bytes)) {

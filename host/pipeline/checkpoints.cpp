@@ -41,7 +41,6 @@ void StageCheckpoints::save(const std::string& name, const void* data, size_t by
     fs::rename(tmp.path(), entry, ec);
     if (ec) throw std::runtime_error(entry.string() + ": " + ec.message());
     tmp.release();
-    ++saved_;
   } catch (const std::exception& e) {
     spdlog::warn("could not save checkpoint '{}' ({}); an interrupted build would redo that step", name, e.what());
     return;

@@ -23,14 +23,13 @@ class StageCheckpoints : public CheckpointStore {
   bool load(const std::string& name, std::string* bytes) override;
   // How many checkpoints load returned, to say that the stage resumed.
   size_t loaded() const { return loaded_; }
-  size_t saved() const { return saved_; }
   // The stage finished and is cached: its checkpoints are not needed again.
   void remove_all();
 
  private:
   std::filesystem::path dir_;
   std::function<void(const std::string&)> on_save_;
-  size_t loaded_ = 0, saved_ = 0;
+  size_t loaded_ = 0;
 };
 
 }  // namespace nf::host

@@ -210,24 +210,10 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   }
 
   CalibrationWeights calibration_weights{ms};
-  auto t0 = std::chrono::steady_clock::now();
-  size_t n_searched = 0, n_int8 = 0, resumed = 0;
-  double clip_sum = 0;
-  size_t clip_count = 0;
-  for (size_t gi = 0; gi < order.size(); ++gi) {
+  // Captures the input of group `gi` (earlier groups running on their encodings) and
+  // searches its weights.
+  auto search_group = [&](size_t gi) {
     const auto& members = groups[order[gi]];
-    ctx.progress(gi, order.size(), "layer input " + order[gi]);
-    // A group an interrupted run of this stage finished: its encodings from the checkpoint.
-    const std::string step = "group-" + std::to_string(gi);
-    if (GroupResult saved; load_group(ctx, step, members, &saved)) {
-      for (size_t i = 0; i < members.size(); ++i) ms.set_encoding(members[i]->name, saved.encodings[i].view());
-      n_searched += saved.searched;
-      n_int8 += members.size() - saved.searched;
-      clip_sum += saved.clip_sum;
-      clip_count += saved.clip_count;
-      ++resumed;
-      continue;
-    }
     bool any_search = false;
     for (auto* lw : members) any_search = any_search || searched(*lw);
     std::vector<float> x_q, x_ref;
@@ -278,10 +264,28 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         e.offset.assign(e.scale.size(), -(1 << (bw - 1)));
         ++result.searched;
       }
-      ms.set_encoding(lw->name, e.view());
       result.encodings.push_back(std::move(e));
     }
-    save_group(ctx, step, members, result);
+    return result;
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  size_t n_searched = 0, n_int8 = 0, resumed = 0;
+  double clip_sum = 0;
+  size_t clip_count = 0;
+  for (size_t gi = 0; gi < order.size(); ++gi) {
+    const auto& members = groups[order[gi]];
+    ctx.progress(gi, order.size(), "layer input " + order[gi]);
+    // A group an interrupted run of this stage finished comes from its checkpoint.
+    const std::string step = "group-" + std::to_string(gi);
+    GroupResult result;
+    if (load_group(ctx, step, members, &result)) {
+      ++resumed;
+    } else {
+      result = search_group(gi);
+      save_group(ctx, step, members, result);
+    }
+    for (size_t i = 0; i < members.size(); ++i) ms.set_encoding(members[i]->name, result.encodings[i].view());
     n_searched += result.searched;
     n_int8 += members.size() - result.searched;
     clip_sum += result.clip_sum;
