@@ -11,6 +11,7 @@ packages=(
   libonnx-testdata python3 python3-onnx python3-numpy
   clang libclang-rt-14-dev
   strace
+  slurm-wlm munge  # the slurm executor's one-node test cluster (scripts/slurm_cluster.sh)
   sqlite3-doc  # the corpus of tiny_llama's calibration text (bench/quant_accuracy.sh, tools/models/corpus.py)
 )
 # Node.js + npm: the ONNX Runtime check of transformed graphs (tests/ort) and the peer

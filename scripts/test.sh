@@ -9,6 +9,13 @@ bash scripts/build.sh
 # ONNX Runtime (CPU) for tests/ort: the npm package's own prebuilt library; no install
 # scripts run. NPUFORGE_REQUIRE_ORT=1 makes a missing runtime fail the test, not skip it.
 (cd bench && npm install --ignore-scripts --no-audit --no-fund)
+# A one-node Slurm cluster for the slurm executor's tests (tests/executor), stopped after.
+# Its daemons run as root; elsewhere those tests are skipped (ctest says so).
+if [ "$(id -u)" -eq 0 ]; then
+  bash scripts/slurm_cluster.sh start
+  eval "$(bash scripts/slurm_cluster.sh env)"
+  trap 'bash scripts/slurm_cluster.sh stop' EXIT
+fi
 (cd build && NPUFORGE_REQUIRE_ORT=1 ctest --output-on-failure -j2 --timeout 900)
 # The same fixed inputs on every run (seed 1), so a failure here is always reproducible.
 bash scripts/fuzz.sh --runs "${NPUFORGE_FUZZ_RUNS:-100000}"

@@ -1,4 +1,6 @@
-// `npuforge build MANIFEST [--target NAME|all] [--out DIR] [--no-cache] [--skip-resource-check] [--json]`.
+// `npuforge build MANIFEST [--target NAME|all] [--out DIR] [--no-cache] [--skip-resource-check] [--json]
+//  [--executor local|slurm] [--jobs N] [--retries N] [--sbatch-arg ARG]...`, and
+// `npuforge build-stage PLAN STAGE`, which a build's executor runs for one stage.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -57,6 +59,9 @@ void add_build(CLI::App& app) {
   auto* cmd = app.add_subcommand("build", "Build a package per target from a manifest");
   static std::string path, target = "all", out, cache_dir;
   static bool no_cache = false, skip_resource_check = false, json = false;
+  static std::string executor;
+  static int jobs = 0, retries = -1;
+  static std::vector<std::string> sbatch_args;
   cmd->add_option("manifest", path, "manifest.toml")->required();
   cmd->add_option("--target", target, "A [targets.NAME] of the manifest, or all")->capture_default_str();
   cmd->add_option("--out", out, "Output directory (default: out/ beside the manifest)");
@@ -64,6 +69,17 @@ void add_build(CLI::App& app) {
   cmd->add_option("--cache-dir", cache_dir, "Stage cache directory (default: ~/.cache/npuforge)");
   cmd->add_flag("--skip-resource-check", skip_resource_check,
                 "Build even if the estimated peak memory or package size exceeds what this machine has");
+  cmd->add_option("--executor", executor,
+                  "Where the stages run: local (this machine) or slurm (batch jobs; the cache, --out and the model on "
+                  "a file system every node sees). Default: [build] executor, else local")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  cmd->add_option("--jobs,-j", jobs,
+                  "local: stages run at once in their own processes (targets compile side by side); 1 runs them in "
+                  "this process. Default: [build] jobs, else 1")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--retries", retries, "Times a failed stage process or job is started again (default: [build] retries, else 2)")
+      ->check(CLI::Range(0, 100));
+  cmd->add_option("--sbatch-arg", sbatch_args, "slurm: an argument for every sbatch, e.g. --sbatch-arg=--partition=cpu (repeatable)");
   cmd->add_flag("--json", json,
                 "One JSON object on stdout: ok, seconds, and per package its path, backend, graphs, stages, files "
                 "and bytes (or the errors)");
@@ -107,11 +123,20 @@ void add_build(CLI::App& app) {
         spdlog::debug("target {} (backend {}): {}", t["name"].get<std::string>(), t["backend"].get<std::string>(),
                       t["options"].dump());
       host::BuildRequest req;
+      req.executor.kind = executor.empty() ? m.build.executor : executor;
+      req.executor.jobs = static_cast<size_t>(jobs ? jobs : m.build.jobs);
+      if (no_cache && (req.executor.kind != "local" || req.executor.jobs > 1))
+        throw UserError("--no-cache: the " + req.executor.kind + " executor runs stages in separate processes that "
+                        "hand their results on through the stage cache; build with the cache (--cache-dir picks "
+                        "where) or with --jobs 1");
       req.target = target;
       req.out_dir = out.empty() ? fs::path(m.dir) / "out" : fs::absolute(out);
       req.use_cache = !no_cache;
       req.cache_root = cache_dir;
       req.skip_resource_check = skip_resource_check;
+      req.executor.retries = retries >= 0 ? retries : m.build.retries;
+      req.executor.sbatch_args = m.build.sbatch_args;
+      req.executor.sbatch_args.insert(req.executor.sbatch_args.end(), sbatch_args.begin(), sbatch_args.end());
       req.on_stage = [&](const std::string& s) {
         stage = s;
         spdlog::debug("stage {}", s);
@@ -154,6 +179,22 @@ void add_build(CLI::App& app) {
                   {"packages", packages}});
     else
       for (const auto& p : result.packages) std::printf("%s\n", p.string().c_str());
+  });
+}
+
+void add_build_stage(CLI::App& app) {
+  auto* cmd = app.add_subcommand("build-stage", "Run one stage of a planned build (what build's executors start)");
+  cmd->group("");  // not for people: `build --executor` writes the plan and starts these
+  static std::string plan, stage;
+  cmd->add_option("plan", plan, "plan.json of the build")->required();
+  cmd->add_option("stage", stage, "the stage's id in the plan")->required();
+  cmd->callback([] {
+    host::install_cancel_handler();
+    try {
+      host::run_planned_stage(plan, stage);
+    } catch (const host::Cancelled&) {
+      throw Interrupted("during stage '" + stage + "'");
+    }
   });
 }
 

@@ -48,6 +48,7 @@ void add_plugins(CLI::App& app);
 void add_check(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_build(CLI::App& app);
+void add_build_stage(CLI::App& app);
 void add_run(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_export_qdq(CLI::App& app);

@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
   add_check(app);
   add_inspect(app);
   add_build(app);
+  add_build_stage(app);
   add_run(app);
   add_eval(app);
   add_export_qdq(app);

@@ -41,8 +41,8 @@ Location PluginUse::locate(const std::string& pointer) const {
 
 namespace {
 
-const std::vector<std::string> kTopLevel = {"model",   "calibration", "quant",  "transform",
-                                            "targets", "speculative", "plugins"};
+const std::vector<std::string> kTopLevel = {"model",   "calibration", "quant",   "transform",
+                                            "targets", "speculative", "plugins", "build"};
 
 std::string toml_type(const toml::node& n) {
   switch (n.type()) {
@@ -111,6 +111,8 @@ class Parser {
         m_.speculative = plugin_use(table_of(*key, *node), "[speculative]", "decoder");
       } else if (name == "plugins") {
         parse_plugins(table_of(*key, *node));
+      } else if (name == "build") {
+        parse_build(table_of(*key, *node));
       }
     }
     if (!have_model) fail({file_, 1, 1}, "missing [model] table (it names the ONNX model: onnx = \"model.onnx\")");
@@ -286,6 +288,35 @@ class Parser {
     }
     if (m_.targets.empty())
       fail(at(key), "no targets: add a [targets.<name>] table with backend = \"<backend plugin>\"");
+  }
+
+  void parse_build(const toml::table& t) {
+    only_keys(t, "[build]", {"executor", "jobs", "retries", "sbatch_args"});
+    Manifest::Build b;
+    b.where = at(t);
+    if (auto e = get_string(t, "executor", "[build]", false, "")) {
+      if (*e != "local" && *e != "slurm")
+        fail(at(key_of(t, "executor")), "\"executor\" in [build] must be \"local\" or \"slurm\", got " + quote(*e));
+      b.executor = *e;
+    }
+    b.jobs = get_positive_int(t, "jobs", "[build]", b.jobs);
+    if (const toml::node* n = t.get("retries")) {
+      auto* i = n->as_integer();
+      if (!i || i->get() < 0 || i->get() > 100)
+        fail(at(key_of(t, "retries")), "'retries' in [build] must be an integer from 0 to 100, got " +
+                                           (i ? std::to_string(i->get()) : toml_type(*n)));
+      b.retries = static_cast<int>(i->get());
+    }
+    if (const toml::node* n = t.get("sbatch_args")) {
+      auto* arr = n->as_array();
+      if (!arr) fail(at(key_of(t, "sbatch_args")), "'sbatch_args' in [build] must be a list of strings, got " + toml_type(*n));
+      for (size_t i = 0; i < arr->size(); ++i) {
+        auto* s = arr->get(i)->as_string();
+        if (!s || s->get().empty()) fail(at(*arr->get(i)), "'sbatch_args' in [build] must be a list of non-empty strings");
+        b.sbatch_args.push_back(s->get());
+      }
+    }
+    m_.build = std::move(b);
   }
 
   void parse_plugins(const toml::table& t) {

@@ -60,6 +60,15 @@ struct Manifest {
   std::vector<std::pair<std::string, PluginUse>> targets;  // target name -> backend use, in file order
   std::optional<PluginUse> speculative;
   std::vector<std::string> plugin_paths;  // absolute
+  // [build]: where the stages run (`build --executor/--jobs/--retries/--sbatch-arg` override it).
+  struct Build {
+    std::string executor = "local";        // "local" or "slurm"
+    int jobs = 1;                          // local: stage processes at once (1: this process)
+    int retries = 2;                       // times a failed stage is started again
+    std::vector<std::string> sbatch_args;  // slurm: added to every sbatch (--partition=...)
+    Location where;
+  };
+  Build build;
   // Where path-valued keys are, for "does not exist" errors: "model.onnx", "model.config",
   // "model.tokenizer", "calibration.text", "plugins.paths[0]", ...
   std::map<std::string, Location> locations;

@@ -1,9 +1,12 @@
 #include "pipeline/pipeline.h"
 
 #include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "api/host_api.h"
@@ -15,6 +18,7 @@
 #include "pipeline/resources.h"
 #include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
+#include "pipeline/stage_graph.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/util.h"
 #include "pipeline/weight_spill.h"
@@ -24,6 +28,16 @@ namespace fs = std::filesystem;
 
 namespace nf::host {
 namespace {
+
+// Each file the graph's weights are mapped from, once.
+std::vector<const ir::MappedFile*> mapped_files(const ir::Graph& g) {
+  std::vector<const ir::MappedFile*> files;
+  for (const auto& [name, ref] : g.initializers) {
+    auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
+    if (mf && std::find(files.begin(), files.end(), mf) == files.end()) files.push_back(mf);
+  }
+  return files;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -95,14 +109,10 @@ nlohmann::json package_decoder_assets(const manifest::Manifest& m, const std::ve
   return options;
 }
 
-// Estimates the build's peak memory and disk from the source's shapes (resources.h) and
-// refuses what cannot fit, before any stage runs. Returns whether the stage cache fits too:
+// Refuses what cannot fit by the build's estimated peak memory and disk (resources.h),
+// before any stage runs. Returns whether the stage cache fits too:
 // a build whose cache entries would fill the disk runs without them.
-bool fits_before_start(const manifest::Manifest& m, const std::vector<std::pair<std::string, manifest::PluginUse>>& targets,
-                       const ir::ModelSet& source, const BuildRequest& req, const fs::path& cache_root) {
-  std::vector<std::string> backends;
-  for (const auto& t : targets) backends.push_back(t.second.name);
-  const BuildNeeds need = estimate_build(m, backends, source, req.use_cache);
+bool fits_before_start(const BuildNeeds& need, const BuildRequest& req, const fs::path& cache_root) {
   const uint64_t memory = memory_available(), out_free = disk_free(req.out_dir);
   spdlog::info("estimated from the model's {} of fp32 weights: peak memory ~{} ({}), packages ~{}{}{}; available: {} "
                "of memory, {} of disk for the packages",
@@ -247,27 +257,25 @@ std::unique_ptr<ir::ModelSet> map_source_model(const std::string& onnx_path, con
   return ms;
 }
 
-std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path) {
+std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path,
+                                               const std::string& known_key) {
   std::string config_text;
   auto ms = map_source_model(onnx_path, config_path, &config_text);
   ir::Graph& g = *ms->graphs[0];
 
   // The cache key of the source: the .onnx bytes and every external-data file it maps.
-  std::string key = hash_file(onnx_path);
-  std::vector<const ir::Buffer*> seen;
-  for (const auto& [name, ref] : g.initializers) {
-    auto* mf = dynamic_cast<const ir::MappedFile*>(ref->tensor.buffer.get());
-    if (!mf || std::find(seen.begin(), seen.end(), mf) != seen.end()) continue;
-    seen.push_back(mf);
-    key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
-  }
+  std::string key = known_key.empty() ? hash_file(onnx_path) : "";
+  if (known_key.empty())
+    for (const ir::MappedFile* mf : mapped_files(g))
+      key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   // Cached stages of a build from before this step must not be replayed: the key says so.
   if (std::string copy = tie_lm_head(g); !copy.empty()) {
-    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+    if (known_key.empty())
+      spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
     key += hash_string("tie_lm_head " + copy);
   }
   if (ms->metadata.count("config")) key += hash_string(config_text);
-  ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
+  ms->metadata["source_key"] = nlohmann::json(known_key.empty() ? hash_string(key) : known_key).dump();
   return ms;
 }
 
@@ -294,140 +302,143 @@ std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m
   return errors;
 }
 
-BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req) {
-  auto stage_hook = [&](const std::string& s) {
-    if (req.on_stage) req.on_stage(s);
-    if (cancel_flag()) throw Cancelled();
+namespace {
+
+// The steps of one build, shared by every executor: the in-process build runs them in
+// order; a stage process (`npuforge build-stage`) runs one of them, taking its input from
+// the stage cache.
+class BuildSteps {
+ public:
+  struct ChainStage {
+    nf_plugin_kind kind;
+    const manifest::PluginUse* use;
+    const PluginInfo* plugin;
+    std::string label, id, key;
+    nlohmann::json options;  // asset options made absolute
   };
-  std::vector<std::pair<std::string, manifest::PluginUse>> targets;
-  for (const auto& t : m.targets)
-    if (req.target == "all" || req.target == t.first) targets.push_back(t);
-  if (targets.empty()) {
-    std::string names;
-    for (const auto& t : m.targets) names += (names.empty() ? "" : ", ") + t.first;
-    throw std::runtime_error(m.path + ": no target named '" + req.target + "' (targets: " + names + ")");
+
+  BuildSteps(const manifest::Manifest& m, const Registry& registry, const StageCache& cache, fs::path cache_root,
+             const fs::path& out_dir, std::vector<manifest::AssetPath> assets,
+             std::function<void(const std::string&, const std::string&)> on_checkpoint)
+      : m_(m),
+        registry_(registry),
+        cache_(cache),
+        cache_root_(std::move(cache_root)),
+        assets_(std::move(assets)),
+        on_checkpoint_(std::move(on_checkpoint)),
+        spill_(out_dir) {
+    for (const auto& q : m.quant) add(NF_KIND_QUANT, q);
+    for (const auto& t : m.transforms) add(NF_KIND_TRANSFORM, t);
   }
 
-  // Refuse now, not after the work, to replace anything but our own packages.
-  for (const auto& t : targets)
-    if (std::string why = why_not_replaceable(req.out_dir / t.first); !why.empty())
-      throw std::runtime_error((req.out_dir / t.first).string() + " " + why +
-                               "; not replacing it (move it away or choose another --out)");
-  const auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
-  auto t_load = std::chrono::steady_clock::now();
-  stage_hook("load");
-  auto ms = load_source_model(m.model_onnx, m.model_config);
-  std::string key = nlohmann::json::parse(ms->metadata["source_key"]).get<std::string>();
-  spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
-  const fs::path cache_root = req.cache_root.empty() ? StageCache::default_root() : req.cache_root;
-  const bool cache_fits = fits_before_start(m, targets, *ms, req, cache_root);
-  StageCache cache(cache_root, req.use_cache && cache_fits);
-  // New weights (widened, grown or made by stages) go to a scratch file beside the output,
-  // so they leave memory like the model's own mapped weights.
-  WeightSpill spill(req.out_dir);
-  if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); }); w.any()) {
-    spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
-                 human_bytes(w.bytes));
-    key = hash_string(key + "widen_16bit_floats");
-  }
-  // What a stage would refuse on this model is refused now, not after the stages before it.
-  if (auto errors = validate_stages(m, registry, *ms); !errors.empty()) {
-    for (size_t i = 0; i + 1 < errors.size(); ++i) spdlog::error("{}", errors[i].what());
-    throw errors.back();
-  }
-  // A speculative decoder's extra embedding rows (ssd's forecast tokens) join the token
-  // embedding table before any stage, so quant recipes and transforms see the final table.
-  if (auto a = find_speculative_assets(assets)) {
-    std::string rows = add_extra_embeddings(*ms, *a);
-    if (!rows.empty()) key = hash_string(key + "extra_embeddings" + rows);
-  }
-  SpillReleasedWeights spill_as_released(spill);
-  auto spill_new_weights = [&] {
-    if (uint64_t moved = spill.spill(*ms)) {
-      ::malloc_trim(0);
-      spdlog::debug("moved {} of new weights to the scratch file", human_bytes(moved));
+  const std::vector<ChainStage>& chain() const { return chain_; }
+
+  // The key of the prepared source (widened, speculative rows added: both follow from the
+  // source's bytes, the host's version and the decoder's assets), then of every stage after.
+  void set_keys(const std::string& source_key) {
+    std::string key = source_key + "\nprepared";
+    if (auto a = find_speculative_assets(assets_)) key += "\n" + content_hash(a->dir);
+    key = hash_string(key);
+    std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
+    for (auto& s : chain_) {
+      // The output depends on the options, the bytes of the files they name, the plugin's
+      // library and (quant) the calibration data: all of it goes into the key.
+      auto [options, files] = resolve_asset_options(*s.use, *s.plugin, m_.dir);
+      s.options = options;
+      nlohmann::json inputs{{"options", s.use->options}, {"files", files}};
+      if (s.kind == NF_KIND_QUANT) inputs["calibration"] = calibration_cache_key(m_);
+      auto lib = library_hashes.find(s.plugin->library);
+      if (lib == library_hashes.end()) lib = library_hashes.emplace(s.plugin->library, hash_file(s.plugin->library)).first;
+      key = s.key = StageCache::key(key, kind_name(s.kind), s.plugin->name, s.plugin->version, lib->second, inputs);
     }
-  };
-  spill_new_weights();
+  }
 
-  nlohmann::json stages = nlohmann::json::array();
-  size_t checkpoints_loaded = 0;
-  std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
-  auto run_stage = [&](nf_plugin_kind kind, const manifest::PluginUse& use) {
-    const PluginInfo* p = registry.find(kind, use.name);
-    if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
-    std::string label = std::string(kind_name(kind)) + " " + use.name;
-    stage_hook(label);
-    // The output depends on the options, the bytes of the files they name, the plugin's
-    // library and (quant) the calibration data: all of it goes into the key.
-    auto [options_json, files] = resolve_asset_options(use, *p, m.dir);
-    nlohmann::json inputs{{"options", use.options}, {"files", files}};
-    if (kind == NF_KIND_QUANT) inputs["calibration"] = calibration_cache_key(m);
-    auto lib = library_hashes.find(p->library);
-    if (lib == library_hashes.end()) lib = library_hashes.emplace(p->library, hash_file(p->library)).first;
-    key = StageCache::key(key, kind_name(kind), p->name, p->version, lib->second, inputs);
-    auto t0 = std::chrono::steady_clock::now();
-    bool cached = false;
-    if (auto hit = cache.load(key)) {
-      ms = std::move(hit);
-      cached = true;
-    } else {
-      std::string options = options_json.dump();
-      // Quant recipes calibrate on the manifest's [calibration] text (null without one).
-      std::unique_ptr<TextCalibration> calibration;
-      if (kind == NF_KIND_QUANT) calibration = make_calibration(m, registry);
-      // A stage interrupted earlier resumes from the steps it saved (with the stage cache).
-      std::unique_ptr<StageCheckpoints> checkpoints;
-      if (cache.enabled())
-        checkpoints = std::make_unique<StageCheckpoints>(cache_root, key, [&](const std::string& name) {
-          if (req.on_checkpoint) req.on_checkpoint(label, name);
-        });
-      call_plugin(
-          label,
-          [&](nf_context* ctx) {
-            if (kind == NF_KIND_QUANT) return p->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
-            return p->transform()->apply(options.c_str(), handle(ms.get()), ctx);
-          },
-          checkpoints.get());
-      const bool stored = cache.store(key, *ms);
-      if (checkpoints) {
-        if (checkpoints->loaded())
-          spdlog::info("{}: resumed an interrupted run ({} step(s) from its checkpoints)", label, checkpoints->loaded());
-        checkpoints_loaded += checkpoints->loaded();
-        if (stored) checkpoints->remove_all();
+  // The source as the stages see it: 16-bit floats widened to float32, a speculative
+  // decoder's extra embedding rows (ssd's forecast tokens) in the token embedding table,
+  // new weights in the scratch file.
+  std::unique_ptr<ir::ModelSet> prepare(std::unique_ptr<ir::ModelSet> ms) {
+    if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); w.any())
+      spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
+                   human_bytes(w.bytes));
+    if (auto a = find_speculative_assets(assets_)) add_extra_embeddings(*ms, *a);
+    spill_new_weights(*ms);
+    return ms;
+  }
+
+  // The model after the first `count` stages: the latest of them the stage cache holds,
+  // then the stages after it run here (from `source()` when the cache holds none). Appends
+  // each stage's record (package.json "stages") to `records`.
+  std::unique_ptr<ir::ModelSet> model_after(size_t count, const std::function<std::unique_ptr<ir::ModelSet>()>& source,
+                                            nlohmann::json& records, const std::function<void(const std::string&)>& on_stage) {
+    std::unique_ptr<ir::ModelSet> ms;
+    size_t first = count;  // the first stage to run here
+    for (; first > 0; --first) {
+      const ChainStage& s = chain_[first - 1];
+      if (cancel_flag()) throw Cancelled();
+      const auto t0 = std::chrono::steady_clock::now();
+      if ((ms = cache_.load(s.key))) {
+        on_stage(s.label);
+        for (size_t i = 0; i < first; ++i) records.push_back(record(chain_[i], i + 1 == first ? seconds_since(t0) : 0, true));
+        spdlog::info("{}: {} graph(s) from the stage cache{}", s.label, ms->graphs.size(),
+                     first > 1 ? " (with the " + std::to_string(first - 1) + " stage(s) before it)" : "");
+        break;
       }
     }
-    spill_new_weights();
-    double secs = seconds_since(t0);
-    spdlog::info("{}: {} graph(s) in {:.2f}s{}", label, ms->graphs.size(), secs, cached ? " (cached)" : "");
-    stages.push_back({{"kind", kind_name(kind)}, {"name", p->name}, {"version", p->version}, {"options", use.options},
-                      {"seconds", secs}, {"cached", cached}, {"key", key}});
-  };
-  for (const auto& q : m.quant) run_stage(NF_KIND_QUANT, q);
-  for (const auto& t : m.transforms) run_stage(NF_KIND_TRANSFORM, t);
+    if (!ms) ms = source();
+    for (size_t i = first; i < count; ++i) records.push_back(run(i, ms, on_stage));
+    return ms;
+  }
 
-  BuildResult result;
-  result.checkpoints_loaded = checkpoints_loaded;
-  fs::create_directories(req.out_dir);
-  remove_stale_build_dirs(req.out_dir);
-  // Every target is compiled and sealed aside first, then all are committed together: a
-  // failure at any target leaves every earlier package as it was.
-  std::vector<std::unique_ptr<TempDir>> stagings;
-  std::vector<StagedPackage> staged;
-  for (const auto& [target, use] : targets) {
-    const PluginInfo* backend = registry.find(NF_KIND_BACKEND, use.name);
+  // Runs chain stage i on `ms` (the output of stage i-1) and stores its output in the stage
+  // cache. Returns its record.
+  nlohmann::json run(size_t i, std::unique_ptr<ir::ModelSet>& ms, const std::function<void(const std::string&)>& on_stage) {
+    const ChainStage& s = chain_[i];
+    on_stage(s.label);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string options = s.options.dump();
+    // Quant recipes calibrate on the manifest's [calibration] text (null without one).
+    std::unique_ptr<TextCalibration> calibration;
+    if (s.kind == NF_KIND_QUANT) calibration = make_calibration(m_, registry_);
+    // A stage interrupted earlier resumes from the steps it saved (with the stage cache).
+    std::unique_ptr<StageCheckpoints> checkpoints;
+    if (cache_.enabled())
+      checkpoints = std::make_unique<StageCheckpoints>(cache_root_, s.key, [&](const std::string& name) {
+        if (on_checkpoint_) on_checkpoint_(s.label, name);
+      });
+    call_plugin(
+        s.label,
+        [&](nf_context* ctx) {
+          if (s.kind == NF_KIND_QUANT) return s.plugin->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
+          return s.plugin->transform()->apply(options.c_str(), handle(ms.get()), ctx);
+        },
+        checkpoints.get());
+    const bool stored = cache_.store(s.key, *ms);
+    if (checkpoints) {
+      if (checkpoints->loaded())
+        spdlog::info("{}: resumed an interrupted run ({} step(s) from its checkpoints)", s.label, checkpoints->loaded());
+      checkpoints_loaded_ += checkpoints->loaded();
+      if (stored) checkpoints->remove_all();
+    }
+    spill_new_weights(*ms);
+    const double secs = seconds_since(t0);
+    spdlog::info("{}: {} graph(s) in {:.2f}s", s.label, ms->graphs.size(), secs);
+    return record(s, secs, false);
+  }
+
+  // Compiles `ms` for one target into `staging` (artifacts, package.json, build_report.json)
+  // and seals it. `records` are the stages' records.
+  void compile(const std::string& target, const manifest::PluginUse& use, const ir::ModelSet& ms,
+               const fs::path& staging, const nlohmann::json& records) {
+    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
     if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
-    std::string label = "compile " + target;
-    stage_hook(label);
-    stagings.push_back(std::make_unique<TempDir>(req.out_dir, "." + target + ".partial-"));
-    const TempDir& staging = *stagings.back();
-    fs::create_directories(staging.path() / "artifacts");
+    const std::string label = "compile " + target;
+    fs::create_directories(staging / "artifacts");
     auto t0 = std::chrono::steady_clock::now();
     std::string options = use.options.dump();
-    std::string artifacts = (staging.path() / "artifacts").string();
-    check_graphs(*ms, "before " + label);
+    std::string artifacts = (staging / "artifacts").string();
+    check_graphs(ms, "before " + label);
     call_plugin(label, [&](nf_context* ctx) {
-      return backend->backend()->compile(options.c_str(), handle(ms.get()), artifacts.c_str(), ctx);
+      return backend->backend()->compile(options.c_str(), handle(&ms), artifacts.c_str(), ctx);
     });
     double compile_secs = seconds_since(t0);
 
@@ -436,45 +447,223 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
                         {"created_by", "npuforge 0.1.0"},
                         {"target", target},
                         {"backend", {{"name", backend->name}, {"version", backend->version}, {"options", use.options}}},
-                        {"graphs", graph_specs(*ms)},
-                        {"stages", stages},
-                        {"source", {{"onnx", m.model_onnx}, {"key", nlohmann::json::parse(ms->metadata["source_key"])}}},
+                        {"graphs", graph_specs(ms)},
+                        {"stages", records},
+                        {"source", {{"onnx", m_.model_onnx}, {"key", nlohmann::json::parse(ms.metadata.at("source_key"))}}},
                         {"tokenizer", nullptr},
                         {"speculative", nullptr}};
-    if (ms->metadata.count("config")) {
-      write_text_file_atomic(staging.path() / "config.json", nlohmann::json::parse(ms->metadata["config"]).dump(2));
+    if (ms.metadata.count("config")) {
+      write_text_file_atomic(staging / "config.json", nlohmann::json::parse(ms.metadata.at("config")).dump(2));
       meta["config"] = "config.json";
     }
-    if (!m.model_tokenizer.empty()) {
+    if (!m_.model_tokenizer.empty()) {
       // Read with the bounds of any input (a FIFO or a device in its place is refused).
-      write_text_file_atomic(staging.path() / "tokenizer.json",
-                             read_regular_file(m.model_tokenizer, kTokenizerMax, "tokenizer"));
-      fs::path tcfg = fs::path(m.model_tokenizer).parent_path() / "tokenizer_config.json";
+      write_text_file_atomic(staging / "tokenizer.json", read_regular_file(m_.model_tokenizer, kTokenizerMax, "tokenizer"));
+      fs::path tcfg = fs::path(m_.model_tokenizer).parent_path() / "tokenizer_config.json";
       if (fs::is_regular_file(tcfg))
-        write_text_file_atomic(staging.path() / "tokenizer_config.json",
-                               read_regular_file(tcfg, kTokenizerMax, "tokenizer config"));
+        write_text_file_atomic(staging / "tokenizer_config.json", read_regular_file(tcfg, kTokenizerMax, "tokenizer config"));
       meta["tokenizer"] = "tokenizer.json";
     }
     // Model-set metadata the transforms left for the runner ("io": static layout, variants).
     nlohmann::json extra = nlohmann::json::object();
-    for (const auto& [k, v] : ms->metadata)
+    for (const auto& [k, v] : ms.metadata)
       if (k != "config" && k != "source_key") extra[k] = nlohmann::json::parse(v);
     meta["metadata"] = extra;
-    if (m.speculative)
-      meta["speculative"] = {{"decoder", m.speculative->name},
-                             {"options", package_decoder_assets(m, assets, staging.path())}};
+    if (m_.speculative)
+      meta["speculative"] = {{"decoder", m_.speculative->name}, {"options", package_decoder_assets(m_, assets_, staging)}};
 
-    nlohmann::json report{{"target", target},
-                          {"backend", backend->name},
-                          {"stages", stages},
-                          {"compile_seconds", compile_secs},
-                          {"graphs", ms->graphs.size()},
-                          {"peak_rss_bytes", peak_rss_bytes()}};
-    write_text_file_atomic(staging.path() / "build_report.json", report.dump(2) + "\n");
-    stage_hook("seal " + target);
-    seal_package(staging.path(), meta);
-    staged.push_back({staging.path(), req.out_dir / target});
+    nlohmann::json report{{"target", target},         {"backend", backend->name},        {"stages", records},
+                          {"compile_seconds", compile_secs}, {"graphs", ms.graphs.size()}, {"peak_rss_bytes", peak_rss_bytes()}};
+    write_text_file_atomic(staging / "build_report.json", report.dump(2) + "\n");
+    seal_package(staging, meta);
     spdlog::info("{}: {} compiled in {:.2f}s", target, backend->name, compile_secs);
+  }
+
+  size_t checkpoints_loaded() const { return checkpoints_loaded_; }
+
+ private:
+  void add(nf_plugin_kind kind, const manifest::PluginUse& use) {
+    const PluginInfo* p = registry_.find(kind, use.name);
+    if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
+    const std::string label = std::string(kind_name(kind)) + " " + use.name;
+    chain_.push_back({kind, &use, p, label, std::string(kind_name(kind)) + "-" + std::to_string(chain_.size()) + "-" + use.name, "", {}});
+  }
+
+  static nlohmann::json record(const ChainStage& s, double seconds, bool cached) {
+    return {{"kind", kind_name(s.kind)}, {"name", s.plugin->name}, {"version", s.plugin->version}, {"options", s.use->options},
+            {"seconds", seconds},         {"cached", cached},       {"key", s.key}};
+  }
+
+  void spill_new_weights(ir::ModelSet& ms) {
+    if (uint64_t moved = spill_.spill(ms)) {
+      ::malloc_trim(0);
+      spdlog::debug("moved {} of new weights to the scratch file", human_bytes(moved));
+    }
+  }
+
+  const manifest::Manifest& m_;
+  const Registry& registry_;
+  const StageCache& cache_;
+  fs::path cache_root_;
+  std::vector<manifest::AssetPath> assets_;
+  std::function<void(const std::string&, const std::string&)> on_checkpoint_;
+  // New weights (widened, grown or made by stages) go to a scratch file beside the output,
+  // so they leave memory like the model's own mapped weights.
+  WeightSpill spill_;
+  SpillReleasedWeights spill_as_released_{spill_};
+  std::vector<ChainStage> chain_;
+  size_t checkpoints_loaded_ = 0;
+};
+
+std::vector<std::pair<std::string, manifest::PluginUse>> selected_targets(const manifest::Manifest& m, const std::string& target) {
+  std::vector<std::pair<std::string, manifest::PluginUse>> targets;
+  for (const auto& t : m.targets)
+    if (target == "all" || target == t.first) targets.push_back(t);
+  if (targets.empty()) {
+    std::string names;
+    for (const auto& t : m.targets) names += (names.empty() ? "" : ", ") + t.first;
+    throw std::runtime_error(m.path + ": no target named '" + target + "' (targets: " + names + ")");
+  }
+  return targets;
+}
+
+// Size and modification time of the source files: a stage process refuses a model that
+// changed since the build was planned (hashing it again would cost as much as the stage).
+nlohmann::json source_stamps(const std::string& onnx, const ir::Graph& g) {
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::string> paths{fs::absolute(onnx).string()};
+  for (const ir::MappedFile* mf : mapped_files(g)) paths.push_back(fs::absolute(mf->path()).string());
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) throw std::runtime_error(p + ": " + std::strerror(errno));
+    files.push_back({{"path", p}, {"size", st.st_size}, {"mtime_ns", int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}});
+  }
+  return files;
+}
+
+// Runs the graph of a build's stages on another executor than this process: writes the
+// plan, records the stages the cache already holds, runs the others and leaves the
+// targets' packages sealed in `staging`.
+void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const BuildSteps& steps,
+                   const std::vector<std::pair<std::string, manifest::PluginUse>>& targets, const StageCache& cache,
+                   const fs::path& cache_root, const std::string& source_key, const nlohmann::json& stamps,
+                   const std::vector<std::unique_ptr<TempDir>>& stagings, uint64_t peak_memory) {
+  if (!cache.enabled())
+    throw std::runtime_error("the " + req.executor.kind + " executor runs stages in other processes, which hand their "
+                             "results on through the stage cache: it cannot build without it (--no-cache, or a "
+                             "cache that does not fit on its disk)");
+  TempDir work(cache_root / "builds", "build-");
+  BuildPlan plan;
+  plan.manifest = m.path;
+  plan.manifest_hash = hash_file(m.path);
+  plan.target = req.target;
+  plan.out_dir = req.out_dir;
+  plan.cache_root = cache_root;
+  plan.work_dir = work.path();
+  plan.source_key = source_key;
+  plan.source_files = stamps;
+  const auto& chain = steps.chain();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}};
+    if (i) s.deps.push_back(i - 1);
+    plan.stages.push_back(std::move(s));
+  }
+  for (size_t t = 0; t < targets.size(); ++t) {
+    PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {}};
+    if (!chain.empty()) s.deps.push_back(chain.size() - 1);
+    plan.stages.push_back(std::move(s));
+    plan.staging[targets[t].first] = stagings[t]->path();
+  }
+  plan.write();
+  work.release();  // a failed build leaves its plan, results and logs for the user
+  // The latest stage the cache holds, and every one before it, is done (its entry is
+  // verified when the next stage loads it, and made again there if it is damaged).
+  for (size_t c = chain.size(); c > 0; --c)
+    if (cache.contains(chain[c - 1].key)) {
+      for (size_t i = 0; i < c; ++i)
+        write_stage_result(plan, chain[i].id, {{"kind", kind_name(chain[i].kind)}, {"name", chain[i].plugin->name},
+                                               {"version", chain[i].plugin->version}, {"options", chain[i].use->options},
+                                               {"seconds", 0.0}, {"cached", true}, {"key", chain[i].key}});
+      spdlog::info("{} of {} stage(s) in the stage cache already", c, chain.size());
+      break;
+    }
+
+  ExecutorOptions options = req.executor;
+  options.stage_memory = peak_memory;
+  auto executor = make_executor(options);
+  spdlog::info("running {} stage(s) on the {} executor; plan, logs and results in {}", plan.stages.size(),
+               executor->name(), plan.work_dir.string());
+  Progress bar("build (" + executor->name() + ")");
+  run_stage_graph(plan, *executor, options.retries, [&](size_t done, size_t total, const std::string& what) {
+    if (req.on_stage) req.on_stage(what);
+    return bar.report(done, total, what) || cancel_flag();
+  });
+  std::error_code ec;
+  fs::remove_all(plan.work_dir, ec);
+}
+
+}  // namespace
+
+BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req) {
+  auto stage_hook = [&](const std::string& s) {
+    if (req.on_stage) req.on_stage(s);
+    if (cancel_flag()) throw Cancelled();
+  };
+  const auto targets = selected_targets(m, req.target);
+  // Refuse now, not after the work, to replace anything but our own packages.
+  for (const auto& t : targets)
+    if (std::string why = why_not_replaceable(req.out_dir / t.first); !why.empty())
+      throw std::runtime_error((req.out_dir / t.first).string() + " " + why +
+                               "; not replacing it (move it away or choose another --out)");
+  const bool in_process = req.executor.kind == "local" && req.executor.jobs <= 1;
+  if (!in_process && req.executor.kind != "local" && req.executor.kind != "slurm")
+    throw std::runtime_error("unknown executor '" + req.executor.kind + "' (executors: local, slurm)");
+  auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
+  auto t_load = std::chrono::steady_clock::now();
+  stage_hook("load");
+  auto source = load_source_model(m.model_onnx, m.model_config);
+  const std::string source_key = nlohmann::json::parse(source->metadata["source_key"]).get<std::string>();
+  spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
+  // Absolute: stage processes and jobs run elsewhere (Slurm's from the plan's folder).
+  const fs::path cache_root = fs::absolute(req.cache_root.empty() ? StageCache::default_root() : req.cache_root);
+  std::vector<std::string> backends;
+  for (const auto& t : targets) backends.push_back(t.second.name);
+  const BuildNeeds need = estimate_build(m, backends, *source, req.use_cache);
+  const bool cache_fits = fits_before_start(need, req, cache_root);
+  StageCache cache(cache_root, req.use_cache && cache_fits);
+  BuildSteps steps(m, registry, cache, cache_root, req.out_dir, assets, req.on_checkpoint);
+  steps.set_keys(source_key);
+  const nlohmann::json stamps = in_process ? nlohmann::json() : source_stamps(m.model_onnx, *source->graphs[0]);
+  auto prepared = steps.prepare(std::move(source));
+  // What a stage would refuse on this model is refused now, not after the stages before it.
+  if (auto errors = validate_stages(m, registry, *prepared); !errors.empty()) {
+    for (size_t i = 0; i < errors.size() - 1; ++i) spdlog::error("{}", errors[i].what());
+    throw errors.back();
+  }
+
+  fs::create_directories(req.out_dir);
+  remove_stale_build_dirs(req.out_dir);
+  // Every target is compiled and sealed aside first, then all are committed together: a
+  // failure at any target leaves every earlier package as it was.
+  std::vector<std::unique_ptr<TempDir>> stagings;
+  std::vector<StagedPackage> staged;
+  for (const auto& t : targets) {
+    stagings.push_back(std::make_unique<TempDir>(req.out_dir, "." + t.first + ".partial-"));
+    staged.push_back({stagings.back()->path(), req.out_dir / t.first});
+  }
+  BuildResult result;
+  if (in_process) {
+    nlohmann::json records = nlohmann::json::array();
+    auto ms = steps.model_after(steps.chain().size(), [&] { return std::move(prepared); }, records, stage_hook);
+    for (size_t t = 0; t < targets.size(); ++t) {
+      stage_hook("compile " + targets[t].first);
+      steps.compile(targets[t].first, targets[t].second, *ms, stagings[t]->path(), records);
+      stage_hook("seal " + targets[t].first);
+    }
+    result.checkpoints_loaded = steps.checkpoints_loaded();
+  } else {
+    prepared.reset();  // the stage processes load what they need
+    run_elsewhere(m, req, steps, targets, cache, cache_root, source_key, stamps, stagings, need.peak_memory);
   }
   stage_hook("commit");
   ir::check_mapped_files();
@@ -485,6 +674,72 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     result.packages.push_back(s.final_dir);
   }
   return result;
+}
+
+void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
+  const BuildPlan plan = BuildPlan::read(plan_path);
+  const PlannedStage& stage = plan.stage(stage_id);
+  if (hash_file(plan.manifest) != plan.manifest_hash)
+    throw std::runtime_error(plan.manifest.string() + " changed since the build was planned; start the build again");
+  for (const auto& f : plan.source_files) {
+    const std::string path = f.at("path");
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || st.st_size != f.at("size").get<int64_t>() ||
+        int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != f.at("mtime_ns").get<int64_t>())
+      throw std::runtime_error(path + " changed since the build was planned; start the build again");
+  }
+  manifest::Manifest m = manifest::parse_manifest(plan.manifest.string());
+  Registry registry;
+  if (auto errors = load_and_validate(m, registry); !errors.empty()) throw std::runtime_error(errors.front());
+  const auto targets = selected_targets(m, plan.target);
+  StageCache cache(plan.cache_root);
+  BuildSteps steps(m, registry, cache, plan.cache_root, plan.out_dir, decoder_assets(m, registry), {});
+  steps.set_keys(plan.source_key);
+  // The keys from this process's plugins, files and options must be the plan's: a plugin
+  // library or an asset replaced since then would make another build than the one planned.
+  const auto& chain = steps.chain();
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (i >= plan.stages.size() || plan.stages[i].id != chain[i].id || plan.stages[i].key != chain[i].key)
+      throw std::runtime_error("the inputs of stage '" + chain[i].label +
+                               "' (its plugin library, options or files) changed since the build was planned; start "
+                               "the build again");
+  auto source = [&] {
+    return steps.prepare(load_source_model(m.model_onnx, m.model_config, plan.source_key));
+  };
+  auto no_hook = [](const std::string&) {
+    if (cancel_flag()) throw Cancelled();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json result;
+  if (!stage.compile) {
+    nlohmann::json records = nlohmann::json::array();
+    auto ms = steps.model_after(stage.index, source, records, no_hook);
+    result = steps.run(stage.index, ms, no_hook);
+  } else {
+    // The chain's records as the stages that ran them left them.
+    nlohmann::json records = nlohmann::json::array();
+    for (const auto& s : chain) {
+      nlohmann::json r = read_stage_result(plan, s.id);
+      if (r.is_null()) throw std::runtime_error("stage '" + s.label + "' has no result: it has not finished");
+      r.erase("host");
+      r.erase("peak_rss_bytes");
+      records.push_back(std::move(r));
+    }
+    nlohmann::json ignored = nlohmann::json::array();
+    auto ms = steps.model_after(chain.size(), source, ignored, no_hook);
+    const fs::path staging = plan.staging.at(stage.target);
+    // A retried stage starts from an empty folder.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(staging, ec)) fs::remove_all(e.path());
+    steps.compile(stage.target, targets.at(stage.index).second, *ms, staging, records);
+    result = {{"kind", "compile"}, {"target", stage.target}, {"seconds", seconds_since(t0)}};
+  }
+  ir::check_mapped_files();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  result["host"] = host;
+  result["peak_rss_bytes"] = peak_rss_bytes();
+  write_stage_result(plan, stage.id, result);
 }
 
 }  // namespace nf::host

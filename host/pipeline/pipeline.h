@@ -9,6 +9,7 @@
 
 #include "ir/ir.h"
 #include "manifest/manifest.h"
+#include "pipeline/stage_graph.h"
 #include "registry/registry.h"
 
 namespace nf::host {
@@ -20,7 +21,10 @@ std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& regi
 // The source model as a model set of one graph named "model", with metadata "config"
 // (HF config.json, when given or found beside the model) and "source_key" (hash of the
 // model's bytes, the root of the stage-cache keys).
-std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path);
+// With `known_key` (a stage process of a planned build), the weights are not hashed again:
+// the key is taken as given (the plan checked the files' sizes and times).
+std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path,
+                                               const std::string& known_key = "");
 // The same graph and config, mapped and not read (no key): what `check` validates on.
 // `config_text` receives the config's bytes when there is one.
 std::unique_ptr<ir::ModelSet> map_source_model(const std::string& onnx_path, const std::string& config_path,
@@ -51,6 +55,9 @@ struct BuildRequest {
   std::function<void(const std::string& stage)> on_stage;
   // Called after a stage saves a checkpoint (name), e.g. to interrupt a build there.
   std::function<void(const std::string& stage, const std::string& name)> on_checkpoint;
+  // Where the stages run: "local" with one job is this process; more jobs, or "slurm", run
+  // them as a graph of stage processes sharing the stage cache (stage_graph.h).
+  ExecutorOptions executor;
 };
 
 struct BuildResult {
@@ -61,5 +68,10 @@ struct BuildResult {
 // Runs the build. Throws on any error (nothing half-written stays) and Cancelled when the
 // user interrupts.
 BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRequest& req);
+
+// `npuforge build-stage PLAN STAGE`: runs one stage of a planned build in this process and
+// leaves its result beside the plan (stage_graph.h). Throws when the manifest, the model or
+// a plugin changed since the plan was made.
+void run_planned_stage(const std::filesystem::path& plan, const std::string& stage_id);
 
 }  // namespace nf::host

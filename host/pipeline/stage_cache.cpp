@@ -91,6 +91,11 @@ std::unique_ptr<ir::ModelSet> StageCache::load(const std::string& key) const {
   }
 }
 
+bool StageCache::contains(const std::string& key) const {
+  std::error_code ec;
+  return enabled_ && fs::is_regular_file(root_ / "stages" / key / kEntryDigest, ec);
+}
+
 bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
   if (!enabled_) return false;
   try {

@@ -28,6 +28,8 @@ class StageCache {
   // The cached model set for `key`, or null (also when the entry fails verification: it is
   // then removed, with a warning).
   std::unique_ptr<ir::ModelSet> load(const std::string& key) const;
+  // Whether an entry for `key` is there (not verified: load() does that).
+  bool contains(const std::string& key) const;
   // Stores atomically; a failure to store only costs a warning (and returns false).
   bool store(const std::string& key, const ir::ModelSet& ms) const;
   bool enabled() const { return enabled_; }

@@ -3,6 +3,8 @@
 // The host must refuse or report each one with the file or plugin named, never crash.
 #include <npuforge/plugin.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace {
@@ -35,6 +37,14 @@ nf_status* apply(const char*, nf_model_set* ms, nf_context*) {
   const char* in[] = {g_host->graph_input(g, 0)};
   const char* out[] = {g_host->node_output(first, 0)};
   return g_host->graph_add_node(g, "Identity", "", "second_writer", in, 1, out, 1, nullptr);
+}
+#elif defined(NF_FAULT_CRASH_ONCE)
+// Dies the first time it runs: while the file $NF_FAULT_CRASH_ONCE is there (it removes it
+// first), as a stage killed by the kernel or a lost node would. Run again, it succeeds.
+nf_status* apply(const char* o, nf_model_set* ms, nf_context* c) {
+  const char* marker = std::getenv("NF_FAULT_CRASH_ONCE");
+  if (marker && std::remove(marker) == 0) std::abort();
+  return apply_ok(o, ms, c);
 }
 #else
 [[maybe_unused]] nf_status* apply(const char* o, nf_model_set* ms, nf_context* c) { return apply_ok(o, ms, c); }

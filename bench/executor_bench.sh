@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# executor_bench.sh — one model built for three targets (cpu, htp sm8750, aries) under each
+# executor (issue 19): `local` with 1 worker (the build in one process), `local` with 2 worker
+# processes, and `slurm` (the one-node cluster of scripts/slurm_cluster.sh, 2 CPUs). Each
+# executor starts from an empty stage cache (cold), then builds again on that cache (warm).
+# Prints one markdown row per build: wall seconds, stages run / cached, and the sha256 of each
+# package's artifacts, which must be equal across executors.
+#
+#   bash bench/executor_bench.sh [MODEL]     MODEL default llama-100m (tools/models/configs)
+#   BUILD=build WORK=/work/nf_executor (default)   EXECUTORS="local1 local2 slurm slurm-nodedown"
+#
+# slurm-nodedown: the slurm build, with the node set down (`scontrol update state=down`) while
+# the lpbq job runs: Slurm requeues that job, the driver waits, the build finishes; the stages
+# run counts each stage once if no finished work was lost.
+#
+# The manifest: lpbq (block 64, 8 x 128 calibration ids), arcl [1,128] x [4096], split (4),
+# mha2sha. The slurm rows need root (the script starts the cluster and stops it after).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+WORK=${WORK:-/work/nf_executor}
+NF=$BUILD/bin/npuforge
+PY=/usr/bin/python3
+MODEL=${1:-llama-100m}
+EXECUTORS=${EXECUTORS:-"local1 local2 slurm slurm-nodedown"}
+d=$WORK/$MODEL
+mkdir -p "$d"
+if [ ! -f "$d/model.onnx" ]; then
+  $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$MODEL.json" "$d" >&2
+fi
+if [ ! -f "$d/calib_ids.json" ]; then
+  vocab=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/config.json")
+  $PY -c 'import json,random,sys; r=random.Random(7); print(json.dumps([r.randrange(int(sys.argv[1])) for _ in range(1024)]))' \
+    "$vocab" > "$d/calib_ids.json"
+fi
+cat > "$d/three_targets.toml" <<'TOML'
+[model]
+onnx = "model.onnx"
+
+[calibration]
+ids = "calib_ids.json"
+num_samples = 8
+sequence_length = 128
+
+[[quant]]
+recipe = "lpbq"
+block_size = 64
+
+[[transform]]
+plugin = "arcl"
+arn = [1, 128]
+context_length = [4096]
+
+[[transform]]
+plugin = "split"
+num_splits = 4
+
+[[transform]]
+plugin = "mha2sha"
+
+[targets.cpu]
+backend = "cpu"
+
+[targets.htp]
+backend = "htp"
+chipset = "sm8750"
+
+[targets.aries]
+backend = "aries"
+TOML
+
+if [[ " $EXECUTORS " == *" slurm"* ]]; then
+  bash "$ROOT/scripts/slurm_cluster.sh" start
+  eval "$(bash "$ROOT/scripts/slurm_cluster.sh" env)"
+  trap 'bash "$ROOT/scripts/slurm_cluster.sh" stop' EXIT
+fi
+
+echo "| executor | cache | wall s | stages run | stages cached | cpu sha256 | htp sha256 | aries sha256 |"
+echo "|---|---|---|---|---|---|---|---|"
+for ex in $EXECUTORS; do
+  case $ex in
+    local1) args=(--executor local --jobs 1) ;;
+    local2) args=(--executor local --jobs 2) ;;
+    slurm | slurm-nodedown) args=(--executor slurm) ;;
+    *) echo "unknown executor $ex" >&2; exit 2 ;;
+  esac
+  cache=$d/cache-$ex
+  out=$d/out-$ex
+  rm -rf "$cache" "$out"
+  for pass in cold warm; do
+    start=$(date +%s.%N)
+    if [ "$ex" = slurm-nodedown ] && [ "$pass" = warm ]; then continue; fi
+    "$NF" build "$d/three_targets.toml" --out "$out" --cache-dir "$cache" "${args[@]}" > "$d/$ex-$pass.log" 2>&1 &
+    pid=$!
+    if [ "$ex" = slurm-nodedown ]; then
+      # Down the node once the lpbq job has run for 5 s, and back up (ReturnToService may
+      # already have brought it back).
+      until ls "$cache"/builds/*/logs/quant-0-lpbq-*.log >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
+      sleep 5
+      scontrol update nodename="$(hostname -s)" state=down reason=executor_bench
+      sleep 5
+      scontrol update nodename="$(hostname -s)" state=resume 2>/dev/null || true
+    fi
+    if ! wait $pid; then
+      echo "| $ex | $pass | failed: $(tail -1 "$d/$ex-$pass.log") | | | | | |"
+      continue
+    fi
+    end=$(date +%s.%N)
+    read -r run cached < <($PY -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]; c=sum(x["cached"] for x in s); print(len(s)-c, c)' "$out/htp/build_report.json")
+    shas=()
+    for t in cpu htp aries; do
+      shas+=("$(cd "$out/$t" && find artifacts -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)")
+    done
+    # stages run / cached: the quant and transform stages (the 3 compiles always run)
+    awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
+      'BEGIN {printf "| %s | %s | %.1f | %d + 3 compiles | %d | %s | %s | %s |\n", e, p, t - s, r, c, a, b, z}'
+  done
+done

@@ -1,0 +1,185 @@
+// `npuforge build --executor local|slurm --jobs N` through the real binary: a build's stages
+// run as separate processes (or Slurm jobs) that hand their results on through the stage
+// cache, and must make the packages a build in one process makes, byte for byte.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "cli/cli_support.h"
+
+namespace fs = std::filesystem;
+using namespace nf;
+
+namespace {
+
+const std::string kTiny = test::model_dir("tiny_llama");
+
+// tiny_llama: minmax W8A16 on 4 x 64 calibration tokens, arcl AR 1/32 x CL 256, and three
+// targets: 2 chain stages and 3 compiles.
+std::string manifest_text(const std::string& extra = "") {
+  return "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\ntokenizer = \"" + kTiny +
+         "/tokenizer.json\"\n\n[calibration]\ntext = \"" + kTiny +
+         "/calibration.txt\"\nnum_samples = 4\nsequence_length = 64\n\n"
+         "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 16\n\n"
+         "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n" +
+         extra +
+         "[targets.cpu]\nbackend = \"cpu\"\n\n[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n\n"
+         "[targets.aries]\nbackend = \"aries\"\n";
+}
+
+fs::path write_manifest(const std::string& name, const std::string& text) {
+  const fs::path dir = test::process_dir("executor") / name;
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.toml") << text;
+  return dir / "manifest.toml";
+}
+
+// `npuforge build` of `manifest` into <its folder>/out with the cache <its folder>/cache.
+test::CommandResult build(const fs::path& manifest, std::vector<std::string> args) {
+  const fs::path dir = manifest.parent_path();
+  std::vector<std::string> all{"build", manifest.string(), "--out", (dir / "out").string(), "--cache-dir",
+                               (dir / "cache").string()};
+  all.insert(all.end(), args.begin(), args.end());
+  return test::npuforge(all);
+}
+
+// Every file of a package but the two that record timings (package.json, build_report.json),
+// by relative path.
+std::map<std::string, std::string> package_files(const fs::path& pkg) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(pkg)) {
+    const std::string rel = fs::relative(e.path(), pkg).generic_string();
+    if (e.is_regular_file() && rel != "package.json" && rel != "build_report.json") files[rel] = test::slurp(e.path());
+  }
+  return files;
+}
+
+nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(test::slurp(p)); }
+
+void expect_same_packages(const fs::path& a, const fs::path& b) {
+  for (const char* target : {"cpu", "htp", "aries"}) {
+    SCOPED_TRACE(target);
+    const auto fa = package_files(a / target), fb = package_files(b / target);
+    ASSERT_FALSE(fa.empty());
+    EXPECT_EQ(fa.size(), fb.size());
+    for (const auto& [rel, bytes] : fa) {
+      auto it = fb.find(rel);
+      ASSERT_NE(it, fb.end()) << rel;
+      EXPECT_TRUE(it->second == bytes) << rel << " differs";
+    }
+    const auto ma = read_json(a / target / "package.json"), mb = read_json(b / target / "package.json");
+    for (const char* field : {"graphs", "metadata", "backend", "source"}) EXPECT_EQ(ma[field], mb[field]) << field;
+  }
+}
+
+// The build in one process every executor is compared with (made once).
+const fs::path& reference_out() {
+  static const fs::path out = [] {
+    const fs::path m = write_manifest("reference", manifest_text());
+    auto r = build(m, {"--jobs", "1", "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return m.parent_path() / "out";
+  }();
+  return out;
+}
+
+bool slurm_cluster_up() {
+  const char* conf = std::getenv("SLURM_CONF");
+  return conf && *conf && std::system("sinfo -h >/dev/null 2>&1") == 0;
+}
+
+std::string crash_once_plugin() { return std::string(NF_FAULT_PLUGIN_DIR) + "/crash_once"; }
+
+// A transform that dies the first time (while `marker` exists), before arcl.
+std::string crash_once_stage() {
+  return "[[transform]]\nplugin = \"bad_transform\"\n\n[plugins]\npaths = [\"" + crash_once_plugin() + "\"]\n\n";
+}
+
+TEST(LocalExecutor, TwoWorkersMakeTheSamePackagesAsOneProcessAndARerunIsCached) {
+  const fs::path m = write_manifest("local2", manifest_text());
+  auto r = build(m, {"--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("running 5 stage(s) on the local, 2 worker(s) executor"), std::string::npos) << r.err;
+  expect_same_packages(reference_out(), m.parent_path() / "out");
+  // The plan, results and logs of a finished build go.
+  EXPECT_TRUE(fs::is_empty(m.parent_path() / "cache" / "builds"));
+
+  // Again: both chain stages come from the cache, only the compiles run.
+  r = build(m, {"--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 of 2 stage(s) in the stage cache already"), std::string::npos) << r.err;
+  for (const auto& s : read_json(m.parent_path() / "out" / "htp" / "build_report.json")["stages"])
+    EXPECT_TRUE(s["cached"].get<bool>()) << s.dump();
+  expect_same_packages(reference_out(), m.parent_path() / "out");
+}
+
+TEST(LocalExecutor, ACrashedStageIsStartedAgain) {
+  const fs::path m = write_manifest("crash_retried", manifest_text(crash_once_stage()));
+  const fs::path marker = m.parent_path() / "crash-marker";
+  std::ofstream(marker) << "x";
+  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);
+  auto r = build(m, {"--jobs", "2", "--retries", "1"});
+  unsetenv("NF_FAULT_CRASH_ONCE");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("stage 'transform bad_transform' failed (killed by signal"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("starting it again (attempt 2 of 2)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(marker));
+  // bad_transform changes nothing: the packages are the reference's.
+  expect_same_packages(reference_out(), m.parent_path() / "out");
+}
+
+TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndAStalePlanIsRefused) {
+  const fs::path m = write_manifest("crash_fails", manifest_text(crash_once_stage()));
+  const fs::path marker = m.parent_path() / "crash-marker";
+  std::ofstream(marker) << "x";
+  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);
+  auto r = build(m, {"--jobs", "2", "--retries", "0"});
+  unsetenv("NF_FAULT_CRASH_ONCE");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string expect = "stage 'transform bad_transform' failed 1 time(s), last: killed by signal";
+  ASSERT_NE(r.err.find(expect), std::string::npos) << r.err;
+  // The log it names is there, and says how the stage began.
+  const size_t at = r.err.find("its log: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const fs::path log = r.err.substr(at + 9, r.err.find('\n', at) - at - 9);
+  EXPECT_TRUE(fs::is_regular_file(log)) << log;
+  // Nothing half-made in the output folder.
+  if (fs::exists(m.parent_path() / "out"))
+    for (const auto& e : fs::directory_iterator(m.parent_path() / "out")) ADD_FAILURE() << "left behind: " << e.path();
+
+  // The failed build's plan stays with its logs; once the manifest changes, a stage of it is refused.
+  const fs::path plan = log.parent_path().parent_path() / "plan.json";
+  ASSERT_TRUE(fs::is_regular_file(plan));
+  std::ofstream(m, std::ios::app) << "# edited\n";
+  auto stale = test::npuforge({"build-stage", plan.string(), "transform-2-arcl"});
+  EXPECT_EQ(stale.exit_code, 1);
+  EXPECT_NE(stale.err.find("changed since the build was planned"), std::string::npos) << stale.err;
+}
+
+TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
+  const fs::path m = write_manifest("no_cache", manifest_text());
+  auto r = build(m, {"--jobs", "2", "--no-cache"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--no-cache"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(m.parent_path() / "out" / "cpu"));
+}
+
+TEST(SlurmExecutor, MakesTheSamePackagesAsOneProcessAndRetriesACrashedJob) {
+  if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
+  const fs::path m = write_manifest("slurm", manifest_text(crash_once_stage()));
+  const fs::path marker = m.parent_path() / "crash-marker";
+  std::ofstream(marker) << "x";
+  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);  // sbatch passes the environment on
+  auto r = build(m, {"--executor", "slurm", "--retries", "1"});
+  unsetenv("NF_FAULT_CRASH_ONCE");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("on the slurm executor"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stage 'transform bad_transform' failed (Slurm job"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(marker));
+  expect_same_packages(reference_out(), m.parent_path() / "out");
+}
+
+}  // namespace
