@@ -93,7 +93,7 @@ bool slurm_cluster_up() {
 
 std::string crash_once_plugin() { return std::string(NF_FAULT_PLUGIN_DIR) + "/crash_once"; }
 
-// A transform that dies the first time (while `marker` exists), before arcl.
+// A transform after arcl that dies the first time it runs (while the marker file exists).
 std::string crash_once_stage() {
   return "[[transform]]\nplugin = \"bad_transform\"\n\n[plugins]\npaths = [\"" + crash_once_plugin() + "\"]\n\n";
 }
@@ -154,7 +154,7 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndAStalePlanIs
   const fs::path plan = log.parent_path().parent_path() / "plan.json";
   ASSERT_TRUE(fs::is_regular_file(plan));
   std::ofstream(m, std::ios::app) << "# edited\n";
-  auto stale = test::npuforge({"build-stage", plan.string(), "transform-2-arcl"});
+  auto stale = test::npuforge({"build-stage", plan.string(), "transform-1-arcl"});
   EXPECT_EQ(stale.exit_code, 1);
   EXPECT_NE(stale.err.find("changed since the build was planned"), std::string::npos) << stale.err;
 }
