@@ -70,9 +70,9 @@ backend = "aries"
 TOML
 
 if [[ " $EXECUTORS " == *" slurm"* ]]; then
+  bash "$ROOT/scripts/slurm_cluster.sh" running || trap 'bash "$ROOT/scripts/slurm_cluster.sh" stop' EXIT
   bash "$ROOT/scripts/slurm_cluster.sh" start
   eval "$(bash "$ROOT/scripts/slurm_cluster.sh" env)"
-  trap 'bash "$ROOT/scripts/slurm_cluster.sh" stop' EXIT
 fi
 
 echo "| executor | cache | wall s | stages run | stages cached | cpu sha256 | htp sha256 | aries sha256 |"

@@ -5,7 +5,7 @@
 #
 #   bash scripts/slurm_cluster.sh start    # munged, slurmctld and slurmd; waits for the node
 #   bash scripts/slurm_cluster.sh stop     # stops the daemons it started
-#   bash scripts/slurm_cluster.sh status
+#   bash scripts/slurm_cluster.sh status   # sinfo; `running` exits 0 when it is up
 #   eval "$(bash scripts/slurm_cluster.sh env)"   # SLURM_CONF for sbatch, squeue, scontrol
 #
 # Everything lives in $NPUFORGE_SLURM_DIR (default /tmp/npuforge-slurm): slurm.conf, state,
@@ -64,7 +64,7 @@ CONF
 
 start() {
   need_root
-  if [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
+  if running; then
     echo "slurm_cluster.sh: already running ($CONF)" >&2
     return 0
   fi
@@ -110,10 +110,13 @@ stop() {
   rm -rf "$DIR/state" "$DIR/spool"
 }
 
+running() { [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; }
+
 case ${1:-} in
   start) start ;;
+  running) running ;;
   stop) stop ;;
   status) SLURM_CONF=$CONF sinfo -N ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: bash scripts/slurm_cluster.sh start|stop|status|env" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/slurm_cluster.sh start|stop|status|running|env" >&2; exit 2 ;;
 esac

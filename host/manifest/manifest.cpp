@@ -296,7 +296,7 @@ class Parser {
     b.where = at(t);
     if (auto e = get_string(t, "executor", "[build]", false, "")) {
       if (*e != "local" && *e != "slurm")
-        fail(at(key_of(t, "executor")), "\"executor\" in [build] must be \"local\" or \"slurm\", got " + quote(*e));
+        fail(at(key_of(t, "executor")), "'executor' in [build] must be 'local' or 'slurm', got " + quote(*e));
       b.executor = *e;
     }
     b.jobs = get_positive_int(t, "jobs", "[build]", b.jobs);

@@ -273,13 +273,32 @@ TEST(Manifest, DuplicateTargetNames) {
 TEST(Manifest, UnknownTopLevelTableSuggests) {
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n\n[target.htp]\nbackend = \"htp\"\n"),
             "manifest.toml:4:2: unknown table 'target'; did you mean 'targets'? "
-            "(known: model, calibration, quant, transform, targets, speculative, plugins)");
+            "(known: model, calibration, quant, transform, targets, speculative, plugins, build)");
   EXPECT_EQ(parse_error("[[transforms]]\nplugin = \"arcl\"\n"),
             "manifest.toml:1:3: unknown table 'transforms'; did you mean 'transform'? "
-            "(known: model, calibration, quant, transform, targets, speculative, plugins)");
+            "(known: model, calibration, quant, transform, targets, speculative, plugins, build)");
   EXPECT_EQ(parse_error("name = 1\n"),
             "manifest.toml:1:1: unknown key 'name' (known: model, calibration, quant, transform, targets, speculative, "
-            "plugins)");
+            "plugins, build)");
+}
+
+TEST(Manifest, BuildTableChoosesTheExecutor) {
+  const std::string head = "[model]\nonnx = \"m\"\n[targets.cpu]\nbackend = \"cpu\"\n";
+  auto m = parse_manifest_string(head + "[build]\nexecutor = \"slurm\"\nretries = 0\nsbatch_args = [\"--partition=cpu\"]\n",
+                                 "manifest.toml");
+  EXPECT_EQ(m.build.executor, "slurm");
+  EXPECT_EQ(m.build.jobs, 1);
+  EXPECT_EQ(m.build.retries, 0);
+  EXPECT_EQ(m.build.sbatch_args, std::vector<std::string>{"--partition=cpu"});
+  EXPECT_EQ(parse_manifest_string(head, "manifest.toml").build.executor, "local");
+  EXPECT_EQ(parse_error(head + "[build]\nexecutor = \"kubernetes\"\n"),
+            "manifest.toml:6:1: 'executor' in [build] must be 'local' or 'slurm', got 'kubernetes'");
+  EXPECT_EQ(parse_error(head + "[build]\njobs = 0\n"),
+            "manifest.toml:6:1: 'jobs' in [build] must be between 1 and 2147483647, got 0");
+  EXPECT_EQ(parse_error(head + "[build]\nretries = -1\n"),
+            "manifest.toml:6:1: 'retries' in [build] must be an integer from 0 to 100, got -1");
+  EXPECT_EQ(parse_error(head + "[build]\nworkers = 2\n"),
+            "manifest.toml:6:1: unknown key 'workers' in [build] (known: executor, jobs, retries, sbatch_args)");
 }
 
 TEST(Manifest, UnknownKeyInHostTablesSuggests) {
