@@ -74,7 +74,7 @@ start() {
   [ -f /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key
   install -d -o munge -g munge -m 0755 /run/munge
   install -d -o munge -g munge -m 0700 "$DIR/munge"
-  if ! pgrep -x munged >/dev/null; then
+  if ! munge -n >/dev/null 2>&1; then  # no munged answering yet
     runuser -u munge -- munged --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
       --seed-file="$DIR/munge/munged.seed"
     touch "$DIR/started-munged"
@@ -89,6 +89,7 @@ start() {
     sleep 1
   done
   echo "slurm_cluster.sh: the node did not come up in 60 s; see $DIR/slurmctld.log and $DIR/slurmd.log" >&2
+  stop
   exit 1
 }
 
@@ -103,7 +104,9 @@ stop() {
     fi
   done
   if [ -f "$DIR/started-munged" ] && [ -f "$DIR/munge/munged.pid" ]; then
-    kill "$(cat "$DIR/munge/munged.pid")" 2>/dev/null || true
+    pid=$(cat "$DIR/munge/munged.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     rm -f "$DIR/started-munged"
   fi
   # The job state of this throwaway cluster goes with it (a later start begins empty).
