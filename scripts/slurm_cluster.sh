@@ -100,6 +100,7 @@ stop() {
       pid=$(cat "$DIR/$d.pid")
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true  # a daemon stuck on a dead peer does not stop on TERM
       rm -f "$DIR/$d.pid"
     fi
   done
