@@ -79,7 +79,9 @@ void add_build(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   cmd->add_option("--retries", retries, "Times a failed stage process or job is started again (default: [build] retries, else 2)")
       ->check(CLI::Range(0, 100));
-  cmd->add_option("--sbatch-arg", sbatch_args, "slurm: an argument for every sbatch, e.g. --sbatch-arg=--partition=cpu (repeatable)");
+  cmd->add_option("--sbatch-arg", sbatch_args, "slurm: an argument for every sbatch, e.g. --sbatch-arg=--partition=cpu (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--json", json,
                 "One JSON object on stdout: ok, seconds, and per package its path, backend, graphs, stages, files "
                 "and bytes (or the errors)");

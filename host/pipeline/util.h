@@ -55,6 +55,8 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   int last_permille_ = -1;
   double last_line_ = 0;
+  uint64_t last_done_ = 0;
+  double phase_start_ = 0;  // seconds after start_ when the current phase began
   bool drawn_ = false;
 };
 

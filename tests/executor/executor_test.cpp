@@ -98,6 +98,19 @@ std::string crash_once_stage() {
   return "[[transform]]\nplugin = \"bad_transform\"\n\n[plugins]\npaths = [\"" + crash_once_plugin() + "\"]\n\n";
 }
 
+// Builds `m` (with crash_once_stage) while a marker file tells that stage to die once; the
+// marker is gone once the stage ran (the variable reaches the stage processes, and Slurm's
+// jobs, through the environment).
+test::CommandResult build_crashing_once(const fs::path& m, const std::vector<std::string>& args) {
+  const fs::path marker = m.parent_path() / "crash-marker";
+  std::ofstream(marker) << "x";
+  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);
+  auto r = build(m, args);
+  unsetenv("NF_FAULT_CRASH_ONCE");
+  EXPECT_FALSE(fs::exists(marker));
+  return r;
+}
+
 TEST(LocalExecutor, TwoWorkersMakeTheSamePackagesAsOneProcessAndARerunIsCached) {
   const fs::path m = write_manifest("local2", manifest_text());
   auto r = build(m, {"--jobs", "2"});
@@ -118,26 +131,17 @@ TEST(LocalExecutor, TwoWorkersMakeTheSamePackagesAsOneProcessAndARerunIsCached) 
 
 TEST(LocalExecutor, ACrashedStageIsStartedAgain) {
   const fs::path m = write_manifest("crash_retried", manifest_text(crash_once_stage()));
-  const fs::path marker = m.parent_path() / "crash-marker";
-  std::ofstream(marker) << "x";
-  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);
-  auto r = build(m, {"--jobs", "2", "--retries", "1"});
-  unsetenv("NF_FAULT_CRASH_ONCE");
+  auto r = build_crashing_once(m, {"--jobs", "2", "--retries", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("stage 'transform bad_transform' failed (killed by signal"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("starting it again (attempt 2 of 2)"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(marker));
   // bad_transform changes nothing: the packages are the reference's.
   expect_same_packages(reference_out(), m.parent_path() / "out");
 }
 
 TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndAStalePlanIsRefused) {
   const fs::path m = write_manifest("crash_fails", manifest_text(crash_once_stage()));
-  const fs::path marker = m.parent_path() / "crash-marker";
-  std::ofstream(marker) << "x";
-  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);
-  auto r = build(m, {"--jobs", "2", "--retries", "0"});
-  unsetenv("NF_FAULT_CRASH_ONCE");
+  auto r = build_crashing_once(m, {"--jobs", "2", "--retries", "0"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const std::string expect = "stage 'transform bad_transform' failed 1 time(s), last: killed by signal";
   ASSERT_NE(r.err.find(expect), std::string::npos) << r.err;
@@ -170,15 +174,10 @@ TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
 TEST(SlurmExecutor, MakesTheSamePackagesAsOneProcessAndRetriesACrashedJob) {
   if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
   const fs::path m = write_manifest("slurm", manifest_text(crash_once_stage()));
-  const fs::path marker = m.parent_path() / "crash-marker";
-  std::ofstream(marker) << "x";
-  setenv("NF_FAULT_CRASH_ONCE", marker.c_str(), 1);  // sbatch passes the environment on
-  auto r = build(m, {"--executor", "slurm", "--retries", "1"});
-  unsetenv("NF_FAULT_CRASH_ONCE");
+  auto r = build_crashing_once(m, {"--executor", "slurm", "--retries", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("on the slurm executor"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("stage 'transform bad_transform' failed (Slurm job"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(marker));
   expect_same_packages(reference_out(), m.parent_path() / "out");
 }
 
