@@ -8,13 +8,14 @@
 #
 #   bash bench/executor_bench.sh [MODEL]     MODEL default llama-100m (tools/models/configs)
 #   BUILD=build WORK=/work/nf_executor (default)   EXECUTORS="local1 local2 slurm slurm-nodedown"
+#   SHORT=1: arcl only after lpbq (fewer stage-cache entries: at 1B each is ~5 GB of disk)
 #
 # slurm-nodedown: the slurm build, with the node set down (`scontrol update state=down`) while
 # the lpbq job runs: Slurm requeues that job, the driver waits, the build finishes; the stages
 # run counts each stage once if no finished work was lost.
 #
 # The manifest: lpbq (block 64, 8 x 128 calibration ids), arcl [1,128] x [4096], split (4),
-# mha2sha. The slurm rows need root (the script starts the cluster and stops it after).
+# mha2sha. Each executor's cache and packages are removed after its rows (disk). The slurm rows need root (the script starts the cluster and stops it after).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -23,6 +24,7 @@ NF=$BUILD/bin/npuforge
 PY=/usr/bin/python3
 MODEL=${1:-llama-100m}
 EXECUTORS=${EXECUTORS:-"local1 local2 slurm slurm-nodedown"}
+SHORT=${SHORT:-0}
 d=$WORK/$MODEL
 mkdir -p "$d"
 if [ ! -f "$d/model.onnx" ]; then
@@ -33,7 +35,7 @@ if [ ! -f "$d/calib_ids.json" ]; then
   $PY -c 'import json,random,sys; r=random.Random(7); print(json.dumps([r.randrange(int(sys.argv[1])) for _ in range(1024)]))' \
     "$vocab" > "$d/calib_ids.json"
 fi
-cat > "$d/three_targets.toml" <<'TOML'
+cat > "$d/three_targets.toml" <<TOML
 [model]
 onnx = "model.onnx"
 
@@ -50,13 +52,7 @@ block_size = 64
 plugin = "arcl"
 arn = [1, 128]
 context_length = [4096]
-
-[[transform]]
-plugin = "split"
-num_splits = 4
-
-[[transform]]
-plugin = "mha2sha"
+$(if [ "$SHORT" != 1 ]; then printf '\n[[transform]]\nplugin = "split"\nnum_splits = 4\n\n[[transform]]\nplugin = "mha2sha"\n'; fi)
 
 [targets.cpu]
 backend = "cpu"
@@ -115,4 +111,5 @@ for ex in $EXECUTORS; do
     awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
       'BEGIN {printf "| %s | %s | %.1f | %d + 3 compiles | %d | %s | %s | %s |\n", e, p, t - s, r, c, a, b, z}'
   done
+  rm -rf "$cache" "$out"
 done

@@ -21,6 +21,8 @@ constexpr uint64_t kManifestMax = 4 * kMiB;     // manifest.toml
 constexpr uint64_t kJsonMax = 64 * kMiB;        // config.json, package.json, assets.json, ...
 constexpr uint64_t kTokenizerMax = 512 * kMiB;  // tokenizer.json (multilingual ones reach ~35 MB)
 constexpr uint64_t kTextMax = 4096 * kMiB;      // calibration and evaluation text
+// A model set's encodings.json (AIMET text; per-block scales make it ~200 MB at 1B, ~1.5 GB at 8B).
+constexpr uint64_t kEncodingsMax = 4096 * kMiB;
 
 // The bytes of the regular file `path`. Throws std::runtime_error "<path>: <why>" when it
 // is missing, not a regular file, or larger than `max_bytes`; `what` names the file's role

@@ -29,8 +29,8 @@ bool safe_file_stem(const std::string& s) {
   return true;
 }
 
-json read_json(const fs::path& p) {
-  std::string text = nf::host::read_regular_file(p, nf::host::kJsonMax, "JSON file");
+json read_json(const fs::path& p, uint64_t max_bytes = nf::host::kJsonMax) {
+  std::string text = nf::host::read_regular_file(p, max_bytes, "JSON file");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -345,7 +345,9 @@ std::unique_ptr<ir::ModelSet> load_model_set(const std::string& dir) {
   }
   fs::path enc = root / "encodings.json";
   if (fs::exists(enc, ec)) {
-    json ej = read_json(enc);
+    // Parsed whole (about 2.5x the text at its peak, freed before the next stage): a
+    // reader that fills the encodings as it goes is what an 8B's 1.5 GB would want.
+    json ej = read_json(enc, nf::host::kEncodingsMax);
     try {
       encodings_from_json(ej, *ms);
     } catch (const ModelError& e) {
