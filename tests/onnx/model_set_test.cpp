@@ -120,6 +120,28 @@ TEST(ModelSet, ClonesShareOneCopyOfWeights) {
   EXPECT_EQ(fs::file_size(d2.path / "again/weights.bin"), size);
 }
 
+// A 1B model's per-block LPBQ scales make encodings.json ~200 MB: past the 64 MiB cap of
+// other JSON files, a model set holding them could not be read back (a cached lpbq stage, an
+// aries compile's source, a cpu package of a 1B). This one writes ~100 MB of them.
+TEST(ModelSet, EncodingsLargerThanAJsonFileAreReadBack) {
+  TempDir d;
+  auto ms = two_variants();
+  const size_t n = size_t{6} << 20;
+  std::vector<float> scale(n);
+  std::vector<int32_t> offset(n, -8);
+  for (size_t i = 0; i < n; ++i) scale[i] = 1e-3f * static_cast<float>(i % 997 + 1) / 3.0f;
+  auto blk = make_enc(NF_ENC_PER_BLOCK, scale, offset, 4);
+  blk.view.block_size = 64;
+  blk.view.axis = 1;
+  blk.view.block_axis = 0;
+  ms->encodings["onnx::MatMul_535"] = blk;
+  save_model_set(*ms, d.path.string());
+  ASSERT_GT(fs::file_size(d.path / "encodings.json"), uint64_t{64} << 20);
+  auto back = load_model_set(d.path.string());
+  ASSERT_EQ(back->encodings.count("onnx::MatMul_535"), 1u);
+  EXPECT_TRUE(same_encoding(back->encodings.at("onnx::MatMul_535"), blk));
+}
+
 TEST(ModelSet, NoEncodingsNoFile) {
   TempDir d;
   auto ms = two_variants();
