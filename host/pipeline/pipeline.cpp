@@ -480,6 +480,8 @@ class BuildSteps {
   }
 
   size_t checkpoints_loaded() const { return checkpoints_loaded_; }
+  // The record of chain stage i when its output is in the cache already.
+  nlohmann::json cached_record(size_t i) const { return record(chain_[i], 0, true); }
 
  private:
   void add(nf_plugin_kind kind, const manifest::PluginUse& use) {
@@ -711,7 +713,9 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json result;
-  if (!stage.compile) {
+  if (!stage.compile && cache.contains(stage.key)) {
+    result = steps.cached_record(stage.index);  // run again after it finished: a cache hit
+  } else if (!stage.compile) {
     nlohmann::json records = nlohmann::json::array();
     auto ms = steps.model_after(stage.index, source, records, no_hook);
     result = steps.run(stage.index, ms, no_hook);

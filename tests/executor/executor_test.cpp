@@ -139,7 +139,7 @@ TEST(LocalExecutor, ACrashedStageIsStartedAgain) {
   expect_same_packages(reference_out(), m.parent_path() / "out");
 }
 
-TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndAStalePlanIsRefused) {
+TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndItsPlanIsKept) {
   const fs::path m = write_manifest("crash_fails", manifest_text(crash_once_stage()));
   auto r = build_crashing_once(m, {"--jobs", "2", "--retries", "0"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -157,6 +157,10 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndAStalePlanIs
   // The failed build's plan stays with its logs; once the manifest changes, a stage of it is refused.
   const fs::path plan = log.parent_path().parent_path() / "plan.json";
   ASSERT_TRUE(fs::is_regular_file(plan));
+  // A stage that finished, run again, is a cache hit.
+  auto again = test::npuforge({"build-stage", plan.string(), "quant-0-minmax"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(read_json(plan.parent_path() / "results" / "quant-0-minmax.json")["cached"].get<bool>());
   std::ofstream(m, std::ios::app) << "# edited\n";
   auto stale = test::npuforge({"build-stage", plan.string(), "transform-1-arcl"});
   EXPECT_EQ(stale.exit_code, 1);
