@@ -179,11 +179,4 @@ std::unique_ptr<Executor> make_slurm_executor(const ExecutorOptions& options, co
   return std::make_unique<SlurmExecutor>(options, program);
 }
 
-std::unique_ptr<Executor> make_executor(const ExecutorOptions& options) {
-  const fs::path program = options.program.empty() ? fs::read_symlink("/proc/self/exe") : options.program;
-  if (options.kind == "local") return make_local_executor(options.jobs, program);
-  if (options.kind == "slurm") return make_slurm_executor(options, program);
-  throw std::runtime_error("unknown executor '" + options.kind + "' (executors: local, slurm)");
-}
-
 }  // namespace nf::host

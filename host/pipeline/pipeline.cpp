@@ -263,19 +263,22 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   auto ms = map_source_model(onnx_path, config_path, &config_text);
   ir::Graph& g = *ms->graphs[0];
 
+  if (!known_key.empty()) {
+    tie_lm_head(g);
+    ms->metadata["source_key"] = nlohmann::json(known_key).dump();
+    return ms;
+  }
   // The cache key of the source: the .onnx bytes and every external-data file it maps.
-  std::string key = known_key.empty() ? hash_file(onnx_path) : "";
-  if (known_key.empty())
-    for (const ir::MappedFile* mf : mapped_files(g))
-      key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
+  std::string key = hash_file(onnx_path);
+  for (const ir::MappedFile* mf : mapped_files(g))
+    key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   // Cached stages of a build from before this step must not be replayed: the key says so.
   if (std::string copy = tie_lm_head(g); !copy.empty()) {
-    if (known_key.empty())
-      spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
     key += hash_string("tie_lm_head " + copy);
   }
   if (ms->metadata.count("config")) key += hash_string(config_text);
-  ms->metadata["source_key"] = nlohmann::json(known_key.empty() ? hash_string(key) : known_key).dump();
+  ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
   return ms;
 }
 
@@ -529,16 +532,24 @@ std::vector<std::pair<std::string, manifest::PluginUse>> selected_targets(const 
   return targets;
 }
 
-// Size and modification time of the source files: a stage process refuses a model that
-// changed since the build was planned (hashing it again would cost as much as the stage).
+// {path, size, mtime_ns} of a file, null when it cannot be stat'ed: a stage process refuses
+// a model whose stamps changed since the build was planned (hashing it again would cost as
+// much as the stage).
+nlohmann::json file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return nullptr;
+  return {{"path", path}, {"size", st.st_size}, {"mtime_ns", int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec}};
+}
+
+// The stamps of the .onnx and of every file its weights are mapped from.
 nlohmann::json source_stamps(const std::string& onnx, const ir::Graph& g) {
-  nlohmann::json files = nlohmann::json::array();
   std::vector<std::string> paths{fs::absolute(onnx).string()};
   for (const ir::MappedFile* mf : mapped_files(g)) paths.push_back(fs::absolute(mf->path()).string());
+  nlohmann::json files = nlohmann::json::array();
   for (const auto& p : paths) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) throw std::runtime_error(p + ": " + std::strerror(errno));
-    files.push_back({{"path", p}, {"size", st.st_size}, {"mtime_ns", int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}});
+    nlohmann::json stamp = file_stamp(p);
+    if (stamp.is_null()) throw std::runtime_error(p + ": " + std::strerror(errno));
+    files.push_back(std::move(stamp));
   }
   return files;
 }
@@ -582,10 +593,7 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   // verified when the next stage loads it, and made again there if it is damaged).
   for (size_t c = chain.size(); c > 0; --c)
     if (cache.contains(chain[c - 1].key)) {
-      for (size_t i = 0; i < c; ++i)
-        write_stage_result(plan, chain[i].id, {{"kind", kind_name(chain[i].kind)}, {"name", chain[i].plugin->name},
-                                               {"version", chain[i].plugin->version}, {"options", chain[i].use->options},
-                                               {"seconds", 0.0}, {"cached", true}, {"key", chain[i].key}});
+      for (size_t i = 0; i < c; ++i) write_stage_result(plan, chain[i].id, steps.cached_record(i));
       spdlog::info("{} of {} stage(s) in the stage cache already", c, chain.size());
       break;
     }
@@ -683,13 +691,9 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   const PlannedStage& stage = plan.stage(stage_id);
   if (hash_file(plan.manifest) != plan.manifest_hash)
     throw std::runtime_error(plan.manifest.string() + " changed since the build was planned; start the build again");
-  for (const auto& f : plan.source_files) {
-    const std::string path = f.at("path");
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || st.st_size != f.at("size").get<int64_t>() ||
-        int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != f.at("mtime_ns").get<int64_t>())
-      throw std::runtime_error(path + " changed since the build was planned; start the build again");
-  }
+  for (const auto& f : plan.source_files)
+    if (file_stamp(f.at("path").get<std::string>()) != f)
+      throw std::runtime_error(f.at("path").get<std::string>() + " changed since the build was planned; start the build again");
   manifest::Manifest m = manifest::parse_manifest(plan.manifest.string());
   Registry registry;
   if (auto errors = load_and_validate(m, registry); !errors.empty()) throw std::runtime_error(errors.front());

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "pipeline/executors.h"
 #include "pipeline/util.h"
 
 namespace fs = std::filesystem;
@@ -77,6 +78,13 @@ nlohmann::json read_stage_result(const BuildPlan& plan, const std::string& id) {
   std::error_code ec;
   if (!fs::is_regular_file(plan.result_path(id), ec)) return nullptr;
   return nlohmann::json::parse(read_regular_file(plan.result_path(id), kJsonMax, "stage result"), nullptr, false);
+}
+
+std::unique_ptr<Executor> make_executor(const ExecutorOptions& options) {
+  const fs::path program = options.program.empty() ? fs::read_symlink("/proc/self/exe") : options.program;
+  if (options.kind == "local") return make_local_executor(options.jobs, program);
+  if (options.kind == "slurm") return make_slurm_executor(options, program);
+  throw std::runtime_error("unknown executor '" + options.kind + "' (executors: local, slurm)");
 }
 
 std::vector<std::string> Executor::submit_all(const BuildPlan& plan, const std::vector<const PlannedStage*>& stages,
