@@ -91,6 +91,31 @@ TEST_P(Linear, F32ViewsInPlace) {
   EXPECT_EQ(next, static_cast<size_t>(K * N) * 4);
 }
 
+// A streamed [K, N] weight larger than four 64 MiB blocks (an untied LM head) is multiplied by
+// column blocks copied out of it, each group of rows handed back as it is read: the same bits as
+// one sgemm over the whole weight, and after each block the whole weight is handed back.
+TEST(LinearStreaming, WideKnViewByColumnBlocksEqualsOneGemm) {
+  const int64_t K = 256, N = 300000, M = 3;  // 307 MB: five blocks of 65536 columns
+  auto w = randn(K * N, 19);
+  auto x = randn(M * K, 20);
+  std::vector<float> expect(M * N), got(M * N);
+  linear(x.data(), M, view_f32_kn(w.data(), K, N, nullptr), nullptr, expect.data(), 2);
+  PackedWeight streamed = view_f32_kn(w.data(), K, N, nullptr);
+  const size_t row_bytes = static_cast<size_t>(N) * 4, all = row_bytes * K;
+  std::vector<int> times_released(K, 0);
+  int whole = 0;
+  streamed.release_rows = [&](size_t offset, size_t bytes) {
+    ASSERT_LE(offset + bytes, all);
+    if (offset == 0 && bytes == all) return void(++whole);
+    ASSERT_EQ(offset % row_bytes, 0u);
+    for (size_t k = offset / row_bytes; k < (offset + bytes) / row_bytes; ++k) ++times_released[k];
+  };
+  linear(x.data(), M, streamed, nullptr, got.data(), 2);
+  EXPECT_TRUE(got == expect) << "the streamed product differs from one sgemm";
+  EXPECT_EQ(whole, 5);
+  for (int64_t k = 0; k < K; ++k) ASSERT_EQ(times_released[k], 5) << "row " << k;
+}
+
 TEST_P(Linear, Int8PerChannelAndBlockwise) {
   for (auto [M, K, N] : kCases) {
     auto w = randn(K * N, 12);

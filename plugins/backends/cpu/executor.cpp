@@ -223,7 +223,7 @@ void GraphPlan::pack_weights(ModelSet ms, Graph g, PackCache* cache) {
       if (Tensor source = wname.empty() ? Tensor() : g.initializer(wname)) {
         if (!packed.f32_view)
           source.drop_pages(0, source.nbytes());  // runs read the packed copy: the mapped pages can go
-        else if (opts_.stream_weights && !packed.view_kn)
+        else if (opts_.stream_weights)
           packed.release_rows = [source](size_t offset, size_t n) { source.drop_pages(offset, n); };
       }
       st->w = std::make_shared<const k::PackedWeight>(std::move(packed));

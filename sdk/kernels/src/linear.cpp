@@ -201,12 +201,44 @@ std::vector<float> dequantize(const PackedWeight& p) {
   return w;
 }
 
+// Column blocks of a streamed [K, N] weight; weights up to 4 blocks are read in place (a
+// layer's weights go with their calibration segment), the copying is for the LM head.
+constexpr int64_t kStreamBlockBytes = int64_t{64} << 20;
+
+// A streamed weight stored [K, N] (an untied LM head as exporters write it): multiplied by
+// blocks of ~64 MiB of output columns, each copied out row by row. Reading the block in place
+// would leave every row of the weight resident: the kernel maps a file's page cache a large
+// folio (~1 MB, about two rows of a 128k-vocabulary head) per fault, so a 16 KB stretch of each
+// row maps the whole table. Copying lets each group of rows go as soon as it is read. The
+// product is the one sgemm computes on the whole matrix, bit for bit (columns are independent).
+void linear_kn_streamed(const float* x, int64_t M, const PackedWeight& w, float* y) {
+  const int64_t K = w.K, N = w.N;
+  const int64_t cols = std::min(N, std::max<int64_t>(256, kStreamBlockBytes / (K * 4)));
+  const int64_t rows_per_release = std::max<int64_t>(1, (int64_t{32} << 20) / (N * 4));
+  std::vector<float> block(static_cast<size_t>(K * cols));
+  for (int64_t n0 = 0; n0 < N; n0 += cols) {
+    const int64_t nt = std::min(cols, N - n0);
+    for (int64_t k0 = 0; k0 < K; k0 += rows_per_release) {
+      const int64_t k1 = std::min(K, k0 + rows_per_release);
+      for (int64_t k = k0; k < k1; ++k)
+        std::copy_n(w.f32_view + k * N + n0, nt, block.data() + k * nt);
+      w.release_rows(static_cast<size_t>(k0 * N) * 4, static_cast<size_t>((k1 - k0) * N) * 4);
+    }
+    // A fault near a group's start maps the end of the group before it again: let all go.
+    w.release_rows(0, static_cast<size_t>(K * N) * 4);
+    sgemm_block(x, block.data(), y + n0, M, nt, K, false, nt, N);
+  }
+}
+
 void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int threads) {
   const int64_t K = w.K, N = w.N;
   if (M <= 0) return;
   const bool simd = using_simd();
   if (w.view_kn) {
-    sgemm(x, w.f32_view, y, M, N, K, false);
+    if (w.release_rows && K * N * 4 > 4 * kStreamBlockBytes)
+      linear_kn_streamed(x, M, w, y);
+    else
+      sgemm(x, w.f32_view, y, M, N, K, false);
     add_bias(y, M, N, bias);
     return;
   }
@@ -248,7 +280,7 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     const int64_t rows = std::max<int64_t>(1, (int64_t{32} << 20) / (K * 4));
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
       const int64_t nt = std::min(rows, N - n0);
-      sgemm_ldc(x, w.f32_view + n0 * K, y + n0, M, nt, K, true, N);
+      sgemm_block(x, w.f32_view + n0 * K, y + n0, M, nt, K, true, K, N);
       w.release_rows(static_cast<size_t>(n0 * K) * 4, static_cast<size_t>(nt * K) * 4);
     }
   } else if (w.format == WeightFormat::F32) {

@@ -10,10 +10,11 @@
 namespace nf::kernels {
 
 void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b) {
-  sgemm_ldc(a, b, c, m, n, k, trans_b, n);
+  sgemm_block(a, b, c, m, n, k, trans_b, trans_b ? k : n, n);
 }
 
-void sgemm_ldc(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldc) {
+void sgemm_block(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldb,
+                 int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.f);
@@ -21,7 +22,7 @@ void sgemm_ldc(const float* a, const float* b, float* c, int64_t m, int64_t n, i
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), 1.f, a, static_cast<int>(k), b,
-              static_cast<int>(trans_b ? k : n), 0.f, c, static_cast<int>(ldc));
+              static_cast<int>(ldb), 0.f, c, static_cast<int>(ldc));
 }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {

@@ -47,8 +47,8 @@ struct PackedWeight {
   const float* f32_view = nullptr;  // F32 rows borrowed instead (view_f32_nk), f32 empty
   bool view_kn = false;             // f32_view is [K, N] as stored (view_f32_kn): GEMM only
   std::shared_ptr<const void> keep;  // keeps f32_view's owner alive
-  // When set, a prefill reads f32_view in row blocks and hands each finished block's byte
-  // range here (a one-pass session lets a mapped weight's pages go as it streams them).
+  // When set, a product reads f32_view in blocks of output channels and hands each finished
+  // byte range here (a one-pass session lets a mapped weight's pages go as it streams them).
   std::function<void(size_t byte_offset, size_t bytes)> release_rows;
   aligned_vector<int8_t> q8;   // Int8: [N, K]
   // Int4: [N, row_bytes]. Each 16-element chunk of a row is 8 bytes: byte j holds element

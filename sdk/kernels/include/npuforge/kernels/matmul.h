@@ -12,7 +12,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b = false);
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor* c, float alpha, float beta, bool trans_a, bool trans_b);
 // Row-major C[M,N] = A[M,K] * op(B) with B stored [K,N] (trans_b false) or [N,K] (true).
 void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b);
-// The same with C's row stride: writes columns [0, n) of rows of length ldc (a column block).
-void sgemm_ldc(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldc);
+// The same on a column block: B's and C's rows are ldb and ldc long, of which n are used
+// (B stored [K,N]) or read (B stored [N,K]: ldb >= k).
+void sgemm_block(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldb,
+                 int64_t ldc);
 
 }  // namespace nf::kernels
