@@ -118,19 +118,20 @@ std::string format_duration(double seconds) {
 }
 }  // namespace
 
+std::optional<double> PhaseEta::update(uint64_t done, uint64_t total, double elapsed) {
+  if (done < last_done_) phase_start_ = elapsed;  // the count went back: a new phase
+  last_done_ = done;
+  const double in_phase = elapsed - phase_start_;
+  if (done == 0 || done >= total || in_phase < 2.0) return std::nullopt;
+  return in_phase * static_cast<double>(total - done) / static_cast<double>(done);
+}
+
 bool Progress::report(uint64_t done, uint64_t total, const std::string& what) {
   if (g_progress_mode != ProgressMode::off && total > 0) {
     const int permille = static_cast<int>(std::min<uint64_t>(done, total) * 1000 / total);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    // A count that goes back is the stage's next phase (seqmse: search, then calibration):
-    // its rate is measured from there.
-    if (done < last_done_) phase_start_ = elapsed;
-    last_done_ = done;
-    const double in_phase = elapsed - phase_start_;
-    // The remaining time at the phase's rate so far, once there is a rate to go by.
     std::string eta;
-    if (done > 0 && done < total && in_phase >= 2.0)
-      eta = ", ETA " + format_duration(in_phase * static_cast<double>(total - done) / static_cast<double>(done));
+    if (auto left = eta_.update(done, total, elapsed)) eta = ", ETA " + format_duration(*left);
     if (g_progress_mode == ProgressMode::bar && (permille != last_permille_ || !g_bar_on_screen)) {
       last_permille_ = permille;
       constexpr int width = 30;

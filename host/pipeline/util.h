@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +38,19 @@ struct Cancelled : std::runtime_error {
 std::atomic<bool>& cancel_flag();
 void install_cancel_handler();
 
+// The time left of a count that may start over (a stage's next phase: seqmse searches, then
+// calibrates), at the rate of the current phase alone: a slow first phase does not stretch the
+// estimate of a fast second one.
+class PhaseEta {
+ public:
+  // `elapsed` in seconds since the stage began; nothing until the phase has run 2 s.
+  std::optional<double> update(uint64_t done, uint64_t total, double elapsed);
+
+ private:
+  uint64_t last_done_ = 0;
+  double phase_start_ = 0;
+};
+
 // A progress bar on a terminal (stderr), silent otherwise. report() returns true when the
 // build should stop (user cancel).
 class Progress {
@@ -55,8 +69,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   int last_permille_ = -1;
   double last_line_ = 0;
-  uint64_t last_done_ = 0;
-  double phase_start_ = 0;  // seconds after start_ when the current phase began
+  PhaseEta eta_;
   bool drawn_ = false;
 };
 

@@ -15,11 +15,10 @@
 //     greedy; sampled output keeps the target's distribution since the draft is
 //     deterministic). The accepted path is committed; the token drawn at the first
 //     mismatch is the next step's root.
-#include <npuforge/plugin.hpp>
+#include <npuforge/speculative.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -79,16 +78,15 @@ class Eaglet {
  public:
   static constexpr const char* kName = "eaglet";
   Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
-      : runner_(runner), draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
+      : runner_(runner), step_(kName, runner), draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
     draft_len_ = o.get<int>("draft_len", 5);
     branches_ = o.get<int>("n_branches", 4);
     use_cache_ = o.get<bool>("draft_kv_cache", true);
-    vocab_ = nf::host().runner_vocab_size(runner);
     const DraftCfg& c = draft_.config();
     H_ = static_cast<size_t>(c.hidden);
-    if (static_cast<size_t>(c.vocab) != vocab_)
+    if (static_cast<size_t>(c.vocab) != step_.vocab())
       throw nf::Error("eaglet: the draft's vocabulary is " + std::to_string(c.vocab) + ", the target's " +
-                      std::to_string(vocab_) + " (a draft is trained for one target)");
+                      std::to_string(step_.vocab()) + " (a draft is trained for one target)");
     const size_t asked = static_cast<size_t>(o.get<int>("max_tokens_target_can_evaluate", 32));
     const size_t max_rows = nf::host().runner_max_rows(runner);
     budget_ = std::min(asked, max_rows);
@@ -114,75 +112,41 @@ class Eaglet {
   }
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
-    if (max_out == 0) throw nf::Error("eaglet: step with no room for tokens");
-    if (context_ended_) throw nf::Error("eaglet: the context is full (its last token was returned uncommitted)");
-    const int32_t cur = next_ >= 0 ? next_ : sample(user, last_logits);
-    next_ = -1;
-    const int64_t P = static_cast<int64_t>(nf::host().runner_n_past(runner_));  // cur's position
+    if (!step_.begin(last_logits, sample, user, out, max_out)) return 1;
+    const int32_t cur = step_.current();
+    const int64_t P = static_cast<int64_t>(step_.n_past());  // cur's position
 
-    // Rows the context still takes: near its end the tree shrinks, down to the root alone.
-    const size_t room = nf::host().runner_rows_available(runner_);
-    if (room == 0) {
-      if (max_out > 1) throw nf::Error("eaglet: the context is full (" + std::to_string(P) + " tokens)");
-      context_ended_ = true;  // as plain decoding: the last token needs no forward
-      out[0] = cur;
-      return 1;
-    }
-    const size_t budget = std::min(budget_, room);
+    // Near the context's end the tree shrinks, down to the root alone.
+    const size_t budget = std::min(budget_, step_.room());
     if (budget < budget_) ++stats_.trimmed_steps;
     std::vector<Node> nodes;
     if (budget > 1) draft_tree(cur, P, nodes);
     std::vector<int32_t> kept = rerank(nodes, budget);
 
     // Target rows: the root, then kept nodes (parents before children: kept is by depth).
-    std::vector<int32_t> tokens{cur}, parents{-1}, row_of(nodes.size(), -1);
+    nf::DraftTree tree(cur);
+    std::vector<int32_t> row_of(nodes.size(), -1);
     for (int32_t n : kept) {
       const Node& node = nodes[static_cast<size_t>(n)];
-      row_of[static_cast<size_t>(n)] = static_cast<int32_t>(tokens.size());
-      tokens.push_back(node.token);
-      parents.push_back(node.parent < 0 ? 0 : row_of[static_cast<size_t>(node.parent)]);
+      row_of[static_cast<size_t>(n)] = tree.add_draft(node.token, node.parent < 0 ? 0 : row_of[static_cast<size_t>(node.parent)]);
     }
-    const size_t n_rows = tokens.size();
+    const size_t n_rows = tree.size();
     if (n_rows > nf::host().runner_max_rows(runner_)) throw nf::Error("eaglet: tree exceeds the runner's rows");
-    std::vector<float> logits(n_rows * vocab_);
-    nf::check(nf::host().runner_forward(runner_, tokens.data(), parents.data(), n_rows, logits.data()));
-    ++stats_.target_forwards;
-    stats_.rows += n_rows;
-    stats_.max_rows = std::max(stats_.max_rows, n_rows);
+    step_.forward(tree);
     stats_.drafted += n_rows - 1;
+    const nf::Accepted accepted = step_.walk(tree, sample, user, max_out);
 
-    // Children of each row by token.
-    std::vector<std::vector<std::pair<int32_t, int32_t>>> child(n_rows);
-    for (size_t r = 1; r < n_rows; ++r) child[static_cast<size_t>(parents[r])].emplace_back(tokens[r], static_cast<int32_t>(r));
-    std::vector<int32_t> path{0}, accepted{cur};
-    int32_t row = 0;
-    while (accepted.size() < max_out) {
-      const int32_t t = sample(user, logits.data() + static_cast<size_t>(row) * vocab_);
-      auto it = std::find_if(child[static_cast<size_t>(row)].begin(), child[static_cast<size_t>(row)].end(),
-                             [&](const auto& c) { return c.first == t; });
-      if (it == child[static_cast<size_t>(row)].end()) {
-        next_ = t;
-        break;
-      }
-      row = it->second;
-      path.push_back(row);
-      accepted.push_back(t);
-    }
     // Features of the accepted rows, read before the commit (the rows of this forward).
     nf_tensor* hs = nf::host().runner_last_output(runner_, kFeature);
     if (!hs) throw nf::Error("eaglet: the target forward returned no 'hidden_states'");
     std::vector<float> f = features_of(hs, 0, n_rows);
-    nf::check(nf::host().runner_commit(runner_, path.data(), path.size()));
-    std::memcpy(last_logits, logits.data() + static_cast<size_t>(row) * vocab_, vocab_ * sizeof(float));
-    stats_.accepted_draft += accepted.size() - 1;
-
     // Next step's catch-up entries: (feature of path[i], accepted[i+1]) at position P + i.
+    const std::vector<int32_t>& path = accepted.path;
     for (size_t i = 0; i + 1 < path.size(); ++i)
       if (use_cache_)
-        pending_.push_back({row_feature(f, path[i]), accepted[i + 1], P + static_cast<int64_t>(i)});
+        pending_.push_back({row_feature(f, path[i]), accepted.tokens[i + 1], P + static_cast<int64_t>(i)});
     last_feature_ = row_feature(f, path.back());
-    std::copy(accepted.begin(), accepted.end(), out);
-    return accepted.size();
+    return step_.commit(accepted, last_logits, out);
   }
 
   std::string stats() const {
@@ -190,14 +154,14 @@ class Eaglet {
                      {"n_branches", branches_},
                      {"max_tokens_target_can_evaluate", budget_},
                      {"draft_kv_cache", use_cache_},
-                     {"target_forwards", stats_.target_forwards},
+                     {"target_forwards", step_.forwards()},
                      {"draft_forwards", stats_.draft_forwards},
                      {"draft_rows", stats_.draft_rows},
-                     {"rows", stats_.rows},
-                     {"max_rows", stats_.max_rows},
+                     {"rows", step_.rows()},
+                     {"max_rows", step_.max_rows()},
                      {"trimmed_steps", stats_.trimmed_steps},
                      {"drafted_tokens_verified", stats_.drafted},
-                     {"accepted_draft_tokens", stats_.accepted_draft},
+                     {"accepted_draft_tokens", step_.accepted_drafts()},
                      {"draft_weight_bytes_per_pass", draft_.weight_bytes_per_pass()},
                      {"draft_macs_per_row", draft_.macs_per_row()},
                      {"draft_linears", draft_.linear_shapes()}};
@@ -307,20 +271,18 @@ class Eaglet {
   }
 
   struct Counters {
-    size_t target_forwards = 0, draft_forwards = 0, draft_rows = 0, rows = 0, max_rows = 0, drafted = 0,
-           accepted_draft = 0, trimmed_steps = 0;
+    size_t draft_forwards = 0, draft_rows = 0, drafted = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
+  nf::SpeculativeStep step_;
   eaglet::DraftModel draft_;
   int draft_len_ = 5, branches_ = 4;
   bool use_cache_ = true;
-  size_t vocab_ = 0, H_ = 0, budget_ = 1;
-  bool context_ended_ = false;  // the last token of a full context went out without a forward
+  size_t H_ = 0, budget_ = 1;
   std::vector<Entry> pending_;      // accepted (feature, next token) pairs the draft has not seen
   std::vector<float> last_feature_; // the target's feature of the newest committed token
   std::vector<float> features_;     // this step's draft output features (root's first)
-  int32_t next_ = -1;               // token drawn at the last mismatch: the next root
   Counters stats_;
 };
 

@@ -17,11 +17,10 @@
 // window skips the lookahead branch (the window waits) and verifies only the n-grams that
 // fit, down to the root alone; the last token of a full context is returned without a
 // forward, as in plain decoding.
-#include <npuforge/plugin.hpp>
+#include <npuforge/speculative.hpp>
 
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -51,7 +50,7 @@ class Lade {
  public:
   static constexpr const char* kName = "lade";
   Lade(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
-      : runner_(runner), rng_(0x1ade) {
+      : step_(kName, runner), rng_(0x1ade) {
     W_ = o.get<int>("window", 8);
     N_ = o.get<int>("ngram", 3);
     G_ = o.get<int>("gcap", 8);
@@ -60,7 +59,6 @@ class Lade {
     else if (mode == "fwd_max_hit") mode_ = UpdateMode::FwdMaxHit;
     else if (mode == "fwd_level") mode_ = UpdateMode::FwdLevel;
     else throw nf::Error("lade: unknown update_mode '" + mode + "'");
-    vocab_ = nf::host().runner_vocab_size(runner);
     size_t max_rows = nf::host().runner_max_rows(runner);
     // Rows per step: 1 + (W + G)(N - 1). Shrink the larger of W and G until it fits.
     auto rows = [&] { return 1 + static_cast<size_t>(W_ + G_) * static_cast<size_t>(N_ - 1); };
@@ -87,96 +85,57 @@ class Lade {
   }
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
-    if (max_out == 0) throw nf::Error("lade: step with no room for tokens");
-    if (context_ended_) throw nf::Error("lade: the context is full (its last token was returned uncommitted)");
-    const int32_t cur = pending_ >= 0 ? pending_ : sample(user, last_logits);
-    pending_ = -1;
+    if (!step_.begin(last_logits, sample, user, out, max_out)) return 1;
     const size_t N1 = static_cast<size_t>(N_ - 1), W = static_cast<size_t>(W_);
-
-    // Rows the context still takes; near its end the step shrinks.
-    const size_t room = nf::host().runner_rows_available(runner_);
-    if (room == 0) {
-      if (max_out > 1)
-        throw nf::Error("lade: the context is full (" + std::to_string(nf::host().runner_n_past(runner_)) + " tokens)");
-      context_ended_ = true;  // as plain decoding: the last token needs no forward
-      out[0] = cur;
-      return 1;
-    }
+    const size_t room = step_.room();  // near the context's end the step shrinks
     const bool lookahead = 1 + W * N1 <= room;
     bool trimmed = !lookahead;
 
-    // Row 0, then the lookahead window, then the candidate trie.
-    std::vector<int32_t> tokens{cur}, parents{-1};
+    // Row 0, then the lookahead window (computed, never walked), then the candidate trie.
+    nf::DraftTree tree(step_.current());
     std::vector<std::vector<int32_t>> level_row(N1, std::vector<int32_t>(W));
     if (lookahead) {
       for (size_t j = 0; j < W; ++j)
-        level_row[0][j] = push(tokens, parents, levels_[0][j], j == 0 ? 0 : level_row[0][j - 1]);
+        level_row[0][j] = tree.add_unverified(levels_[0][j], j == 0 ? 0 : level_row[0][j - 1]);
       for (size_t k = 1; k < N1; ++k)
-        for (size_t j = 0; j < W; ++j) level_row[k][j] = push(tokens, parents, levels_[k][j], level_row[k - 1][j]);
+        for (size_t j = 0; j < W; ++j) level_row[k][j] = tree.add_unverified(levels_[k][j], level_row[k - 1][j]);
     }
-    // Trie: children of a row by token.
-    std::map<std::pair<int32_t, int32_t>, int32_t> child;
     size_t n_candidates = 0;
-    if (auto it = pool_.find(cur); it != pool_.end()) {
+    if (auto it = pool_.find(step_.current()); it != pool_.end()) {
       // Newest n-grams first: they come from the most recent context.
       for (auto c = it->second.rbegin(); c != it->second.rend() && n_candidates < static_cast<size_t>(G_); ++c) {
         size_t shared = 0;  // leading tokens already in the trie
         for (int32_t node = 0; shared < c->size(); ++shared) {
-          auto f = child.find({node, (*c)[shared]});
-          if (f == child.end()) break;
-          node = f->second;
+          node = tree.child(node, (*c)[shared]);
+          if (node < 0) break;
         }
-        if (tokens.size() + c->size() - shared > room) {  // does not fit before the context's end
+        if (tree.size() + c->size() - shared > room) {  // does not fit before the context's end
           trimmed = true;
           continue;
         }
         int32_t node = 0;
         for (int32_t t : *c) {
-          auto [pos, fresh] = child.try_emplace({node, t}, 0);
-          if (fresh) pos->second = push(tokens, parents, t, node);
-          node = pos->second;
+          const int32_t next = tree.child(node, t);
+          node = next >= 0 ? next : tree.add_draft(t, node);
         }
         ++n_candidates;
       }
     }
-    const size_t n_rows = tokens.size();
-    std::vector<float> logits(n_rows * vocab_);
-    nf::check(nf::host().runner_forward(runner_, tokens.data(), parents.data(), n_rows, logits.data()));
-    ++stats_.forwards;
-    stats_.rows += n_rows;
-    stats_.max_rows = std::max(stats_.max_rows, n_rows);
+    step_.forward(tree);
     stats_.candidates += n_candidates;
     if (trimmed && ++stats_.trimmed_steps == 1)
-      nf::Context(nullptr).warn("lade: near the end of the context (" +
-                                std::to_string(nf::host().runner_n_past(runner_)) + " tokens): steps shrink to the " +
-                                std::to_string(room) + " rows that still fit" +
+      nf::Context(nullptr).warn("lade: near the end of the context (" + std::to_string(step_.n_past()) +
+                                " tokens): steps shrink to the " + std::to_string(room) + " rows that still fit" +
                                 (lookahead ? "" : " (the lookahead window waits)"));
 
-    // Verify: walk the trie while the target's token has a child.
-    std::vector<int32_t> path{0}, accepted{cur};
-    int32_t node = 0;
-    while (accepted.size() < max_out) {
-      int32_t t = sample(user, logits.data() + static_cast<size_t>(node) * vocab_);
-      auto it = child.find({node, t});
-      if (it == child.end()) {
-        pending_ = t;  // the bonus token: already drawn, so the next step starts from it
-        break;
-      }
-      node = it->second;
-      path.push_back(node);
-      accepted.push_back(t);
-    }
-    nf::check(nf::host().runner_commit(runner_, path.data(), path.size()));
-    const float* last = logits.data() + static_cast<size_t>(node) * vocab_;
-    std::copy(last, last + vocab_, last_logits);
-    stats_.accepted_draft += accepted.size() - 1;
-    if (n_candidates > 0) ++stats_.steps_with_candidates;
-
     // Jacobi outputs: out(row) is the greedy guess for the slot after that row.
+    const size_t vocab = step_.vocab();
     auto out_of = [&](int32_t row) {
-      const float* l = logits.data() + static_cast<size_t>(row) * vocab_;
-      return static_cast<int32_t>(std::max_element(l, l + vocab_) - l);
+      const float* l = step_.logits_of(row);
+      return static_cast<int32_t>(std::max_element(l, l + vocab) - l);
     };
+    const nf::Accepted accepted = step_.walk(tree, sample, user, max_out);
+    if (n_candidates > 0) ++stats_.steps_with_candidates;
     if (lookahead) {
       std::vector<int32_t> gram(static_cast<size_t>(N_));
       for (size_t j = 0; j < W; ++j) {
@@ -184,40 +143,32 @@ class Lade {
         gram[N1] = out_of(level_row[N1 - 1][j]);
         add_ngram(gram.data());
       }
-      update_window(level_row, out_of, accepted.size() - 1);
+      update_window(level_row, out_of, accepted.drafts());
     }
-
-    for (int32_t t : accepted) {
+    for (int32_t t : accepted.tokens) {
       history_.push_back(t);
       // The committed text's own n-grams: real text repeats itself.
       if (history_.size() >= static_cast<size_t>(N_)) add_ngram(&history_[history_.size() - static_cast<size_t>(N_)]);
     }
-    std::copy(accepted.begin(), accepted.end(), out);
-    return accepted.size();
+    return step_.commit(accepted, last_logits, out);
   }
 
   std::string stats() const {
     nlohmann::json j{{"window", W_},
                      {"ngram", N_},
                      {"gcap", G_},
-                     {"steps", stats_.forwards},
-                     {"rows", stats_.rows},
-                     {"max_rows", stats_.max_rows},
+                     {"steps", step_.forwards()},
+                     {"rows", step_.rows()},
+                     {"max_rows", step_.max_rows()},
                      {"candidates_verified", stats_.candidates},
                      {"steps_with_candidates", stats_.steps_with_candidates},
                      {"trimmed_steps", stats_.trimmed_steps},
-                     {"accepted_draft_tokens", stats_.accepted_draft},
+                     {"accepted_draft_tokens", step_.accepted_drafts()},
                      {"pool_keys", pool_.size()}};
     return j.dump();
   }
 
  private:
-  static int32_t push(std::vector<int32_t>& tokens, std::vector<int32_t>& parents, int32_t t, int32_t parent) {
-    tokens.push_back(t);
-    parents.push_back(parent);
-    return static_cast<int32_t>(tokens.size() - 1);
-  }
-
   int32_t random_history_token() {
     std::uniform_int_distribution<size_t> pick(0, history_.size() - 1);
     return history_[pick(rng_)];
@@ -261,20 +212,16 @@ class Lade {
   }
 
   struct Counters {
-    size_t forwards = 0, rows = 0, max_rows = 0, candidates = 0, steps_with_candidates = 0, accepted_draft = 0,
-           trimmed_steps = 0;
+    size_t candidates = 0, steps_with_candidates = 0, trimmed_steps = 0;
   };
 
-  nf_runner* runner_;
+  nf::SpeculativeStep step_;
   int W_ = 8, N_ = 3, G_ = 8;
   UpdateMode mode_ = UpdateMode::AlwaysFwdOne;
-  size_t vocab_ = 0;
   std::mt19937_64 rng_;
   std::vector<int32_t> history_;                  // prompt + accepted tokens
   std::vector<std::vector<int32_t>> levels_;      // N-1 levels x W tokens
   std::unordered_map<int32_t, std::deque<std::vector<int32_t>>> pool_;  // first token -> continuations
-  int32_t pending_ = -1;                          // drawn bonus token, not yet committed
-  bool context_ended_ = false;                    // the last token went out without a forward
   Counters stats_;
 };
 

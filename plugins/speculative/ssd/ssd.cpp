@@ -22,7 +22,7 @@
 // slots go back to the sequence (forecast rows then run without it: worse drafts, same
 // tokens). The last token of a full context is returned without a forward, as in plain
 // decoding.
-#include <npuforge/plugin.hpp>
+#include <npuforge/speculative.hpp>
 
 #include <algorithm>
 #include <numeric>
@@ -53,7 +53,7 @@ class Ssd {
  public:
   static constexpr const char* kName = "ssd";
   Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
-      : runner_(runner) {
+      : runner_(runner), step_(kName, runner) {
     std::string dir = o.get<std::string>("assets", "");
     if (dir.empty())
       throw nf::Error("ssd: no assets: set [speculative] assets = DIR (made by tools/speculative/train_ssd.py)");
@@ -73,12 +73,12 @@ class Ssd {
     widths_.resize(static_cast<size_t>(depth_), 1);
 
     const nf_host_api& h = nf::host();
-    vocab_ = h.runner_vocab_size(runner);
     first_id_ = static_cast<int32_t>(a.first_id);
-    if (a.first_id != static_cast<int64_t>(vocab_))
+    const size_t vocab = step_.vocab();
+    if (a.first_id != static_cast<int64_t>(vocab))
       throw nf::Error("ssd: the assets' forecast tokens start at id " + std::to_string(a.first_id) +
-                      " but the model's vocab is " + std::to_string(vocab_) + " (assets of another model?)");
-    if (h.runner_input_vocab_size(runner) < vocab_ + static_cast<size_t>(a.forecast_tokens))
+                      " but the model's vocab is " + std::to_string(vocab) + " (assets of another model?)");
+    if (h.runner_input_vocab_size(runner) < vocab + static_cast<size_t>(a.forecast_tokens))
       throw nf::Error("ssd: the model's graphs have no forecast embeddings (they embed " +
                       std::to_string(h.runner_input_vocab_size(runner)) +
                       " token ids): build the package with [speculative] decoder = \"ssd\" and assets = DIR");
@@ -99,109 +99,61 @@ class Ssd {
   }
 
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
-    if (max_out == 0) throw nf::Error("ssd: step with no room for tokens");
-    if (context_ended_) throw nf::Error("ssd: the context is full (its last token was returned uncommitted)");
-    const int32_t cur = pending_ >= 0 ? pending_ : sample(user, last_logits);
-    pending_ = -1;
-
-    // This step's shape: the configured tree, trimmed to the rows the context still takes.
+    // Fewer rows than the smallest step beside the KV prefix: its slots go back to the sequence
+    // before this step takes its room.
     const nf_host_api& h = nf::host();
-    size_t room = h.runner_rows_available(runner_);
-    if (prefix_rows_ > 0 && room < kMinRows) {
+    if (prefix_rows_ > 0 && h.runner_rows_available(runner_) < kMinRows) {
       nf::check(h.runner_set_prefix_kv(runner_, 0, 0, 0, 0, nullptr, nullptr));
       nf::Context(nullptr).warn("ssd: " + std::to_string(h.runner_n_past(runner_)) +
                                 " tokens in the context leave fewer than " + std::to_string(kMinRows) +
                                 " rows beside the KV prefix; forecast rows run without it from here");
       prefix_rows_ = 0;
-      room = h.runner_rows_available(runner_);
     }
-    if (room == 0) {
-      if (max_out > 1)
-        throw nf::Error("ssd: the context is full (" + std::to_string(h.runner_n_past(runner_)) + " tokens)");
-      context_ended_ = true;  // as plain decoding: the last token needs no forward
-      out[0] = cur;
-      return 1;
-    }
-    Shape shape = fit(Shape{depth_, widths_}, room);
+    if (!step_.begin(last_logits, sample, user, out, max_out)) return 1;
+
+    // This step's shape: the configured tree, trimmed to the rows the context still takes.
+    Shape shape = fit(Shape{depth_, widths_}, step_.room());
     if (shape.depth != depth_ || shape.widths != widths_) {
       ++stats_.trimmed_steps;
       if (stats_.trimmed_steps == 1)
-        nf::Context(nullptr).warn("ssd: near the end of the context (" + std::to_string(h.runner_n_past(runner_)) +
-                                  " tokens): steps shrink to the " + std::to_string(room) +
+        nf::Context(nullptr).warn("ssd: near the end of the context (" + std::to_string(step_.n_past()) +
+                                  " tokens): steps shrink to the " + std::to_string(step_.room()) +
                                   " rows that still fit (this one: " + describe(shape) + ")");
     }
 
     // Tree rows: the root, then level by level the forecast candidates under every node.
-    std::vector<int32_t> tokens{cur}, parents{-1};
-    std::vector<uint32_t> flags{0};
+    nf::DraftTree tree(step_.current());
     std::vector<int32_t> level{0};
     const size_t levels = std::min(draft_.size(), static_cast<size_t>(shape.depth));
     for (size_t k = 0; k < levels; ++k) {
       std::vector<int32_t> next;
       const size_t width = std::min(draft_[k].size(), static_cast<size_t>(shape.widths[k]));
       for (int32_t p : level)
-        for (size_t c = 0; c < width; ++c) {
-          const int32_t t = draft_[k][c];
-          tokens.push_back(t);
-          parents.push_back(p);
-          flags.push_back(0);
-          next.push_back(static_cast<int32_t>(tokens.size() - 1));
-        }
+        for (size_t c = 0; c < width; ++c) next.push_back(tree.add_draft(draft_[k][c], p));
       level = std::move(next);
     }
-    const size_t tree = tokens.size();
+    const size_t nodes = tree.size();
     // Forecast rows: a chain of D under every tree node; chain[node] = its first row.
     const uint32_t fflag = prefix_rows_ > 0 ? NF_ROW_SEES_PREFIX : 0;
-    std::vector<int32_t> chain(tree);
-    for (size_t n = 0; n < tree; ++n) {
+    std::vector<int32_t> chain(nodes);
+    for (size_t n = 0; n < nodes; ++n) {
       int32_t parent = static_cast<int32_t>(n);
-      chain[n] = static_cast<int32_t>(tokens.size());
       for (int k = 0; k < shape.depth; ++k) {
-        tokens.push_back(first_id_ + k);
-        parents.push_back(parent);
-        flags.push_back(fflag);
-        parent = static_cast<int32_t>(tokens.size() - 1);
+        parent = tree.add_unverified(first_id_ + k, parent, fflag);
+        if (k == 0) chain[n] = parent;
       }
     }
-    const size_t n_rows = tokens.size();
-    std::vector<float> logits(n_rows * vocab_);
-    nf::check(nf::host().runner_forward_flags(runner_, tokens.data(), parents.data(), flags.data(), n_rows,
-                                              logits.data()));
-    ++stats_.forwards;
-    stats_.rows += n_rows;
-    stats_.max_rows = std::max(stats_.max_rows, n_rows);
-    stats_.drafted += tree - 1;
-
-    // Verify: follow the target's token down the tree.
-    std::vector<int32_t> path{0}, accepted{cur};
-    int32_t node = 0;
-    while (accepted.size() < max_out) {
-      int32_t t = sample(user, logits.data() + static_cast<size_t>(node) * vocab_);
-      int32_t child = -1;
-      for (size_t r = static_cast<size_t>(node) + 1; r < tree && child < 0; ++r)
-        if (parents[r] == node && tokens[r] == t) child = static_cast<int32_t>(r);
-      if (child < 0) {
-        pending_ = t;  // the bonus token: drawn already, the next step's root
-        break;
-      }
-      node = child;
-      path.push_back(node);
-      accepted.push_back(t);
-    }
-    nf::check(nf::host().runner_commit(runner_, path.data(), path.size()));
-    const float* last = logits.data() + static_cast<size_t>(node) * vocab_;
-    std::copy(last, last + vocab_, last_logits);
-    stats_.accepted_draft += accepted.size() - 1;
+    step_.forward(tree);
+    stats_.drafted += nodes - 1;
+    const nf::Accepted accepted = step_.walk(tree, sample, user, max_out);
 
     // The next tree: top-k of each forecast row under the last accepted node (a trimmed
     // step drafts only the levels it forecast).
     draft_.assign(static_cast<size_t>(depth_), {});
     for (int k = 0; k < shape.depth; ++k)
       draft_[static_cast<size_t>(k)] =
-          top_k(logits.data() + static_cast<size_t>(chain[static_cast<size_t>(node)] + k) * vocab_,
-                widths_[static_cast<size_t>(k)]);
-    std::copy(accepted.begin(), accepted.end(), out);
-    return accepted.size();
+          top_k(step_.logits_of(chain[static_cast<size_t>(accepted.last_row())] + k), widths_[static_cast<size_t>(k)]);
+    return step_.commit(accepted, last_logits, out);
   }
 
   std::string stats() const {
@@ -209,13 +161,13 @@ class Ssd {
                      {"branches", widths_},
                      {"forecast_prefix", prefix_rows_},
                      {"first_forecast_id", first_id_},
-                     {"steps", stats_.forwards},
-                     {"rows", stats_.rows},
-                     {"max_rows", stats_.max_rows},
+                     {"steps", step_.forwards()},
+                     {"rows", step_.rows()},
+                     {"max_rows", step_.max_rows()},
                      {"rows_per_step", rows_per_step()},
                      {"trimmed_steps", stats_.trimmed_steps},
                      {"drafted_tokens", stats_.drafted},
-                     {"accepted_draft_tokens", stats_.accepted_draft}};
+                     {"accepted_draft_tokens", step_.accepted_drafts()}};
     return j.dump();
   }
 
@@ -278,9 +230,9 @@ class Ssd {
   }
 
   std::vector<int32_t> top_k(const float* l, int k) const {
-    std::vector<int32_t> idx(vocab_);
+    std::vector<int32_t> idx(step_.vocab());
     std::iota(idx.begin(), idx.end(), 0);
-    const size_t kk = std::min(static_cast<size_t>(k), vocab_);
+    const size_t kk = std::min(static_cast<size_t>(k), step_.vocab());
     std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(kk), idx.end(),
                       [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
     idx.resize(kk);
@@ -288,18 +240,16 @@ class Ssd {
   }
 
   struct Counters {
-    size_t forwards = 0, rows = 0, max_rows = 0, drafted = 0, accepted_draft = 0, trimmed_steps = 0;
+    size_t drafted = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
+  nf::SpeculativeStep step_;
   int depth_ = 2;
   std::vector<int> widths_;
-  size_t vocab_ = 0;
   int32_t first_id_ = 0;
   int prefix_rows_ = 0;
   std::vector<std::vector<int32_t>> draft_;  // per level: candidates for the next tree
-  int32_t pending_ = -1;
-  bool context_ended_ = false;  // the last token went out without a forward
   Counters stats_;
 };
 
