@@ -83,7 +83,8 @@ class SlurmExecutor final : public Executor {
 
   std::string submit(const BuildPlan& plan, const PlannedStage& s, const std::vector<std::string>& after) override {
     const fs::path script = write_script(plan, s.id, {&s});
-    const std::string id = sbatch(plan, s.id, script, after, "--output=" + (plan.log_dir() / (s.id + "-%j.log")).string());
+    const std::string id =
+        sbatch(plan, s.id, script, after, s.memory, "--output=" + (plan.log_dir() / (s.id + "-%j.log")).string());
     logs_[id] = plan.log_dir() / (s.id + "-" + id + ".log");
     return id;
   }
@@ -93,7 +94,10 @@ class SlurmExecutor final : public Executor {
     if (stages.size() == 1) return {submit(plan, *stages[0], after)};
     const std::string name = stages[0]->compile ? "compile" : stages[0]->id;
     const fs::path script = write_script(plan, name + "-array", stages);
-    const std::string id = sbatch(plan, name, script, after, "--output=" + (plan.log_dir() / (name + "-%A_%a.log")).string(),
+    uint64_t memory = 0;  // one request for the array: its largest stage's
+    for (const PlannedStage* s : stages) memory = std::max(memory, s->memory);
+    const std::string id = sbatch(plan, name, script, after, memory,
+                                  "--output=" + (plan.log_dir() / (name + "-%A_%a.log")).string(),
                                   "--array=0-" + std::to_string(stages.size() - 1));
     std::vector<std::string> handles;
     for (size_t k = 0; k < stages.size(); ++k) {
@@ -146,13 +150,13 @@ class SlurmExecutor final : public Executor {
   }
 
   std::string sbatch(const BuildPlan& plan, const std::string& name, const fs::path& script,
-                     const std::vector<std::string>& after, const std::string& output, const std::string& array = "") {
+                     const std::vector<std::string>& after, uint64_t memory, const std::string& output,
+                     const std::string& array = "") {
     std::vector<std::string> argv{"sbatch", "--parsable", "--requeue", "--job-name=npuforge-" + name, output,
                                   "--chdir=" + plan.work_dir.string(), "--cpus-per-task=" + std::to_string(options_.stage_cpus)};
     if (!array.empty()) argv.push_back(array);
-    // The build's estimated peak, at least 1 GB: what the node must have free for the stage.
-    if (options_.stage_memory)
-      argv.push_back("--mem=" + std::to_string(std::max<uint64_t>(options_.stage_memory >> 20, 1024)) + "M");
+    // The stage's estimated peak, at least 1 GB: what the node must have free for it.
+    if (memory) argv.push_back("--mem=" + std::to_string(std::max<uint64_t>(memory >> 20, 1024)) + "M");
     if (!after.empty()) {
       std::string dep = "--dependency=afterok";
       for (const auto& a : after) dep += ":" + a;

@@ -560,7 +560,7 @@ nlohmann::json source_stamps(const std::string& onnx, const ir::Graph& g) {
 void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const BuildSteps& steps,
                    const std::vector<std::pair<std::string, manifest::PluginUse>>& targets, const StageCache& cache,
                    const fs::path& cache_root, const std::string& source_key, const nlohmann::json& stamps,
-                   const std::vector<std::unique_ptr<TempDir>>& stagings, uint64_t peak_memory) {
+                   const std::vector<std::unique_ptr<TempDir>>& stagings, const BuildNeeds& need) {
   if (!cache.enabled())
     throw std::runtime_error("the " + req.executor.kind + " executor runs stages in other processes, which hand their "
                              "results on through the stage cache: it cannot build without it (--no-cache, or a "
@@ -577,12 +577,14 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   plan.source_files = stamps;
   const auto& chain = steps.chain();
   for (size_t i = 0; i < chain.size(); ++i) {
-    PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}};
+    PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}, need.transform_memory};
+    if (i < need.quant_memory.size()) s.memory = need.quant_memory[i];  // the chain starts with the quant stages
     if (i) s.deps.push_back(i - 1);
     plan.stages.push_back(std::move(s));
   }
   for (size_t t = 0; t < targets.size(); ++t) {
-    PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {}};
+    PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {},
+                   need.transform_memory};
     if (!chain.empty()) s.deps.push_back(chain.size() - 1);
     plan.stages.push_back(std::move(s));
     plan.staging[targets[t].first] = stagings[t]->path();
@@ -598,8 +600,7 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
       break;
     }
 
-  ExecutorOptions options = req.executor;
-  options.stage_memory = peak_memory;
+  const ExecutorOptions& options = req.executor;
   auto executor = make_executor(options);
   spdlog::info("running {} stage(s) on the {} executor; plan, logs and results in {}", plan.stages.size(),
                executor->name(), plan.work_dir.string());
@@ -673,7 +674,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
     result.checkpoints_loaded = steps.checkpoints_loaded();
   } else {
     prepared.reset();  // the stage processes load what they need
-    run_elsewhere(m, req, steps, targets, cache, cache_root, source_key, stamps, stagings, need.peak_memory);
+    run_elsewhere(m, req, steps, targets, cache, cache_root, source_key, stamps, stagings, need);
   }
   stage_hook("commit");
   ir::check_mapped_files();

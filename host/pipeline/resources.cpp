@@ -84,12 +84,12 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   auto peak_of = [&](const StageCost& c) {
     return static_cast<uint64_t>(c.per_weight_byte * n.weight_bytes + c.per_largest_byte * n.largest_bytes + kBaseBytes);
   };
-  n.peak_memory = peak_of(kTransformsAndCompile);
+  n.transform_memory = n.peak_memory = peak_of(kTransformsAndCompile);
   n.peak_stage = kTransformsAndCompile.stage;
   for (const auto& q : m.quant) {
-    const StageCost c = cost_of_recipe(q.name);
-    if (peak_of(c) > n.peak_memory) {
-      n.peak_memory = peak_of(c);
+    n.quant_memory.push_back(peak_of(cost_of_recipe(q.name)));
+    if (n.quant_memory.back() > n.peak_memory) {
+      n.peak_memory = n.quant_memory.back();
       n.peak_stage = q.name;
     }
   }

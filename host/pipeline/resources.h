@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "ir/ir.h"
 #include "manifest/manifest.h"
@@ -17,6 +18,8 @@ struct BuildNeeds {
   uint64_t largest_bytes = 0;  // the largest float initializer at fp32 (the embedding)
   uint64_t peak_memory = 0;    // resident bytes at the build's most demanding stage
   std::string peak_stage;      // which stage that is ("lpbq", "compile", ...)
+  std::vector<uint64_t> quant_memory;  // each quant stage's peak, in manifest order
+  uint64_t transform_memory = 0;       // a transform stage's or a compile's peak
   uint64_t package_bytes = 0;  // all selected targets' packages
   uint64_t scratch_bytes = 0;  // weights stages make, in the scratch file beside the packages
   uint64_t cache_bytes = 0;    // stage cache entries (each holds the model set's weights)

@@ -17,7 +17,7 @@ nlohmann::json BuildPlan::to_json() const {
   nlohmann::json stages_json = nlohmann::json::array();
   for (const auto& s : stages)
     stages_json.push_back({{"id", s.id}, {"label", s.label}, {"compile", s.compile}, {"index", s.index},
-                           {"target", s.target}, {"key", s.key}, {"deps", s.deps}});
+                           {"target", s.target}, {"key", s.key}, {"deps", s.deps}, {"memory", s.memory}});
   nlohmann::json staging_json = nlohmann::json::object();
   for (const auto& [t, dir] : staging) staging_json[t] = dir.string();
   return {{"manifest", manifest.string()}, {"manifest_hash", manifest_hash}, {"target", target},
@@ -39,7 +39,8 @@ BuildPlan BuildPlan::from_json(const nlohmann::json& j) {
   p.source_files = j.at("source_files");
   for (const auto& s : j.at("stages"))
     p.stages.push_back({str(s, "id"), str(s, "label"), s.at("compile").get<bool>(), s.at("index").get<size_t>(),
-                        str(s, "target"), str(s, "key"), s.at("deps").get<std::vector<size_t>>()});
+                        str(s, "target"), str(s, "key"), s.at("deps").get<std::vector<size_t>>(),
+                        s.at("memory").get<uint64_t>()});
   for (const auto& [t, dir] : j.at("staging").items()) p.staging[t] = dir.get<std::string>();
   for (size_t i = 0; i < p.stages.size(); ++i)
     for (size_t d : p.stages[i].deps)

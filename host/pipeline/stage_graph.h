@@ -25,6 +25,7 @@ struct PlannedStage {
   std::string target;         // compile: the target's name
   std::string key;            // quant/transform: the stage-cache key of its output
   std::vector<size_t> deps;   // stages (indices into BuildPlan::stages) that must finish first
+  uint64_t memory = 0;        // its estimated peak (resources.h): what a node must have free, 0: unknown
 };
 
 struct BuildPlan {
@@ -88,7 +89,6 @@ struct ExecutorOptions {
   size_t jobs = 1;             // local: worker processes at once
   int retries = 2;             // attempts of a failed stage after the first
   std::vector<std::string> sbatch_args;  // slurm: given to every sbatch (--partition=..., --account=...)
-  uint64_t stage_memory = 0;   // slurm: --mem of every stage (the build's estimated peak), 0: none
   int stage_cpus = 1;          // slurm: --cpus-per-task
   std::filesystem::path program;  // the npuforge executable the stages run (default: this one)
 };

@@ -157,6 +157,11 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndItsPlanIsKep
   // The failed build's plan stays with its logs; once the manifest changes, a stage of it is refused.
   const fs::path plan = log.parent_path().parent_path() / "plan.json";
   ASSERT_TRUE(fs::is_regular_file(plan));
+  // Each stage carries its own memory estimate (Slurm's --mem): the calibrated one needs more.
+  const nlohmann::json stages = read_json(plan)["stages"];
+  ASSERT_EQ(stages.size(), 6u) << stages.dump();  // minmax, arcl, bad_transform, 3 compiles
+  for (const auto& s : stages) EXPECT_GT(s["memory"].get<uint64_t>(), 0u) << s.dump();
+  EXPECT_GT(stages[0]["memory"].get<uint64_t>(), stages[1]["memory"].get<uint64_t>()) << stages.dump();
   // A stage that finished, run again, is a cache hit.
   auto again = test::npuforge({"build-stage", plan.string(), "quant-0-minmax"});
   EXPECT_EQ(again.exit_code, 0) << again.err;

@@ -1,0 +1,55 @@
+// The pre-build estimate (pipeline/resources.h) per stage: what the Slurm executor asks a node
+// for each stage (--mem), not the whole build's peak for every job.
+#include <gtest/gtest.h>
+
+#include "pipeline/resources.h"
+
+using namespace nf;
+
+namespace {
+
+// A decoder's float weights by shape only (the estimate reads shapes, never bytes): a
+// 1B-like embedding and 16 layer-sized matrices.
+std::unique_ptr<ir::ModelSet> shapes_only() {
+  auto ms = std::make_unique<ir::ModelSet>();
+  auto g = std::make_unique<ir::Graph>();
+  auto weight = [&](const std::string& name, std::vector<int64_t> dims) {
+    ir::Tensor t;
+    t.dtype = NF_DTYPE_FLOAT32;
+    t.dims = std::move(dims);
+    g->initializers[name] = ir::make_tensor_ref(std::move(t));
+  };
+  weight("embed", {128256, 2048});
+  for (int i = 0; i < 16; ++i) weight("layer" + std::to_string(i), {2048, 8192});
+  ms->graphs.push_back(std::move(g));
+  return ms;
+}
+
+manifest::PluginUse use(const std::string& name) {
+  manifest::PluginUse u;
+  u.name = name;
+  return u;
+}
+
+}  // namespace
+
+TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
+  manifest::Manifest m;
+  m.quant = {use("spinquant"), use("lpbq")};
+  m.transforms = {use("arcl"), use("mha2sha")};
+  auto ms = shapes_only();
+  const host::BuildNeeds n = host::estimate_build(m, {"htp"}, *ms, false);
+  ASSERT_EQ(n.quant_memory.size(), 2u);
+  // spinquant rotates the largest table (the embedding): its own peak is the build's.
+  EXPECT_EQ(n.peak_stage, "spinquant");
+  EXPECT_EQ(n.quant_memory[0], n.peak_memory);
+  EXPECT_LT(n.quant_memory[1], n.quant_memory[0]);
+  EXPECT_LT(n.transform_memory, n.quant_memory[1]) << "calibration holds more than a transform or a compile";
+  EXPECT_GT(n.transform_memory, 0u);
+
+  m.quant.clear();
+  const host::BuildNeeds plain = host::estimate_build(m, {"htp"}, *ms, false);
+  EXPECT_TRUE(plain.quant_memory.empty());
+  EXPECT_EQ(plain.transform_memory, plain.peak_memory);
+  EXPECT_EQ(plain.peak_stage, "compile");
+}
