@@ -268,6 +268,11 @@ nf_status* ms_load(const char* dir, nf_model_set** out) {
 
 void ms_release(nf_model_set* ms) { delete unwrap(ms); }
 
+nf_status* ms_clone(const nf_model_set* ms, nf_model_set** out) {
+  if (!ms || !out) return fail("model_set_clone: null argument", NF_STATUS_INVALID_ARGUMENT);
+  return guarded([&] { *out = handle(unwrap(ms)->clone().release()); });
+}
+
 // ---- graphs -------------------------------------------------------------------------
 const char* graph_name(const nf_graph* g) { return graph_of(g)->name.c_str(); }
 size_t graph_node_count(const nf_graph* g) { return graph_of(g)->nodes.size(); }
@@ -611,6 +616,7 @@ nf_host_api make_api() {
   a.tensor_drop_pages = tensor_drop_pages;
   a.checkpoint_save = checkpoint_save;
   a.checkpoint_load = checkpoint_load;
+  a.model_set_clone = ms_clone;
   return a;
 }
 

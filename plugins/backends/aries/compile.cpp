@@ -113,13 +113,11 @@ std::string part_file(size_t i, size_t n) {
 }
 
 // The graph structure without the quantized weights (placeholders of one element): the
-// containers carry those. Saved through a temporary copy since the input set is const.
+// containers carry those. A copy of the set (weights shared) takes the placeholders, since the
+// input set is const; nothing of the weights is written twice.
 void save_graph(const nf_model_set* ms_in, const std::vector<Linear>& ls, const std::string& dir) {
-  std::string tmp = dir + "/.source";
-  fs::create_directory(tmp);
-  check(host().model_set_save(ms_in, tmp.c_str()));
   nf_model_set* raw = nullptr;
-  check(host().model_set_load(tmp.c_str(), &raw));
+  check(host().model_set_clone(ms_in, &raw));
   struct Release {
     nf_model_set* m;
     ~Release() { host().model_set_release(m); }
@@ -139,7 +137,6 @@ void save_graph(const nf_model_set* ms_in, const std::vector<Linear>& ls, const 
     check(host().model_set_remove_encoding(raw, host().model_set_encoding_name(raw, 0)));
   fs::create_directory(dir + "/graph");
   check(host().model_set_save(raw, (dir + "/graph").c_str()));
-  fs::remove_all(tmp);
 }
 
 }  // namespace

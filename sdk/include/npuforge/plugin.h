@@ -329,6 +329,12 @@ typedef struct nf_host_api {
    * saved bytes, or NULL when nothing (valid) is saved under the name. */
   nf_status* (*checkpoint_save)(nf_context* ctx, const char* name, const void* data, size_t bytes);
   nf_status* (*checkpoint_load)(nf_context* ctx, const char* name, nf_tensor** out);
+
+  /* ---- appended (check struct_size): a copy of a model set ----
+   * Graphs, metadata and encodings copied, weights shared (not copied): a backend that saves
+   * the set changed (its quantized weights replaced by placeholders) edits the copy instead of
+   * writing and reading back the whole set. Release with model_set_release. */
+  nf_status* (*model_set_clone)(const nf_model_set* ms, nf_model_set** out);
 } nf_host_api;
 
 /* ---- plugin tables --------------------------------------------------------------------
@@ -436,7 +442,8 @@ static_assert(offsetof(nf_host_api, status_code) == 712, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, tensor_drop_pages) == 720, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, checkpoint_save) == 728, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, checkpoint_load) == 736, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 744, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, model_set_clone) == 744, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 752, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
@@ -452,7 +459,7 @@ static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api lay
 static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_host_api) == 744, "nf_host_api layout");
+_Static_assert(sizeof(nf_host_api) == 752, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 
