@@ -141,8 +141,11 @@ void save_graph(const nf_model_set* ms_in, const std::vector<Linear>& ls, const 
 
 }  // namespace
 
-void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out) {
+void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out,
+                     const std::function<void(size_t, size_t)>& release) {
   const int64_t K = out.K, N = out.N;
+  const int64_t rows_per_release = std::max<int64_t>(1, (int64_t{32} << 20) / (K * 4));
+  int64_t released = 0;
   const float qmax = std::ldexp(1.f, bits - 1) - 1.f, qmin = -qmax - 1.f;
   out.q.assign(static_cast<size_t>(K * N), 0);
   out.scale.assign(static_cast<size_t>(N), 1.f);
@@ -174,6 +177,10 @@ void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight
     for (int64_t k = 0; k < K; ++k)
       out.q[static_cast<size_t>(n * K + k)] =
           static_cast<int8_t>(std::clamp(std::nearbyint(col[static_cast<size_t>(k)] / best), qmin, qmax));
+    if (release && nk && (n + 1 - released == rows_per_release || n + 1 == N)) {
+      release(static_cast<size_t>(released * K) * 4, static_cast<size_t>((n + 1 - released) * K) * 4);
+      released = n + 1;
+    }
   }
 }
 
@@ -248,7 +255,9 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
         q.N = l.N;
         q.nk = l.nk;
         q.bits = o.bits.of(l.kind);
-        quantize_weight(t.data_as<float>(), l.nk, q.bits, o.search_weight_scale.on(l.kind), q);
+        quantize_weight(t.data_as<float>(), l.nk, q.bits, o.search_weight_scale.on(l.kind), q,
+                        [&](size_t offset, size_t bytes) { t.drop_pages(offset, bytes); });
+        t.drop_pages(0, t.nbytes());  // done with it: a mapped weight's pages go
         wr.add(q);
       }
       wr.finish();

@@ -4,6 +4,8 @@
 
 #include <npuforge/plugin.hpp>
 
+#include <functional>
+
 #include "device.h"
 #include "mxq.h"
 #include "options.h"
@@ -24,7 +26,10 @@ struct PackageInfo {
 
 // Symmetric per-channel quantization of w (row-major, [K, N] or [N, K] when nk) at `bits`;
 // with `search`, each channel's clip is the candidate (absmax * i / 20, i = 10..20) with
-// the least squared error.
-void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out);
+// the least squared error. With `release`, an [N, K] weight's rows are handed back (byte
+// offset, bytes) in ~32 MiB blocks as they are quantized, so a mapped weight need not be
+// resident as a whole.
+void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out,
+                     const std::function<void(size_t, size_t)>& release = {});
 
 }  // namespace nf::aries

@@ -78,7 +78,9 @@ class Eaglet {
  public:
   static constexpr const char* kName = "eaglet";
   Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
-      : runner_(runner), step_(kName, runner), draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
+      : runner_(runner),
+        step_(kName, runner),
+        draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
     draft_len_ = o.get<int>("draft_len", 5);
     branches_ = o.get<int>("n_branches", 4);
     use_cache_ = o.get<bool>("draft_kv_cache", true);
@@ -128,7 +130,8 @@ class Eaglet {
     std::vector<int32_t> row_of(nodes.size(), -1);
     for (int32_t n : kept) {
       const Node& node = nodes[static_cast<size_t>(n)];
-      row_of[static_cast<size_t>(n)] = tree.add_draft(node.token, node.parent < 0 ? 0 : row_of[static_cast<size_t>(node.parent)]);
+      const int32_t parent_row = node.parent < 0 ? 0 : row_of[static_cast<size_t>(node.parent)];
+      row_of[static_cast<size_t>(n)] = tree.add_draft(node.token, parent_row);
     }
     const size_t n_rows = tree.size();
     if (n_rows > nf::host().runner_max_rows(runner_)) throw nf::Error("eaglet: tree exceeds the runner's rows");
