@@ -227,29 +227,83 @@ void write_encodings(const ir::ModelSet& ms, std::ostream& out) {
   out << ",\n  \"version\": \"1.0.0\"\n}";
 }
 
-void encodings_from_json(const json& j, ir::ModelSet& ms) {
+namespace {
+
+bool is_encodings_section(const std::string& key) { return key == "activation_encodings" || key == "param_encodings"; }
+
+// The fields around the entries: the version, nothing unknown, the sections arrays.
+void check_encodings_object(const json& j) {
   if (!j.is_object()) throw ModelError("encodings: not a JSON object");
   if (!j.contains("version") || j["version"] != "1.0.0")
     throw ModelError("encodings: version must be \"1.0.0\" (AIMET 1.0.0 format)");
-  for (const auto& [k, _] : j.items())
-    if (k != "version" && k != "activation_encodings" && k != "param_encodings" && k != "quantizer_args" &&
-        k != "excluded_layers")
+  for (const auto& [k, v] : j.items()) {
+    if (k != "version" && !is_encodings_section(k) && k != "quantizer_args" && k != "excluded_layers")
       throw ModelError(detail::one_line("encodings: unknown field '" + k + "'"));
+    if (is_encodings_section(k) && !v.is_array()) throw ModelError("encodings: " + k + " must be an array");
+  }
+}
+
+// Entry `index` of `section` into `read`.
+void read_encoding_entry(const std::string& section, size_t index, const json& entry,
+                         std::map<std::string, ir::Encoding>& read) {
+  std::string where = "encodings: " + section + "[" + std::to_string(index) + "]";
+  if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
+    where += " '" + entry["name"].get<std::string>() + "'";
+  EncodingReader r(where);
+  ir::Encoding e = r.read(entry);
+  if (!entry.contains("name") || !entry["name"].is_string() || entry["name"].get<std::string>().empty())
+    r.bad("field 'name' must be a non-empty string");
+  if (!read.emplace(entry["name"].get<std::string>(), std::move(e)).second) r.bad("is a duplicate name");
+}
+
+// The model set's encodings.json, entry by entry: each entry is read as it is parsed and not
+// kept in the tree, so the tree never holds more than one (an 8B's per-block LPBQ encodings
+// are ~1.5 GB of text, a whole tree of them ~2.5x that).
+void read_encodings_file(const fs::path& p, ir::ModelSet& ms) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) fail(p.string(), "not a regular file");
+  const uint64_t size = fs::file_size(p, ec);
+  if (ec || size > nf::host::kEncodingsMax)
+    fail(p.string(), "larger than " + std::to_string(nf::host::kEncodingsMax >> 20) + " MiB");
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail(p.string(), "cannot be read");
+  std::map<std::string, ir::Encoding> read;
+  std::string section;  // the top-level key being parsed
+  bool in_section = false;
+  size_t index = 0;
+  json rest;
+  try {
+    rest = json::parse(in, [&](int depth, json::parse_event_t event, json& parsed) {
+      if (depth == 1 && event == json::parse_event_t::key) section = parsed.get<std::string>();
+      if (depth == 1 && event == json::parse_event_t::array_start) {
+        in_section = is_encodings_section(section);
+        index = 0;
+      }
+      if (depth == 1 && event == json::parse_event_t::array_end) in_section = false;
+      if (!in_section || depth != 2) return true;
+      if (event == json::parse_event_t::value) read_encoding_entry(section, index++, parsed, read);  // not an object
+      if (event != json::parse_event_t::object_end) return true;
+      read_encoding_entry(section, index++, parsed, read);
+      return false;  // read: not kept in the tree
+    });
+    check_encodings_object(rest);
+  } catch (const json::exception& e) {
+    fail(p.string(), std::string("invalid JSON: ") + e.what());
+  } catch (const ModelError& e) {
+    fail(p.string(), e.what());
+  }
+  for (auto& [name, e] : read) ms.encodings[name] = e;  // operator= relinks the arrays
+}
+
+}  // namespace
+
+void encodings_from_json(const json& j, ir::ModelSet& ms) {
+  check_encodings_object(j);
   std::map<std::string, ir::Encoding> read;
   for (const char* section : {"activation_encodings", "param_encodings"}) {
     if (!j.contains(section)) continue;
-    if (!j[section].is_array()) throw ModelError(std::string("encodings: ") + section + " must be an array");
     size_t i = 0;
-    for (const auto& entry : j[section]) {
-      std::string where = std::string("encodings: ") + section + "[" + std::to_string(i++) + "]";
-      if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
-        where += " '" + entry["name"].get<std::string>() + "'";
-      EncodingReader r(where);
-      ir::Encoding e = r.read(entry);
-      if (!entry.contains("name") || !entry["name"].is_string() || entry["name"].get<std::string>().empty())
-        r.bad("field 'name' must be a non-empty string");
-      if (!read.emplace(entry["name"].get<std::string>(), std::move(e)).second) r.bad("is a duplicate name");
-    }
+    for (const auto& entry : j[section]) read_encoding_entry(section, i++, entry, read);
   }
   for (auto& [name, e] : read) ms.encodings[name] = e;  // operator= relinks the arrays
 }
@@ -344,16 +398,7 @@ std::unique_ptr<ir::ModelSet> load_model_set(const std::string& dir) {
     for (const auto& [k, v] : j["metadata"].items()) ms->metadata[k] = v.dump();
   }
   fs::path enc = root / "encodings.json";
-  if (fs::exists(enc, ec)) {
-    // Parsed whole (about 2.5x the text at its peak, freed before the next stage): a
-    // reader that fills the encodings as it goes is what an 8B's 1.5 GB would want.
-    json ej = read_json(enc, nf::host::kEncodingsMax);
-    try {
-      encodings_from_json(ej, *ms);
-    } catch (const ModelError& e) {
-      fail(enc.string(), e.what());
-    }
-  }
+  if (fs::exists(enc, ec)) read_encodings_file(enc, *ms);
   return ms;
 }
 

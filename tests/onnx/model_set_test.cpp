@@ -184,6 +184,29 @@ TEST(ModelSet, BadEncodingsFileNamesFileAndEntry) {
   j["param_encodings"][0]["scale"].push_back(1.0);
   write_file(d.path / "encodings.json", j.dump());
   EXPECT_MODEL_ERROR(load_model_set(d.path.string()), (d.path / "encodings.json").string(), "param_encodings[0]");
+
+  // The file is read entry by entry: each malformed shape still gets its own line.
+  const std::string file = (d.path / "encodings.json").string();
+  auto load_with = [&](const json& bad) {
+    write_file(d.path / "encodings.json", bad.dump());
+    load_model_set(d.path.string());
+  };
+  json second_not_object = json::parse(read_file(d.path / "encodings.json"));
+  second_not_object["param_encodings"][0]["scale"].erase(second_not_object["param_encodings"][0]["scale"].size() - 1);
+  second_not_object["param_encodings"].insert(second_not_object["param_encodings"].begin() + 1, 3);
+  EXPECT_MODEL_ERROR(load_with(second_not_object), file, "param_encodings[1] is not an object");
+  json section_object = second_not_object;
+  section_object["param_encodings"] = {{"x", second_not_object["param_encodings"][0]}};
+  EXPECT_MODEL_ERROR(load_with(section_object), file, "param_encodings must be an array");
+  json no_version = section_object;
+  no_version.erase("version");
+  no_version["param_encodings"] = json::array();
+  EXPECT_MODEL_ERROR(load_with(no_version), file, "version must be");
+  json twice = second_not_object;
+  twice["param_encodings"][1] = twice["param_encodings"][0];
+  EXPECT_MODEL_ERROR(load_with(twice), file, "param_encodings[1]");
+  write_file(d.path / "encodings.json", second_not_object.dump().substr(0, 100));
+  EXPECT_MODEL_ERROR(load_model_set(d.path.string()), file, "invalid JSON");
 }
 
 // The package writer streams encodings.json entry by entry; its bytes must be the tree's dump.
