@@ -15,6 +15,8 @@ args=("$@")
 now=$(mktemp)
 trap 'rm -f "$now"' EXIT
 bash "$ROOT/bench/decode_bench.sh" "${args[@]}" > "$now"
+cat "$now"  # this run's table, then the comparison
+echo
 
 /usr/bin/python3 - "$ROOT/bench/RESULTS.md" "$now" <<'PY'
 import sys
