@@ -120,15 +120,9 @@ bool fits_before_start(const BuildNeeds& need, const BuildRequest& req, const fs
                need.scratch_bytes ? ", scratch ~" + human_bytes(need.scratch_bytes) : std::string(),
                need.cache_bytes ? ", stage cache ~" + human_bytes(need.cache_bytes) : std::string(), human_bytes(memory),
                human_bytes(out_free));
-  const std::string override_hint = "; pass --skip-resource-check to try anyway";
-  if (need.peak_memory > memory && !req.skip_resource_check)
-    throw std::runtime_error("this build needs ~" + human_bytes(need.peak_memory) + " of memory at its peak (" +
-                             need.peak_stage + " on " + human_bytes(need.weight_bytes) +
-                             " of fp32 weights) and this machine has " + human_bytes(memory) +
-                             " available (MemAvailable + swap, within the cgroup's limit)" + override_hint);
-  if (need.package_bytes > out_free && !req.skip_resource_check)
-    throw std::runtime_error("the packages need ~" + human_bytes(need.package_bytes) + " of disk and " +
-                             req.out_dir.string() + " has " + human_bytes(out_free) + " free" + override_hint);
+  if (std::string why = why_build_does_not_fit(need, memory, out_free, req.out_dir.string());
+      !why.empty() && !req.skip_resource_check)
+    throw std::runtime_error(why + "; pass --skip-resource-check to try anyway");
   if (need.package_bytes + need.scratch_bytes > out_free)
     spdlog::warn("the weights this build makes (~{}) do not fit beside the packages on {} ({} free): they stay in "
                  "memory",

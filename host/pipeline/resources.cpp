@@ -113,6 +113,25 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   return n;
 }
 
+std::string why_build_does_not_fit(const BuildNeeds& need, uint64_t memory, uint64_t out_free,
+                                   const std::string& out_dir) {
+  if (need.peak_memory > memory)
+    return "this build needs ~" + human_bytes(need.peak_memory) + " of memory at its peak (" + need.peak_stage + " on " +
+           human_bytes(need.weight_bytes) + " of fp32 weights) and this machine has " + human_bytes(memory) +
+           " available (MemAvailable + swap, within the cgroup's limit)";
+  if (need.package_bytes > out_free)
+    return "the packages need ~" + human_bytes(need.package_bytes) + " of disk and " + out_dir + " has " +
+           human_bytes(out_free) + " free";
+  // What the scratch file cannot take stays in memory. The estimates are on the safe side, so
+  // only a build whose overflow alone exceeds the memory is refused; one that might fit is tried.
+  const uint64_t on_disk = std::min(need.scratch_bytes, out_free - need.package_bytes);
+  if (need.scratch_bytes - on_disk > memory)
+    return "the weights this build makes (~" + human_bytes(need.scratch_bytes) + ") fit neither in the scratch file " +
+           "beside the packages (" + out_dir + " has " + human_bytes(out_free) + " free, the packages take ~" +
+           human_bytes(need.package_bytes) + ") nor in memory (" + human_bytes(memory) + " available)";
+  return "";
+}
+
 uint64_t memory_available() {
   if (const char* s = std::getenv("NPUFORGE_MEMORY_AVAILABLE"); s && *s) return std::strtoull(s, nullptr, 10);
   uint64_t avail = read_kb("/proc/meminfo", "MemAvailable:") + read_kb("/proc/meminfo", "SwapFree:");

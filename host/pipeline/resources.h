@@ -29,6 +29,13 @@ struct BuildNeeds {
 BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
                           const ir::ModelSet& source, bool use_cache);
 
+// Why a build with `need` cannot run with `memory` bytes available and `out_free` bytes free
+// where the packages go: its peak memory, its packages, or the weights it makes (which go to
+// a scratch file beside the packages, or stay in memory when the disk has no room for them).
+// Empty when it fits.
+std::string why_build_does_not_fit(const BuildNeeds& need, uint64_t memory, uint64_t out_free,
+                                   const std::string& out_dir);
+
 // Bytes of memory this process can still take: MemAvailable + SwapFree, capped by the
 // cgroup's memory.max when it has one. NPUFORGE_MEMORY_AVAILABLE (bytes) overrides.
 uint64_t memory_available();

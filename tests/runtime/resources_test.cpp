@@ -53,3 +53,27 @@ TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
   EXPECT_EQ(plain.transform_memory, plain.peak_memory);
   EXPECT_EQ(plain.peak_stage, "compile");
 }
+
+// The weights a build makes go to a scratch file beside the packages; what the disk cannot take
+// stays in memory. A build for which neither has room is refused before it starts (today's 8B
+// spinquant + lpbq on 15 GB of free disk ran 7 minutes and failed in its compile).
+TEST(BuildEstimate, RefusesWhenTheWeightsItMakesFitNowhere) {
+  const uint64_t GB = 1000000000;
+  host::BuildNeeds n;
+  n.weight_bytes = 32 * GB;
+  n.peak_memory = 8 * GB;
+  n.peak_stage = "spinquant";
+  n.package_bytes = 10 * GB;
+  n.scratch_bytes = 36 * GB;
+  // The 8B's numbers: 15 GB free where the packages go, 25 GB of memory.
+  std::string why = host::why_build_does_not_fit(n, 25 * GB, 15 * GB, "/out");
+  EXPECT_NE(why.find("the weights this build makes (~36.0 GB) fit neither"), std::string::npos) << why;
+  EXPECT_NE(why.find("/out has 15.0 GB free"), std::string::npos) << why;
+  // Room on the disk for the scratch file, or in memory for what it cannot take: it is tried.
+  EXPECT_EQ(host::why_build_does_not_fit(n, 25 * GB, 46 * GB, "/out"), "");
+  EXPECT_EQ(host::why_build_does_not_fit(n, 32 * GB, 15 * GB, "/out"), "");
+  EXPECT_EQ(host::why_build_does_not_fit(n, 25 * GB, 26 * GB, "/out"), "") << "20 GB over: may fit beside the peak";
+  // The peak and the packages are checked first, as before.
+  EXPECT_EQ(host::why_build_does_not_fit(n, 7 * GB, 100 * GB, "/out").rfind("this build needs ~8.0 GB of memory", 0), 0u);
+  EXPECT_EQ(host::why_build_does_not_fit(n, 25 * GB, 9 * GB, "/out").rfind("the packages need ~10.0 GB", 0), 0u);
+}
