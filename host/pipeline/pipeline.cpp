@@ -316,14 +316,14 @@ class BuildSteps {
 
   BuildSteps(const manifest::Manifest& m, const Registry& registry, const StageCache& cache, fs::path cache_root,
              const fs::path& out_dir, std::vector<manifest::AssetPath> assets,
-             std::function<void(const std::string&, const std::string&)> on_checkpoint)
+             std::function<void(const std::string&, const std::string&)> on_checkpoint, uint64_t package_bytes)
       : m_(m),
         registry_(registry),
         cache_(cache),
         cache_root_(std::move(cache_root)),
         assets_(std::move(assets)),
         on_checkpoint_(std::move(on_checkpoint)),
-        spill_(out_dir) {
+        spill_(out_dir, package_bytes) {
     for (const auto& q : m.quant) add(NF_KIND_QUANT, q);
     for (const auto& t : m.transforms) add(NF_KIND_TRANSFORM, t);
   }
@@ -636,7 +636,7 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   const BuildNeeds need = estimate_build(m, backends, *source, req.use_cache);
   const bool cache_fits = fits_before_start(need, req, cache_root);
   StageCache cache(cache_root, req.use_cache && cache_fits);
-  BuildSteps steps(m, registry, cache, cache_root, req.out_dir, assets, req.on_checkpoint);
+  BuildSteps steps(m, registry, cache, cache_root, req.out_dir, assets, req.on_checkpoint, need.package_bytes);
   steps.set_keys(source_key);
   const nlohmann::json stamps = in_process ? nlohmann::json() : source_stamps(m.model_onnx, *source->graphs[0]);
   auto prepared = steps.prepare(std::move(source));
@@ -694,7 +694,8 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   if (auto errors = load_and_validate(m, registry); !errors.empty()) throw std::runtime_error(errors.front());
   const auto targets = selected_targets(m, plan.target);
   StageCache cache(plan.cache_root);
-  BuildSteps steps(m, registry, cache, plan.cache_root, plan.out_dir, decoder_assets(m, registry), {});
+  // A stage process keeps no disk back for the packages: it has no estimate at hand.
+  BuildSteps steps(m, registry, cache, plan.cache_root, plan.out_dir, decoder_assets(m, registry), {}, 0);
   steps.set_keys(plan.source_key);
   // The keys from this process's plugins, files and options must be the plan's: a plugin
   // library or an asset replaced since then would make another build than the one planned.

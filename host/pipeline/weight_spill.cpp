@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,7 @@ namespace nf::host {
 struct ScratchFile {
   int fd = -1;
   uint64_t end = 0;  // where the next weight goes (page aligned)
+  uint64_t keep_free = 0;  // bytes the file system keeps free for the packages
   bool failed = false;
   ~ScratchFile() {
     if (fd >= 0) ::close(fd);
@@ -64,6 +66,15 @@ class ScratchBuffer final : public ir::Buffer {
 
 // Appends the bytes and maps them; null (and the file marked failed) when that fails.
 std::shared_ptr<ir::Buffer> move_to_file(const std::shared_ptr<ScratchFile>& f, const ir::Buffer& b) {
+  struct statvfs st {};
+  if (f->keep_free && ::fstatvfs(f->fd, &st) == 0 &&
+      static_cast<uint64_t>(st.f_bavail) * st.f_frsize < b.size() + f->keep_free) {
+    spdlog::warn("weights made by the build stay in memory from here: the scratch file would leave less than {} MB "
+                 "free beside it for the packages",
+                 f->keep_free >> 20);
+    f->failed = true;
+    return nullptr;
+  }
   const uint64_t offset = f->end;
   const uint8_t* p = b.data();
   for (size_t done = 0; done < b.size();) {
@@ -91,7 +102,7 @@ std::shared_ptr<ir::Buffer> move_to_file(const std::shared_ptr<ScratchFile>& f, 
 
 }  // namespace
 
-WeightSpill::WeightSpill(const fs::path& near) {
+WeightSpill::WeightSpill(const fs::path& near, uint64_t keep_free) {
   std::error_code ec;
   fs::path dir = fs::absolute(near, ec);
   while (!dir.empty() && !fs::is_directory(dir, ec) && dir != dir.parent_path()) dir = dir.parent_path();
@@ -103,6 +114,7 @@ WeightSpill::WeightSpill(const fs::path& near) {
   }
   file_ = std::make_shared<ScratchFile>();
   file_->fd = fd;
+  file_->keep_free = keep_free;
 }
 
 WeightSpill::~WeightSpill() = default;

@@ -21,8 +21,10 @@ class WeightSpill {
   static constexpr size_t kMinBytes = size_t{256} << 10;  // smaller weights stay in memory
 
   // An unnamed file (O_TMPFILE: nothing to clean up, even after a crash) in the nearest
-  // existing folder at or above `near`. Without one, spill() moves nothing.
-  explicit WeightSpill(const std::filesystem::path& near);
+  // existing folder at or above `near`. Without one, spill() moves nothing. The file stops
+  // growing where its file system would keep less than `keep_free` bytes free (the packages
+  // the build writes there at its end); later weights stay in memory.
+  explicit WeightSpill(const std::filesystem::path& near, uint64_t keep_free = 0);
   ~WeightSpill();
   WeightSpill(const WeightSpill&) = delete;
   WeightSpill& operator=(const WeightSpill&) = delete;

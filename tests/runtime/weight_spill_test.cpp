@@ -84,3 +84,20 @@ TEST(WeightSpill, MovesAWeightWhenThePluginLetsItGo) {
   auto kept = host::adopt_tensor_handle(scratch);
   EXPECT_TRUE(kept->tensor.buffer->writable());
 }
+
+// The scratch file keeps the packages' room free: a weight that would leave less than
+// keep_free bytes on its file system stays in memory, and so do the ones after it.
+TEST(WeightSpill, LeavesRoomForThePackages) {
+  ir::ModelSet ms;
+  ms.graphs.push_back(std::make_unique<ir::Graph>());
+  ms.graphs[0]->initializers["w"] = ir::make_tensor_ref(iota_tensor(512 << 10));
+  host::WeightSpill spill(fs::temp_directory_path(), uint64_t{1} << 62);  // more than any disk
+  ASSERT_TRUE(spill.active());
+  EXPECT_EQ(spill.spill(ms), 0u);
+  EXPECT_FALSE(spill.active());
+  EXPECT_TRUE(ms.graphs[0]->initializers["w"]->tensor.buffer->writable()) << "the weight stays in memory";
+  EXPECT_EQ(ms.graphs[0]->initializers["w"]->tensor.as<float>()[12345], 12345.f);
+
+  host::WeightSpill roomy(fs::temp_directory_path(), 1);
+  EXPECT_EQ(roomy.spill(ms), uint64_t{512 << 10} * 4);
+}
