@@ -29,8 +29,8 @@ bool safe_file_stem(const std::string& s) {
   return true;
 }
 
-json read_json(const fs::path& p, uint64_t max_bytes = nf::host::kJsonMax) {
-  std::string text = nf::host::read_regular_file(p, max_bytes, "JSON file");
+json read_json(const fs::path& p) {
+  std::string text = nf::host::read_regular_file(p, nf::host::kJsonMax, "JSON file");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

@@ -51,13 +51,10 @@ class DraftTree {
     tokens_.push_back(token);
     parents_.push_back(parent);
     flags_.push_back(flags);
-    any_flags_ = any_flags_ || flags != 0;
     return static_cast<int32_t>(tokens_.size() - 1);
   }
-  friend class SpeculativeStep;
   std::vector<int32_t> tokens_, parents_;
   std::vector<uint32_t> flags_;
-  bool any_flags_ = false;
   std::map<std::pair<int32_t, int32_t>, int32_t> children_;
 };
 
@@ -101,11 +98,12 @@ class SpeculativeStep {
   const std::vector<float>& forward(const DraftTree& tree) {
     const size_t n = tree.size();
     logits_.resize(n * vocab_);
-    if (tree.any_flags_)
-      check(host().runner_forward_flags(runner_, tree.tokens_.data(), tree.parents_.data(), tree.flags_.data(), n,
+    const auto& flags = tree.flags();
+    if (std::any_of(flags.begin(), flags.end(), [](uint32_t f) { return f != 0; }))
+      check(host().runner_forward_flags(runner_, tree.tokens().data(), tree.parents().data(), flags.data(), n,
                                         logits_.data()));
     else
-      check(host().runner_forward(runner_, tree.tokens_.data(), tree.parents_.data(), n, logits_.data()));
+      check(host().runner_forward(runner_, tree.tokens().data(), tree.parents().data(), n, logits_.data()));
     ++forwards_;
     rows_ += n;
     max_rows_ = std::max(max_rows_, n);

@@ -204,6 +204,8 @@ std::vector<float> dequantize(const PackedWeight& p) {
 // Column blocks of a streamed [K, N] weight; weights up to 4 blocks are read in place (a
 // layer's weights go with their calibration segment), the copying is for the LM head.
 constexpr int64_t kStreamBlockBytes = int64_t{64} << 20;
+// A streamed weight's rows are handed back (release_rows) in runs of about this many bytes.
+constexpr int64_t kReleaseBytes = int64_t{32} << 20;
 
 // A streamed weight stored [K, N] (an untied LM head as exporters write it): multiplied by
 // blocks of ~64 MiB of output columns, each copied out row by row. Reading the block in place
@@ -214,7 +216,7 @@ constexpr int64_t kStreamBlockBytes = int64_t{64} << 20;
 void linear_kn_streamed(const float* x, int64_t M, const PackedWeight& w, float* y) {
   const int64_t K = w.K, N = w.N;
   const int64_t cols = std::min(N, std::max<int64_t>(256, kStreamBlockBytes / (K * 4)));
-  const int64_t rows_per_release = std::max<int64_t>(1, (int64_t{32} << 20) / (N * 4));
+  const int64_t rows_per_release = std::max<int64_t>(1, kReleaseBytes / (N * 4));
   std::vector<float> block(static_cast<size_t>(K * cols));
   for (int64_t n0 = 0; n0 < N; n0 += cols) {
     const int64_t nt = std::min(cols, N - n0);
@@ -277,7 +279,7 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   // for the integer formats so the scratch stays small.
   if (w.format == WeightFormat::F32 && w.release_rows) {
     // Row blocks of ~32 MiB, each let go once multiplied: a 1 GB viewed head stays a block.
-    const int64_t rows = std::max<int64_t>(1, (int64_t{32} << 20) / (K * 4));
+    const int64_t rows = std::max<int64_t>(1, kReleaseBytes / (K * 4));
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
       const int64_t nt = std::min(rows, N - n0);
       sgemm_block(x, w.f32_view + n0 * K, y + n0, M, nt, K, true, K, N);
