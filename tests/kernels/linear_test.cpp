@@ -2,7 +2,9 @@
 // math over the dequantized weights, on both the AVX2 and the scalar kernels.
 #include <npuforge/kernels/linear.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "test_util.h"
 
@@ -32,20 +34,35 @@ class Linear : public ::testing::TestWithParam<bool> {  // param: force scalar k
   void SetUp() override { force_scalar(GetParam()); }
   void TearDown() override { force_scalar(false); }
 
-  // Runs the packed weight on x and checks against fp32 math over dequantize(p).
+  // Runs the packed weight on x and checks against fp32 math over dequantize(p). The
+  // integer-dot kernel rounds x to 16 bits per group of 32 inputs: each output may then
+  // also be off by sum_k |w[k]| * (half a step of k's group), and by no more.
   void check(const PackedWeight& p, int64_t M, uint32_t seed, int threads) {
     auto x = randn(M * p.K, seed);
     auto bias = randn(p.N, seed + 1);
     std::vector<float> y(M * p.N);
     linear(x.data(), M, p, bias.data(), y.data(), threads);
-    EXPECT_TRUE(near(y, reference(x, M, dequantize(p), p.K, p.N, bias.data()), 1e-4f, 1e-4f))
-        << "M=" << M << " K=" << p.K << " N=" << p.N << " threads=" << threads;
+    const std::vector<float> w = dequantize(p), want = reference(x, M, w, p.K, p.N, bias.data());
+    const bool rounds_x = M <= 4 && std::string(gemv_kernel(p)).find("integer dot") == 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < p.N; ++n) {
+        double bound = 1e-4 + 1e-4 * std::fabs(want[m * p.N + n]);
+        for (int64_t k = 0; rounds_x && k < p.K; ++k) {
+          float amax = 0;
+          for (int64_t j = k / 32 * 32; j < k / 32 * 32 + 32; ++j) amax = std::max(amax, std::fabs(x[m * p.K + j]));
+          bound += std::fabs(w[k * p.N + n]) * 0.5 * amax / 32639;
+        }
+        ASSERT_LE(std::fabs(y[m * p.N + n] - want[m * p.N + n]), bound)
+            << "m=" << m << " n=" << n << " M=" << M << " K=" << p.K << " N=" << p.N << " threads=" << threads
+            << " kernel " << gemv_kernel(p);
+      }
   }
 };
 
-// Includes N not a multiple of the 4-row kernels and K with / without a 16- or 32-aligned tail.
+// Includes N not a multiple of the 4-row kernels, K with / without a 16- or 32-aligned tail,
+// and K a multiple of 32 or 64 with M <= 4 (the integer-dot kernels' shapes).
 const Case kCases[] = {{1, 64, 48}, {1, 100, 37}, {3, 96, 17}, {1, 1000, 65}, {7, 128, 70}, {33, 160, 300},
-                       {1, 768, 67}, {4, 520, 33}, {2, 1030, 9}};
+                       {1, 768, 67}, {4, 520, 33}, {2, 1030, 9}, {2, 256, 41}, {4, 192, 13}};
 
 }  // namespace
 
@@ -161,6 +178,39 @@ TEST_P(Linear, GivenScalesAndZerosAndNkLayout) {
     PackedWeight q = quantize_with(wt.data(), K, N, bits, bs, scales.data(), zeros.data(), true);
     EXPECT_EQ(dequantize(p), dequantize(q));
   }
+}
+
+// int8 and int4 GEMVs with K and blocks multiples of 64 (AVX-512 VNNI) or of 32 (AVX2) run
+// on integer dot products; activation values spanning 8 decades inside one group keep the
+// 16-bit rounding bound of check().
+TEST_P(Linear, IntegerDotKernelTakesDecodeShapes) {
+  if (GetParam() || !cpu_has_avx2()) GTEST_SKIP() << "scalar forced, or no AVX2 here";
+  const char* dot = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl")
+                        ? "integer dot (AVX-512 VNNI)"
+                        : "integer dot (AVX2)";
+  const int64_t K = 512, N = 36;
+  auto w = randn(K * N, 16);
+  std::vector<PackedWeight> packed = {quantize_int8(w.data(), K, N, 0), quantize_int8(w.data(), K, N, 64),
+                                      quantize_int8(w.data(), K, N, 32), quantize_int4(w.data(), K, N, 32),
+                                      quantize_int4(w.data(), K, N, 128)};
+  std::vector<float> scales(N * 8, 0.01f), zeros(N * 8);
+  for (size_t i = 0; i < zeros.size(); ++i) zeros[i] = float(i % 7) - 3.f;
+  packed.push_back(quantize_with(w.data(), K, N, 4, 64, scales.data(), zeros.data()));
+  packed.push_back(quantize_with(w.data(), K, N, 8, K, scales.data(), zeros.data()));  // per channel, zeros
+  for (const PackedWeight& p : packed) {
+    EXPECT_STREQ(gemv_kernel(p), dot) << "block " << p.block_size;
+    for (int64_t M : {1, 3}) check(p, M, 17, 2);
+  }
+  EXPECT_STREQ(gemv_kernel(quantize_int4(w.data(), K, N, 16)), "AVX2");  // 16-input blocks: fp32 kernel
+  EXPECT_STREQ(gemv_kernel(quantize_int8(w.data(), 80, 4)), "AVX2");      // K not a multiple of 32
+  // One group holding 1e4 and 1e-4: the small inputs round to 0, within the bound.
+  PackedWeight p = quantize_int8(w.data(), K, N, 0);
+  std::vector<float> x(K, 1e-4f), y(N);
+  x[5] = 1e4f;
+  linear(x.data(), 1, p, nullptr, y.data(), 1);
+  const std::vector<float> want = reference(x, 1, dequantize(p), K, N, nullptr);
+  for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(y[n], want[n], 1e-5 * std::fabs(want[n]) + 0.05) << n;  // 511 * 1e-4 * mean abs(w) < 0.05
 }
 
 TEST_P(Linear, Int8StreamsQuarterOfFp32Bytes) {

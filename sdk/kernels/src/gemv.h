@@ -7,16 +7,44 @@
 
 namespace nf::kernels::detail {
 
-bool cpu_has_avx512();  // avx512f + bw + vl
+bool cpu_has_avx512();       // avx512f + bw + vl
+bool cpu_has_avx512_vnni();  // and avx512vnni
 
 void gemv_f32(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int64_t n0, int64_t n1,
               bool simd);
 void gemv_int8(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
                int64_t n0, int64_t n1, bool simd);
-// xp: x reordered by permute_x_int4 (per row of x) when int4_uses_permuted_x, else null.
 void gemv_int4(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
-               int64_t n0, int64_t n1, bool simd, const float* xp);
-bool int4_uses_permuted_x(const PackedWeight& w, bool simd);
-void permute_x_int4(const float* x, int64_t K, float* xp);
+               int64_t n0, int64_t n1, bool simd);
+
+// The integer-dot kernels (gemv_dot.cpp): int8 / int4 weights against x quantized to 16
+// bits per group of 32 inputs, when the CPU has AVX-512 VNNI, K is a multiple of 64 and
+// the weight's blocks are 32 inputs or whole multiples of 64.
+bool uses_integer_dot(const PackedWeight& w, bool simd);
+// x quantized for one weight's GEMV: x16 = 256 * hi + lo per input, in the order the
+// kernel reads the weight's bytes (int4: low nibbles, then high nibbles, of each 64 inputs).
+struct DotActivation {
+  int64_t chunks = 0;                  // K / 64
+  aligned_vector<int8_t> hi, lo;       // [M, K]
+  aligned_vector<float> lane_scale;    // [M, chunks, 16]: scale of the group each int32 lane sums
+  aligned_vector<int32_t> init_hi, init_lo;  // [M, chunks, 16]: -offset * sum of each lane's 4 bytes
+  std::vector<float> block_sum;        // [M, n_blocks]: sum of the quantized x over each block
+  uint16_t odd_lanes = 0;              // lanes of a chunk summing its second group of 32
+};
+void quantize_activation(const float* x, int64_t M, const PackedWeight& w, DotActivation& a);
+void gemv_integer_dot(const DotActivation& a, int64_t M, const PackedWeight& w, const float* bias, float* y,
+                      int64_t n0, int64_t n1);
+
+// The AVX2 integer-dot kernels (gemv_dot_avx2.cpp), for CPUs without VNNI: int8 / int4
+// weights against x quantized as above, K and the weight's blocks multiples of 32.
+bool uses_integer_dot_avx2(const PackedWeight& w, bool simd);
+struct X16Activation {
+  aligned_vector<int16_t> x16;   // [M, K], int4: each group of 32 in the kernel's order
+  std::vector<float> group_scale;  // [M, K / 32]
+  std::vector<float> block_sum;    // [M, n_blocks]: sum of the quantized x over each block
+};
+void quantize_activation_x16(const float* x, int64_t M, const PackedWeight& w, X16Activation& a);
+void gemv_integer_dot_avx2(const X16Activation& a, int64_t M, const PackedWeight& w, const float* bias, float* y,
+                           int64_t n0, int64_t n1);
 
 }  // namespace nf::kernels::detail

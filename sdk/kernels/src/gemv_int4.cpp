@@ -1,9 +1,8 @@
-// int4 weight-only GEMV: weights packed two per byte in 16-element chunks (see linear.h),
-// blockwise scales along K. Nibbles are used unsigned (q + 8); the 8 * sum(x) of each block
-// is subtracted once per block, so the inner loop is load, mask or shift, convert, FMA.
-// GCC 12 flags _mm512_reduce_add_ps's internal _mm256_undefined_pd() as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// int4 weight-only GEMV with fp32 activations, for CPUs (or shapes) the integer-dot kernels
+// (gemv_dot.cpp, gemv_dot_avx2.cpp) do not take: weights packed two per byte in 16-element
+// chunks (see linear.h), blockwise scales along K. Nibbles are used unsigned (q + 8); the
+// 8 * sum(x) of each block is subtracted once per block, so the inner loop is load, mask or
+// shift, convert, FMA.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -71,81 +70,12 @@ __attribute__((target("avx2,fma"))) float row_avx2(const float* x, const uint8_t
   return hsum(total) + extra;
 }
 
-// R rows against one x, when block_size and K are multiples of 32. `xp` is x with each
-// 32-group reordered to [0..7, 16..23, 8..15, 24..31]: then the 16 bytes of two packed
-// chunks, zero-extended to 16 dwords, give with one mask the weights of xp[k..k+16) and
-// with one shift those of xp[k+16..k+32) — one load, two converts, two FMAs per 32 weights
-// and row, the activation loads shared by the R rows. Block sums are scaled in vectors;
-// the nibble offset (+8) and zeros are removed per block with the block sums of x.
-template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_avx512(const float* xp, const uint8_t* q,
-                                                                      int64_t row_bytes, int64_t K, int64_t bs,
-                                                                      int64_t nb, const float* sc, float* out) {
-  const __m512i mask = _mm512_set1_epi32(15);
-  __m512 tot[R];
-  for (int r = 0; r < R; ++r) tot[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t k1 = std::min(K, (b + 1) * bs);
-    __m512 a[R][2];
-    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
-    for (int64_t k = b * bs; k < k1; k += 32) {
-      const __m512 x0 = _mm512_loadu_ps(xp + k), x1 = _mm512_loadu_ps(xp + k + 16);
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* p = q + r * row_bytes + k / 2;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 512), _MM_HINT_T0);
-        const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        a[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(d, mask)), x0, a[r][0]);
-        a[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(d, 4)), x1, a[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_set1_ps(sc[r * nb + b]), tot[r]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(tot[r]);
-}
-
 }  // namespace
 
-void permute_x_int4(const float* x, int64_t K, float* xp) {
-  for (int64_t k = 0; k + 32 <= K; k += 32)
-    for (int j = 0; j < 8; ++j) {
-      xp[k + j] = x[k + j];
-      xp[k + 8 + j] = x[k + 16 + j];
-      xp[k + 16 + j] = x[k + 8 + j];
-      xp[k + 24 + j] = x[k + 24 + j];
-    }
-}
-
-bool int4_uses_permuted_x(const PackedWeight& w, bool simd) {
-  return simd && cpu_has_avx512() && w.block_size % 32 == 0 && w.K % 32 == 0;
-}
-
 void gemv_int4(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
-               int64_t n0, int64_t n1, bool simd, const float* xp) {
+               int64_t n0, int64_t n1, bool simd) {
   const int64_t K = w.K, N = w.N, bs = w.block_size, nb = w.n_blocks;
   const bool has_zero = !w.zeros.empty();
-  if (xp) {  // int4_uses_permuted_x
-    auto finish = [&](int64_t m, int64_t n, float s) {
-      const float* sc = w.scales.data() + n * nb;
-      const float* zp = has_zero ? w.zeros.data() + n * nb : nullptr;
-      const float* xs = xsum + m * nb;
-      for (int64_t b = 0; b < nb; ++b) s += sc[b] * ((zp ? zp[b] : 0.f) - 8.f) * xs[b];
-      y[m * N + n] = s + (bias ? bias[n] : 0.f);
-    };
-    int64_t n = n0;
-    float s[4];
-    for (; n + 4 <= n1; n += 4)
-      for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<4>(xp + m * K, w.q4.data() + n * w.row_bytes, w.row_bytes, K, bs, nb, w.scales.data() + n * nb, s);
-        for (int r = 0; r < 4; ++r) finish(m, n + r, s[r]);
-      }
-    for (; n < n1; ++n)
-      for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<1>(xp + m * K, w.q4.data() + n * w.row_bytes, w.row_bytes, K, bs, nb, w.scales.data() + n * nb, s);
-        finish(m, n, s[0]);
-      }
-    return;
-  }
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w.q4.data() + n * w.row_bytes;
     const float* sc = w.scales.data() + n * nb;

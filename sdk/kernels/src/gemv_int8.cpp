@@ -1,9 +1,8 @@
-// int8 weight-only GEMV: weights [N, K] int8 with per-block scales. Each block's integer
-// dot product is accumulated in fp32 (int8 -> fp32 converts are exact), then scaled:
+// int8 weight-only GEMV with fp32 activations, for CPUs (or shapes) the integer-dot kernels
+// (gemv_dot.cpp, gemv_dot_avx2.cpp) do not take: weights [N, K] int8 with per-block scales.
+// Each block's dot product is accumulated in fp32 (int8 -> fp32 converts are exact), then
+// scaled:
 //   y[n] = sum_b scale[n,b] * (dot(q[n, b], x[b]) + zero[n,b] * sum(x[b])).
-// GCC 12 flags _mm512_reduce_add_ps's internal _mm256_undefined_pd() as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -47,69 +46,12 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* x, const int8_t*
   return s;
 }
 
-// R rows of int8 weights (stride K) against one x, blockwise: each block's dot product is
-// accumulated in fp32 vectors (int8 -> fp32 is exact) and scaled once per block. Needs
-// block_size % 16 == 0 or a single block; the tail of K is masked.
-template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_avx512(const float* x, const int8_t* q, int64_t K,
-                                                                      int64_t bs, int64_t nb, const float* sc,
-                                                                      float* out) {
-  __m512 tot[R];
-  for (int r = 0; r < R; ++r) tot[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t k1 = std::min(K, (b + 1) * bs);
-    __m512 a[R][2];
-    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
-    int64_t k = b * bs;
-    for (; k + 32 <= k1; k += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-      for (int r = 0; r < R; ++r) {
-        const int8_t* p = q + r * K + k;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 1024), _MM_HINT_T0);
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-        a[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v))), x0, a[r][0]);
-        a[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1))), x1, a[r][1]);
-      }
-    }
-    for (; k < k1; k += 16) {
-      const __mmask16 m = k1 - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (k1 - k)) - 1);
-      const __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
-      for (int r = 0; r < R; ++r)
-        a[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + r * K + k))), x0,
-                                  a[r][0]);
-    }
-    for (int r = 0; r < R; ++r)
-      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_set1_ps(sc[r * nb + b]), tot[r]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(tot[r]);
-}
-
 }  // namespace
 
 void gemv_int8(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
                int64_t n0, int64_t n1, bool simd) {
   const int64_t K = w.K, N = w.N, bs = w.block_size, nb = w.n_blocks;
   const bool has_zero = !w.zeros.empty();
-  if (simd && cpu_has_avx512() && (bs % 16 == 0 || nb == 1)) {
-    auto finish = [&](int64_t m, int64_t n, float s) {
-      if (has_zero)
-        for (int64_t b = 0; b < nb; ++b) s += w.scales[n * nb + b] * w.zeros[n * nb + b] * xsum[m * nb + b];
-      y[m * N + n] = s + (bias ? bias[n] : 0.f);
-    };
-    int64_t n = n0;
-    float s[4];
-    for (; n + 4 <= n1; n += 4)
-      for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<4>(x + m * K, w.q8.data() + n * K, K, bs, nb, w.scales.data() + n * nb, s);
-        for (int r = 0; r < 4; ++r) finish(m, n + r, s[r]);
-      }
-    for (; n < n1; ++n)
-      for (int64_t m = 0; m < M; ++m) {
-        rows_avx512<1>(x + m * K, w.q8.data() + n * K, K, bs, nb, w.scales.data() + n * nb, s);
-        finish(m, n, s[0]);
-      }
-    return;
-  }
   for (int64_t n = n0; n < n1; ++n) {
     const int8_t* row = w.q8.data() + n * K;
     const float* sc = w.scales.data() + n * nb;

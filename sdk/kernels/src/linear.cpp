@@ -110,7 +110,16 @@ bool cpu_has_avx2() {
   return has;
 }
 void force_scalar(bool on) { g_force_scalar = on; }
+
 bool using_simd() { return cpu_has_avx2() && !g_force_scalar; }
+
+const char* gemv_kernel(const PackedWeight& w) {
+  const bool simd = using_simd();
+  if (detail::uses_integer_dot(w, simd)) return "integer dot (AVX-512 VNNI)";
+  if (detail::uses_integer_dot_avx2(w, simd)) return "integer dot (AVX2)";
+  if (simd && w.format == WeightFormat::F32 && detail::cpu_has_avx512()) return "AVX-512";
+  return simd ? "AVX2" : "scalar";
+}
 
 size_t PackedWeight::weight_bytes() const {
   const size_t viewed = f32_view ? static_cast<size_t>(K * N) : 0;
@@ -247,30 +256,40 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
   // Decode and short batches: stream the weights once, rows of x reuse each weight row.
   constexpr int64_t kGemvMaxRows = 4;
   if (M <= kGemvMaxRows) {
-    // Block sums of x: for zero points, and for int4's unsigned nibbles (q + 8).
     // Scratch reused across calls (no allocation per token).
-    static thread_local std::vector<float> xsum, xp;
-    if (!w.zeros.empty() || w.format == WeightFormat::Int4) {
+    static thread_local detail::DotActivation xq;
+    static thread_local detail::X16Activation x16;
+    static thread_local std::vector<float> xsum;
+    enum { kFloat, kDotVnni, kDotAvx2 } kernel = kFloat;
+    if (detail::uses_integer_dot(w, simd)) {
+      kernel = kDotVnni;
+      detail::quantize_activation(x, M, w, xq);
+    } else if (detail::uses_integer_dot_avx2(w, simd)) {
+      kernel = kDotAvx2;
+      detail::quantize_activation_x16(x, M, w, x16);
+    } else if (!w.zeros.empty() || w.format == WeightFormat::Int4) {
+      // Block sums of x: for zero points, and for int4's unsigned nibbles (q + 8).
       xsum.assign(static_cast<size_t>(M * w.n_blocks), 0.f);
       for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k) xsum[m * w.n_blocks + k / w.block_size] += x[m * K + k];
+        for (int64_t b = 0; b < w.n_blocks; ++b)
+          for (int64_t k = b * w.block_size; k < std::min(K, (b + 1) * w.block_size); ++k)
+            xsum[m * w.n_blocks + b] += x[m * K + k];
     }
-    const bool permuted = w.format == WeightFormat::Int4 && detail::int4_uses_permuted_x(w, simd);
-    if (permuted) {
-      xp.resize(static_cast<size_t>(M * K));
-      for (int64_t m = 0; m < M; ++m) detail::permute_x_int4(x + m * K, K, xp.data() + m * K);
-    }
+    // thread_local: the workers read this thread's copies
     const float* xsum_p = xsum.data();
-    const float* xp_p = permuted ? xp.data() : nullptr;
+    const detail::DotActivation* xq_p = &xq;
+    const detail::X16Activation* x16_p = &x16;
     // Split only matrices big enough that a thread's share (>= 64 KiB of weights) outweighs
     // waking it.
     const int64_t row_bytes = static_cast<int64_t>(w.weight_bytes() / static_cast<size_t>(N));
     const int64_t grain = std::max<int64_t>(16, (64 << 10) / std::max<int64_t>(row_bytes, 1));
     parallel_for(N, threads, grain, [&](int64_t n0, int64_t n1) {
+      if (kernel == kDotVnni) return detail::gemv_integer_dot(*xq_p, M, w, bias, y, n0, n1);
+      if (kernel == kDotAvx2) return detail::gemv_integer_dot_avx2(*x16_p, M, w, bias, y, n0, n1);
       switch (w.format) {
         case WeightFormat::F32: detail::gemv_f32(x, M, w, bias, y, n0, n1, simd); break;
         case WeightFormat::Int8: detail::gemv_int8(x, M, xsum_p, w, bias, y, n0, n1, simd); break;
-        case WeightFormat::Int4: detail::gemv_int4(x, M, xsum_p, w, bias, y, n0, n1, simd, xp_p); break;
+        case WeightFormat::Int4: detail::gemv_int4(x, M, xsum_p, w, bias, y, n0, n1, simd); break;
       }
     });
     return;

@@ -5,8 +5,12 @@
 //   Int8  signed 8-bit values, one scale (and optional zero) per block of `block_size`
 //         inputs — per-channel is block_size = K;
 //   Int4  signed 4-bit values packed two per byte, blockwise scales along K.
-// Dequantized weight: w = (q + zero) * scale. Activations stay fp32 (weight-only
-// quantization), so results equal fp32 math over the dequantized weights up to rounding.
+// Dequantized weight: w = (q + zero) * scale. Weight-only quantization: the GEMV (decode)
+// kernels for Int8/Int4 take x as 16-bit integers per group of 32 inputs (integer dot
+// products on AVX-512 VNNI or AVX2; relative error 2^-16 of each group's largest |x|) when
+// K and the blocks are multiples of 32 (64 for VNNI), else as fp32; prefill multiplies
+// dequantized tiles in fp32. Results equal fp32 math over
+// the dequantized weights up to that rounding.
 #pragma once
 
 #include "npuforge/kernels/tensor.h"
@@ -89,6 +93,10 @@ std::vector<float> dequantize(const PackedWeight& w);
 void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int threads);
 // x [..., K] -> [..., N].
 Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int threads);
+
+// The kernel a decode GEMV (M <= 4) of `w` runs on here: "integer dot (AVX-512 VNNI)",
+// "integer dot (AVX2)", "AVX-512", "AVX2" or "scalar" (for tests and bench/linear_bench).
+const char* gemv_kernel(const PackedWeight& w);
 
 // Kernel selection: AVX2+FMA when the CPU has it, else portable scalar code. Tests force
 // scalar to check both paths.
