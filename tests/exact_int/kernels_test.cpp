@@ -8,6 +8,7 @@
 #include <npuforge/kernels/reduce.h>
 
 #include <cmath>
+#include <iterator>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -93,6 +94,35 @@ TEST_P(LinearExact, RowsAreIndependentOfTheCall) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, LinearExact, ::testing::Values(8, 4));
+
+// Codes over the whole 16-bit range and beyond (|a| up to 65535, +-32768 and the byte
+// boundaries), int8 and int4 weights, per-channel and blocks, with and without zeros: the
+// SIMD path gives the bits of the plain loop (forced scalar).
+TEST(LinearExact, WideCodesGiveThePlainLoopsBits) {
+  const int64_t K = 384, N = 20, M = 3;
+  std::vector<float> wv = randn(static_cast<size_t>(K * N), 9, 0.05f);
+  std::vector<float> scales(static_cast<size_t>(N * 12), 0.003f), zeros(scales.size());
+  for (size_t i = 0; i < zeros.size(); ++i) zeros[i] = static_cast<float>(static_cast<int>(i % 9) - 4);
+  const k::PackedWeight weights[] = {k::quantize_with(wv.data(), K, N, 8, K, scales.data(), zeros.data()),
+                                     k::quantize_with(wv.data(), K, N, 8, 64, scales.data(), nullptr),
+                                     k::quantize_with(wv.data(), K, N, 8, 40, scales.data(), zeros.data()),
+                                     k::quantize_with(wv.data(), K, N, 4, 32, scales.data(), zeros.data()),
+                                     k::quantize_with(wv.data(), K, N, 4, 128, scales.data(), nullptr)};
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> code(-65535, 65535);
+  const int edges[] = {65535, -65535, 32768, -32768, 32767, -32767, 32640, 32639, 255, 256, -128, -129, 127, 128, 0};
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i < std::size(edges) ? edges[i] : code(rng));
+  const k::Tensor xt = k::Tensor::from(NF_DTYPE_FLOAT32, {M, K}, x);
+  for (const k::PackedWeight& w : weights) {
+    const std::vector<float> fast = values(k::linear_exact(xt, 1.f, w, nullptr, 2));
+    k::force_scalar(true);
+    const std::vector<float> plain = values(k::linear_exact(xt, 1.f, w, nullptr, 1));
+    k::force_scalar(false);
+    EXPECT_TRUE(same_bits(fast, plain)) << (w.format == k::WeightFormat::Int4 ? "int4" : "int8") << " block "
+                                        << w.block_size;
+  }
+}
 
 TEST(LinearExact, RefusesFloatWeightsAndWideCodes) {
   std::vector<float> wv = randn(64, 1);

@@ -3,6 +3,8 @@
 // ([M, n_blocks]) when the weight has zeros.
 #pragma once
 
+#include <type_traits>
+
 #include "npuforge/kernels/linear.h"
 
 namespace nf::kernels::detail {
@@ -16,6 +18,36 @@ void gemv_int8(const float* x, int64_t M, const float* xsum, const PackedWeight&
                int64_t n0, int64_t n1, bool simd);
 void gemv_int4(const float* x, int64_t M, const float* xsum, const PackedWeight& w, const float* bias, float* y,
                int64_t n0, int64_t n1, bool simd);
+
+// Runs a dot kernel over output rows [n0, n1) four at a time (then one at a time), for each
+// row m of x: y = dot + the zero points' share (scale * zero * x's block sum) + bias.
+// dot(rows, m, n, out) writes `rows` (std::integral_constant 4 or 1) results from row n.
+template <class Dot>
+void gemv_row_tiles(int64_t M, const PackedWeight& w, const float* block_sum, const float* bias, float* y,
+                    int64_t n0, int64_t n1, Dot dot) {
+  const int64_t N = w.N, nb = w.n_blocks;
+  auto finish = [&](int64_t m, int64_t n, float s) {
+    if (!w.zeros.empty()) {
+      const float* sc = w.scales.data() + n * nb;
+      const float* zp = w.zeros.data() + n * nb;
+      const float* xs = block_sum + m * nb;
+      for (int64_t b = 0; b < nb; ++b) s += sc[b] * zp[b] * xs[b];
+    }
+    y[m * N + n] = s + (bias ? bias[n] : 0.f);
+  };
+  int64_t n = n0;
+  float s[4];
+  for (; n + 4 <= n1; n += 4)
+    for (int64_t m = 0; m < M; ++m) {
+      dot(std::integral_constant<int, 4>(), m, n, s);
+      for (int r = 0; r < 4; ++r) finish(m, n + r, s[r]);
+    }
+  for (; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      dot(std::integral_constant<int, 1>(), m, n, s);
+      finish(m, n, s[0]);
+    }
+}
 
 // The integer-dot kernels (gemv_dot.cpp): int8 / int4 weights against x quantized to 16
 // bits per group of 32 inputs, when the CPU has AVX-512 VNNI, K is a multiple of 64 and

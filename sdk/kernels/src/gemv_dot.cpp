@@ -102,28 +102,9 @@ NF_VNNI void rows_dot(const DotActivation& a, int64_t m, const PackedWeight& w, 
 template <bool kInt4, bool kBlock32>
 void gemv_dot_rows(const DotActivation& a, int64_t M, const PackedWeight& w, const float* bias, float* y, int64_t n0,
                    int64_t n1) {
-  const int64_t N = w.N, nb = w.n_blocks;
-  auto finish = [&](int64_t m, int64_t n, float s) {
-    if (!w.zeros.empty()) {  // (q + zero) * scale: the zero's share, from x's block sums
-      const float* sc = w.scales.data() + n * nb;
-      const float* zp = w.zeros.data() + n * nb;
-      const float* xs = a.block_sum.data() + m * nb;
-      for (int64_t b = 0; b < nb; ++b) s += sc[b] * zp[b] * xs[b];
-    }
-    y[m * N + n] = s + (bias ? bias[n] : 0.f);
-  };
-  int64_t n = n0;
-  float s[4];
-  for (; n + 4 <= n1; n += 4)
-    for (int64_t m = 0; m < M; ++m) {
-      rows_dot<4, kInt4, kBlock32>(a, m, w, n, s);
-      for (int r = 0; r < 4; ++r) finish(m, n + r, s[r]);
-    }
-  for (; n < n1; ++n)
-    for (int64_t m = 0; m < M; ++m) {
-      rows_dot<1, kInt4, kBlock32>(a, m, w, n, s);
-      finish(m, n, s[0]);
-    }
+  gemv_row_tiles(M, w, a.block_sum.data(), bias, y, n0, n1, [&](auto rows, int64_t m, int64_t n, float* out) {
+    rows_dot<decltype(rows)::value, kInt4, kBlock32>(a, m, w, n, out);
+  });
 }
 
 // Stores 16 activation bytes (inputs 16 j .. 16 j + 15 of a chunk) where the kernel reads them.
