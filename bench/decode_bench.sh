@@ -4,10 +4,12 @@
 #
 #   bash bench/decode_bench.sh [--build-dir DIR] [--threads "1 2"] [--reps 3]
 #                              [--prompt-len 32] [--new-tokens 32] [--work DIR] [--quick]
+#                              [--model NAME=MODEL.onnx ...]
 #
 # Models: tests/models/tiny_llama (falls back to tests/models/llama_gqa while tiny_llama has
 # no model.onnx yet) and a ~100M-parameter Llama synthesized from
-# tools/models/configs/llama-100m.json into the work dir (default /tmp/npuforge-bench).
+# tools/models/configs/llama-100m.json into the work dir (default /tmp/npuforge-bench), skipped by
+# --quick; then each --model given.
 # For each model and thread count: ORT fp32; npuforge cpu fp32 / int8 / int4 weight-only and
 # w8a16 (minmax recipe: integer mode), each through a package from `npuforge build`, run
 # with `npuforge run PACKAGE --json`.
@@ -24,6 +26,7 @@ NEW_TOKENS=32
 WORK=/tmp/npuforge-bench
 PY=/usr/bin/python3   # Debian's python: has onnx/numpy/torch (the pyenv one first on PATH does not)
 QUICK=0
+EXTRA_MODELS=()
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -34,6 +37,8 @@ while [[ $# -gt 0 ]]; do
     --new-tokens) NEW_TOKENS=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;  # small model only (script development)
+    --model) [[ $2 == *=*.onnx && -f ${2#*=} ]] || { echo "decode_bench.sh: --model wants NAME=path/to/model.onnx (an existing file), got '$2'" >&2; exit 2; }
+             EXTRA_MODELS+=("$2"); shift 2 ;;  # one more model (e.g. a 1B from tools/models/synth_model.py)
     -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "decode_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -76,6 +81,7 @@ if [[ $QUICK == 0 ]]; then
   fi
   MODELS+=("llama100m=$SYN/model.onnx")
 fi
+MODELS+=("${EXTRA_MODELS[@]+"${EXTRA_MODELS[@]}"}")
 
 # Same deterministic prompt for every engine (ids 3..252 fit every model's vocab).
 PROMPT=$("$PY" -c "print(','.join(str(3 + (i * 37 + 11) % 250) for i in range($PROMPT_LEN)))")
