@@ -36,11 +36,12 @@ results = open(sys.argv[1]).read()
 if "## Current" not in results:
     sys.exit("check.sh: bench/RESULTS.md has no '## Current' section to compare with")
 current = results.split("## Current", 1)[1].split("\n## ", 1)[0]
+now = open(sys.argv[2]).read()
 recorded = ratios(current)
-measured = ratios(open(sys.argv[2]).read())
+measured = ratios(now)
 cpu_of = lambda text: next((l[len("cpu: "):] for l in text.splitlines() if l.startswith("cpu: ")), "not recorded")
-if cpu_of(current) != cpu_of(open(sys.argv[2]).read()):
-    print(f"note: \"Current\" was measured on {cpu_of(current)}; this run on {cpu_of(open(sys.argv[2]).read())}. "
+if cpu_of(current) != cpu_of(now):
+    print(f"note: \"Current\" was measured on {cpu_of(current)}; this run on {cpu_of(now)}. "
           "Other kernels run there: a change below may be the machine's, not the code's.\n")
 if not measured:
     sys.exit("check.sh: the benchmark printed no table")

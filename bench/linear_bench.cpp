@@ -1,13 +1,15 @@
-// linear_bench: the decode GEMV kernels alone (nf::kernels::linear with M = 1), as the read
-// bandwidth they reach, beside a plain streaming read of the same bytes. A decode step of an
-// LLM is these GEMVs over every weight once, so a kernel below the streaming read is
-// compute-bound, and the decode bench (decode_bench.sh) cannot reach the memory bound either.
+// linear_bench: the kernels of nf::kernels::linear alone, per weight format (float32, int8
+// per channel / block 64, int4 block 32 / 64).
 //
-//   gemv_bench [--shape KxN] [--mib 512] [--runs 5] [--threads 1] [--scalar]
+//   linear_bench [--tokens 1] [--shape KxN] [--mib 512] [--runs 5] [--threads 1] [--scalar]
 //
-// For each format (float32, int8 per channel, int4 block 32, int8 block 64) it packs enough
-// copies of one KxN weight to stream --mib MiB of packed bytes, runs the GEMV over all of them
-// --runs times and keeps the best pass.
+// --tokens 1 (decode): GB/s of the GEMV beside a plain streaming read of the same bytes. A
+// decode step of an LLM is these GEMVs over every weight once, so a kernel below the
+// streaming read is compute-bound, and the decode bench (decode_bench.sh) cannot reach the
+// memory bound either. Enough copies of one KxN weight are packed to stream --mib MiB a pass.
+// --tokens M > 1: GFLOP/s of linear() on M rows (above 4 rows: the prefill GEMM) beside
+// OpenBLAS sgemm on the same fp32 [N, K] rows.
+// Each figure is the best of --runs passes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,7 +78,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(next());
     else if (a == "--scalar") k::force_scalar(true);
     else {
-      std::fprintf(stderr, "linear_bench: unknown argument %s (see the header of bench/gemv_bench.cpp)\n", a.c_str());
+      std::fprintf(stderr, "linear_bench: unknown argument %s (see the header of bench/linear_bench.cpp)\n", a.c_str());
       return 2;
     }
   }

@@ -49,6 +49,11 @@ void gemv_row_tiles(int64_t M, const PackedWeight& w, const float* block_sum, co
     }
 }
 
+// Both integer-dot kernels take x rounded alike: 16-bit codes x16 per group of 32 inputs,
+// |x16| <= kX16Max (the largest value whose high and low bytes are both signed bytes).
+constexpr int64_t kX16Group = 32;
+constexpr float kX16Max = 127 * 256 + 127;
+
 // The integer-dot kernels (gemv_dot.cpp): int8 / int4 weights against x quantized to 16
 // bits per group of 32 inputs, when the CPU has AVX-512 VNNI, K is a multiple of 64 and
 // the weight's blocks are 32 inputs or whole multiples of 64.

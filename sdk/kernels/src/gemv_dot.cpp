@@ -23,10 +23,9 @@
 namespace nf::kernels::detail {
 namespace {
 
-constexpr int64_t kGroup = 32;          // inputs sharing one activation scale
+constexpr int64_t kGroup = kX16Group;   // inputs sharing one activation scale
 constexpr int64_t kChunk = 64;          // inputs per vpdpbusd
-constexpr int64_t kAheadBytes = 8192;   // prefetch distance in each streamed row, as gemv_f32
-constexpr float kX16Max = 127 * 256 + 127;  // largest |x16| whose hi and lo are both signed bytes
+constexpr int64_t kAheadBytes = 8192;   // prefetch distance in each streamed row
 
 // 64 weight bytes of row `n`, chunk `c`, as unsigned u = q + offset. int4 expands the 32
 // packed bytes as their low nibbles, then their high nibbles: inputs 0-7, 16-23, 32-39,

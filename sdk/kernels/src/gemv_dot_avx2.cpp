@@ -19,9 +19,8 @@
 namespace nf::kernels::detail {
 namespace {
 
-constexpr int64_t kGroup = 32;             // inputs sharing one activation scale
-constexpr int64_t kAheadBytes = 8192;       // prefetch distance in each streamed row
-constexpr float kX16Max = 127 * 256 + 127;  // as gemv_dot.cpp, so every path rounds x alike
+constexpr int64_t kGroup = kX16Group;  // inputs sharing one activation scale
+constexpr int64_t kAheadBytes = 8192;  // prefetch distance in each streamed row
 
 // Group g of row n as two vectors of 16 int16 weights, in x16's order.
 template <bool kInt4>

@@ -123,7 +123,6 @@ bool cpu_has_avx2() {
   return has;
 }
 void force_scalar(bool on) { g_force_scalar = on; }
-
 bool using_simd() { return cpu_has_avx2() && !g_force_scalar; }
 
 const char* gemv_kernel(const PackedWeight& w) {

@@ -9,8 +9,8 @@
 // kernels for Int8/Int4 take x as 16-bit integers per group of 32 inputs (integer dot
 // products on AVX-512 VNNI or AVX2; relative error 2^-16 of each group's largest |x|) when
 // K and the blocks are multiples of 32 (64 for VNNI), else as fp32; prefill multiplies
-// dequantized tiles in fp32. Results equal fp32 math over
-// the dequantized weights up to that rounding.
+// dequantized tiles in fp32. Results equal fp32 math over the dequantized weights up to
+// that rounding.
 #pragma once
 
 #include "npuforge/kernels/tensor.h"
