@@ -1,7 +1,7 @@
 // linear_bench: the kernels of nf::kernels::linear alone, per weight format (float32, int8
 // per channel / block 64, int4 block 32 / 64).
 //
-//   linear_bench [--tokens 1] [--shape KxN] [--mib 512] [--runs 5] [--threads 1] [--scalar]
+//   linear_bench [--tokens 1] [--shape KxN] [--mib 512] [--runs 5] [--threads 1] [--simd scalar|avx2|avx512]
 //
 // --tokens 1 (decode): GB/s of the GEMV beside a plain streaming read of the same bytes. A
 // decode step of an LLM is these GEMVs over every weight once, so a kernel below the
@@ -76,7 +76,14 @@ int main(int argc, char** argv) {
     } else if (a == "--mib") mib = std::strtoul(next(), nullptr, 10);
     else if (a == "--runs") runs = std::atoi(next());
     else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--scalar") k::force_scalar(true);
+    else if (a == "--simd") {
+      const std::string s = next();
+      if (s != "scalar" && s != "avx2" && s != "avx512") {
+        std::fprintf(stderr, "linear_bench: --simd wants scalar, avx2 or avx512\n");
+        return 2;
+      }
+      k::limit_simd(s == "scalar" ? k::Simd::kScalar : s == "avx2" ? k::Simd::kAvx2 : k::Simd::kAvx512);
+    }
     else {
       std::fprintf(stderr, "linear_bench: unknown argument %s (see the header of bench/linear_bench.cpp)\n", a.c_str());
       return 2;
@@ -112,7 +119,7 @@ int main(int argc, char** argv) {
     const k::PackedWeight rows = k::pack_f32(w.data(), K, N);
     const double blas = gflops([&] { k::sgemm(x.data(), rows.f32_rows(), y.data(), M, N, K, true); });
     std::printf("%ld tokens x shape %ldx%ld, %d thread(s), %s kernels\n\n", M, K, N, threads,
-                k::using_simd() ? "SIMD" : "scalar");
+                k::simd_name(k::simd_level()));
     std::printf("| weights | GEMM | GFLOP/s | vs OpenBLAS fp32 |\n|---|---|---|---|\n");
     std::printf("| float32 | OpenBLAS sgemm | %.1f | 1.00x |\n", blas);
     for (const Format& f : formats) {
@@ -124,7 +131,7 @@ int main(int argc, char** argv) {
   }
   const double read = read_gbps(mib << 20, runs);
   std::printf("shape %ldx%ld, %d thread(s), %zu MiB streamed per pass, %s kernels\n", K, N, threads, mib,
-              k::using_simd() ? "SIMD" : "scalar");
+              k::simd_name(k::simd_level()));
   std::printf("plain read of %zu MiB: %.1f GB/s\n\n", mib, read);
   std::printf("| format | bytes per weight copy | copies | GB/s | of plain read | us per GEMV |\n|---|---|---|---|---|---|\n");
   for (const Format& f : formats) {

@@ -79,9 +79,9 @@ TEST_P(LinearExact, RowsAreIndependentOfTheCall) {
     std::vector<float> one = values(k::linear_exact(row, a_scale, w, bias.data(), 1));
     EXPECT_TRUE(same_bits(one, std::vector<float>(all.begin() + m * N, all.begin() + (m + 1) * N))) << "row " << m;
   }
-  k::force_scalar(true);
+  k::limit_simd(k::Simd::kScalar);
   std::vector<float> scalar = values(k::linear_exact(xt, a_scale, w, bias.data(), 1));
-  k::force_scalar(false);
+  k::limit_simd(k::Simd::kAvx512);
   EXPECT_TRUE(same_bits(scalar, all));
   std::vector<float> wf = k::dequantize(w), ref(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m)
@@ -116,9 +116,9 @@ TEST(LinearExact, WideCodesGiveThePlainLoopsBits) {
   const k::Tensor xt = k::Tensor::from(NF_DTYPE_FLOAT32, {M, K}, x);
   for (const k::PackedWeight& w : weights) {
     const std::vector<float> fast = values(k::linear_exact(xt, 1.f, w, nullptr, 2));
-    k::force_scalar(true);
+    k::limit_simd(k::Simd::kScalar);
     const std::vector<float> plain = values(k::linear_exact(xt, 1.f, w, nullptr, 1));
-    k::force_scalar(false);
+    k::limit_simd(k::Simd::kAvx512);
     EXPECT_TRUE(same_bits(fast, plain)) << (w.format == k::WeightFormat::Int4 ? "int4" : "int8") << " block "
                                         << w.block_size;
   }

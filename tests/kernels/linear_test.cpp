@@ -29,10 +29,10 @@ struct Case {
   int64_t M, K, N;
 };
 
-class Linear : public ::testing::TestWithParam<bool> {  // param: force scalar kernels
+class Linear : public ::testing::TestWithParam<Simd> {  // param: the widest kernels allowed
  protected:
-  void SetUp() override { force_scalar(GetParam()); }
-  void TearDown() override { force_scalar(false); }
+  void SetUp() override { limit_simd(GetParam()); }
+  void TearDown() override { limit_simd(Simd::kAvx512); }
 
   // Runs the packed weight on x and checks against fp32 math over dequantize(p). The
   // integer-dot kernel rounds x to 16 bits per group of 32 inputs: each output may then
@@ -61,8 +61,11 @@ class Linear : public ::testing::TestWithParam<bool> {  // param: force scalar k
 
 // Includes N not a multiple of the 4-row kernels, K with / without a 16- or 32-aligned tail,
 // and K a multiple of 32 or 64 with M <= 4 (the integer-dot kernels' shapes).
-const Case kCases[] = {{1, 64, 48}, {1, 100, 37}, {3, 96, 17}, {1, 1000, 65}, {7, 128, 70}, {33, 160, 300},
-                       {1, 768, 67}, {4, 520, 33}, {2, 1030, 9}, {2, 256, 41}, {4, 192, 13}};
+// Prefill (M > 4): {70, 1100, 23} crosses the GEMM's 64-row blocks of x and 1024-input chunks
+// of K, with a tail of rows, of w's 6- and 3-row tiles and of the vector width.
+const Case kCases[] = {{1, 64, 48},  {1, 100, 37}, {3, 96, 17}, {1, 1000, 65}, {7, 128, 70}, {33, 160, 300},
+                       {1, 768, 67}, {4, 520, 33}, {2, 1030, 9}, {2, 256, 41}, {4, 192, 13}, {70, 1100, 23},
+                       {5, 7, 5}};
 
 }  // namespace
 
@@ -184,9 +187,8 @@ TEST_P(Linear, GivenScalesAndZerosAndNkLayout) {
 // on integer dot products; activation values spanning 8 decades inside one group keep the
 // 16-bit rounding bound of check().
 TEST_P(Linear, IntegerDotKernelTakesDecodeShapes) {
-  if (GetParam() || !cpu_has_avx2()) GTEST_SKIP() << "scalar forced, or no AVX2 here";
-  const char* dot = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl")
+  if (simd_level() == Simd::kScalar) GTEST_SKIP() << "scalar forced, or no AVX2 here";
+  const char* dot = simd_level() == Simd::kAvx512 && __builtin_cpu_supports("avx512vnni")
                         ? "integer dot (AVX-512 VNNI)"
                         : "integer dot (AVX2)";
   const int64_t K = 512, N = 36;
@@ -221,5 +223,6 @@ TEST_P(Linear, Int8StreamsQuarterOfFp32Bytes) {
   EXPECT_LT(q4 * 5, f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, Linear, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Scalar" : "Simd"; });
+// On a CPU without AVX-512 the Avx512 cases run the AVX2 kernels again.
+INSTANTIATE_TEST_SUITE_P(Kernels, Linear, ::testing::Values(Simd::kAvx512, Simd::kAvx2, Simd::kScalar),
+                         [](const ::testing::TestParamInfo<Simd>& i) { return std::string(simd_name(i.param)); });

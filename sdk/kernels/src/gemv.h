@@ -84,4 +84,11 @@ void quantize_activation_x16(const float* x, int64_t M, const PackedWeight& w, X
 void gemv_integer_dot_avx2(const X16Activation& a, int64_t M, const PackedWeight& w, const float* bias, float* y,
                            int64_t n0, int64_t n1);
 
+// The prefill GEMM (gemm_nk.cpp): y[m, n] = dot(x[m, :], w[n, :]) for x [M, K] and w
+// [N, K] rows, y's rows ldy apart; AVX-512 or AVX2 tiles, threads over w's rows.
+enum class GemmIsa { kNone, kAvx2, kAvx512 };
+GemmIsa gemm_nk_isa(bool simd);  // kNone: use OpenBLAS
+void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y, int64_t ldy,
+             int threads);
+
 }  // namespace nf::kernels::detail

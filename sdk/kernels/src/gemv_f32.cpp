@@ -77,7 +77,7 @@ bool cpu_has_avx512() {
 void gemv_f32(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int64_t n0, int64_t n1,
               bool simd) {
   const int64_t K = w.K, N = w.N;
-  if (simd && cpu_has_avx512()) {
+  if (simd_level() == Simd::kAvx512) {
     int64_t n = n0;
     float s[4];
     for (; n + 4 <= n1; n += 4)

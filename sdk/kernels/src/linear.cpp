@@ -1,5 +1,6 @@
 // Packing and quantization of linear weights, and the dispatch between the streaming GEMV
-// kernels (small M: decode) and tiled dequantize + OpenBLAS GEMM (large M: prefill).
+// kernels (small M: decode) and the GEMM on packed rows, integer weights dequantized a tile
+// at a time (large M: prefill).
 #include "npuforge/kernels/linear.h"
 
 #include <immintrin.h>
@@ -15,7 +16,7 @@
 namespace nf::kernels {
 namespace {
 
-std::atomic<bool> g_force_scalar{false};
+std::atomic<Simd> g_simd_cap{Simd::kAvx512};
 
 // Element (n, k) of the source matrix in either layout.
 inline float at(const float* w, int64_t K, int64_t N, bool nk, int64_t n, int64_t k) {
@@ -122,14 +123,19 @@ bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
-void force_scalar(bool on) { g_force_scalar = on; }
-bool using_simd() { return cpu_has_avx2() && !g_force_scalar; }
+Simd simd_level() {
+  static const Simd cpu = detail::cpu_has_avx512() ? Simd::kAvx512 : cpu_has_avx2() ? Simd::kAvx2 : Simd::kScalar;
+  return std::min(cpu, g_simd_cap.load());
+}
+void limit_simd(Simd max) { g_simd_cap = max; }
+const char* simd_name(Simd s) { return s == Simd::kAvx512 ? "avx512" : s == Simd::kAvx2 ? "avx2" : "scalar"; }
+bool using_simd() { return simd_level() != Simd::kScalar; }
 
 const char* gemv_kernel(const PackedWeight& w) {
   const bool simd = using_simd();
   if (detail::uses_integer_dot(w, simd)) return "integer dot (AVX-512 VNNI)";
   if (detail::uses_integer_dot_avx2(w, simd)) return "integer dot (AVX2)";
-  if (simd && w.format == WeightFormat::F32 && detail::cpu_has_avx512()) return "AVX-512";
+  if (w.format == WeightFormat::F32 && simd_level() == Simd::kAvx512) return "AVX-512";
   return simd ? "AVX2" : "scalar";
 }
 
@@ -306,34 +312,39 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     });
     return;
   }
-  // Prefill: fp32 GEMM against the packed [N, K] rows, dequantizing tiles of output channels
-  // for the integer formats so the scratch stays small.
+  // Prefill: GEMM against the packed [N, K] rows (gemm_nk.cpp; OpenBLAS without AVX2),
+  // dequantizing tiles of output channels for the integer formats so the scratch stays small.
+  const detail::GemmIsa isa = detail::gemm_nk_isa(simd);
+  auto gemm_rows = [&](const float* rows, int64_t n0, int64_t nt) {
+    if (isa != detail::GemmIsa::kNone)
+      detail::gemm_nk(isa, x, M, K, rows, nt, y + n0, N, threads);
+    else
+      sgemm_block(x, rows, y + n0, M, nt, K, true, K, N);
+  };
   if (w.format == WeightFormat::F32 && w.release_rows) {
     // Row blocks of ~32 MiB, each let go once multiplied: a 1 GB viewed head stays a block.
     const int64_t rows = std::max<int64_t>(1, kReleaseBytes / (K * 4));
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
       const int64_t nt = std::min(rows, N - n0);
-      sgemm_block(x, w.f32_view + n0 * K, y + n0, M, nt, K, true, K, N);
+      gemm_rows(w.f32_view + n0 * K, n0, nt);
       w.release_rows(static_cast<size_t>(n0 * K) * 4, static_cast<size_t>(nt * K) * 4);
     }
   } else if (w.format == WeightFormat::F32) {
-    sgemm(x, w.f32_rows(), y, M, N, K, true);
+    gemm_rows(w.f32_rows(), 0, N);
   } else {
     // 512 output channels a tile (at most 16 MiB of scratch): llama100m's int8 prefill took
     // 0.59 s with tiles of 256 and 0.35 s with 512 (fp32: 0.33 s), measured through
-    // `npuforge run` on the decode bench's package; fewer, larger sgemm calls.
+    // `npuforge run` on the decode bench's package; fewer, larger GEMM calls.
     const int64_t tile = std::min(N, std::clamp<int64_t>((int64_t{16} << 20) / (K * 4), 64, 512));
-    static thread_local std::vector<float> wt, yt;  // reused across calls
+    static thread_local std::vector<float> wt;  // reused across calls
     wt.resize(static_cast<size_t>(tile * K));
-    yt.resize(static_cast<size_t>(M * tile));
     float* wtp = wt.data();  // thread_local: the workers must use this thread's buffer
     for (int64_t n0 = 0; n0 < N; n0 += tile) {
       int64_t nt = std::min(tile, N - n0);
       parallel_for(nt, threads, 8, [&](int64_t a, int64_t b) {
         for (int64_t n = a; n < b; ++n) dequant_row(w, n0 + n, wtp + n * K);
       });
-      sgemm(x, wt.data(), yt.data(), M, nt, K, true);
-      for (int64_t m = 0; m < M; ++m) std::copy(yt.begin() + m * nt, yt.begin() + (m + 1) * nt, y + m * N + n0);
+      gemm_rows(wtp, n0, nt);
     }
   }
   add_bias(y, M, N, bias);

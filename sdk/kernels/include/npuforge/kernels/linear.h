@@ -89,7 +89,8 @@ PackedWeight quantize_with(const float* w, int64_t K, int64_t N, int bits, int64
 std::vector<float> dequantize(const PackedWeight& w);
 
 // y[M, N] = x[M, K] * W + bias (bias may be null). Small M runs the streaming GEMV kernels
-// over `threads` threads; large M dequantizes tiles and calls OpenBLAS.
+// over `threads` threads; large M runs a GEMM on the packed rows (integer weights dequantized
+// a tile of rows at a time).
 void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias, float* y, int threads);
 // x [..., K] -> [..., N].
 Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int threads);
@@ -98,10 +99,13 @@ Tensor linear(const Tensor& x, const PackedWeight& w, const float* bias, int thr
 // "integer dot (AVX2)", "AVX-512", "AVX2" or "scalar" (for tests and bench/linear_bench).
 const char* gemv_kernel(const PackedWeight& w);
 
-// Kernel selection: AVX2+FMA when the CPU has it, else portable scalar code. Tests force
-// scalar to check both paths.
+// Kernel selection: the widest of AVX-512 (f, bw, vl), AVX2 + FMA and portable scalar code
+// that the CPU has. Tests and benches cap it to run the narrower kernels on the same CPU.
+enum class Simd { kScalar, kAvx2, kAvx512 };
+Simd simd_level();          // what the kernels use now
+void limit_simd(Simd max);  // kAvx512: no cap
+const char* simd_name(Simd s);
 bool cpu_has_avx2();
-void force_scalar(bool on);
-bool using_simd();
+bool using_simd();  // simd_level() != kScalar
 
 }  // namespace nf::kernels
