@@ -1,12 +1,21 @@
 // A small fixed thread pool. Jobs are posted and completed under one mutex with two
 // condition variables: simple enough to be obviously free of lost wake-ups, which an
 // earlier lock-free spin version was not (it hung when two processes shared the cores).
+// Each side spins a bounded while (kSpin) before it sleeps on its condition variable, reading
+// only an atomic copy of the state it waits for, then takes the mutex as before: a decode step
+// posts ~100 jobs tens of microseconds apart, and without the spin each cost two futex waits
+// and two wake-ups (~20% of a 2-thread int8 decode, llama100m, Zen 5 VM). Notifying a
+// condition variable nobody waits on makes no system call.
 // The caller runs chunk 0 itself, so a 2-way split costs one wake-up and one notify.
 #include "npuforge/kernels/parallel.h"
 
 #include <cblas.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -14,6 +23,18 @@
 
 namespace nf::kernels {
 namespace {
+
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// Spins until done() or kSpin has passed.
+template <class Done>
+void spin_until(Done done) {
+  const auto end = std::chrono::steady_clock::now() + kSpin;
+  while (!done()) {
+    for (int i = 0; i < 64; ++i) _mm_pause();
+    if (std::chrono::steady_clock::now() > end) return;
+  }
+}
 
 class Pool {
  public:
@@ -31,10 +52,11 @@ class Pool {
       fn_ = &fn;
       chunks_ = chunks;
       pending_ = chunks - 1;
-      ++gen_;
+      gen_.store(gen_ + 1);
     }
     work_cv_.notify_all();
     fn(0);
+    spin_until([&] { return pending_.load() == 0; });
     std::unique_lock<std::mutex> l(mu_);
     done_cv_.wait(l, [&] { return pending_ == 0; });
   }
@@ -54,13 +76,18 @@ class Pool {
   void grow(int workers) {
     while (static_cast<int>(threads_.size()) < workers) {
       int id = static_cast<int>(threads_.size()) + 1;
-      threads_.emplace_back([this, id, start = gen_] { loop(id, start); });
+      threads_.emplace_back([this, id, start = gen_.load()] { loop(id, start); });
     }
   }
 
   void loop(int id, uint64_t seen) {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
+      if (!stop_ && gen_ == seen) {
+        l.unlock();
+        spin_until([&] { return gen_.load() != seen; });
+        l.lock();
+      }
       work_cv_.wait(l, [&] { return stop_ || gen_ != seen; });
       if (stop_) return;
       seen = gen_;
@@ -76,8 +103,9 @@ class Pool {
   std::mutex call_mu_, mu_;
   std::condition_variable work_cv_, done_cv_;
   std::vector<std::thread> threads_;
-  uint64_t gen_ = 0;
-  int pending_ = 0;
+  // Written under mu_; atomic so that the spins may read them without it.
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<int> pending_{0};
   const std::function<void(int)>* fn_ = nullptr;
   int chunks_ = 0;
   bool stop_ = false;
