@@ -4,11 +4,13 @@
 // session creation instead). A tile of MR rows of x by NR rows of w keeps MR * NR vector
 // accumulators over a chunk of K and reduces each to one number at the end of the chunk.
 // Blocking: chunks of kChunkK inputs, so a tile's w rows stay in L1 while the rows of x
-// stream past them from L2; x in blocks of kBlockM rows; threads split the w rows.
+// stream past them from L2; x in blocks of kBlockM rows; threads split the w rows. Integer
+// weights are dequantized a tile of rows and a chunk at a time, into L1, as they are reached.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "gemv.h"
 #include "npuforge/kernels/parallel.h"
@@ -18,6 +20,7 @@ namespace {
 
 constexpr int64_t kChunkK = 1024;
 constexpr int64_t kBlockM = 64;
+constexpr int kMaxM = 4, kMaxN = 6;  // the widest tile: rows of x, rows of w
 
 __attribute__((target("avx2"), always_inline)) inline float hsum(__m256 v) {
   const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -31,14 +34,18 @@ __attribute__((target("avx512f"), always_inline)) inline float hsum(__m512 v) {
   return hsum(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 0)));
 }
 
+// `next`: the next tile's w rows, prefetched while this tile runs (null: none).
 using TileFn = void (*)(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, float* y, int64_t ldy,
-                        bool accumulate);
+                        bool accumulate, const float* next);
 
 // One step of 16 inputs (fewer under `mask`) of an MR x NR tile.
 template <int MR, int NR>
 __attribute__((target("avx512f"), always_inline)) inline void step_avx512(__m512 (&acc)[MR][NR], const float* x,
                                                                          int64_t ldx, const float* w, int64_t ldw,
-                                                                         __mmask16 mask) {
+                                                                         __mmask16 mask, const float* next) {
+  if (next)
+#pragma GCC unroll 8
+    for (int j = 0; j < kMaxN; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldw), _MM_HINT_T0);
   __m512 wv[NR];
 #pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) wv[j] = _mm512_maskz_loadu_ps(mask, w + j * ldw);
@@ -53,15 +60,17 @@ __attribute__((target("avx512f"), always_inline)) inline void step_avx512(__m512
 // 4 x 6 tile: 24 accumulators, 6 w vectors and 1 x vector of the 32 zmm registers.
 template <int MR, int NR>
 __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx, const float* w, int64_t ldw,
-                                                    int64_t k, float* y, int64_t ldy, bool accumulate) {
+                                                    int64_t k, float* y, int64_t ldy, bool accumulate,
+                                                    const float* next) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   int64_t p = 0;
-  for (; p + 16 <= k; p += 16) step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, 0xffff);
-  if (p < k) step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, static_cast<__mmask16>((1u << (k - p)) - 1));
+  for (; p + 16 <= k; p += 16) step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, 0xffff, next ? next + p : nullptr);
+  if (p < k)
+    step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, static_cast<__mmask16>((1u << (k - p)) - 1), next ? next + p : nullptr);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
@@ -74,7 +83,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx,
 // 4 x 3 tile: 12 accumulators, 3 w vectors and 1 x vector of the 16 ymm registers.
 template <int MR, int NR>
 __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* w, int64_t ldw,
-                                                   int64_t k, float* y, int64_t ldy, bool accumulate) {
+                                                   int64_t k, float* y, int64_t ldy, bool accumulate, const float*) {
   __m256 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -102,7 +111,6 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
     }
 }
 
-constexpr int kMaxM = 4, kMaxN = 6;
 using TileTable = std::array<std::array<TileFn, kMaxN + 1>, kMaxM + 1>;  // [rows of x][rows of w]
 
 template <template <int, int> class Tile, int MR, int... NR>
@@ -132,7 +140,7 @@ GemmIsa gemm_nk_isa(bool simd) {
   return simd_level() == Simd::kAvx512 ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
 }
 
-void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y, int64_t ldy,
+void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const GemmRows& w, int64_t N, float* y, int64_t ldy,
              int threads) {
   const TileTable& tiles = isa == GemmIsa::kAvx512 ? kAvx512Tiles : kAvx2Tiles;
   const int64_t nr = isa == GemmIsa::kAvx512 ? 6 : 3;
@@ -143,11 +151,17 @@ void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const float* w, 
       const int64_t mb = std::min(kBlockM, M - m0);
       // A thread's share is at least 8 tiles of w rows, so waking it pays.
       parallel_for(n_tiles, threads, 8, [&](int64_t t0, int64_t t1) {
+        static thread_local std::vector<float> made;  // rows made by w.fill, in L1
+        if (!w.rows) made.resize(static_cast<size_t>(nr * kc));
         for (int64_t n = t0 * nr; n < std::min(N, t1 * nr); n += nr) {
           const int64_t nt = std::min(nr, N - n);
+          const float* rows = w.rows ? w.rows + n * K + k0 : made.data();
+          const int64_t ld = w.rows ? K : kc;
+          if (!w.rows) w.fill(n, nt, k0, k0 + kc, made.data());
           for (int64_t m = m0; m < m0 + mb; m += kMaxM) {
             const int64_t mt = std::min<int64_t>(kMaxM, m0 + mb - m);
-            tiles[mt][nt](x + m * K + k0, K, w + n * K + k0, K, kc, y + m * ldy + n, ldy, k0 > 0);
+            const float* next = w.rows && m == m0 && n + nr + kMaxN <= N ? w.rows + (n + nr) * K + k0 : nullptr;
+            tiles[mt][nt](x + m * K + k0, K, rows, ld, kc, y + m * ldy + n, ldy, k0 > 0, next);
           }
         }
       });

@@ -3,6 +3,7 @@
 // ([M, n_blocks]) when the weight has zeros.
 #pragma once
 
+#include <functional>
 #include <type_traits>
 
 #include "npuforge/kernels/linear.h"
@@ -88,7 +89,13 @@ void gemv_integer_dot_avx2(const X16Activation& a, int64_t M, const PackedWeight
 // [N, K] rows, y's rows ldy apart; AVX-512 or AVX2 tiles, threads over w's rows.
 enum class GemmIsa { kNone, kAvx2, kAvx512 };
 GemmIsa gemm_nk_isa(bool simd);  // kNone: use OpenBLAS
-void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y, int64_t ldy,
+// w's rows: stored ([N, K] at `rows`), or made a few at a time as the GEMM reaches them:
+// fill(n, count, k0, k1, out) writes rows [n, n + count), inputs [k0, k1), to out [count, k1 - k0].
+struct GemmRows {
+  const float* rows = nullptr;
+  std::function<void(int64_t n, int64_t count, int64_t k0, int64_t k1, float* out)> fill;
+};
+void gemm_nk(GemmIsa isa, const float* x, int64_t M, int64_t K, const GemmRows& w, int64_t N, float* y, int64_t ldy,
              int threads);
 
 }  // namespace nf::kernels::detail

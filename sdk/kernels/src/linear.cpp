@@ -60,12 +60,13 @@ int load(const PackedWeight& p, int64_t n, int64_t k) {
   return ((k % 16) < 8 ? (b & 15) : (b >> 4)) - 8;
 }
 
-// Row n of a packed integer weight as K floats: blocks of 16 inputs (one int4 chunk) in
-// AVX2 when they lie in one block, the rest one by one.
-__attribute__((target("avx2,fma"))) void dequant_row_avx2(const PackedWeight& w, int64_t n, float* out, int64_t& k) {
+// Inputs [k0, k1) of row n of a packed integer weight as floats: blocks of 16 inputs (one
+// int4 chunk) in AVX2 when they lie in one block, the rest one by one. k0 is a multiple of 16.
+__attribute__((target("avx2,fma"))) void dequant_row_avx2(const PackedWeight& w, int64_t n, int64_t k0, int64_t k1,
+                                                          float* out, int64_t& k) {
   const float* sc = w.scales.data() + n * w.n_blocks;
   const float* zp = w.zeros.empty() ? nullptr : w.zeros.data() + n * w.n_blocks;
-  for (; k + 16 <= w.K && k / w.block_size == (k + 15) / w.block_size; k += 16) {
+  for (; k + 16 <= k1 && k / w.block_size == (k + 15) / w.block_size; k += 16) {
     const int64_t b = k / w.block_size;
     __m256i q0, q1;
     if (w.format == WeightFormat::Int8) {
@@ -78,17 +79,17 @@ __attribute__((target("avx2,fma"))) void dequant_row_avx2(const PackedWeight& w,
       q1 = _mm256_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), nib), eight));
     }
     const __m256 s = _mm256_set1_ps(sc[b]), z = _mm256_set1_ps(zp ? zp[b] : 0.f);
-    _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(q0), z), s));
-    _mm256_storeu_ps(out + k + 8, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(q1), z), s));
+    _mm256_storeu_ps(out + k - k0, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(q0), z), s));
+    _mm256_storeu_ps(out + k - k0 + 8, _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(q1), z), s));
   }
 }
 
-void dequant_row(const PackedWeight& w, int64_t n, float* out) {
-  int64_t k = 0;
-  if (using_simd()) dequant_row_avx2(w, n, out, k);
-  for (; k < w.K; ++k) {
+void dequant_row(const PackedWeight& w, int64_t n, int64_t k0, int64_t k1, float* out) {
+  int64_t k = k0;
+  if (using_simd()) dequant_row_avx2(w, n, k0, k1, out, k);
+  for (; k < k1; ++k) {
     const size_t i = static_cast<size_t>(n * w.n_blocks + k / w.block_size);
-    out[k] = (static_cast<float>(load(w, n, k)) + (w.zeros.empty() ? 0.f : w.zeros[i])) * w.scales[i];
+    out[k - k0] = (static_cast<float>(load(w, n, k)) + (w.zeros.empty() ? 0.f : w.zeros[i])) * w.scales[i];
   }
 }
 
@@ -312,12 +313,12 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     });
     return;
   }
-  // Prefill: GEMM against the packed [N, K] rows (gemm_nk.cpp; OpenBLAS without AVX2),
-  // dequantizing tiles of output channels for the integer formats so the scratch stays small.
+  // Prefill: GEMM against the packed [N, K] rows (gemm_nk.cpp), integer weights dequantized
+  // as the GEMM reaches them; OpenBLAS without AVX2.
   const detail::GemmIsa isa = detail::gemm_nk_isa(simd);
   auto gemm_rows = [&](const float* rows, int64_t n0, int64_t nt) {
     if (isa != detail::GemmIsa::kNone)
-      detail::gemm_nk(isa, x, M, K, rows, nt, y + n0, N, threads);
+      detail::gemm_nk(isa, x, M, K, {rows, nullptr}, nt, y + n0, N, threads);
     else
       sgemm_block(x, rows, y + n0, M, nt, K, true, K, N);
   };
@@ -331,20 +332,21 @@ void linear(const float* x, int64_t M, const PackedWeight& w, const float* bias,
     }
   } else if (w.format == WeightFormat::F32) {
     gemm_rows(w.f32_rows(), 0, N);
+  } else if (isa != detail::GemmIsa::kNone) {
+    detail::GemmRows rows;
+    rows.fill = [&w](int64_t n, int64_t count, int64_t k0, int64_t k1, float* out) {
+      for (int64_t r = 0; r < count; ++r) dequant_row(w, n + r, k0, k1, out + r * (k1 - k0));
+    };
+    detail::gemm_nk(isa, x, M, K, rows, N, y, N, threads);
   } else {
-    // 512 output channels a tile (at most 16 MiB of scratch): llama100m's int8 prefill took
-    // 0.59 s with tiles of 256 and 0.35 s with 512 (fp32: 0.33 s), measured through
-    // `npuforge run` on the decode bench's package; fewer, larger GEMM calls.
+    // Tiles of up to 512 output channels dequantized whole (at most 16 MiB of scratch).
     const int64_t tile = std::min(N, std::clamp<int64_t>((int64_t{16} << 20) / (K * 4), 64, 512));
     static thread_local std::vector<float> wt;  // reused across calls
     wt.resize(static_cast<size_t>(tile * K));
-    float* wtp = wt.data();  // thread_local: the workers must use this thread's buffer
     for (int64_t n0 = 0; n0 < N; n0 += tile) {
-      int64_t nt = std::min(tile, N - n0);
-      parallel_for(nt, threads, 8, [&](int64_t a, int64_t b) {
-        for (int64_t n = a; n < b; ++n) dequant_row(w, n0 + n, wtp + n * K);
-      });
-      gemm_rows(wtp, n0, nt);
+      const int64_t nt = std::min(tile, N - n0);
+      for (int64_t n = 0; n < nt; ++n) dequant_row(w, n0 + n, 0, K, wt.data() + n * K);
+      gemm_rows(wt.data(), n0, nt);
     }
   }
   add_bias(y, M, N, bias);
