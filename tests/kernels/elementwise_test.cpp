@@ -26,6 +26,20 @@ TEST(Elementwise, ScalarOnEitherSide) {
   }
 }
 
+// A scalar exponent of 2 squares (the exact, correctly rounded x * x); others go to pow.
+TEST(Elementwise, PowSquaresAndFallsBackToPow) {
+  Tensor a = ftensor({7}, 5);
+  Tensor sq = binary(Binary::Pow, a, Tensor::scalar(NF_DTYPE_FLOAT32, 2.f));
+  Tensor cube = binary(Binary::Pow, a, Tensor::scalar(NF_DTYPE_FLOAT32, 3.f));
+  Tensor two = binary(Binary::Pow, Tensor::scalar(NF_DTYPE_FLOAT32, 2.f), a);  // 2 ** a, not a ** 2
+  for (int i = 0; i < 7; ++i) {
+    const float x = a.data<float>()[i];
+    EXPECT_EQ(sq.data<float>()[i], x * x);
+    EXPECT_EQ(cube.data<float>()[i], std::pow(x, 3.f));
+    EXPECT_EQ(two.data<float>()[i], std::pow(2.f, x));
+  }
+}
+
 TEST(Elementwise, ComparisonsGiveBool) {
   Tensor a = Tensor::from(NF_DTYPE_INT64, {3}, std::vector<int64_t>{1, 5, 3});
   Tensor b = Tensor::scalar(NF_DTYPE_INT64, int64_t{3});

@@ -92,7 +92,13 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
         } else {
           return apply_binary<T, T>(a, b, dt, name, [](T x, T y) { return static_cast<T>(x / y); });
         }
-      case Binary::Pow: return apply_binary<T, T>(a, b, dt, name, [](T x, T y) { return ipow(x, y); });
+      case Binary::Pow:
+        // x ** 2 (RMSNorm's square) as x * x: the correctly rounded square, vectorized, where
+        // powf is called per element.
+        if constexpr (std::is_floating_point_v<T>)
+          if (b.numel() == 1 && b.data<T>()[0] == T(2))
+            return apply_binary<T, T>(a, b, dt, name, [](T x, T) { return x * x; });
+        return apply_binary<T, T>(a, b, dt, name, [](T x, T y) { return ipow(x, y); });
       case Binary::Max:
         if constexpr (std::is_floating_point_v<T>)
           return apply_binary<T, T>(a, b, dt, name, [](T x, T y) { return std::isnan(x) || std::isnan(y) ? std::numeric_limits<T>::quiet_NaN() : std::max(x, y); });
