@@ -1,4 +1,8 @@
 #include <npuforge/kernels/matmul.h>
+#include <npuforge/kernels/parallel.h>
+
+#include <atomic>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -28,6 +32,44 @@ TEST(MatMul, BatchedBroadcastMatchesNaive) {
       std::vector<float> got(y.data<float>() + (i * 3 + j) * 20, y.data<float>() + (i * 3 + j + 1) * 20);
       EXPECT_TRUE(near(got, ref));
     }
+}
+
+// At 2 threads: many small products (attention heads, the batch broadcast from b) split
+// over the pool by batch entry, and single large ones by columns or by rows, each part one
+// single-threaded OpenBLAS call; every result is the naive product.
+TEST(MatMul, SplitOverThePoolMatchesNaive) {
+  set_blas_threads(2);
+  Tensor a = ftensor({4, 12, 9, 64}, 21), b = ftensor({12, 64, 40}, 22);  // 48 products of 23k MACs
+  Tensor y = matmul(a, b);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 12; ++j) {
+      auto ref = naive(a.data<float>() + (i * 12 + j) * 576, b.data<float>() + j * 2560, 9, 40, 64, false);
+      std::vector<float> got(y.data<float>() + (i * 12 + j) * 360, y.data<float>() + (i * 12 + j + 1) * 360);
+      ASSERT_TRUE(near(got, ref)) << i << "," << j;
+    }
+  for (auto [M, N, tb] : {std::tuple{30, 300, false}, std::tuple{300, 30, true}}) {  // wide, then tall
+    Tensor p = ftensor({M, 96}, 23), q = tb ? ftensor({N, 96}, 24) : ftensor({96, N}, 24);
+    EXPECT_TRUE(near(values(matmul(p, q, tb)), naive(p.data<float>(), q.data<float>(), M, N, 96, tb)));
+  }
+  set_blas_threads(0);
+}
+
+// A parallel_for inside another's chunk runs inline on that thread (it used to wait for the
+// pool it was occupying), and a chunk holds at least `grain` items.
+TEST(Parallel, NestedRunsInlineAndChunksHoldWholeGrains) {
+  std::atomic<int64_t> inner{0};
+  std::atomic<int> chunks{0};
+  parallel_for(4, 2, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) parallel_for(100, 2, 1, [&](int64_t x, int64_t y) { inner += y - x; });
+  });
+  EXPECT_EQ(inner.load(), 400);
+  parallel_for(256, 2, 252, [&](int64_t b, int64_t e) {
+    ++chunks;
+    EXPECT_EQ(e - b, 256);
+  });
+  EXPECT_EQ(chunks.load(), 1);
+  parallel_for(600, 2, 252, [&](int64_t, int64_t) { ++chunks; });
+  EXPECT_EQ(chunks.load(), 3);
 }
 
 TEST(MatMul, TransposedBAndVectors) {

@@ -1,7 +1,7 @@
 // The prefill GEMM of linear(): y[m, n] = dot(x[m, :], w[n, :]) on the packed [N, K] rows as
-// they are, so nothing is repacked per call (OpenBLAS copies B into panels on every call, which
-// at prompt lengths of tens of tokens costs as much as the product; ORT's MLAS prepacks at
-// session creation instead). A tile of MR rows of x by NR rows of w keeps MR * NR vector
+// they are, so nothing is repacked per call. OpenBLAS copies B into panels on every call, and
+// Debian's 0.3.21 runs its Haswell kernels on a Zen 5: 61-80 GFLOP/s for 32 rows of x there
+// against 115-157 here (bench/linear_bench --tokens 32). A tile of MR rows of x by NR rows of w keeps MR * NR vector
 // accumulators over a chunk of K and reduces each to one number at the end of the chunk.
 // Blocking: chunks of kChunkK inputs, so a tile's w rows stay in L1 while the rows of x
 // stream past them from L2; x in blocks of kBlockM rows; threads split the w rows. Integer

@@ -6,12 +6,27 @@
 #include <algorithm>
 
 #include "npuforge/kernels/elementwise.h"
+#include "npuforge/kernels/parallel.h"
 
 namespace nf::kernels {
 
 void sgemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b) {
   sgemm_block(a, b, c, m, n, k, trans_b, trans_b ? k : n, n);
 }
+
+namespace {
+
+// Products below this many multiply-adds run on the calling thread alone.
+constexpr int64_t kSplitMacs = int64_t{1} << 18;
+
+void sgemm_one_thread(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b,
+                      int64_t ldb, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.f, a, static_cast<int>(k), b, static_cast<int>(ldb), 0.f, c,
+              static_cast<int>(ldc));
+}
+
+}  // namespace
 
 void sgemm_block(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_b, int64_t ldb,
                  int64_t ldc) {
@@ -20,9 +35,17 @@ void sgemm_block(const float* a, const float* b, float* c, int64_t m, int64_t n,
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.f);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), 1.f, a, static_cast<int>(k), b,
-              static_cast<int>(ldb), 0.f, c, static_cast<int>(ldc));
+  const int threads = blas_threads();
+  if (threads <= 1 || m * n * k < kSplitMacs) return sgemm_one_thread(a, b, c, m, n, k, trans_b, ldb, ldc);
+  // Split the longer side of C over the pool, each part one single-threaded OpenBLAS call.
+  if (n >= m)
+    parallel_for(n, threads, 64, [&](int64_t j0, int64_t j1) {
+      sgemm_one_thread(a, trans_b ? b + j0 * ldb : b + j0, c + j0, m, j1 - j0, k, trans_b, ldb, ldc);
+    });
+  else
+    parallel_for(m, threads, 16, [&](int64_t i0, int64_t i1) {
+      sgemm_one_thread(a + i0 * k, b, c + i0 * ldc, i1 - i0, n, k, trans_b, ldb, ldc);
+    });
 }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
@@ -45,6 +68,26 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
   auto sa = broadcast_strides(ba, batch), sb = broadcast_strides(bb, batch);
   int64_t nbatch = numel(batch);
   Tensor y(a.dtype(), out);
+  Dims final_dims = batch;  // without the axes 1-D operands gained
+  if (!a_vec) final_dims.push_back(M);
+  if (!b_vec) final_dims.push_back(N);
+  // Many small products (attention heads): the batch entries split over the pool, each one
+  // single-threaded call; a large product splits itself in sgemm_block.
+  if (a.dtype() == NF_DTYPE_FLOAT32 && nbatch > 1 && M * N * K < kSplitMacs && nbatch * M * N * K >= kSplitMacs) {
+    parallel_for(nbatch, blas_threads(), (kSplitMacs + M * N * K - 1) / (M * N * K), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        int64_t ia = 0, ib = 0;
+        for (int64_t d = static_cast<int64_t>(batch.size()) - 1, rest = i; d >= 0; --d) {
+          const int64_t at = rest % batch[d];
+          rest /= batch[d];
+          ia += at * sa[d], ib += at * sb[d];
+        }
+        sgemm_one_thread(a.data<float>() + ia * M * K, b.data<float>() + ib * K * N, y.mut<float>() + i * M * N, M, N,
+                         K, trans_b, trans_b ? K : N, N);
+      }
+    });
+    return y.reshaped(final_dims);
+  }
   dispatch(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     std::vector<int64_t> idx(batch.size(), 0);
@@ -70,9 +113,6 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
       }
     }
   });
-  Dims final_dims = batch;
-  if (!a_vec) final_dims.push_back(M);
-  if (!b_vec) final_dims.push_back(N);
   return y.reshaped(final_dims);
 }
 
