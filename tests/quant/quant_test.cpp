@@ -390,7 +390,8 @@ TEST(Calibration, SegmentsGiveTheWholeGraphsValues) {
   auto whole = ms->clone();
   whole->graphs[0]->outputs = names;
   const host::PluginInfo* cpu = registry().find(NF_KIND_BACKEND, "cpu");
-  auto session = host::BackendSession::open_model_set(*cpu, {{"use_encodings", false}, {"stream_weights", true}}, *whole);
+  auto session =
+      host::BackendSession::open_model_set(*cpu, {{"use_encodings", false}, {"stream_weights", true}}, *whole);
   host::DecoderIO io = host::DecoderIO::from_spec(host::graph_specs(*ms)[0]);
   for (size_t b = 0; b < calib.batch_count(); ++b) {
     const auto& ids = calib.batch(b);

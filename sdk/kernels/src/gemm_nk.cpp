@@ -69,8 +69,10 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx,
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   int64_t p = 0;
   for (; p + 16 <= k; p += 16) step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, 0xffff, next ? next + p : nullptr);
-  if (p < k)
-    step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, static_cast<__mmask16>((1u << (k - p)) - 1), next ? next + p : nullptr);
+  if (p < k) {
+    const auto tail = static_cast<__mmask16>((1u << (k - p)) - 1);
+    step_avx512<MR, NR>(acc, x + p, ldx, w + p, ldw, tail, next ? next + p : nullptr);
+  }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8

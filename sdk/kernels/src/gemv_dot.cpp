@@ -125,7 +125,8 @@ bool cpu_has_avx512_vnni() {
 
 bool uses_integer_dot(const PackedWeight& w, bool simd) {
   if (w.format != WeightFormat::Int8 && w.format != WeightFormat::Int4) return false;
-  return simd && simd_level() == Simd::kAvx512 && cpu_has_avx512_vnni() && w.K % kChunk == 0 && (w.block_size % kChunk == 0 || w.block_size == kGroup);
+  return simd && simd_level() == Simd::kAvx512 && cpu_has_avx512_vnni() && w.K % kChunk == 0 &&
+         (w.block_size % kChunk == 0 || w.block_size == kGroup);
 }
 
 NF_VNNI void quantize_activation(const float* x, int64_t M, const PackedWeight& w, DotActivation& a) {

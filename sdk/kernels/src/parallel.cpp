@@ -32,9 +32,11 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 thread_local bool t_in_job = false;
 
 void run_chunk(const std::function<void(int)>& fn, int c) {
-  t_in_job = true;
+  struct InJob {
+    InJob() { t_in_job = true; }
+    ~InJob() { t_in_job = false; }  // also when fn throws
+  } in_job;
   fn(c);
-  t_in_job = false;
 }
 
 // Spins until done() or kSpin has passed, yielding the core every few microseconds: on a
@@ -143,7 +145,11 @@ void set_blas_threads(int n) {
   g_blas_threads = resolve_threads(n);
   openblas_set_num_threads(1);
 }
-int blas_threads() { return g_blas_threads ? g_blas_threads.load() : hardware_threads(); }
+int blas_threads() {
+  static const bool single = (openblas_set_num_threads(1), true);  // also before any set_blas_threads
+  (void)single;
+  return g_blas_threads ? g_blas_threads.load() : hardware_threads();
+}
 
 void parallel_for(int64_t n, int threads, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
