@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gemv.h"
+#include "hsum.h"
 #include "npuforge/kernels/parallel.h"
 
 namespace nf::kernels::detail {
@@ -21,18 +22,6 @@ namespace {
 constexpr int64_t kChunkK = 1024;
 constexpr int64_t kBlockM = 64;
 constexpr int kMaxM = 4, kMaxN = 6;  // the widest tile: rows of x, rows of w
-
-__attribute__((target("avx2"), always_inline)) inline float hsum(__m256 v) {
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-}
-// The zero-masked forms: the plain ones (and _mm512_reduce_add_ps) start from GCC 12's
-// self-initialized "undefined" vector, which -Werror=uninitialized refuses once inlined here.
-__attribute__((target("avx512f"), always_inline)) inline float hsum(__m512 v) {
-  const __m512 s = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(0xffff, v, v, 0x4e));  // lanes 0-7 + 8-15
-  return hsum(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(s), 0)));
-}
 
 // `next`: the next tile's w rows, prefetched while this tile runs (null: none).
 using TileFn = void (*)(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, float* y, int64_t ldy,

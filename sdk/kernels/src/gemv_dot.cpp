@@ -9,7 +9,8 @@
 // vpdpbusd takes unsigned bytes on one side: weights are used as u = q + offset (int8:
 // q ^ 0x80 = q + 128; int4: the stored nibble, q + 8). Each lane's accumulator starts at
 // -offset * (its four activations' sum), so the int32 lanes hold sum(q * x16) exactly.
-// GCC 12 flags _mm512_reduce_add_ps's internal _mm256_undefined_pd() as uninitialized.
+// GCC 12 flags the "undefined" source of several AVX-512 intrinsics used here (conversions,
+// inserts) as uninitialized once inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 
 #include "gemv.h"
+#include "hsum.h"
 
 #define NF_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -95,7 +97,7 @@ NF_VNNI void rows_dot(const DotActivation& a, int64_t m, const PackedWeight& w, 
       if (--left == 0) ++b, left = per_block;
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(tot[r]);
+  for (int r = 0; r < R; ++r) out[r] = hsum(tot[r]);
 }
 
 template <bool kInt4, bool kBlock32>

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "gemv.h"
+#include "hsum.h"
 
 #define NF_AVX2 __attribute__((target("avx2,fma")))
 
@@ -38,13 +39,6 @@ NF_AVX2 inline void group_weights(const PackedWeight& w, int64_t n, int64_t g, _
     w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
   }
-}
-
-NF_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // R consecutive rows from n against row m of x16: sum_k q[k] * x[k] * scale of k's block,

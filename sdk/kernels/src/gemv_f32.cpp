@@ -1,12 +1,10 @@
 // fp32 GEMV over weights packed [N, K]: one dot product per output channel. The AVX-512
 // path streams 4 weight rows per pass (8 independent accumulators, one activation load
 // shared by the 4 rows, software prefetch ahead of each row); AVX2 is the fallback.
-// GCC 12 flags _mm512_reduce_add_ps's internal _mm256_undefined_pd() as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include "gemv.h"
+#include "hsum.h"
 
 namespace nf::kernels::detail {
 namespace {
@@ -17,13 +15,6 @@ float dot_scalar(const float* a, const float* b, int64_t k) {
   for (; i + 4 <= k; i += 4) s0 += a[i] * b[i], s1 += a[i + 1] * b[i + 1], s2 += a[i + 2] * b[i + 2], s3 += a[i + 3] * b[i + 3];
   for (; i < k; ++i) s0 += a[i] * b[i];
   return (s0 + s1) + (s2 + s3);
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t k) {
@@ -63,7 +54,7 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* x, const float*
     const __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
     for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + r * K + k), x0, a[r][0]);
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm512_add_ps(a[r][0], a[r][1]));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "gemv.h"
+#include "hsum.h"
 
 namespace nf::kernels::detail {
 namespace {
@@ -28,13 +29,6 @@ float dot_nibbles_scalar(const float* x, const uint8_t* row, int64_t k0, int64_t
   }
   for (; k < end; ++k) s += x[k] * nibble_at(row, k);
   return s;
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // A whole row when blocks are multiples of 16: 8 bytes zero-extended to 8 dwords hold 16

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "gemv.h"
+#include "hsum.h"
 
 namespace nf::kernels::detail {
 namespace {
@@ -18,13 +19,6 @@ float dot_scalar(const float* x, const int8_t* q, int64_t k) {
   for (; i + 2 <= k; i += 2) s0 += x[i] * q[i], s1 += x[i + 1] * q[i + 1];
   for (; i < k; ++i) s0 += x[i] * q[i];
   return s0 + s1;
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 load8(const int8_t* q) {

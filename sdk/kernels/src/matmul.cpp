@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "npuforge/kernels/elementwise.h"
 #include "npuforge/kernels/parallel.h"
@@ -71,46 +72,42 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_b) {
   Dims final_dims = batch;  // without the axes 1-D operands gained
   if (!a_vec) final_dims.push_back(M);
   if (!b_vec) final_dims.push_back(N);
-  // Many small products (attention heads): the batch entries split over the pool, each one
-  // single-threaded call; a large product splits itself in sgemm_block.
-  if (a.dtype() == NF_DTYPE_FLOAT32 && nbatch > 1 && M * N * K < kSplitMacs && nbatch * M * N * K >= kSplitMacs) {
-    parallel_for(nbatch, blas_threads(), (kSplitMacs + M * N * K - 1) / (M * N * K), [&](int64_t i0, int64_t i1) {
+  // Offsets of batch entry i's operands (their batch dims broadcast to `batch`).
+  auto operands = [&](int64_t i) {
+    int64_t ia = 0, ib = 0;
+    for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+      const int64_t at = i % batch[d];
+      i /= batch[d];
+      ia += at * sa[d], ib += at * sb[d];
+    }
+    return std::pair{ia * M * K, ib * K * N};
+  };
+  if (a.dtype() == NF_DTYPE_FLOAT32) {
+    // Many small products (attention heads) split over the pool by batch entry, one
+    // single-threaded call each; a large one splits itself in sgemm_block.
+    const int64_t macs = std::max<int64_t>(M * N * K, 1);
+    const int64_t grain = macs >= kSplitMacs ? nbatch : (kSplitMacs + macs - 1) / macs;
+    parallel_for(nbatch, blas_threads(), grain, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        int64_t ia = 0, ib = 0;
-        for (int64_t d = static_cast<int64_t>(batch.size()) - 1, rest = i; d >= 0; --d) {
-          const int64_t at = rest % batch[d];
-          rest /= batch[d];
-          ia += at * sa[d], ib += at * sb[d];
-        }
-        sgemm_one_thread(a.data<float>() + ia * M * K, b.data<float>() + ib * K * N, y.mut<float>() + i * M * N, M, N,
-                         K, trans_b, trans_b ? K : N, N);
+        const auto [oa, ob] = operands(i);
+        sgemm(a.data<float>() + oa, b.data<float>() + ob, y.mut<float>() + i * M * N, M, N, K, trans_b);
       }
     });
     return y.reshaped(final_dims);
   }
   dispatch(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    std::vector<int64_t> idx(batch.size(), 0);
     for (int64_t i = 0; i < nbatch; ++i) {
-      int64_t ia = 0, ib = 0;
-      for (size_t d = 0; d < batch.size(); ++d) ia += idx[d] * sa[d], ib += idx[d] * sb[d];
-      const T* pa = a.data<T>() + ia * M * K;
-      const T* pb = b.data<T>() + ib * K * N;
+      const auto [oa, ob] = operands(i);
+      const T* pa = a.data<T>() + oa;
+      const T* pb = b.data<T>() + ob;
       T* py = y.mut<T>() + i * M * N;
-      if constexpr (std::is_same_v<T, float>) {
-        sgemm(pa, pb, py, M, N, K, trans_b);
-      } else {
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) {
-            T s{};
-            for (int64_t k = 0; k < K; ++k) s = static_cast<T>(s + pa[m * K + k] * pb[trans_b ? n * K + k : k * N + n]);
-            py[m * N + n] = s;
-          }
-      }
-      for (size_t d = batch.size(); d-- > 0;) {
-        if (++idx[d] < batch[d]) break;
-        idx[d] = 0;
-      }
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          T s{};
+          for (int64_t k = 0; k < K; ++k) s = static_cast<T>(s + pa[m * K + k] * pb[trans_b ? n * K + k : k * N + n]);
+          py[m * N + n] = s;
+        }
     }
   });
   return y.reshaped(final_dims);
