@@ -1,5 +1,7 @@
 #include "runner/runner.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <cstring>
 #include <stdexcept>
 
@@ -76,19 +78,19 @@ DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
                                "past_key_values.N.key|value -> logits, present.N.key|value)");
     return name;
   };
-  io.input_ids = need(inputs, "input_ids", "input");
-  io.attention_mask = need(inputs, "attention_mask", "input");
-  io.position_ids = contains(inputs, "position_ids") ? "position_ids" : "";
-  io.logits = need(outputs, "logits", "output");
+  io.input_ids = need(inputs, decoder::kInputIds, "input");
+  io.attention_mask = need(inputs, decoder::kAttentionMask, "input");
+  io.position_ids = contains(inputs, decoder::kPositionIds) ? decoder::kPositionIds : "";
+  io.logits = need(outputs, decoder::kLogits, "output");
   for (int i = 0;; ++i) {
-    std::string k = "past_key_values." + std::to_string(i) + ".key";
+    std::string k = decoder::past_key(i);
     if (!contains(inputs, k)) break;
     io.past_keys.push_back(k);
-    io.past_values.push_back(need(inputs, "past_key_values." + std::to_string(i) + ".value", "input"));
-    io.present_keys.push_back(need(outputs, "present." + std::to_string(i) + ".key", "output"));
-    io.present_values.push_back(need(outputs, "present." + std::to_string(i) + ".value", "output"));
+    io.past_values.push_back(need(inputs, decoder::past_value(i), "input"));
+    io.present_keys.push_back(need(outputs, decoder::present_key(i), "output"));
+    io.present_values.push_back(need(outputs, decoder::present_value(i), "output"));
   }
-  if (io.past_keys.empty()) need(inputs, "past_key_values.0.key", "input");
+  if (io.past_keys.empty()) need(inputs, decoder::past_key(0), "input");
   for (const auto& in : spec.at("inputs")) {
     if (in.at("name") != io.past_keys[0]) continue;
     const auto& shape = in.value("shape", nlohmann::json::array());
@@ -99,7 +101,7 @@ DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
     io.head_dim = shape[3];
   }
   for (const auto& o : outputs)
-    if (o != io.logits && o.rfind("present.", 0) != 0) io.extra_outputs.push_back(o);
+    if (o != io.logits && !decoder::is_present_kv(o)) io.extra_outputs.push_back(o);
   return io;
 }
 

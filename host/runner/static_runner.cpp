@@ -1,5 +1,7 @@
 #include "runner/static_runner.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -17,10 +19,10 @@ int64_t int_field(const nlohmann::json& j, const char* key) {
   return j[key];
 }
 
-std::string past_key(int64_t l) { return "past_key_values." + std::to_string(l) + ".key"; }
-std::string past_value(int64_t l) { return "past_key_values." + std::to_string(l) + ".value"; }
-std::string present_key(int64_t l) { return "present." + std::to_string(l) + ".key"; }
-std::string present_value(int64_t l) { return "present." + std::to_string(l) + ".value"; }
+using decoder::past_key;
+using decoder::past_value;
+using decoder::present_key;
+using decoder::present_value;
 
 // Static dims of a spec entry; empty when the shape is missing or symbolic.
 std::vector<int64_t> static_shape(const nlohmann::json& entry) {
@@ -106,7 +108,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         p.inputs.push_back(name);
         p.dtypes[name] = in.value("dtype", "");
         bool runner_fed = name == "input_ids" || name == "position_ids" || name == "attention_mask" ||
-                          name == "sliding_attention_mask" || name.rfind("past_key_values.", 0) == 0;
+                          name == "sliding_attention_mask" || decoder::is_past_kv(name);
         if (!runner_fed && !produced.count(name))
           fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
         if (!runner_fed) v.chained.insert(name);
@@ -341,9 +343,9 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         // CL columns when no layer has a short cache (a window longer than the context).
         if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);
         t = sliding_mask;
-      } else if (name.rfind("past_key_values.", 0) == 0) {
-        size_t l = std::stoul(name.substr(16));
-        t = cache(l, name.ends_with(".key"), v.cache_len[l]);
+      } else if (auto kv = decoder::parse_kv(name); kv && !kv->present) {
+        const auto l = static_cast<size_t>(kv->layer);
+        t = cache(l, kv->part == decoder::KvPart::Key, v.cache_len[l]);
       } else {
         t = env.at(name);
       }
@@ -373,7 +375,7 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     }
   }
   for (auto& [name, t] : env)
-    if (name != "logits" && name.rfind("present.", 0) != 0 && !v.chained.count(name)) p.extras[name] = t;
+    if (name != decoder::kLogits && !decoder::is_present_kv(name) && !v.chained.count(name)) p.extras[name] = t;
   return p;
 }
 

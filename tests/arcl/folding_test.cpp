@@ -2,13 +2,19 @@
 // folding must leave no Shape node and a fully typed graph.
 #include <gtest/gtest.h>
 
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/fold_constants.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/infer_shapes.h>
 #include <npuforge/graph/make_static.h>
+#include <npuforge/graph/operators.h>
 #include <npuforge/graph/unique_names.h>
 
+#include <npuforge/kernels/tensor.h>
+
+#include <algorithm>
+#include <map>
 #include <memory>
 
 #include "host_glue.h"
@@ -89,6 +95,109 @@ TEST(GraphToolkit, ViewNamesAndDeadNodes) {
   EXPECT_GT(dead.nodes, 0u);
   EXPECT_EQ(g.node_count(), before - dead.nodes);
   EXPECT_FALSE(g.initializer("model.norm.weight"));
+}
+
+// An operator's node as the table sees it, without a graph.
+struct TestNode final : nf::graph::OpNode {
+  std::string op;
+  int64_t version = 17;
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, std::vector<int64_t>> lists;
+  size_t inputs = 1, outputs = 1;
+  std::string_view op_type() const override { return op; }
+  std::string_view name() const override { return "n"; }
+  int64_t opset() const override { return version; }
+  size_t input_count() const override { return inputs; }
+  bool has_input(size_t i) const override { return i < inputs; }
+  size_t output_count() const override { return outputs; }
+  bool has_attr(const char* a) const override { return ints.count(a) || lists.count(a); }
+  int64_t attr_int(const char* a, int64_t d) const override { return ints.count(a) ? ints.at(a) : d; }
+  float attr_float(const char*, float d) const override { return d; }
+  std::string attr_string(const char*, const std::string& d) const override { return d; }
+  std::vector<int64_t> attr_ints(const char* a, std::vector<int64_t> d = {}) const override {
+    return lists.count(a) ? lists.at(a) : d;
+  }
+  std::vector<float> attr_floats(const char*) const override { return {}; }
+  nf::kernels::Tensor attr_tensor(const char*) const override { return {}; }
+};
+
+std::vector<float> run(const TestNode& n, const std::vector<const nf::kernels::Tensor*>& in) {
+  const nf::graph::Operator* op = nf::graph::find_operator(n.op);
+  if (!op) throw std::runtime_error("no operator " + n.op);
+  std::vector<nf::kernels::Tensor> out(n.outputs);
+  op->evaluate(n, in, out);
+  return std::vector<float>(out[0].data<float>(), out[0].data<float>() + out[0].numel());
+}
+
+TEST(OperatorTable, OneEntryPerOperatorFoundByName) {
+  std::vector<std::string> names = nf::graph::operator_names();
+  ASSERT_GT(names.size(), 60u);
+  EXPECT_TRUE(std::adjacent_find(names.begin(), names.end(), std::greater_equal<>()) == names.end())
+      << "the table must be sorted by name with no name twice (find_operator searches it)";
+  for (const std::string& n : names) {
+    const nf::graph::Operator* op = nf::graph::find_operator(n);
+    ASSERT_NE(op, nullptr) << n;
+    EXPECT_EQ(op->name, n);
+    EXPECT_NE(op->evaluate, nullptr) << n;
+    EXPECT_EQ(nf::graph::find_operator(n, "ai.onnx"), op);
+    EXPECT_EQ(nf::graph::find_operator(n, "com.microsoft"), nullptr);
+  }
+  EXPECT_EQ(nf::graph::find_operator("NoSuchOp"), nullptr);
+  EXPECT_NE(nf::graph::find_operator("MatMul")->infer, nullptr);
+}
+
+// Behaviour the folding and the cpu engine used to get from two tables that disagreed.
+TEST(OperatorTable, OneSemanticsForFoldingAndTheCpuEngine) {
+  using nf::kernels::Tensor;
+  Tensor a = Tensor::from(NF_DTYPE_FLOAT32, {4}, std::vector<float>{-7, 7, -7, 7});
+  Tensor b = Tensor::from(NF_DTYPE_FLOAT32, {4}, std::vector<float>{3, -3, -3, 3});
+  TestNode mod;
+  mod.op = "Mod";
+  mod.inputs = 2;
+  mod.ints["fmod"] = 1;  // C's fmod: the sign of the dividend
+  EXPECT_EQ(run(mod, {&a, &b}), (std::vector<float>{-1, 1, -1, 1}));
+
+  // Softmax before opset 13 flattens to 2-D at `axis` (default 1): one softmax over 4 values.
+  Tensor x = Tensor::from(NF_DTYPE_FLOAT32, {1, 2, 2}, std::vector<float>{0, 0, 0, 0});
+  TestNode softmax;
+  softmax.op = "Softmax";
+  softmax.version = 11;
+  EXPECT_EQ(run(softmax, {&x}), (std::vector<float>{0.25f, 0.25f, 0.25f, 0.25f}));
+  softmax.version = 13;  // from 13: along the last axis
+  EXPECT_EQ(run(softmax, {&x}), (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
+
+  // Transpose without perm reverses the dims; Squeeze of a dim that is not 1 is refused.
+  Tensor m = Tensor::from(NF_DTYPE_FLOAT32, {2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  TestNode transpose;
+  transpose.op = "Transpose";
+  EXPECT_EQ(run(transpose, {&m}), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  TestNode squeeze;
+  squeeze.op = "Squeeze";
+  squeeze.version = 11;
+  squeeze.lists["axes"] = {0};
+  EXPECT_THROW(run(squeeze, {&m}), nf::kernels::KernelError);
+}
+
+TEST(DecoderIO, NamesOfTheCacheAndTheirParts) {
+  namespace d = nf::decoder;
+  EXPECT_EQ(d::past_key(3), "past_key_values.3.key");
+  EXPECT_EQ(d::present_value(12), "present.12.value");
+  auto kv = d::parse_kv("present.12.value");
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->layer, 12);
+  EXPECT_EQ(kv->part, d::KvPart::Value);
+  EXPECT_TRUE(kv->present);
+  EXPECT_EQ(d::past_of(*kv), "past_key_values.12.value");
+  EXPECT_TRUE(d::is_past_kv("past_key_values.0.key"));
+  EXPECT_FALSE(d::is_present_kv("past_key_values.0.key"));
+  for (const char* other : {"past_key_values.", "past_key_values.x.key", "past_key_values.1.keys", "present.1",
+                            "present.-1.key", "past_key_values.1.key.scale", "logits", ""})
+    EXPECT_FALSE(d::parse_kv(other)) << other;
+  // The head is found through the ops between it and logits, and not past kHeadHops.
+  std::map<std::string, std::string> first_input = {{"logits", "cast"}, {"cast", "head"}, {"head", "norm"}};
+  auto first_input_of = [&](const std::string& v) { return first_input.count(v) ? first_input.at(v) : ""; };
+  EXPECT_EQ(d::lm_head_output(first_input_of, [](const std::string& v) { return v == "head"; }), "head");
+  EXPECT_EQ(d::lm_head_output(first_input_of, [](const std::string& v) { return v == "elsewhere"; }), "");
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ std::vector<std::string> listed_ops(const fs::path& file, const std::string& pat
 }
 
 std::vector<std::string> plugin_ops() {
-  return listed_ops(fs::path(NPUFORGE_SOURCE_DIR) / "plugins/backends/cpu/ops.cpp", R"re(\{"(\w+)",)re");
+  return listed_ops(fs::path(NPUFORGE_SOURCE_DIR) / "sdk/graph/src/operators.cpp", R"re(\{"(\w+)",)re");
 }
 std::vector<std::string> readme_ops() {
   return listed_ops(fs::path(NPUFORGE_SOURCE_DIR) / "plugins/backends/cpu/README.md", R"(\n- (\w+))");
@@ -236,10 +236,10 @@ std::vector<fs::path> cases_for(const std::string& op, const std::set<std::strin
 
 TEST(Conformance, OperatorListsAgree) {
   std::vector<std::string> a = plugin_ops(), b = readme_ops();
-  ASSERT_FALSE(a.empty()) << "no BEGIN/END OPERATORS table in plugins/backends/cpu/ops.cpp";
+  ASSERT_FALSE(a.empty()) << "no BEGIN/END OPERATORS table in sdk/graph/src/operators.cpp";
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
-  EXPECT_EQ(a, b) << "plugins/backends/cpu/README.md and ops.cpp list different operators";
+  EXPECT_EQ(a, b) << "plugins/backends/cpu/README.md and sdk/graph/src/operators.cpp list different operators";
 }
 
 class Op : public ::testing::TestWithParam<std::string> {};

@@ -54,7 +54,7 @@ namespace {
 Tensor concat_to_host(const NodeDef& n, const std::vector<const k::Tensor*>& in) {
   for (const k::Tensor* t : in)
     if (!t) throw Error("Concat: missing input");
-  return Tensor::create(in[0]->dtype(), k::concat_shape(in, n.i("axis", 0)));
+  return Tensor::create(in[0]->dtype(), k::concat_shape(in, n.attr_int("axis", 0)));
 }
 
 bool is_onnx_domain(std::string_view d) { return d.empty() || d == "ai.onnx"; }
@@ -88,7 +88,7 @@ Attr copy_attr(const Node& node, const std::string& name) {
 
 void check_supported(Graph g) {
   for (const Node& n : g.nodes())
-    if (!is_onnx_domain(n.domain()) || !find_op(std::string(n.op_type())))
+    if (!is_onnx_domain(n.domain()) || !supports_op(n.op_type()))
       throw Error(unsupported(n.op_type(), n.domain(), n.name()));
 }
 
@@ -123,9 +123,9 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   for (const Node& node : g.nodes()) {
     NodeDef d;
     d.op = node.op_type();
-    d.name = node.name();
-    if (!is_onnx_domain(node.domain()) || !(d.fn = find_op(d.op))) throw Error(unsupported(d.op, node.domain(), d.name));
-    d.opset = opset > 0 ? opset : 17;
+    d.node_name = node.name();
+    if (!is_onnx_domain(node.domain()) || !bind_operator(d)) throw Error(unsupported(d.op, node.domain(), d.node_name));
+    d.onnx_opset = opset > 0 ? opset : 17;
     for (const std::string& v : node.inputs()) d.in.push_back(v.empty() ? -1 : slot(v));
     for (const std::string& v : node.outputs()) d.out.push_back(v.empty() ? -1 : slot(v));
     for (size_t i = 0; i < host().node_attr_count(node.get()); ++i) {
@@ -161,7 +161,7 @@ void GraphPlan::fold_constants() {
     if (n.op == "Transpose" && n.in.size() == 1 && n.in[0] >= 0 && n.out.size() == 1 && n.out[0] >= 0 &&
         constants_[n.in[0]].rank() == 2 &&
         (constants_[n.in[0]].numel() >= (1 << 16) || !initializer_of_[n.in[0]].empty()) &&
-        n.ints("perm", {1, 0}) == std::vector<int64_t>{1, 0}) {
+        n.attr_ints("perm", {1, 0}) == std::vector<int64_t>{1, 0}) {
       transposed_of_[n.out[0]] = n.in[0];
       kept.push_back(std::move(n));
       continue;
@@ -170,9 +170,9 @@ void GraphPlan::fold_constants() {
     for (int s : n.in) in.push_back(s < 0 ? nullptr : &constants_[s]);
     std::vector<k::Tensor> out(n.out.size());
     try {
-      n.fn(n, in, out, ctx);
+      n.run(in, out, ctx);
     } catch (const std::exception& e) {
-      throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
+      throw Error("cpu backend: node " + n.node_name + " (" + n.op + "): " + e.what());
     }
     for (size_t i = 0; i < n.out.size(); ++i)
       if (n.out[i] >= 0) constants_[n.out[i]] = out[i];
@@ -196,13 +196,13 @@ void GraphPlan::pack_weights(ModelSet ms, Graph g, PackCache* cache) {
     bool nk = false;
     k::Tensor bias;
     if (n.op == "Gemm") {
-      if (n.i("transA", 0) != 0 || n.f("alpha", 1.f) != 1.f) continue;
-      nk = n.i("transB", 0) != 0;
+      if (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.f) != 1.f) continue;
+      nk = n.attr_int("transB", 0) != 0;
       int64_t N = nk ? d0 : d1;
       if (n.in.size() > 2 && n.in[2] >= 0) {
         const k::Tensor& c = constants_[n.in[2]];
         // Only a per-column bias folds into the product; anything else stays a plain Gemm.
-        if (c.empty_handle() || n.f("beta", 1.f) != 1.f || c.numel() != N || c.dtype() != NF_DTYPE_FLOAT32 ||
+        if (c.empty_handle() || n.attr_float("beta", 1.f) != 1.f || c.numel() != N || c.dtype() != NF_DTYPE_FLOAT32 ||
             (c.rank() == 2 && c.dim(0) != 1) || c.rank() > 2)
           continue;
         bias = c;
@@ -254,7 +254,7 @@ void GraphPlan::finish_deferred() {
     if (!used.count(n.out[0])) continue;
     std::vector<const k::Tensor*> in{&constants_[n.in[0]]};
     std::vector<k::Tensor> out(1);
-    n.fn(n, in, out, ctx);
+    n.run(in, out, ctx);
     constants_[n.out[0]] = out[0];
   }
   nodes_ = std::move(kept);
@@ -279,7 +279,7 @@ void GraphPlan::fuse_transposed_matmuls() {
     auto p = producer.find(n.in[1]);
     if (p == producer.end()) continue;
     const NodeDef& t = nodes_[p->second];
-    std::vector<int64_t> perm = t.ints("perm");
+    std::vector<int64_t> perm = t.attr_ints("perm");
     size_t r = perm.size();
     if (t.op != "Transpose" || r < 2) continue;
     bool swap_last = perm[r - 1] == static_cast<int64_t>(r - 2) && perm[r - 2] == static_cast<int64_t>(r - 1);
@@ -324,7 +324,7 @@ void TableGrid::apply(float* rows, const std::vector<int64_t>& indices, int64_t 
 void GraphPlan::plan_table_lookups(ModelSet ms) {
   if (!opts_.use_encodings) return;
   for (NodeDef& n : nodes_) {
-    if (n.op != "Gather" || n.in.size() < 2 || n.in[0] < 0 || n.i("axis", 0) != 0) continue;
+    if (n.op != "Gather" || n.in.size() < 2 || n.in[0] < 0 || n.attr_int("axis", 0) != 0) continue;
     const k::Tensor& t = constants_[n.in[0]];
     const std::string& name = initializer_of_[n.in[0]];
     if (t.empty_handle() || name.empty() || t.dtype() != NF_DTYPE_FLOAT32 || t.rank() != 2) continue;
@@ -440,13 +440,13 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
         // into the host tensor returned, so the KV cache is copied once per step, not twice.
         auto h = std::make_shared<Tensor>(concat_to_host(n, in));
         out[0] = k::Tensor::wrap(h->dtype(), h->dims(), h->mutable_data(), std::shared_ptr<const void>(h, h->data()));
-        k::concat_into(in, n.i("axis", 0), out[0]);
+        k::concat_into(in, n.attr_int("axis", 0), out[0]);
         direct[n.out[0]] = h;
       } else {
-        n.fn(n, in, out, ctx);
+        n.run(in, out, ctx);
       }
     } catch (const std::exception& e) {
-      throw Error("cpu backend: node " + n.name + " (" + n.op + "): " + e.what());
+      throw Error("cpu backend: node " + n.node_name + " (" + n.op + "): " + e.what());
     }
     for (size_t o = 0; o < n.out.size(); ++o)
       if (n.out[o] >= 0) slots[n.out[o]] = quantized(n.out[o], out[o]);

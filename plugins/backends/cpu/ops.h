@@ -1,7 +1,10 @@
-// The cpu backend's operators: a node definition copied out of the host graph once (so
-// running never calls back into the host for attributes), and one function per ONNX op.
+// The cpu backend's nodes: a definition copied out of the host graph once (so running never
+// calls back into the host for attributes), run by the SDK's operator table
+// (npuforge/graph/operators.h) or, for the few operators that read what the planner
+// prepared (packed weights, integer mode, encoded tables), by this backend's own kernel.
 #pragma once
 
+#include <npuforge/graph/operators.h>
 #include <npuforge/kernels/linear.h>
 #include <npuforge/kernels/tensor.h>
 
@@ -28,10 +31,10 @@ struct NodeDef;
 struct RunCtx {
   int threads = 0;
 };
-// Computes a node: inputs are null for omitted optional inputs; outputs come sized to the
+// A backend kernel: inputs are null for omitted optional inputs; outputs come sized to the
 // node's output count and the function fills the ones it produces.
-using OpFn = void (*)(const NodeDef& n, const std::vector<const k::Tensor*>& in, std::vector<k::Tensor>& out,
-                      const RunCtx& ctx);
+using KernelFn = void (*)(const NodeDef& n, const std::vector<const k::Tensor*>& in, std::vector<k::Tensor>& out,
+                          const RunCtx& ctx);
 
 // Prepared state of a MatMul/Gemm whose weight is constant.
 struct LinearState {
@@ -70,26 +73,39 @@ struct TableGrid {
   void apply(float* rows, const std::vector<int64_t>& indices, int64_t cols) const;
 };
 
-struct NodeDef {
-  std::string op, name;
-  int64_t opset = 0;
+struct NodeDef final : graph::OpNode {
+  std::string op, node_name;
+  int64_t onnx_opset = 0;
   std::vector<int> in, out;  // value slots; -1 = omitted
   std::map<std::string, Attr> attrs;
-  OpFn fn = nullptr;
+  const graph::Operator* def = nullptr;  // the table's entry
+  KernelFn kernel = nullptr;             // this backend's kernel, when it has one for the op
   std::shared_ptr<LinearState> linear;  // set by the planner for packed weights
   bool trans_b = false;                 // MatMul reads B through a folded Transpose
   std::shared_ptr<const TableGrid> table_grid;  // Gather of an encoded constant table
   ExactMode exact;
 
-  bool has(const char* a) const { return attrs.count(a) != 0; }
-  int64_t i(const char* a, int64_t dflt) const;
-  float f(const char* a, float dflt) const;
-  std::string s(const char* a, const std::string& dflt) const;
-  std::vector<int64_t> ints(const char* a, std::vector<int64_t> dflt = {}) const;
+  // Computes the node (the backend's kernel, else the table's evaluation).
+  void run(const std::vector<const k::Tensor*>& ins, std::vector<k::Tensor>& outs, const RunCtx& ctx) const;
+
+  std::string_view op_type() const override { return op; }
+  std::string_view name() const override { return node_name; }
+  int64_t opset() const override { return onnx_opset; }
+  size_t input_count() const override { return in.size(); }
+  bool has_input(size_t i) const override { return i < in.size() && in[i] >= 0; }
+  size_t output_count() const override { return out.size(); }
+  bool has_attr(const char* a) const override { return attrs.count(a) != 0; }
+  int64_t attr_int(const char* a, int64_t dflt) const override;
+  float attr_float(const char* a, float dflt) const override;
+  std::string attr_string(const char* a, const std::string& dflt) const override;
+  std::vector<int64_t> attr_ints(const char* a, std::vector<int64_t> dflt = {}) const override;
+  std::vector<float> attr_floats(const char* a) const override;
+  k::Tensor attr_tensor(const char* a) const override;
 };
 
-// The operator table (one place: ops.cpp). Null when the op is not supported.
-OpFn find_op(const std::string& op_type);
-std::vector<std::string> supported_ops();
+// Prepares a node of `op_type` (ai.onnx) to run; false when no table entry evaluates it.
+bool bind_operator(NodeDef& d);
+// Whether this backend runs `op_type` (every operator of the SDK's table).
+bool supports_op(std::string_view op_type);
 
 }  // namespace nf::cpu

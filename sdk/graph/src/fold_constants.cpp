@@ -76,7 +76,7 @@ FoldResult fold_constants(Graph g, const FoldOptions& opts) {
       results = std::vector<k::Tensor>{shape_of(n, *first.dims)};
     } else if (all_constant && can_evaluate(n) &&
                (n.op_type() == "Constant" || input_bytes <= opts.max_result_bytes)) {
-      results = evaluate_node(n, in_values);
+      results = evaluate_node(n, in_values, g.opset(""));
       size_t bytes = 0;
       for (const k::Tensor& t : *results) bytes += t.nbytes();
       if (n.op_type() != "Constant" && bytes > opts.max_result_bytes) results.reset();

@@ -1,0 +1,89 @@
+// The IO contract of a decoder graph, as torch.onnx and optimum export it and every stage of
+// npuforge keeps it: inputs input_ids, attention_mask, optionally position_ids, and per
+// layer N the KV cache past_key_values.N.key / .value; outputs logits and the updated cache
+// present.N.key / .value (the host's runner, the transforms, the quant recipes and the
+// backends all read the names from here). Header-only, no dependencies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace nf::decoder {
+
+inline constexpr const char* kInputIds = "input_ids";
+inline constexpr const char* kAttentionMask = "attention_mask";
+inline constexpr const char* kPositionIds = "position_ids";
+inline constexpr const char* kLogits = "logits";
+inline constexpr std::string_view kPastPrefix = "past_key_values.";
+inline constexpr std::string_view kPresentPrefix = "present.";
+
+enum class KvPart { Key, Value };
+
+inline std::string kv_name(std::string_view prefix, int64_t layer, KvPart part) {
+  return std::string(prefix) + std::to_string(layer) + (part == KvPart::Key ? ".key" : ".value");
+}
+inline std::string past_key(int64_t layer) { return kv_name(kPastPrefix, layer, KvPart::Key); }
+inline std::string past_value(int64_t layer) { return kv_name(kPastPrefix, layer, KvPart::Value); }
+inline std::string present_key(int64_t layer) { return kv_name(kPresentPrefix, layer, KvPart::Key); }
+inline std::string present_value(int64_t layer) { return kv_name(kPresentPrefix, layer, KvPart::Value); }
+
+struct KvName {
+  int64_t layer = 0;
+  KvPart part = KvPart::Key;
+  bool present = false;  // an updated-cache output (present.N.*), else a cache input
+};
+
+// past_key_values.N.key|value or present.N.key|value; nullopt for any other name.
+inline std::optional<KvName> parse_kv(std::string_view name) {
+  KvName kv;
+  if (name.substr(0, kPastPrefix.size()) == kPastPrefix) {
+    name.remove_prefix(kPastPrefix.size());
+  } else if (name.substr(0, kPresentPrefix.size()) == kPresentPrefix) {
+    name.remove_prefix(kPresentPrefix.size());
+    kv.present = true;
+  } else {
+    return std::nullopt;
+  }
+  size_t digits = 0;
+  int64_t layer = 0;
+  for (; digits < name.size() && digits < 9 && name[digits] >= '0' && name[digits] <= '9'; ++digits)
+    layer = layer * 10 + (name[digits] - '0');
+  if (digits == 0) return std::nullopt;
+  name.remove_prefix(digits);
+  if (name == ".key") kv.part = KvPart::Key;
+  else if (name == ".value") kv.part = KvPart::Value;
+  else return std::nullopt;
+  kv.layer = layer;
+  return kv;
+}
+inline bool is_past_kv(std::string_view name) {
+  auto kv = parse_kv(name);
+  return kv && !kv->present;
+}
+inline bool is_present_kv(std::string_view name) {
+  auto kv = parse_kv(name);
+  return kv && kv->present;
+}
+// The cache input a present.N.* output updates, and back.
+inline std::string past_of(const KvName& kv) { return kv_name(kPastPrefix, kv.layer, kv.part); }
+inline std::string present_of(const KvName& kv) { return kv_name(kPresentPrefix, kv.layer, kv.part); }
+
+// The LM head: the linear layer whose output reaches `logits` through first inputs (real
+// exports put Cast / Identity / Reshape between the two). `first_input_of(value)` names the
+// first input of the value's producer ("" for a graph input or a node without inputs);
+// `is_head(value)` says whether a linear layer of the caller's kind computes the value.
+// Returns that value, or "" when none is met within kHeadHops producers.
+inline constexpr int kHeadHops = 8;
+template <class FirstInputOf, class IsHead>
+std::string lm_head_output(FirstInputOf first_input_of, IsHead is_head) {
+  std::string v = kLogits;
+  for (int hops = 0; hops < kHeadHops && !v.empty(); ++hops) {
+    if (is_head(v)) return v;
+    v = first_input_of(v);
+  }
+  return "";
+}
+
+}  // namespace nf::decoder
