@@ -1,7 +1,8 @@
 #include "calibration/segments.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <algorithm>
-#include <regex>
 #include <set>
 
 namespace nf::host {
@@ -17,11 +18,9 @@ bool has_subgraphs(const ir::Graph& g) {
 }  // namespace
 
 GraphSegments cut_into_segments(const ir::Graph& g) {
-  static const std::regex kv(R"(^past_key_values\.(\d+)\.(key|value)$)");
   std::map<std::string, size_t> cache_segment;  // past_key_values.N.* -> N + 1
-  std::smatch m;
   for (const auto& in : g.inputs)
-    if (std::regex_match(in, m, kv)) cache_segment[in] = std::stoull(m[1].str()) + 1;
+    if (auto kv = decoder::parse_kv(in); kv && !kv->present) cache_segment[in] = static_cast<size_t>(kv->layer) + 1;
   const bool one_segment = cache_segment.empty() || has_subgraphs(g);
 
   // Each node's segment: the latest segment of what it reads. Nodes computed from

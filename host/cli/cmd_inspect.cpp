@@ -1,5 +1,7 @@
 // `npuforge inspect MODEL.onnx|PACKAGE [--json]`: a model's parameters, layers, heads, KV IO
 // and ops; a package's target, stages and graphs (split parts with their layers and chain).
+#include <npuforge/decoder_io.hpp>
+
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -24,7 +26,7 @@ std::string runner_inputs(const nlohmann::json& names) {
   size_t kv = 0;
   for (const auto& n : names) {
     std::string s = n.get<std::string>();
-    if (s.rfind("past_key_values.", 0) == 0) ++kv;
+    if (decoder::is_past_kv(s)) ++kv;
     else shown.push_back(s);
   }
   if (kv) shown.push_back(std::to_string(kv) + " KV caches");

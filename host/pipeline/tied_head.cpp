@@ -1,22 +1,25 @@
 #include "pipeline/tied_head.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <algorithm>
 #include <cstring>
 
 namespace nf::host {
 namespace {
 
-// The LM head's MatMul: the producer chain of "logits" through first inputs, as
-// Cast/Identity/Reshape sit between the head and the graph output in real exports.
+// The LM head's MatMul (decoder_io.hpp: Cast/Identity/Reshape may sit between it and logits).
 ir::Node* lm_head(const ir::Graph& g) {
-  std::string v = "logits";
-  for (int hops = 0; hops < 8; ++hops) {
-    ir::Node* n = g.producer(v);
-    if (!n || n->inputs.empty()) return nullptr;
-    if (n->op_type == "MatMul" && n->domain.empty()) return n;
-    v = n->inputs[0];
-  }
-  return nullptr;
+  auto is_matmul = [&](const std::string& v) {
+    const ir::Node* n = g.producer(v);
+    return n && n->op_type == "MatMul" && n->domain.empty();
+  };
+  auto first_input_of = [&](const std::string& v) {
+    const ir::Node* n = g.producer(v);
+    return n && !n->inputs.empty() ? n->inputs[0] : std::string();
+  };
+  const std::string head = decoder::lm_head_output(first_input_of, is_matmul);
+  return head.empty() ? nullptr : g.producer(head);
 }
 
 // Whether b [H, V] equals the transpose of e [V, H] (same element type). A few scattered

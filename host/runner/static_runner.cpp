@@ -107,8 +107,8 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         std::string name = in.at("name");
         p.inputs.push_back(name);
         p.dtypes[name] = in.value("dtype", "");
-        bool runner_fed = name == "input_ids" || name == "position_ids" || name == "attention_mask" ||
-                          name == "sliding_attention_mask" || decoder::is_past_kv(name);
+        bool runner_fed = name == decoder::kInputIds || name == decoder::kPositionIds || name == decoder::kAttentionMask ||
+                          name == decoder::kSlidingAttentionMask || decoder::is_past_kv(name);
         if (!runner_fed && !produced.count(name))
           fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
         if (!runner_fed) v.chained.insert(name);
@@ -116,12 +116,12 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
           fed.insert(name);
           input_spec[name] = &in;
         }
-        if (name == "sliding_attention_mask") sliding_mask = true;
+        if (name == decoder::kSlidingAttentionMask) sliding_mask = true;
       }
       for (const auto& out : it->second->at("outputs")) {
         p.outputs.push_back(out.at("name"));
         produced.insert(out.at("name").get<std::string>());
-        if (out.at("name") == "logits" && s.vocab == 0) {
+        if (out.at("name") == decoder::kLogits && s.vocab == 0) {
           auto d = static_shape(out);
           if (d.size() == 3) s.vocab = d[2];
         }
@@ -133,7 +133,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
       for (const auto& part : vj["parts"])
         for (const auto& o : part.value("outputs", nlohmann::json::array()))
           if (o.is_string()) v.chained.erase(o.get<std::string>());
-    if (!fed.count("input_ids") || !produced.count("logits"))
+    if (!fed.count(decoder::kInputIds) || !produced.count(decoder::kLogits))
       fail("variant '" + v.name + "' needs input_ids and logits");
     auto check_mask = [&](const std::string& name, int64_t cols) {
       if (!input_spec.count(name)) return;
@@ -142,8 +142,8 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         fail("variant '" + v.name + "': " + name + " is " + dims_str(d) + ", expected " +
              dims_str({1, 1, v.ar, cols}));
     };
-    check_mask("attention_mask", v.cl);
-    check_mask("sliding_attention_mask", v.scl ? v.scl : v.cl);  // CL columns when no layer has a short cache
+    check_mask(decoder::kAttentionMask, v.cl);
+    check_mask(decoder::kSlidingAttentionMask, v.scl ? v.scl : v.cl);  // CL columns when no layer has a short cache
 
     for (int64_t l = 0; l < s.layers; ++l) {
       for (const auto& name : {past_key(l), past_value(l)})
@@ -332,14 +332,14 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     for (const auto& name : part.inputs) {
       const std::string& dtype = part.dtypes.at(name);
       TensorPtr t;
-      if (name == "input_ids") {
+      if (name == decoder::kInputIds) {
         t = ids(dtype, [&](int64_t i) { return i < rows ? tokens[i] : 0; });
-      } else if (name == "position_ids") {
+      } else if (name == decoder::kPositionIds) {
         t = ids(dtype, [&](int64_t i) { return pos[i]; });
-      } else if (name == "attention_mask") {
+      } else if (name == decoder::kAttentionMask) {
         if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
         t = main_mask;
-      } else if (name == "sliding_attention_mask") {
+      } else if (name == decoder::kSlidingAttentionMask) {
         // CL columns when no layer has a short cache (a window longer than the context).
         if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);
         t = sliding_mask;
@@ -360,7 +360,7 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   Pass p;
   p.variant = vi;
   p.rows = rows;
-  const ir::Tensor& logits = env.at("logits")->tensor;
+  const ir::Tensor& logits = env.at(decoder::kLogits)->tensor;
   if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims != std::vector<int64_t>{1, ar, io_.vocab})
     fail("logits of '" + v.name + "' are " + dims_str(logits.dims) + ", expected float32 " +
          dims_str({1, ar, io_.vocab}));

@@ -143,6 +143,32 @@ TEST(EagletDynamic, SamplingEqualsPlainSamplingWithTheSameSeed) {
   }
 }
 
+// HF casts logits to float after the head (logits.float()); the transform finds the head's
+// MatMul behind such a Cast and exposes its input, not the Cast's.
+TEST(HiddenStates, FoundBehindACastAfterTheHead) {
+  auto ms = host::load_source_model(test::model_dir("tiny_llama") + "/model.onnx", "");
+  ir::Graph& g = *ms->graphs[0];
+  ir::Node* head = g.producer("logits");
+  ASSERT_TRUE(head && head->op_type == "MatMul");
+  const std::string hidden = head->inputs[0];
+  head->outputs[0] = "logits_before_cast";
+  auto cast = std::make_unique<ir::Node>();
+  cast->op_type = "Cast";
+  cast->name = "/lm_head/Cast";
+  cast->inputs = {"logits_before_cast"};
+  cast->outputs = {"logits"};
+  cast->attrs["to"].type = NF_ATTR_INT;
+  cast->attrs["to"].i = NF_DTYPE_FLOAT32;
+  g.nodes.push_back(std::move(cast));
+  nf_context ctx{"transform hidden_states", {}};
+  host::throw_if_error(plugin(NF_KIND_TRANSFORM, "hidden_states").transform()->apply("{}", host::handle(ms.get()), &ctx),
+                       "hidden_states");
+  ASSERT_EQ(g.outputs.back(), "hidden_states");
+  ir::Node* exposed = g.producer("hidden_states");
+  ASSERT_TRUE(exposed && exposed->op_type == "Identity");
+  EXPECT_EQ(exposed->inputs[0], hidden);
+}
+
 TEST(EagletDynamic, MissingHiddenStatesOrDraftIsAClearError) {
   host::SpeculativeStats st;
   {

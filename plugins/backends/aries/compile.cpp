@@ -1,5 +1,7 @@
 #include "compile.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -55,7 +57,7 @@ void resolve_lengths(AriesOptions& o, const ModelShape& s) {
 bool has_kv_inputs(ModelSet ms) {
   for (const Graph& g : ms.graphs())
     for (const auto& in : g.inputs())
-      if (in.rfind("past_key_values.", 0) == 0) return true;
+      if (nf::decoder::is_past_kv(in)) return true;
   return false;
 }
 
@@ -71,9 +73,9 @@ nlohmann::json activation_table(ModelSet ms, const AriesOptions& o, const std::v
   }
   for (const Graph& g : ms.graphs()) {
     for (const auto& n : g.outputs())
-      if (n.rfind("present.", 0) == 0) mark(n, o.act16("kv_cache"));
+      if (nf::decoder::is_present_kv(n)) mark(n, o.act16("kv_cache"));
     for (const auto& n : g.inputs())
-      if (n.rfind("past_key_values.", 0) == 0) mark(n, o.act16("kv_cache"));
+      if (nf::decoder::is_past_kv(n)) mark(n, o.act16("kv_cache"));
   }
   nlohmann::json table = nlohmann::json::object();
   *missing = 0;

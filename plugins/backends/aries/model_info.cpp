@@ -1,5 +1,7 @@
 #include "model_info.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <map>
 #include <regex>
 #include <set>
@@ -90,15 +92,14 @@ ModelInfo inspect(ModelSet ms) {
       if (seen.count(b + (l.via_transpose ? "^T" : ""))) continue;
       seen.insert(b + (l.via_transpose ? "^T" : ""));
       classify(l);
-      // The linear that feeds `logits` (through single-input ops) is the head.
+      // The linear that feeds `logits` (decoder_io.hpp) is the head.
       if (l.kind == Kind::other) {
-        std::string v = "logits";
-        for (int hops = 0; hops < 8; ++hops) {
-          if (v == l.output) { l.kind = Kind::head; break; }
+        auto first_input_of = [&](const std::string& v) {
           auto it = producer.find(v);
-          if (it == producer.end() || it->second.input_count() == 0) break;
-          v = it->second.input(0);
-        }
+          return it == producer.end() ? std::string() : it->second.input(0);
+        };
+        if (!nf::decoder::lm_head_output(first_input_of, [&](const std::string& v) { return v == l.output; }).empty())
+          l.kind = Kind::head;
       }
       info.linears.push_back(l);
     }

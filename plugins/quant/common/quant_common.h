@@ -7,6 +7,7 @@
 // encodings have scale = absmax / (2^(bw-1) - 1) and offset = -2^(bw-1) (-128 at 8 bits).
 #pragma once
 
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/kv_layers.h>
 #include <npuforge/plugin.hpp>
@@ -86,21 +87,19 @@ inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_flo
   return result;
 }
 
-// The weight of the linear layer that produces `logits` (the LM head): walks back from the
-// graph output through single-input ops (Identity, Cast, Reshape, ...). "" when not found.
+// The weight of the linear layer that produces `logits` (the LM head, decoder_io.hpp).
+// "" when not found.
 inline std::string lm_head_weight(const ModelSet& ms, const std::vector<LinearWeight>& weights) {
+  std::map<std::string, std::string> weight_of_output;
+  for (const auto& lw : weights) weight_of_output.emplace(lw.output, lw.name);
   for (const Graph& g : ms.graphs()) {
-    std::map<std::string, Node> producer;
+    std::map<std::string, std::string> first_input;
     for (const Node& n : g.nodes())
-      for (auto& o : n.outputs()) producer.emplace(o, n);
-    std::string v = "logits";
-    for (int hops = 0; hops < 8; ++hops) {
-      for (const auto& lw : weights)
-        if (lw.output == v) return lw.name;
-      auto it = producer.find(v);
-      if (it == producer.end() || it->second.input_count() == 0) break;
-      v = it->second.input(0);
-    }
+      for (auto& o : n.outputs()) first_input.emplace(o, n.input(0));
+    std::string head = decoder::lm_head_output(
+        [&](const std::string& v) { auto it = first_input.find(v); return it == first_input.end() ? "" : it->second; },
+        [&](const std::string& v) { return weight_of_output.count(v) != 0; });
+    if (!head.empty()) return weight_of_output.at(head);
   }
   return "";
 }
@@ -475,7 +474,7 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
   }
   std::vector<std::string> kv;
   for (const std::string& o : ms.graph(0).outputs())
-    if (o.rfind("present.", 0) == 0) {
+    if (decoder::is_present_kv(o)) {
       add(o);
       kv.push_back(o);
     }
@@ -501,8 +500,7 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
     ms.set_encoding(name, e.view());
     ++count;
     if (is_kv) {  // present.N.key -> past_key_values.N.key
-      std::string past = "past_key_values." + name.substr(std::string("present.").size());
-      ms.set_encoding(past, e.view());
+      ms.set_encoding(decoder::past_of(*decoder::parse_kv(name)), e.view());
       ++count;
     }
   }

@@ -7,11 +7,6 @@
 
 namespace arcl {
 
-std::string past_key(int64_t layer) { return "past_key_values." + std::to_string(layer) + ".key"; }
-std::string past_value(int64_t layer) { return "past_key_values." + std::to_string(layer) + ".value"; }
-std::string present_key(int64_t layer) { return "present." + std::to_string(layer) + ".key"; }
-std::string present_value(int64_t layer) { return "present." + std::to_string(layer) + ".value"; }
-
 bool ModelInfo::is_sliding(int64_t layer) const {
   return std::find(sliding_layers.begin(), sliding_layers.end(), layer) != sliding_layers.end();
 }
@@ -56,7 +51,7 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   ModelInfo info;
   auto inputs = source.inputs();
   std::set<std::string> input_set(inputs.begin(), inputs.end());
-  for (const char* required : {"input_ids", "attention_mask", "position_ids"})
+  for (const char* required : {nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds})
     if (!input_set.count(required))
       throw nf::Error(std::string("arcl: the source graph has no '") + required +
                       "' input (expected the optimum layout of an HF decoder export)");
@@ -74,12 +69,12 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   if (info.kv_heads <= 0 || info.head_dim <= 0)
     throw nf::Error("arcl: cannot tell the KV heads / head_dim from past_key_values.0.key or config.json");
 
-  auto logits = nf::graph::get_value_type(source, "logits");
+  auto logits = nf::graph::get_value_type(source, nf::decoder::kLogits);
   if (logits && logits->dims && logits->dims->size() == 3 && (*logits->dims)[2] > 0) info.vocab = (*logits->dims)[2];
   else info.vocab = config_int(config, "vocab_size");
   if (info.vocab <= 0) throw nf::Error("arcl: cannot tell the vocabulary size from 'logits' or config.json");
 
-  auto ids = nf::graph::get_value_type(source, "input_ids");
+  auto ids = nf::graph::get_value_type(source, nf::decoder::kInputIds);
   if (ids && ids->dims && ids->dims->size() == 2) info.source_seq_len = (*ids->dims)[1];
   read_sliding_window(config, info);
   return info;

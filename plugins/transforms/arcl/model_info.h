@@ -2,6 +2,7 @@
 // sequence length, and the sliding-window layout from the HF config.
 #pragma once
 
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/plugin.hpp>
 
 #include <optional>
@@ -23,10 +24,10 @@ struct ModelInfo {
   bool is_sliding(int64_t layer) const;
 };
 
-std::string past_key(int64_t layer);
-std::string past_value(int64_t layer);
-std::string present_key(int64_t layer);
-std::string present_value(int64_t layer);
+using nf::decoder::past_key;
+using nf::decoder::past_value;
+using nf::decoder::present_key;
+using nf::decoder::present_value;
 
 // Reads the optimum-layout IO of `source` and the HF config (may be null). Throws nf::Error.
 ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config);

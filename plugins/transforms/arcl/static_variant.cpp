@@ -113,11 +113,13 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   }
 
   // Inputs: ids, positions, masks, then the caches in layer order.
-  auto ids_type = nf::graph::get_value_type(g, "input_ids");
-  auto pos_type = nf::graph::get_value_type(g, "position_ids");
-  std::vector<std::string> inputs{"input_ids", "position_ids", kAttentionMask};
-  g.set_value_type("input_ids", ids_type ? ids_type->dtype : NF_DTYPE_INT64, {1, v.ar});
-  g.set_value_type("position_ids", pos_type ? pos_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  using nf::decoder::kInputIds;
+  using nf::decoder::kPositionIds;
+  auto ids_type = nf::graph::get_value_type(g, kInputIds);
+  auto pos_type = nf::graph::get_value_type(g, kPositionIds);
+  std::vector<std::string> inputs{kInputIds, kPositionIds, kAttentionMask};
+  g.set_value_type(kInputIds, ids_type ? ids_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  g.set_value_type(kPositionIds, pos_type ? pos_type->dtype : NF_DTYPE_INT64, {1, v.ar});
   g.set_value_type(kAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.cl});
   if (any_sliding_mask) {
     inputs.push_back(kSlidingAttentionMask);
@@ -150,7 +152,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
       throw nf::Error(what + ": '" + value + "' came out as " + (t ? nf::graph::to_string(*t) : std::string("untyped")) +
                       ", expected " + nf::graph::to_string({info.kv_dtype, dims}));
   };
-  expect("logits", {1, v.ar, info.vocab});
+  expect(nf::decoder::kLogits, {1, v.ar, info.vocab});
   for (int64_t l = 0; l < info.layers; ++l) {
     expect(present_key(l), key_io_dims(info, htp, v.ar));
     expect(present_value(l), value_io_dims(info, htp, v.ar));

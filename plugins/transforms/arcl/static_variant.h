@@ -12,9 +12,8 @@
 
 namespace arcl {
 
-// Names of the mask inputs of the static graphs.
-inline constexpr const char* kAttentionMask = "attention_mask";
-inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
+using nf::decoder::kAttentionMask;
+using nf::decoder::kSlidingAttentionMask;
 
 // Cache slots a layer's past input holds in variant `v`.
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer);

@@ -1,9 +1,11 @@
 // hidden_states: exposes the decoder's last hidden state (the LM head's input, i.e. after
 // the final norm) as an extra graph output, for drafts that read the target's features
 // (eaglet). Numerics of the other outputs do not change: one Identity node is added.
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>
+#include <map>
 
 namespace {
 
@@ -17,30 +19,39 @@ constexpr const char* kSchema = R"json({
 })json";
 
 void expose(nf::Graph g, const std::string& output) {
+  using nf::decoder::kLogits;
   auto outputs = g.outputs();
   if (std::find(outputs.begin(), outputs.end(), output) != outputs.end()) return;  // already there
-  if (std::find(outputs.begin(), outputs.end(), "logits") == outputs.end())
+  if (std::find(outputs.begin(), outputs.end(), kLogits) == outputs.end())
     throw nf::Error("hidden_states: graph '" + g.name() + "' has no 'logits' output");
-  auto inits = g.initializer_names();
-  for (nf::Node n : g.nodes()) {
-    if (n.output_count() != 1 || n.output(0) != "logits") continue;
-    if (n.op_type() != "MatMul" || n.input_count() != 2)
-      throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' comes from a " + std::string(n.op_type()) +
-                      " node; expected the LM head's MatMul (hidden x weight)");
-    const std::string hidden = n.input(0), weight = n.input(1);
-    nf::ValueType wt, lt;
-    if (!g.value_type(weight, &wt) || wt.dims.size() != 2 || wt.dims[0] <= 0)
-      throw nf::Error("hidden_states: the LM head weight '" + weight + "' of graph '" + g.name() +
-                      "' needs a static [hidden, vocab] shape");
-    if (!g.value_type("logits", &lt) || lt.dims.size() != 3)
-      throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' should be [batch, sequence, vocab]");
-    g.add_node("Identity", {hidden}, {output}, "/hidden_states/Identity");
-    g.set_value_type(output, lt.dtype, {lt.dims[0], lt.dims[1], wt.dims[0]}, {lt.dim_params[0], lt.dim_params[1], ""});
-    outputs.push_back(output);
-    g.set_outputs(outputs);
-    return;
-  }
-  throw nf::Error("hidden_states: no node of graph '" + g.name() + "' makes 'logits'");
+  std::map<std::string, nf::Node> producer;
+  for (nf::Node n : g.nodes())
+    if (n.output_count() == 1) producer.emplace(n.output(0), n);
+  auto made_by = [&](const std::string& v, const char* op) {
+    auto it = producer.find(v);
+    return it != producer.end() && it->second.op_type() == op;
+  };
+  // The LM head's MatMul, also behind a Cast (HF's logits.float()) or an Identity.
+  const std::string head = nf::decoder::lm_head_output(
+      [&](const std::string& v) { auto it = producer.find(v); return it == producer.end() ? "" : it->second.input(0); },
+      [&](const std::string& v) { return made_by(v, "MatMul"); });
+  if (head.empty())
+    throw nf::Error("hidden_states: 'logits' of graph '" + g.name() +
+                    "' does not come from a MatMul (the LM head, hidden x weight) through Cast/Identity/Reshape");
+  const nf::Node n = producer.at(head);
+  if (n.input_count() != 2) throw nf::Error("hidden_states: the LM head of graph '" + g.name() + "' is not a 2-input MatMul");
+  const std::string hidden = n.input(0), weight = n.input(1);
+  nf::ValueType wt, lt, ht;
+  if (!g.value_type(weight, &wt) || wt.dims.size() != 2 || wt.dims[0] <= 0)
+    throw nf::Error("hidden_states: the LM head weight '" + weight + "' of graph '" + g.name() +
+                    "' needs a static [hidden, vocab] shape");
+  if (!g.value_type(kLogits, &lt) || lt.dims.size() != 3)
+    throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' should be [batch, sequence, vocab]");
+  const nf_dtype dtype = g.value_type(hidden, &ht) ? ht.dtype : lt.dtype;  // a Cast after the head changes logits'
+  g.add_node("Identity", {hidden}, {output}, "/hidden_states/Identity");
+  g.set_value_type(output, dtype, {lt.dims[0], lt.dims[1], wt.dims[0]}, {lt.dim_params[0], lt.dim_params[1], ""});
+  outputs.push_back(output);
+  g.set_outputs(outputs);
 }
 
 nf_status* apply(const char* options_json, nf_model_set* handle, nf_context*) {

@@ -16,6 +16,8 @@ inline constexpr const char* kInputIds = "input_ids";
 inline constexpr const char* kAttentionMask = "attention_mask";
 inline constexpr const char* kPositionIds = "position_ids";
 inline constexpr const char* kLogits = "logits";
+// Static graphs (arcl) with sliding-window layers read their mask from a second input.
+inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
 inline constexpr std::string_view kPastPrefix = "past_key_values.";
 inline constexpr std::string_view kPresentPrefix = "present.";
 
