@@ -8,12 +8,12 @@
 #include <stdexcept>
 
 #include "calibration/segments.h"
+#include "common/files.h"
+#include "common/util.h"
 #include "manifest/schema.h"
-#include "files/files.h"
-#include "pipeline/pipeline.h"
-#include "pipeline/session.h"
-#include "pipeline/util.h"
 #include "runner/runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -81,8 +81,8 @@ TensorPtr int64_tensor(std::vector<int64_t> dims, const std::vector<int64_t>& va
 }  // namespace
 
 TextCalibration::TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
-                                 const PluginInfo& cpu)
-    : cpu_(cpu) {
+                                 const PluginInfo& backend)
+    : backend_(backend) {
   if (!config.ids.empty()) {
     batches_ = make_batches(read_token_ids(config.ids), config.num_samples, config.sequence_length,
                             "calibration ids " + config.ids);
@@ -229,9 +229,11 @@ void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& 
     st.copy = segment_model(ms, seg, s, outputs);
     // One pass per batch: a tied LM head streams its table by row blocks (see cpu's README).
     nlohmann::json options = {{"use_encodings", encoded_weights(ms)}, {"stream_weights", true}};
-    auto errors = manifest::validate_json(cpu_.schema, options);
-    if (!errors.empty()) throw std::runtime_error("calibration: cpu backend options: " + errors[0].message);
-    st.session = BackendSession::open_model_set(cpu_, options, *st.copy);
+    auto errors = manifest::validate_json(backend_.schema, options);
+    if (!errors.empty())
+      throw std::runtime_error("calibration: backend " + backend_.name + " does not take the calibration options: " +
+                               errors[0].message);
+    st.session = BackendSession::open_model_set(backend_, options, *st.copy);
     st.open_key = key;
     st.open_segment = s;
     ++sessions_opened_;
@@ -377,6 +379,8 @@ nlohmann::json calibration_cache_key(const manifest::Manifest& m) {
   if (!m.calibration) return nullptr;
   const auto& c = *m.calibration;
   nlohmann::json key = {{"num_samples", c.num_samples}, {"sequence_length", c.sequence_length}};
+  // Another backend computes other activations (the default keeps the keys cpu always had).
+  if (c.backend != "cpu") key["backend"] = c.backend;
   if (!c.ids.empty()) {
     key["ids"] = content_hash(c.ids);
     return key;
@@ -393,9 +397,12 @@ nlohmann::json calibration_cache_key(const manifest::Manifest& m) {
 
 std::unique_ptr<TextCalibration> make_calibration(const manifest::Manifest& m, const Registry& registry) {
   if (!m.calibration) return nullptr;
-  const PluginInfo* cpu = registry.find(NF_KIND_BACKEND, "cpu");
-  if (!cpu) throw std::runtime_error("calibration runs the model on the cpu backend, which is not installed");
-  return std::make_unique<TextCalibration>(*m.calibration, tokenizer_of(m), *cpu);
+  const std::string& name = m.calibration->backend;
+  const PluginInfo* backend = registry.find(NF_KIND_BACKEND, name);
+  if (!backend) throw std::runtime_error("calibration runs the model on the " + name + " backend, which is not installed");
+  if (!backend->backend()->open_model_set)
+    throw std::runtime_error("calibration backend " + name + " cannot run a model set in memory (no open_model_set)");
+  return std::make_unique<TextCalibration>(*m.calibration, tokenizer_of(m), *backend);
 }
 
 }  // namespace nf::host

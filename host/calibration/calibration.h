@@ -14,8 +14,8 @@
 
 #include "api/host_api.h"
 #include "manifest/manifest.h"
-#include "pipeline/session.h"
 #include "registry/registry.h"
+#include "runtime/session.h"
 
 namespace nf::host {
 
@@ -24,10 +24,10 @@ struct BatchState;
 class TextCalibration final : public nf_calibration {
  public:
   // Reads (and tokenizes) the data. Throws std::runtime_error (one line) when the file is
-  // missing, empty or malformed or holds fewer than num_samples windows. `cpu` must
+  // missing, empty or malformed or holds fewer than num_samples windows. `backend` must
   // outlive this.
   TextCalibration(const manifest::Manifest::Calibration& config, const std::string& tokenizer_json,
-                  const PluginInfo& cpu);
+                  const PluginInfo& backend);
 
   // num_samples consecutive, non-overlapping windows of `sequence_length` tokens of `ids`;
   // `what` names the text in the error when it holds fewer.
@@ -60,7 +60,7 @@ class TextCalibration final : public nf_calibration {
   void run_segment(const ir::ModelSet& ms, size_t s, BatchState& state, const std::vector<std::string>& wanted,
                    std::map<std::string, TensorPtr>& found);
 
-  const PluginInfo& cpu_;
+  const PluginInfo& backend_;  // runs the float model ([calibration] backend)
   std::vector<std::vector<int32_t>> batches_;
   std::unique_ptr<Stream> stream_;
   size_t sessions_opened_ = 0, segments_run_ = 0;

@@ -10,10 +10,10 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/util.h"
 #include "manifest/suggest.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/stage_cache.h"
-#include "pipeline/util.h"
 
 namespace fs = std::filesystem;
 

@@ -32,10 +32,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/commands.h"
 #include "api/host_api.h"
-#include "pipeline/package.h"
+#include "cli/commands.h"
 #include "registry/registry.h"
+#include "runtime/package.h"
 
 namespace nf::cli {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/open_model.h"
-#include "pipeline/util.h"
+#include "common/util.h"
 #include "runner/generate.h"
 #include "tokenizer/tokenizer.h"
 

@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/util.h"
 #include "onnx/onnx_io.h"
 #include "onnx/qdq.h"
-#include "pipeline/util.h"
 
 namespace fs = std::filesystem;
 

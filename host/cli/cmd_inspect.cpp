@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/util.h"
 #include "onnx/onnx_io.h"
-#include "pipeline/package.h"
-#include "pipeline/util.h"
+#include "runtime/package.h"
 
 namespace nf::cli {
 namespace {

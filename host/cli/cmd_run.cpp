@@ -5,8 +5,8 @@
 
 #include "cli/commands.h"
 #include "cli/open_model.h"
+#include "common/util.h"
 #include "manifest/schema.h"
-#include "pipeline/util.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "runner/static_runner.h"

@@ -9,10 +9,10 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "files/files.h"
+#include "common/files.h"
+#include "common/util.h"
 #include "manifest/manifest.h"
 #include "manifest/suggest.h"
-#include "pipeline/util.h"
 
 namespace nf::cli {
 

@@ -2,13 +2,14 @@
 
 #include <filesystem>
 
+#include "api/host_api.h"
 #include "cli/commands.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/speculative_assets.h"
 #include "pipeline/weight_spill.h"
 #include "pipeline/widen_floats.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
 
 namespace fs = std::filesystem;
 
@@ -55,13 +56,19 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     m->model_set = host::load_source_model(path, "");
     host::WeightSpill spill(fs::temp_directory_path());  // the widened weights outlive it, in its file
     host::widen_16bit_floats(*m->model_set->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); });
-    if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder))
-      // No manifest: every asset option takes its default, beside the model.
-      if (auto a = host::find_speculative_assets(
-              manifest::asset_paths(manifest::PluginUse{}, d->schema, "", fs::path(path).parent_path().string()))) {
-        if (!host::add_extra_embeddings(*m->model_set, *a).empty())
-          metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
-      }
+    if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder);
+        d && d->speculative()->build) {
+      // The decoder's build hook, as a build runs it. No manifest: every asset option takes
+      // its default, beside the model.
+      nlohmann::json options = nlohmann::json::object();
+      for (const auto& a : manifest::asset_paths(manifest::PluginUse{}, d->schema, "", fs::path(path).parent_path().string()))
+        options[a.key] = a.path;
+      const std::string text = options.dump();
+      nf_context ctx{"speculative " + decoder, {}};
+      host::throw_if_error(d->speculative()->build(text.c_str(), host::handle(m->model_set.get()), &ctx), decoder);
+      if (m->model_set->metadata.count("extra_embeddings"))
+        metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
+    }
     m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);
     fs::path tok = fs::path(path).parent_path() / "tokenizer.json";
     if (fs::is_regular_file(tok)) m->tokenizer = tok.string();

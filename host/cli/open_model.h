@@ -6,10 +6,10 @@
 #include <optional>
 #include <string>
 
-#include "pipeline/package.h"
-#include "pipeline/session.h"
 #include "registry/registry.h"
 #include "runner/runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
 
 namespace nf::cli {
 

@@ -1,8 +1,8 @@
 #include "manifest/manifest.h"
+#include "common/files.h"
 #include "manifest/schema.h"
 #include "manifest/suggest.h"
 #include "manifest/toml.h"
-#include "files/files.h"
 
 #include <algorithm>
 #include <cctype>
@@ -234,7 +234,7 @@ class Parser {
   }
 
   void parse_calibration(const toml::table& t) {
-    only_keys(t, "[calibration]", {"text", "jsonl", "text_field", "ids", "num_samples", "sequence_length"});
+    only_keys(t, "[calibration]", {"text", "jsonl", "text_field", "ids", "num_samples", "sequence_length", "backend"});
     Manifest::Calibration c;
     c.where = at(t);
     c.text = path_key(t, "text", "calibration", false, "");
@@ -249,6 +249,10 @@ class Parser {
     }
     c.num_samples = get_positive_int(t, "num_samples", "[calibration]", c.num_samples);
     c.sequence_length = get_positive_int(t, "sequence_length", "[calibration]", c.sequence_length);
+    if (auto backend = get_string(t, "backend", "[calibration]", false, "")) {
+      c.backend = *backend;
+      m_.locations["calibration.backend"] = at(key_of(t, "backend"));
+    }
     m_.calibration = std::move(c);
   }
 
@@ -580,6 +584,14 @@ std::vector<std::string> validate(Manifest& m, const SchemaLookup& lookup, const
   for (auto& use : m.transforms) check("transform", use);
   for (auto& [name, use] : m.targets) check("backend", use);
   if (m.speculative) check("speculative", *m.speculative);
+  if (m.calibration && !lookup("backend", m.calibration->backend)) {
+    std::vector<std::string> names = installed("backend");
+    std::sort(names.begin(), names.end());
+    found.push_back({m.locations.count("calibration.backend") ? where("calibration.backend") : m.calibration->where,
+                     "no backend plugin named " + quote(m.calibration->backend) + " to run the calibration" +
+                         did_you_mean(m.calibration->backend, names) +
+                         (names.empty() ? " (none installed)" : " (installed: " + join(names) + ")")});
+  }
 
   std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::pair(a.where.line, a.where.column) < std::pair(b.where.line, b.where.column);

@@ -53,6 +53,9 @@ struct Manifest {
     std::string ids;    // pre-tokenized: a JSON array of token ids, or an array of such arrays
     int num_samples = 16;
     int sequence_length = 128;
+    // The backend that runs the float model for the recipes (any with open_model_set,
+    // use_encodings and stream_weights; cpu is the float reference).
+    std::string backend = "cpu";
     Location where;  // the [calibration] header
   };
   std::optional<Calibration> calibration;

@@ -1,7 +1,7 @@
 // Model sets on disk and AIMET 1.0.0 encodings.
 #include "onnx/internal.h"
 
-#include "files/files.h"
+#include "common/files.h"
 
 #include <cctype>
 #include <cmath>

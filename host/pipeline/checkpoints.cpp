@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "pipeline/util.h"
+#include "common/util.h"
 
 namespace fs = std::filesystem;
 

@@ -12,8 +12,8 @@
 #include <map>
 #include <regex>
 
+#include "common/util.h"
 #include "pipeline/executors.h"
-#include "pipeline/util.h"
 
 extern char** environ;
 

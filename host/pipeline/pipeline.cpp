@@ -11,18 +11,17 @@
 
 #include "api/host_api.h"
 #include "calibration/calibration.h"
+#include "common/util.h"
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/checkpoints.h"
-#include "pipeline/package.h"
 #include "pipeline/resources.h"
-#include "pipeline/speculative_assets.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/stage_graph.h"
 #include "pipeline/tied_head.h"
-#include "pipeline/util.h"
 #include "pipeline/weight_spill.h"
 #include "pipeline/widen_floats.h"
+#include "runtime/package.h"
 
 namespace fs = std::filesystem;
 
@@ -41,19 +40,6 @@ std::vector<const ir::MappedFile*> mapped_files(const ir::Graph& g) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-nlohmann::json value_spec(const ir::Graph& g, const std::string& name) {
-  nlohmann::json spec{{"name", name}};
-  auto it = g.types.find(name);
-  if (it == g.types.end()) return spec;
-  spec["dtype"] = ir::dtype_name(it->second.dtype);
-  if (it->second.shape) {
-    nlohmann::json shape = nlohmann::json::array();
-    for (const auto& d : *it->second.shape) shape.push_back(d.value >= 0 ? nlohmann::json(d.value) : nlohmann::json(d.param));
-    spec["shape"] = shape;
-  }
-  return spec;
 }
 
 // Runs one plugin call with a progress bar and cancellation; throws the plugin's error.
@@ -174,12 +160,13 @@ std::string content_hash(const fs::path& p) {
 }
 
 // A stage plugin's options with each asset option (a path: schema "format": "asset") made
-// absolute against the manifest's folder, so a build means the same files from whatever
-// folder it runs in; and {option: content hash} of those files for the stage's cache key.
+// absolute as manifest::asset_paths rules (a written value against the manifest's folder, a
+// schema default against the model's), so a build means the same files from whatever folder
+// it runs in; and {option: content hash} of those files for the stage's cache key.
 std::pair<nlohmann::json, nlohmann::json> resolve_asset_options(const manifest::PluginUse& use, const PluginInfo& p,
-                                                                const std::string& manifest_dir) {
+                                                                const manifest::Manifest& m) {
   nlohmann::json options = use.options, files = nlohmann::json::object();
-  for (const auto& a : manifest::asset_paths(use, p.schema, manifest_dir, manifest_dir)) {
+  for (const auto& a : manifest::asset_paths(use, p.schema, m.dir, fs::path(m.model_onnx).parent_path().string())) {
     if (use.options.value(a.key, std::string()).empty()) continue;  // "" is "no file"
     options[a.key] = a.path;
     files[a.key] = content_hash(a.path);
@@ -193,17 +180,6 @@ void check_graphs(const ir::ModelSet& ms, const std::string& context) {
   for (const auto& g : ms.graphs)
     if (std::string why = ir::graph_problem(*g); !why.empty())
       throw std::runtime_error(context + ": graph '" + g->name + "': " + why);
-}
-
-nlohmann::json graph_specs(const ir::ModelSet& ms) {
-  nlohmann::json graphs = nlohmann::json::array();
-  for (const auto& g : ms.graphs) {
-    nlohmann::json in = nlohmann::json::array(), out = nlohmann::json::array();
-    for (const auto& n : g->inputs) in.push_back(value_spec(*g, n));
-    for (const auto& n : g->outputs) out.push_back(value_spec(*g, n));
-    graphs.push_back({{"name", g->name}, {"inputs", in}, {"outputs", out}});
-  }
-  return graphs;
 }
 
 std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& registry) {
@@ -285,7 +261,7 @@ std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m
     auto entry = kind == NF_KIND_QUANT ? p->quant()->validate : p->transform()->validate;
     if (!entry) return;  // a plugin without the entry (built before it, or nothing to check)
     const std::string label = std::string(kind_name(kind)) + " " + use.name;
-    const std::string options = resolve_asset_options(use, *p, m.dir).first.dump();
+    const std::string options = resolve_asset_options(use, *p, m).first.dump();
     nf_context ctx{label, {}};
     nf_status* st = call_plugin_entry([&] { return entry(options.c_str(), handle(&source), &ctx); });
     try {
@@ -324,23 +300,26 @@ class BuildSteps {
         assets_(std::move(assets)),
         on_checkpoint_(std::move(on_checkpoint)),
         spill_(out_dir, package_bytes) {
+    // A decoder's build hook is the first stage: what it adds is calibrated, quantized
+    // and compiled with the target.
+    if (m.speculative)
+      if (const PluginInfo* d = registry_.find(NF_KIND_SPECULATIVE, m.speculative->name); d && d->speculative()->build)
+        add(NF_KIND_SPECULATIVE, *m.speculative);
     for (const auto& q : m.quant) add(NF_KIND_QUANT, q);
     for (const auto& t : m.transforms) add(NF_KIND_TRANSFORM, t);
   }
 
   const std::vector<ChainStage>& chain() const { return chain_; }
 
-  // The key of the prepared source (widened, speculative rows added: both follow from the
-  // source's bytes, the host's version and the decoder's assets), then of every stage after.
+  // The key of the prepared source (widened: follows from the source's bytes and the host's
+  // version), then of every stage after.
   void set_keys(const std::string& source_key) {
-    std::string key = source_key + "\nprepared";
-    if (auto a = find_speculative_assets(assets_)) key += "\n" + content_hash(a->dir);
-    key = hash_string(key);
+    std::string key = hash_string(source_key + "\nprepared");
     std::map<std::string, std::string> library_hashes;  // plugin library path -> hash of its bytes
     for (auto& s : chain_) {
       // The output depends on the options, the bytes of the files they name, the plugin's
       // library and (quant) the calibration data: all of it goes into the key.
-      auto [options, files] = resolve_asset_options(*s.use, *s.plugin, m_.dir);
+      auto [options, files] = resolve_asset_options(*s.use, *s.plugin, m_);
       s.options = options;
       nlohmann::json inputs{{"options", s.use->options}, {"files", files}};
       if (s.kind == NF_KIND_QUANT) inputs["calibration"] = calibration_cache_key(m_);
@@ -350,14 +329,12 @@ class BuildSteps {
     }
   }
 
-  // The source as the stages see it: 16-bit floats widened to float32, a speculative
-  // decoder's extra embedding rows (ssd's forecast tokens) in the token embedding table,
-  // new weights in the scratch file.
+  // The source as the stages see it: 16-bit floats widened to float32, new weights in the
+  // scratch file.
   std::unique_ptr<ir::ModelSet> prepare(std::unique_ptr<ir::ModelSet> ms) {
     if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); w.any())
       spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
                    human_bytes(w.bytes));
-    if (auto a = find_speculative_assets(assets_)) add_extra_embeddings(*ms, *a);
     spill_new_weights(*ms);
     return ms;
   }
@@ -406,6 +383,7 @@ class BuildSteps {
         s.label,
         [&](nf_context* ctx) {
           if (s.kind == NF_KIND_QUANT) return s.plugin->quant()->apply(options.c_str(), handle(ms.get()), calibration.get(), ctx);
+          if (s.kind == NF_KIND_SPECULATIVE) return s.plugin->speculative()->build(options.c_str(), handle(ms.get()), ctx);
           return s.plugin->transform()->apply(options.c_str(), handle(ms.get()), ctx);
         },
         checkpoints.get());
@@ -570,9 +548,9 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   plan.source_key = source_key;
   plan.source_files = stamps;
   const auto& chain = steps.chain();
-  for (size_t i = 0; i < chain.size(); ++i) {
+  for (size_t i = 0, quant = 0; i < chain.size(); ++i) {
     PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}, need.transform_memory};
-    if (i < need.quant_memory.size()) s.memory = need.quant_memory[i];  // the chain starts with the quant stages
+    if (chain[i].kind == NF_KIND_QUANT && quant < need.quant_memory.size()) s.memory = need.quant_memory[quant++];
     if (i) s.deps.push_back(i - 1);
     plan.stages.push_back(std::move(s));
   }

@@ -40,10 +40,6 @@ std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m
 // refuses: a backend never sees a graph it could crash on.
 void check_graphs(const ir::ModelSet& ms, const std::string& context);
 
-// IO specs of every graph, as package.json stores them: [{name, inputs:[{name, dtype,
-// shape}], outputs:[...]}], symbolic dims by name.
-nlohmann::json graph_specs(const ir::ModelSet& ms);
-
 struct BuildRequest {
   std::string target = "all";        // a [targets.NAME] or "all"
   std::filesystem::path out_dir;     // packages go to out_dir/<target>

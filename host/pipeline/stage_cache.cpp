@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/util.h"
 #include "onnx/onnx_io.h"
-#include "pipeline/util.h"
 
 namespace fs = std::filesystem;
 

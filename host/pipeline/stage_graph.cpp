@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/util.h"
 #include "pipeline/executors.h"
-#include "pipeline/util.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "pipeline/util.h"
+#include "common/util.h"
 
 namespace nf::host {
 namespace {

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "pipeline/util.h"
+#include "common/util.h"
 
 namespace nf::host {
 namespace {

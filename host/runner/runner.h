@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "api/host_api.h"
-#include "pipeline/session.h"
+#include "runtime/session.h"
 
 namespace nf::host {
 

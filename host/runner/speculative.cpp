@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "api/host_api.h"
+#include "common/util.h"
 #include "manifest/schema.h"
-#include "pipeline/util.h"
 
 namespace nf::host {
 namespace {

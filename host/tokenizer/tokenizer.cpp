@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "files/files.h"
+#include "common/files.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/text.h"
 

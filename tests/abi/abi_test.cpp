@@ -9,10 +9,11 @@
 #include "api/host_api.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/session.h"
 #include "runner/generate.h"
 #include "runner/runner.h"
 #include "runner/speculative.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
 #include "support/plugins.h"
 
 using namespace nf;
@@ -125,6 +126,8 @@ TEST(Abi, FrozenV1PluginsOfEveryKindLoadWithTheirSizes) {
   // `validate` was appended after these were built: absent, so check and build skip it.
   EXPECT_EQ(find(*reg, NF_KIND_TRANSFORM, "v1_tag").transform()->validate, nullptr);
   EXPECT_EQ(find(*reg, NF_KIND_QUANT, "v1_minmax").quant()->validate, nullptr);
+  // So was the speculative build hook: a build with this decoder has no hook stage.
+  EXPECT_EQ(find(*reg, NF_KIND_SPECULATIVE, "v1_greedy").speculative()->build, nullptr);
 }
 
 TEST(Abi, FrozenV1TransformQuantAndBackendWork) {

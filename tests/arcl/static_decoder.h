@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/session.h"
+#include "runtime/session.h"
 
 namespace arcl_test {
 

@@ -10,12 +10,12 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
-#include "support/plugins.h"
-#include "pipeline/package.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/session.h"
 #include "registry/registry.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
+#include "support/plugins.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;

@@ -14,10 +14,10 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
-#include "support/plugins.h"
-#include "pipeline/package.h"
-#include "pipeline/session.h"
 #include "registry/registry.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
+#include "support/plugins.h"
 
 using namespace nf;
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 
 #include "fault_support.h"
 #include "onnx/onnx_io.h"
-#include "pipeline/package.h"
+#include "runtime/package.h"
 
 using namespace nf::fault;
 

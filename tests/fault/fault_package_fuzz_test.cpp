@@ -8,7 +8,7 @@
 #include <random>
 
 #include "fault_support.h"
-#include "pipeline/package.h"
+#include "runtime/package.h"
 
 using namespace nf::fault;
 using nf::test::slurp;

@@ -11,13 +11,13 @@
 #include <fstream>
 
 #include "cli/cli_support.h"
-#include "support/plugins.h"
-#include "pipeline/package.h"
-#include "pipeline/session.h"
-#include "pipeline/util.h"
+#include "common/util.h"
 #include "registry/registry.h"
 #include "runner/generate.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
+#include "support/plugins.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;

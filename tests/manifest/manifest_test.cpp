@@ -307,7 +307,7 @@ TEST(Manifest, UnknownKeyInHostTablesSuggests) {
             "tokenizer)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[calibration]\ntext = \"c\"\nnum_sample = 3\n"),
             "manifest.toml:5:1: unknown key 'num_sample' in [calibration]; did you mean 'num_samples'? "
-            "(known: text, jsonl, text_field, ids, num_samples, sequence_length)");
+            "(known: text, jsonl, text_field, ids, num_samples, sequence_length, backend)");
   EXPECT_EQ(parse_error("[model]\nonnx = \"m\"\n[plugins]\npath = []\n"),
             "manifest.toml:4:1: unknown key 'path' in [plugins]; did you mean 'paths'? (known: paths)");
 }
@@ -442,6 +442,20 @@ plugin = "arcll"
           dir, "[model]\nonnx = \"model.onnx\"\n[targets.x]\nbackend = \"gpu\"\n[speculative]\ndecoder = \"zzz\"\n"),
       (Lines{"manifest.toml:4:1: no backend plugin named 'gpu'; did you mean 'cpu'? (installed: cpu, htp)",
              "manifest.toml:6:1: no speculative plugin named 'zzz' (installed: lade)"}));
+}
+
+// [calibration] backend names the backend that runs the float model (cpu by default).
+TEST(Validate, CalibrationBackendMustBeInstalled) {
+  TempDir dir;
+  dir.write("calib.txt", "hello");
+  const std::string head = "[model]\nonnx = \"model.onnx\"\n[targets.cpu]\nbackend = \"cpu\"\n[calibration]\ntext = \"calib.txt\"\n";
+  EXPECT_EQ(validate_errors(dir, head + "backend = \"cpux\"\n"),
+            Lines{"manifest.toml:7:1: no backend plugin named 'cpux' to run the calibration; did you mean 'cpu'? "
+                  "(installed: cpu, htp)"});
+  EXPECT_EQ(validate_errors(dir, head + "backend = \"htp\"\n"), Lines{});
+  EXPECT_EQ(parse_manifest(dir.str("manifest.toml")).calibration->backend, "htp");
+  EXPECT_EQ(validate_errors(dir, head), Lines{});
+  EXPECT_EQ(parse_manifest(dir.str("manifest.toml")).calibration->backend, "cpu");
 }
 
 TEST(Validate, PluginOfAnotherKindSaysWhereItBelongs) {

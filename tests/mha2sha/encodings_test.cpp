@@ -6,6 +6,7 @@
 
 #include "calibration/calibration.h"
 #include "manifest/schema.h"
+#include "runtime/package.h"
 #include "support/packages.h"
 #include "pipeline/pipeline.h"
 #include "runner/static_runner.h"

@@ -18,6 +18,7 @@
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "runner/runner.h"
+#include "runtime/package.h"
 
 using namespace nf;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
-// The activation range estimators of plugins/quant/common (plugin-side code: this file
+// The activation range estimators of the SDK quant helpers (plugin-side code: this file
 // includes no host header, whose nf::host namespace the SDK's nf::host() would clash with).
 #include <gtest/gtest.h>
 
-#include "common/quant_common.h"
+#include <npuforge/quant/helpers.h>
 
 using namespace nf;
 

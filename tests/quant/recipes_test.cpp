@@ -22,7 +22,7 @@
 #include "onnx/onnx_io.h"
 #include "pipeline/pipeline.h"
 #include "registry/registry.h"
-#include "pipeline/session.h"
+#include "runtime/session.h"
 #include "seqmse/seqmse_math.h"
 #include "spinquant/hadamard.h"
 #include "spinquant/rotation.h"

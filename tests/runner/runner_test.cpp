@@ -11,14 +11,14 @@
 #include <fstream>
 #include <random>
 
+#include "common/util.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
-#include "pipeline/package.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/util.h"
 #include "runner/generate.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
 #include "support/packages.h"
 
 namespace fs = std::filesystem;

@@ -12,6 +12,7 @@
 #include "pipeline/pipeline.h"
 #include "pipeline/tied_head.h"
 #include "runner/generate.h"
+#include "runtime/package.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace nf;

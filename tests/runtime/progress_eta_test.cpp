@@ -1,8 +1,8 @@
-// A stage's ETA (pipeline/util.h PhaseEta): the time left at the rate of the current phase,
+// A stage's ETA (common/util.h PhaseEta): the time left at the rate of the current phase,
 // which starts over when the count goes back (seqmse: the search, then its calibration).
 #include <gtest/gtest.h>
 
-#include "pipeline/util.h"
+#include "common/util.h"
 
 using nf::host::PhaseEta;
 

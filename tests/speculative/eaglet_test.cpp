@@ -13,11 +13,11 @@
 #include "api/host_api.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
-#include "pipeline/package.h"
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
 #include "support/packages.h"
 #include "tokenizer/tokenizer.h"
 

@@ -9,6 +9,7 @@
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
+#include "runtime/package.h"
 #include "support/plugins.h"
 #include "tokenizer/tokenizer.h"
 

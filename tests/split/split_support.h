@@ -5,8 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "pipeline/session.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
 #include "support/packages.h"
 
 namespace split_test {

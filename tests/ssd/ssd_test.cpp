@@ -10,12 +10,11 @@
 
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
-#include "pipeline/package.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/speculative_assets.h"
 #include "runner/generate.h"
 #include "runner/speculative.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
 #include "support/packages.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,7 +44,11 @@ Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel) {
   m.ms = host::load_source_model((model / "model.onnx").string(), "");
   nlohmann::json meta = nlohmann::json::object();
   if (with_forecast) {
-    host::add_extra_embeddings(*m.ms, host::load_speculative_assets(kAssets));
+    // ssd's build hook, as the build's first stage runs it.
+    const std::string assets = nlohmann::json{{"assets", kAssets.string()}}.dump();
+    nf_context ctx{"speculative ssd", {}};
+    host::throw_if_error(plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(assets.c_str(), host::handle(m.ms.get()), &ctx),
+                         "ssd build");
     meta["extra_embeddings"] = nlohmann::json::parse(m.ms->metadata.at("extra_embeddings"));
   }
   m.session = host::BackendSession::open_model_set(cpu, options, *m.ms);
@@ -189,6 +192,19 @@ TEST(SsdDynamic, ErrorsAreClear) {
     EXPECT_NE(message(*m.runner, dynamic_options()).find("no forecast embeddings"), std::string::npos);
     EXPECT_NE(message(*m.runner, {{"assets", "/nonexistent/ssd"}}).find("assets.json"), std::string::npos);
   }
+  {  // the build hook names the file it could not use
+    auto ms = host::load_source_model((kModel / "model.onnx").string(), "");
+    nf_context ctx{"speculative ssd", {}};
+    nf_status* st =
+        plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(R"({"assets": "/nonexistent/ssd"})", host::handle(ms.get()), &ctx);
+    try {
+      host::throw_if_error(st, "ssd build");
+      ADD_FAILURE() << "missing assets were accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("/nonexistent/ssd/assets.json"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ms->metadata.count("extra_embeddings"), 0u);
+  }
   Dynamic m = open_dynamic(true);
   auto o = dynamic_options();
   o["forecast_token_count"] = 5;
@@ -266,6 +282,10 @@ TEST(SsdStatic, PackageCarriesAssetsAndDecodersAreLossless) {
   const auto& meta = s->pkg.meta;
   EXPECT_EQ(meta.at("metadata").at("extra_embeddings").at("rows"), 4);
   EXPECT_EQ(meta.at("speculative").at("decoder"), "ssd");
+  // The forecast rows came from ssd's build hook, the build's first stage.
+  ASSERT_FALSE(meta.at("stages").empty());
+  EXPECT_EQ(meta["stages"][0]["kind"], "speculative");
+  EXPECT_EQ(meta["stages"][0]["name"], "ssd");
   auto assets = package_ssd_options(*s).at("assets").get<std::string>();
   EXPECT_TRUE(fs::is_regular_file(fs::path(assets) / "assets.json")) << assets;
   EXPECT_EQ(fs::path(assets).string().rfind(s->dir.string(), 0), 0u) << "assets outside the package: " << assets;

@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "cli/cli_support.h"
-#include "support/plugins.h"
 #include "manifest/manifest.h"
-#include "pipeline/package.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/session.h"
 #include "registry/registry.h"
 #include "runner/generate.h"
 #include "runner/runner.h"
 #include "runner/static_runner.h"
+#include "runtime/package.h"
+#include "runtime/session.h"
+#include "support/plugins.h"
 
 namespace nf::test {
 

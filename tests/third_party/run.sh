@@ -3,7 +3,8 @@
 # installed SDK with plain CMake (BLAS hidden from find_package: a transform needs none),
 # checks it exports only the two entry points and the installed host loads and runs it: a
 # package built with the plugin (2 Identity nodes folded) generates what the model does.
-# Also: the SDK docs are installed, and COMPONENTS graph configures a plugin on npuforge::graph.
+# Also: the SDK docs are installed, and COMPONENTS graph quant build a plugin source that uses
+# the installed operator table, quant helpers and decoder IO header.
 set -euo pipefail
 src=$1 bin=$2
 work=$(mktemp -d)
@@ -22,12 +23,22 @@ mkdir -p "$work/graph_plugin"
 cat > "$work/graph_plugin/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.22)
 project(uses_graph LANGUAGES CXX)
-find_package(npuforge_sdk 0.1 REQUIRED COMPONENTS graph)
-npuforge_add_plugin(uses_graph SOURCES plugin.cpp LIBS npuforge::graph)
+find_package(npuforge_sdk 0.1 REQUIRED COMPONENTS graph quant)
+npuforge_add_plugin(uses_graph SOURCES plugin.cpp LIBS npuforge::quant)
 CMAKE
-touch "$work/graph_plugin/plugin.cpp"
+cat > "$work/graph_plugin/plugin.cpp" <<'CPP'
+#include <npuforge/decoder_io.hpp>
+#include <npuforge/graph/operators.h>
+#include <npuforge/quant/helpers.h>
+// Compiles against the installed headers and links the table and the helpers.
+int uses_sdk() {
+  nf::quant::EncodingData e = nf::quant::asymmetric_tensor_encoding(-1.f, 1.f, 8);
+  return nf::graph::find_operator("MatMul") != nullptr && e.bw == 8 && nf::decoder::is_past_kv(nf::decoder::past_key(0));
+}
+CPP
 cmake -S "$work/graph_plugin" -B "$work/graph_plugin/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null ||
-  { echo "COMPONENTS graph does not configure"; exit 1; }
+  { echo "COMPONENTS graph quant do not configure"; exit 1; }
+cmake --build "$work/graph_plugin/build" >/dev/null || { echo "a plugin on the installed graph and quant headers does not build"; exit 1; }
 export NPUFORGE_PLUGIN_PATH="$work/plugin"
 npuforge="$work/prefix/bin/npuforge"
 "$npuforge" plugins fold_identity | grep -q "^transform *fold_identity" || { echo "plugin not listed"; exit 1; }

@@ -66,7 +66,7 @@ Session::Session(const std::string& dir) {
   }
   opts_.threads = info.options.threads;
   opts_.use_encodings = true;
-  for (const Graph& g : graphs) plans_.emplace(g.name(), std::make_unique<cpu::GraphPlan>(ms, g, opts_, &packs_));
+  for (const Graph& g : graphs) plans_.emplace(g.name(), std::make_unique<engine::GraphPlan>(ms, g, opts_, &packs_));
 }
 
 Session::~Session() {
@@ -74,7 +74,7 @@ Session::~Session() {
   if (ms_) host().model_set_release(ms_);
 }
 
-cpu::GraphPlan& Session::plan(const std::string& graph) {
+engine::GraphPlan& Session::plan(const std::string& graph) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = plans_.find(graph);
   if (it == plans_.end()) throw Error("aries backend: no graph '" + graph + "' in the package");

@@ -1,7 +1,7 @@
 // The aries session: integer execution of a package on the host. Weights come from the
 // MXQ containers at their integer grids (int8 / int4 per output channel) and are attached
 // to the graph with PER_CHANNEL encodings; activations carry the package's PER_TENSOR
-// encodings (int8, 16-bit where configured). The cpu engine (npuforge_cpu_engine) then
+// encodings (int8, 16-bit where configured). The execution engine (npuforge::engine) then
 // runs the integer kernels on exactly those grids and rounds activations where produced.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "cpu/executor.h"
+#include <npuforge/engine/executor.h>
 
 namespace nf::aries {
 
@@ -20,14 +20,14 @@ class Session {
  public:
   explicit Session(const std::string& artifacts_dir);
   ~Session();
-  cpu::GraphPlan& plan(const std::string& graph);
+  engine::GraphPlan& plan(const std::string& graph);
 
  private:
   nf_model_set* ms_ = nullptr;
-  cpu::SessionOptions opts_;
+  engine::SessionOptions opts_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<cpu::GraphPlan>> plans_;
-  cpu::PackCache packs_;
+  std::map<std::string, std::unique_ptr<engine::GraphPlan>> plans_;
+  engine::PackCache packs_;
 };
 
 }  // namespace nf::aries

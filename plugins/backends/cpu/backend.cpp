@@ -2,6 +2,7 @@
 // against. compile saves the model set; open loads it and prepares every graph into an
 // execution plan (folding, weight packing: each distinct weight once for the whole set), so
 // runs only do shape-dependent work.
+#include <npuforge/engine/executor.h>
 #include <npuforge/kernels/parallel.h>
 #include <npuforge/plugin.hpp>
 
@@ -13,9 +14,8 @@
 #include <memory>
 #include <mutex>
 
-#include "executor.h"
-
 namespace nf::cpu {
+using namespace nf::engine;
 namespace {
 
 constexpr const char* kVersion = "0.1.0";

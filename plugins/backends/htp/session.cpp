@@ -2,7 +2,7 @@
 
 #include <npuforge/kernels/parallel.h>
 
-#include <cpu/executor.h>
+#include <npuforge/engine/executor.h>
 
 #include <cstring>
 #include <filesystem>
@@ -21,8 +21,8 @@ namespace {
 
 struct Session {
   nf_model_set* ms = nullptr;
-  cpu::PackCache packs;
-  std::map<std::string, std::unique_ptr<cpu::GraphPlan>> plans;
+  engine::PackCache packs;
+  std::map<std::string, std::unique_ptr<engine::GraphPlan>> plans;
   ~Session() {
     plans.clear();
     if (ms) host().model_set_release(ms);
@@ -85,13 +85,13 @@ nf_session* open_session(const char* options_json, const std::string& dir) {
       if (t && t.nbytes() == 0 && host().tensor_rank(t.get()) == 1)
         throw Error("htp: corrupt package: weight '" + name + "' of graph '" + g.name() + "' is in no weight container");
     }
-  cpu::SessionOptions so;
+  engine::SessionOptions so;
   so.threads = o.threads;
   so.use_encodings = true;
   kernels::set_blas_threads(so.threads);
   for (const Graph& g : ms.graphs()) {
-    cpu::check_supported(g);
-    s->plans.emplace(g.name(), std::make_unique<cpu::GraphPlan>(ms, g, so, &s->packs));
+    engine::check_supported(g);
+    s->plans.emplace(g.name(), std::make_unique<engine::GraphPlan>(ms, g, so, &s->packs));
   }
   return reinterpret_cast<nf_session*>(s.release());
 }

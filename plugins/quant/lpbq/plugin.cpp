@@ -4,8 +4,8 @@
 // (by default the LM head) get int8 per-channel; activations and the KV cache get
 // calibrated min/max encodings (16 / 8 bits). The formula is in lpbq_math.h.
 #include <npuforge/plugin.hpp>
+#include <npuforge/quant/helpers.h>
 
-#include "common/quant_common.h"
 #include "lpbq/lpbq_math.h"
 
 namespace lpbq {

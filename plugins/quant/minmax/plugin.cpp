@@ -3,8 +3,7 @@
 // seen over the calibration batches. Weights stay float; backends quantize them with
 // exactly these encodings (the cpu backend runs them on its int8/int4 kernels).
 #include <npuforge/plugin.hpp>
-
-#include "common/quant_common.h"
+#include <npuforge/quant/helpers.h>
 
 namespace minmax {
 namespace {

@@ -13,11 +13,11 @@
 // the same block_size and bw; lpbq takes each PER_BLOCK scale as its block scale s_blk
 // and applies its integer decomposition (see plugins/quant/lpbq/README.md).
 #include <npuforge/plugin.hpp>
+#include <npuforge/quant/helpers.h>
 
 #include <chrono>
 #include <map>
 
-#include "common/quant_common.h"
 #include "seqmse/seqmse_math.h"
 
 namespace seqmse {

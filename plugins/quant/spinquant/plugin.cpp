@@ -217,7 +217,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
                       "the SwiGLU product) in the graph");
     online = insert_online_hadamards(*gv, downs, edits, online_hadamards);
     online_downs = downs.size();
-    // The A8 recipes read this to keep each rotation's input at 16 bits (quant_common.h).
+    // The A8 recipes read this to keep each rotation's input at 16 bits (npuforge/quant/helpers.h).
     nlohmann::json record = nlohmann::json::array();
     for (const auto& r : online)
       record.push_back({{"weight", r.weight}, {"input", r.input}, {"output", r.output}, {"inner", r.inner}});

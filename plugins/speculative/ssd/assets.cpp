@@ -18,7 +18,7 @@ size_t positive(const nlohmann::json& j, const char* key, const std::string& fil
 
 }  // namespace
 
-Assets load_assets(const std::string& dir) {
+nlohmann::json read_assets_json(const std::string& dir) {
   const std::string file = dir + "/assets.json";
   std::ifstream in(file);
   if (!in) fail(file, "cannot read (ssd assets: a folder made by tools/speculative/train_ssd.py)");
@@ -27,8 +27,14 @@ Assets load_assets(const std::string& dir) {
   nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail(file, "not valid JSON");
   if (j.value("decoder", "") != "ssd") fail(file, "assets of decoder '" + j.value("decoder", "") + "', not ssd");
-  if (!j.contains("ssd") || !j["ssd"].is_object() || !j.contains("extra_embeddings"))
+  if (!j.contains("ssd") || !j["ssd"].is_object() || !j.contains("extra_embeddings") || !j["extra_embeddings"].is_object())
     fail(file, "needs 'ssd' and 'extra_embeddings' entries");
+  return j;
+}
+
+Assets load_assets(const std::string& dir) {
+  const std::string file = dir + "/assets.json";
+  const nlohmann::json j = read_assets_json(dir);
   const auto& s = j["ssd"];
   const auto& e = j["extra_embeddings"];
   Assets a;

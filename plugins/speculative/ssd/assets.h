@@ -3,6 +3,8 @@
 // KV prefix is read here and handed to the runner.
 #pragma once
 
+#include <npuforge/plugin.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +19,15 @@ struct Assets {
   std::vector<float> keys, values;  // each [layers][kv_heads][P][head_dim]
 };
 
+// DIR/assets.json, checked to be ssd's; throws nf::Error with one line naming the file.
+nlohmann::json read_assets_json(const std::string& dir);
 // Reads DIR/assets.json and the KV prefix; throws nf::Error with one line naming the file.
 Assets load_assets(const std::string& dir);
+
+// The build hook: appends the assets' forecast embeddings (extra_embeddings) to the token
+// embedding table of every graph (the Gather of an initializer by input_ids), so the
+// package's recipes quantize them with the table, and records metadata extra_embeddings
+// {rows, first_id, decoder}. Token ids first_id.. then embed the forecast rows.
+void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms);
 
 }  // namespace ssd

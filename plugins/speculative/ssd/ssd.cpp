@@ -38,7 +38,7 @@ constexpr const char* kSchema = R"json({
   "additionalProperties": false,
   "properties": {
     "assets": {"type": "string", "format": "asset", "default": "ssd",
-               "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build appends the forecast embeddings to the model and copies the folder into the package"},
+               "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build's first stage (the decoder's build hook) appends the forecast embeddings to the model's embedding table, and the folder is copied into the package"},
     "forecast_token_count": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1,
                              "description": "D: forecast rows chained under each tree node = draft depth (at most the trained count)"},
     "forecast_prefix": {"type": "integer", "minimum": 0, "maximum": 4096, "default": 16,
@@ -52,12 +52,20 @@ constexpr const char* kSchema = R"json({
 class Ssd {
  public:
   static constexpr const char* kName = "ssd";
-  Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
-      : runner_(runner), step_(kName, runner) {
+  // The build hook: the forecast embeddings go into the model's embedding table.
+  static void build(const nf::Options& o, nf::ModelSet ms, const nf::Context&) {
+    ssd::append_forecast_embeddings(assets_dir(o), ms);
+  }
+  static std::string assets_dir(const nf::Options& o) {
     std::string dir = o.get<std::string>("assets", "");
     if (dir.empty())
       throw nf::Error("ssd: no assets: set [speculative] assets = DIR (made by tools/speculative/train_ssd.py)");
-    ssd::Assets a = ssd::load_assets(dir);
+    return dir;
+  }
+
+  Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
+      : runner_(runner), step_(kName, runner) {
+    ssd::Assets a = ssd::load_assets(assets_dir(o));
     depth_ = o.get<int>("forecast_token_count", 1);
     const int prefix = o.get<int>("forecast_prefix", 16);
     widths_ = o.get<std::vector<int>>("branches", {15});

@@ -1,6 +1,7 @@
 #include "moe_block.h"
 
 #include <npuforge/graph/evaluate_node.h>
+#include <npuforge/graph/operators.h>
 #include <npuforge/graph/kernel_tensors.h>
 #include <npuforge/graph/kv_layers.h>
 #include <npuforge/graph/value_types.h>
@@ -60,11 +61,7 @@ class RoutingProbe {
       if (!t || !t->dims) throw nf::Error("the rank of '" + p->input(0) + "' is not known");
       std::vector<int64_t> dims = *t->dims;
       for (int64_t& d : dims) d = d < 0 ? 1 : d;
-      const int64_t rank = static_cast<int64_t>(dims.size());
-      int64_t begin = p->attr_int("start", 0), end = p->attr_int("end", rank);
-      begin = std::clamp<int64_t>(begin < 0 ? begin + rank : begin, 0, rank);
-      end = std::clamp<int64_t>(end < 0 ? end + rank : end, begin, rank);
-      std::vector<int64_t> part(dims.begin() + begin, dims.begin() + end);
+      std::vector<int64_t> part = nf::graph::shape_node_dims(nf::graph::GraphNode(*p), dims);
       return known_[v] = nf::kernels::Tensor::from(NF_DTYPE_INT64, {static_cast<int64_t>(part.size())}, part);
     }
     if (!nf::graph::can_evaluate(*p)) throw nf::Error("node '" + name_of(*p) + "' (" + std::string(p->op_type()) + ") cannot be evaluated");

@@ -1,6 +1,5 @@
 #include "npuforge/graph/fold_constants.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -9,6 +8,7 @@
 #include "npuforge/graph/graph_view.h"
 #include "npuforge/graph/infer_shapes.h"
 #include "npuforge/graph/kernel_tensors.h"
+#include "npuforge/graph/operators.h"
 
 namespace nf::graph {
 namespace {
@@ -17,13 +17,9 @@ namespace k = nf::kernels;
 
 // Shape of a value whose type is static, without touching its data.
 k::Tensor shape_of(const Node& shape_node, const std::vector<int64_t>& dims) {
-  int64_t r = static_cast<int64_t>(dims.size());
-  int64_t s = shape_node.attr_int("start", 0), e = shape_node.attr_int("end", r);
-  if (s < 0) s += r;
-  if (e < 0) e += r;
-  s = std::clamp<int64_t>(s, 0, r);
-  e = std::clamp<int64_t>(e, s, r);
-  return k::Tensor::from(NF_DTYPE_INT64, {e - s}, std::vector<int64_t>(dims.begin() + s, dims.begin() + e));
+  std::vector<int64_t> d = shape_node_dims(GraphNode(shape_node), dims);
+  const auto rank = static_cast<int64_t>(d.size());
+  return k::Tensor::from(NF_DTYPE_INT64, {rank}, d);
 }
 
 }  // namespace

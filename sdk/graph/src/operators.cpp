@@ -93,14 +93,9 @@ void op_clip(const OpNode& n, const Ins& in, Outs& out) {
 
 // ---- shapes and movement ---------------------------------------------------------------
 void op_shape(const OpNode& n, const Ins& in, Outs& out) {
-  const k::Dims& d = need(n, in, 0).dims();
-  int64_t r = static_cast<int64_t>(d.size());
-  int64_t s = n.attr_int("start", 0), e = n.attr_int("end", r);
-  if (s < 0) s += r;
-  if (e < 0) e += r;
-  s = std::clamp<int64_t>(s, 0, r);
-  e = std::clamp<int64_t>(e, s, r);
-  out[0] = k::Tensor::from(NF_DTYPE_INT64, {e - s}, std::vector<int64_t>(d.begin() + s, d.begin() + e));
+  std::vector<int64_t> d = shape_node_dims(n, need(n, in, 0).dims());
+  const auto rank = static_cast<int64_t>(d.size());
+  out[0] = k::Tensor::from(NF_DTYPE_INT64, {rank}, d);
 }
 void op_reshape(const OpNode& n, const Ins& in, Outs& out) {
   const k::Tensor& x = need(n, in, 0);
@@ -298,7 +293,7 @@ void op_topk(const OpNode& n, const Ins& in, Outs& out) {
 }
 
 // ---- linear algebra and nn -------------------------------------------------------------
-// Plain products: the cpu engine runs constant weights packed (cpu/ops.cpp) and falls back
+// Plain products: the execution engine runs constant weights packed (sdk/engine/src/ops.cpp) and falls back
 // to these.
 void op_matmul(const OpNode& n, const Ins& in, Outs& out) { out[0] = k::matmul(need(n, in, 0), need(n, in, 1)); }
 void op_gemm(const OpNode& n, const Ins& in, Outs& out) {
@@ -414,6 +409,16 @@ const Operator* find_operator(std::string_view op_type, std::string_view domain)
   auto it = std::lower_bound(std::begin(kOperators), std::end(kOperators), op_type,
                              [](const Operator& o, std::string_view name) { return o.name < name; });
   return it != std::end(kOperators) && it->name == op_type ? it : nullptr;
+}
+
+std::vector<int64_t> shape_node_dims(const OpNode& n, const std::vector<int64_t>& dims) {
+  const auto r = static_cast<int64_t>(dims.size());
+  int64_t s = n.attr_int("start", 0), e = n.attr_int("end", r);
+  if (s < 0) s += r;
+  if (e < 0) e += r;
+  s = std::clamp<int64_t>(s, 0, r);
+  e = std::clamp<int64_t>(e, s, r);
+  return {dims.begin() + s, dims.begin() + e};
 }
 
 std::vector<std::string> operator_names() {

@@ -406,6 +406,13 @@ typedef struct nf_speculative_api {
                      void* sample_user, int32_t* out_tokens, size_t max_out, size_t* n_out);
   /* Counters as a JSON object (draft forwards, proposals, ...). */
   void (*stats)(nf_decoder* d, nf_json_sink sink, void* user);
+  /* Optional (appended in ABI 1): the build hook. Adds to the model set what the decoder
+   * needs on the device (extra embedding rows, draft graphs, graph state) before the quant
+   * recipes and transforms run, so they calibrate, quantize and compile it with the target.
+   * `options_json` are the decoder's options with asset paths absolute. The build runs it
+   * as its first stage (cached like any stage); `npuforge run MODEL.onnx` runs it before
+   * opening the model. Absent: the model set is built as it is. */
+  nf_status* (*build)(const char* options_json, nf_model_set* ms, nf_context* ctx);
 } nf_speculative_api;
 
 typedef struct nf_plugin_descriptor {
@@ -456,7 +463,8 @@ static_assert(sizeof(nf_transform_api) == 24, "nf_transform_api layout");
 static_assert(offsetof(nf_quant_api, validate) == 16, "nf_quant_api layout");
 static_assert(sizeof(nf_quant_api) == 24, "nf_quant_api layout");
 static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api layout");
-static_assert(sizeof(nf_speculative_api) == 40, "nf_speculative_api layout");
+static_assert(offsetof(nf_speculative_api, build) == 40, "nf_speculative_api layout");
+static_assert(sizeof(nf_speculative_api) == 48, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
 _Static_assert(sizeof(nf_host_api) == 752, "nf_host_api layout");

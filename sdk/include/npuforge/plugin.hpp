@@ -410,6 +410,8 @@ struct GraphPass {
 //   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user,
 //               int32_t* out_tokens, size_t max_out);   // tokens accepted and committed
 //   std::string stats() const;                          // a JSON object
+// and optionally the build hook (nf_speculative_api.build)
+//   static void build(const Options&, ModelSet, const Context&);
 // Exceptions become status objects; an empty prompt is refused before D is built.
 template <class D>
 struct SpeculativeTable {
@@ -429,7 +431,19 @@ struct SpeculativeTable {
     std::string s = reinterpret_cast<D*>(d)->stats();
     sink(user, s.c_str());
   }
-  static constexpr nf_speculative_api api = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats};
+  // The build hook, when the decoder has `static void build(const Options&, ModelSet, const
+  // Context&)`.
+  static nf_status* build(const char* options_json, nf_model_set* ms, nf_context* ctx) {
+    return NF_TRY({ D::build(Options(options_json), ModelSet(ms), Context(ctx)); });
+  }
+  static constexpr auto build_entry() {
+    if constexpr (requires { D::build(std::declval<const Options&>(), std::declval<ModelSet>(), std::declval<const Context&>()); })
+      return &SpeculativeTable::build;
+    else
+      return static_cast<decltype(&SpeculativeTable::build)>(nullptr);
+  }
+  static constexpr nf_speculative_api api = {NF_ABI_VERSION, sizeof(nf_speculative_api), create, release, step, stats,
+                                             build_entry()};
 };
 
 }  // namespace nf

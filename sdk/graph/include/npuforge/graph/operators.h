@@ -82,4 +82,8 @@ const Operator* find_operator(std::string_view op_type, std::string_view domain 
 // Every operator of the table, sorted by name.
 std::vector<std::string> operator_names();
 
+// What a Shape node returns for a value of dims `dims` (its start / end attributes): folding
+// and subgraph evaluation take it from a static type, without the value.
+std::vector<int64_t> shape_node_dims(const OpNode& n, const std::vector<int64_t>& dims);
+
 }  // namespace nf::graph

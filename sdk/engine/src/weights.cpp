@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-namespace nf::cpu {
+namespace nf::engine {
 namespace {
 
 [[noreturn]] void bad(const std::string& name, const std::string& why) {
@@ -94,4 +94,4 @@ k::PackedWeight pack_weight(const std::string& name, const k::Tensor& w, bool nk
   return k::pack_f32(w.data<float>(), K, N, nk);
 }
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

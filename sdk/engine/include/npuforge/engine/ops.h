@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace nf::cpu {
+namespace nf::engine {
 
 namespace k = nf::kernels;
 
@@ -108,4 +108,4 @@ bool bind_operator(NodeDef& d);
 // Whether this backend runs `op_type` (every operator of the SDK's table).
 bool supports_op(std::string_view op_type);
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

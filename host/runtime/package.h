@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ir/ir.h"
+
 namespace nf::host {
 
 class DirLock;
@@ -65,5 +67,9 @@ void commit_packages(const std::vector<StagedPackage>& packages);
 // Removes what earlier builds that died left in `out_dir`: staging and old package
 // folders of this host whose process is gone.
 void remove_stale_build_dirs(const std::filesystem::path& out_dir);
+
+// IO specs of every graph, as package.json stores them: [{name, inputs:[{name, dtype,
+// shape}], outputs:[...]}], symbolic dims by name.
+nlohmann::json graph_specs(const ir::ModelSet& ms);
 
 }  // namespace nf::host

@@ -1,14 +1,14 @@
 // How the cpu engine runs a node: the SDK's operator table evaluates every operator; the
 // four that read what the planner prepared (packed weights, integer mode, encoded tables)
 // have a kernel of this backend in front of it.
-#include "ops.h"
+#include "npuforge/engine/ops.h"
 
 #include <npuforge/kernels/exact.h>
 #include <npuforge/kernels/matmul.h>
 #include <npuforge/kernels/movement.h>
 #include <npuforge/kernels/reduce.h>
 
-namespace nf::cpu {
+namespace nf::engine {
 
 int64_t NodeDef::attr_int(const char* a, int64_t dflt) const {
   auto it = attrs.find(a);
@@ -116,4 +116,4 @@ bool supports_op(std::string_view op_type) {
   return op && op->evaluate;
 }
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

@@ -1,4 +1,4 @@
-#include "executor.h"
+#include "npuforge/engine/executor.h"
 
 #include <npuforge/kernels/conv.h>
 #include <npuforge/kernels/elementwise.h>
@@ -11,7 +11,7 @@
 
 #include "weights.h"
 
-namespace nf::cpu {
+namespace nf::engine {
 
 SessionOptions SessionOptions::parse(const nlohmann::json& j) {
   SessionOptions o;
@@ -466,4 +466,4 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
   for (size_t i = 0; i < n_outputs; ++i) outputs[i] = result[i].release();
 }
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

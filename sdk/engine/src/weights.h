@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "executor.h"
+#include "npuforge/engine/executor.h"
 
-namespace nf::cpu {
+namespace nf::engine {
 
 // The kernel grid an encoding puts on a weight of K inputs and N output channels (channel
 // axis `nk ? 0 : 1`): w = (q + zero) * scale, q signed in `bits` bits, scale and zero
@@ -26,4 +26,4 @@ WeightGrid weight_grid(const std::string& name, int64_t K, int64_t N, bool nk, c
 k::PackedWeight pack_weight(const std::string& name, const k::Tensor& w, bool w_is_nk, const nf_encoding* enc,
                             const SessionOptions& opts);
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

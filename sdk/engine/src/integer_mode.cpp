@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "executor.h"
+#include "npuforge/engine/executor.h"
 
-namespace nf::cpu {
+namespace nf::engine {
 namespace {
 
 // Ops whose output holds input 0's values, only moved or repeated.
@@ -79,4 +79,4 @@ void GraphPlan::plan_integer_mode() {
   }
 }
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

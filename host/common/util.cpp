@@ -1,4 +1,4 @@
-#include "pipeline/util.h"
+#include "common/util.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

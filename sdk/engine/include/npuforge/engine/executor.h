@@ -12,9 +12,9 @@
 #include <tuple>
 #include <vector>
 
-#include "ops.h"
+#include "npuforge/engine/ops.h"
 
-namespace nf::cpu {
+namespace nf::engine {
 
 struct SessionOptions {
   int threads = 0;                      // 0 = all cores
@@ -86,4 +86,4 @@ k::Tensor from_host(const Tensor& t);
 // A new host tensor holding a copy of a kernel tensor.
 Tensor to_host(const k::Tensor& t);
 
-}  // namespace nf::cpu
+}  // namespace nf::engine

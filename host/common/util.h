@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "files/files.h"
+#include "common/files.h"
 
 namespace nf::ir {
 class Buffer;
@@ -26,7 +26,7 @@ std::string hash_file(const std::filesystem::path& p);
 // Same hash as hash_bytes over the buffer; a mapping's pages are dropped as it goes.
 std::string hash_buffer(const ir::Buffer& b);
 
-// read_regular_file (files/files.h) with the text cap: a file whose role has no name.
+// read_regular_file (common/files.h) with the text cap: a file whose role has no name.
 std::string read_text_file(const std::filesystem::path& p);
 // Writes to a sibling temp file, then renames: readers never see half a file.
 void write_text_file_atomic(const std::filesystem::path& p, const std::string& text);

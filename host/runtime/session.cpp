@@ -1,4 +1,4 @@
-#include "pipeline/session.h"
+#include "runtime/session.h"
 
 namespace nf::host {
 

@@ -1,4 +1,4 @@
-#include "pipeline/package.h"
+#include "runtime/package.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <spdlog/spdlog.h>
 
-#include "pipeline/util.h"
+#include "common/util.h"
 
 namespace fs = std::filesystem;
 
@@ -256,5 +256,33 @@ void commit_packages(const std::vector<StagedPackage>& packages) {
 }
 
 void remove_stale_build_dirs(const fs::path& out_dir) { remove_stale_work_dirs(out_dir, kStalePattern); }
+
+namespace {
+
+nlohmann::json value_spec(const ir::Graph& g, const std::string& name) {
+  nlohmann::json spec{{"name", name}};
+  auto it = g.types.find(name);
+  if (it == g.types.end()) return spec;
+  spec["dtype"] = ir::dtype_name(it->second.dtype);
+  if (it->second.shape) {
+    nlohmann::json shape = nlohmann::json::array();
+    for (const auto& d : *it->second.shape) shape.push_back(d.value >= 0 ? nlohmann::json(d.value) : nlohmann::json(d.param));
+    spec["shape"] = shape;
+  }
+  return spec;
+}
+
+}  // namespace
+
+nlohmann::json graph_specs(const ir::ModelSet& ms) {
+  nlohmann::json graphs = nlohmann::json::array();
+  for (const auto& g : ms.graphs) {
+    nlohmann::json in = nlohmann::json::array(), out = nlohmann::json::array();
+    for (const auto& n : g->inputs) in.push_back(value_spec(*g, n));
+    for (const auto& n : g->outputs) out.push_back(value_spec(*g, n));
+    graphs.push_back({{"name", g->name}, {"inputs", in}, {"outputs", out}});
+  }
+  return graphs;
+}
 
 }  // namespace nf::host
