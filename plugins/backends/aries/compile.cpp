@@ -190,7 +190,7 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   AriesOptions o = AriesOptions::resolve(Options(options_json).json());
   Device d = load_device(o.device, o.device_file);
   check_mode_on_device(o, d);
-  ModelSet ms(const_cast<nf_model_set*>(ms_in));
+  const ModelSet ms = ModelSet::view(ms_in);
   ModelInfo info = inspect(ms);
   if (!o.estimate_only) check_compilable(ms);
   if (has_kv_inputs(ms) && !o.llm.apply)

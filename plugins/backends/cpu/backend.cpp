@@ -70,7 +70,7 @@ void prepare_all(Session& s) {
 
 void compile_impl(const char* options_json, const nf_model_set* ms_in, const std::string& dir) {
   SessionOptions opts = SessionOptions::parse(Options(options_json).json());
-  ModelSet ms(const_cast<nf_model_set*>(ms_in));
+  const ModelSet ms = ModelSet::view(ms_in);
   for (const Graph& g : ms.graphs()) check_supported(g);
   // model_set_save wants an existing, empty folder.
   std::error_code ec;

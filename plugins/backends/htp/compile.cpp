@@ -181,7 +181,7 @@ void write_json(const fs::path& p, const nlohmann::json& j) {
 
 void compile(const char* options_json, const nf_model_set* ms_in, const std::string& out_dir, Context ctx) {
   HtpOptions o = HtpOptions::parse(Options(options_json).json());
-  ModelSet ms(const_cast<nf_model_set*>(ms_in));
+  const ModelSet ms = ModelSet::view(ms_in);
   if (ms.graph_count() == 0) throw Error("htp: the model set has no graphs");
 
   // 1. ops, static shapes, variant names; weight sharing needs one AR when disabled.

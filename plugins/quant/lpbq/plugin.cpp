@@ -154,7 +154,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
 // The options and every weight's blocks, on the model's shapes only.
 nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context*) {
   return NF_TRY({
-    const nf::ModelSet ms(const_cast<nf_model_set*>(handle));  // only read
+    const nf::ModelSet ms = nf::ModelSet::view(handle);
     const Settings settings = read_settings(nf::Options(options_json));
     auto weights = weights_of(ms, true);
     const std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";

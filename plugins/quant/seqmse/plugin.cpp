@@ -322,7 +322,7 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   return NF_TRY({
     const nf::Options opts(options_json);
     check_options(opts);
-    plan_search(opts, nf::ModelSet(const_cast<nf_model_set*>(handle)), true);  // only read
+    plan_search(opts, nf::ModelSet::view(handle), true);
   });
 }
 

@@ -57,7 +57,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
 // this model (AR < CL, sliding context lengths, native KV ARs).
 nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context* ctx_handle) {
   return NF_TRY({
-    nf::ModelSet ms(const_cast<nf_model_set*>(handle));  // only read
+    const nf::ModelSet ms = nf::ModelSet::view(handle);
     ArclOptions opts = parse_options(nf::Options(options_json));
     if (ms.graph_count() == 1) plan_variants(opts, read_model_info(ms.graph(0), ms.metadata("config")), nf::Context(ctx_handle));
   });

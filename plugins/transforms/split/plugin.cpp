@@ -173,7 +173,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
 // Before arcl has run: the options, and the layer count config.json gives (without a regex).
 nf_status* validate(const char* options_json, const nf_model_set* handle, nf_context*) {
   return NF_TRY({
-    const nf::ModelSet ms(const_cast<nf_model_set*>(handle));  // only read
+    const nf::ModelSet ms = nf::ModelSet::view(handle);
     SplitOptions opts = parse_options(nf::Options(options_json));
     nlohmann::json config = ms.metadata("config");
     const int64_t layers = !opts.layer_boundary_name_regex && config.is_object() &&

@@ -301,6 +301,8 @@ class Graph {
 class ModelSet {
  public:
   explicit ModelSet(nf_model_set* ms) : ms_(ms) {}
+  // A read-only view (a validate entry's model set): call only the reading members.
+  static ModelSet view(const nf_model_set* ms) { return ModelSet(const_cast<nf_model_set*>(ms)); }
   nf_model_set* get() const { return ms_; }
   size_t graph_count() const { return host().model_set_graph_count(ms_); }
   Graph graph(size_t i) const { return Graph(host().model_set_graph(ms_, i)); }
