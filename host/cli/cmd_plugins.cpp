@@ -23,9 +23,10 @@ void add_plugins(CLI::App& app) {
       if (!name.empty() && p->name != name) continue;
       found = true;
       nlohmann::json options = nlohmann::json::array();
-      for (const auto& o : manifest::describe_options(p->schema))
-        options.push_back({{"name", o.name}, {"type", o.type}, {"default", o.default_value}, {"range", o.range},
-                           {"description", o.description}, {"required", o.required}});
+      for (const auto& o : manifest::describe_options(p->schema))  // a default as its JSON value, null when none
+        options.push_back({{"name", o.name}, {"type", o.type},
+                           {"default", o.default_value.empty() ? nlohmann::json() : nlohmann::json::parse(o.default_value)},
+                           {"range", o.range}, {"description", o.description}, {"required", o.required}});
       out.push_back({{"kind", host::kind_name(p->kind)}, {"name", p->name}, {"version", p->version},
                      {"summary", p->summary}, {"library", p->library}, {"options", options}});
     }
@@ -51,7 +52,7 @@ void add_plugins(CLI::App& app) {
                   p["version"].get<std::string>().c_str(), p["summary"].get<std::string>().c_str());
       for (const auto& o : p["options"]) {
         std::string line = "    " + o["name"].get<std::string>() + " (" + o["type"].get<std::string>() + ")";
-        if (!o["default"].get<std::string>().empty()) line += " = " + o["default"].get<std::string>();
+        if (!o["default"].is_null()) line += " = " + o["default"].dump();
         if (!o["range"].get<std::string>().empty()) line += "  [" + o["range"].get<std::string>() + "]";
         if (o["required"].get<bool>()) line += "  required";
         if (!o["description"].get<std::string>().empty()) line += "  " + o["description"].get<std::string>();

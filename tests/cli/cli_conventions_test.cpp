@@ -605,7 +605,7 @@ TEST(Plugins, EveryOptionHasADescriptionAndADefault) {
       const std::string where = p["name"].get<std::string>() + " " + o["name"].get<std::string>();
       const std::string description = o["description"];
       EXPECT_FALSE(description.empty()) << where << " has no description";
-      const bool has_default = !o["default"].get<std::string>().empty() || o["required"].get<bool>() ||
+      const bool has_default = !o["default"].is_null() || o["required"].get<bool>() ||
                                o["type"] == "table" || description.find("default") != std::string::npos ||
                                description.find("Default") != std::string::npos;
       EXPECT_TRUE(has_default) << where << " says no default: " << description;

@@ -321,7 +321,13 @@ TEST(Plugins, ListsEveryOptionWithTypeAndDefault) {
     if (p["name"] == "cpu" && p["kind"] == "backend") {
       cpu = true;
       EXPECT_FALSE(p["options"].empty());
-      for (const auto& o : p["options"]) EXPECT_FALSE(o["type"].get<std::string>().empty());
+      for (const auto& o : p["options"]) {
+        EXPECT_FALSE(o["type"].get<std::string>().empty());
+        // A default is the schema's JSON value (threads: the integer 0), not its text.
+        if (o["name"] == "threads") {
+          EXPECT_EQ(o["default"], 0);
+        }
+      }
     }
   EXPECT_TRUE(cpu);
 }
