@@ -390,6 +390,29 @@ TEST(Manifest, UnreadableFile) {
   }
 }
 
+// The installed manifest reference (sdk/docs/manifest.md) shows a manifest that parses and
+// means what its comments say.
+TEST(Manifest, TheReferenceDocExampleParses) {
+  std::ifstream in(std::string(NPUFORGE_SOURCE_DIR) + "/sdk/docs/manifest.md");
+  std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t begin = doc.find("```toml\n"), end = doc.find("```", begin + 7);
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  TempDir dir;
+  Manifest m = parse_manifest(dir.write("manifest.toml", doc.substr(begin + 8, end - begin - 8)));
+  EXPECT_EQ(m.model_onnx, dir.str("model.onnx"));
+  ASSERT_TRUE(m.calibration);
+  EXPECT_EQ(m.calibration->backend, "cpu");
+  ASSERT_EQ(m.quant.size(), 1u);
+  EXPECT_EQ(m.quant[0].options, (json{{"block_size", 64}}));
+  ASSERT_EQ(m.targets.size(), 1u);
+  EXPECT_EQ(m.targets[0].first, "htp");
+  EXPECT_EQ(m.targets[0].second.options, (json{{"soc_model", "sm8750"}}));
+  ASSERT_TRUE(m.speculative);
+  EXPECT_EQ(m.speculative->name, "ssd");
+  EXPECT_EQ(m.build.jobs, 2);
+}
+
 TEST(Validate, GoodManifestFillsDefaults) {
   TempDir dir;
   dir.write("calib.txt", "hello");

@@ -10,7 +10,7 @@ src=$1 bin=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$bin" --prefix "$work/prefix" >/dev/null
-for doc in abi.md options-schema.md examples/third_party_plugin/fold_identity.cpp; do
+for doc in abi.md options-schema.md manifest.md examples/third_party_plugin/fold_identity.cpp; do
   [ -s "$work/prefix/share/doc/npuforge/$doc" ] || { echo "SDK doc $doc not installed"; exit 1; }
 done
 cmake -S "$src/examples/third_party_plugin" -B "$work/plugin" -DCMAKE_PREFIX_PATH="$work/prefix" \
