@@ -611,7 +611,8 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   const fs::path cache_root = fs::absolute(req.cache_root.empty() ? StageCache::default_root() : req.cache_root);
   std::vector<std::string> backends;
   for (const auto& t : targets) backends.push_back(t.second.name);
-  const BuildNeeds need = estimate_build(m, backends, *source, req.use_cache);
+  const PluginInfo* decoder = m.speculative ? registry.find(NF_KIND_SPECULATIVE, m.speculative->name) : nullptr;
+  const BuildNeeds need = estimate_build(m, backends, *source, req.use_cache, decoder && decoder->speculative()->build);
   const bool cache_fits = fits_before_start(need, req, cache_root);
   StageCache cache(cache_root, req.use_cache && cache_fits);
   BuildSteps steps(m, registry, cache, cache_root, req.out_dir, assets, req.on_checkpoint, need.package_bytes);

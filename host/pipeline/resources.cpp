@@ -69,7 +69,7 @@ std::string human_bytes(uint64_t bytes) {
 }
 
 BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
-                          const ir::ModelSet& source, bool use_cache) {
+                          const ir::ModelSet& source, bool use_cache, bool decoder_hook) {
   BuildNeeds n;
   std::set<const ir::TensorRef*> seen;  // a tied table counts once
   uint64_t widened_bytes = 0;
@@ -108,8 +108,8 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   n.scratch_bytes += widened_bytes;
   for (const auto& t : m.transforms)
     if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(0.12 * n.weight_bytes);
-  // Every quant and transform stage stores its whole model set, weights at fp32.
-  if (use_cache) n.cache_bytes = (m.quant.size() + m.transforms.size()) * n.weight_bytes;
+  // Every stage (a decoder's build hook, quant, transform) stores its whole model set, weights at fp32.
+  if (use_cache) n.cache_bytes = (decoder_hook + m.quant.size() + m.transforms.size()) * n.weight_bytes;
   return n;
 }
 

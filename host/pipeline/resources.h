@@ -25,9 +25,10 @@ struct BuildNeeds {
   uint64_t cache_bytes = 0;    // stage cache entries (each holds the model set's weights)
 };
 
-// Estimates a build of manifest `m` for `targets` (backend plugin names) on `source`.
+// Estimates a build of manifest `m` for `targets` (backend plugin names) on `source`;
+// `decoder_hook`: the speculative decoder has a build hook (one more cached stage).
 BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
-                          const ir::ModelSet& source, bool use_cache);
+                          const ir::ModelSet& source, bool use_cache, bool decoder_hook = false);
 
 // Why a build with `need` cannot run with `memory` bytes available and `out_free` bytes free
 // where the packages go: its peak memory, its packages, or the weights it makes (which go to
