@@ -204,6 +204,27 @@ TEST(SsdDynamic, ErrorsAreClear) {
       EXPECT_NE(std::string(e.what()).find("/nonexistent/ssd/assets.json"), std::string::npos) << e.what();
     }
     EXPECT_EQ(ms->metadata.count("extra_embeddings"), 0u);
+    // Hostile assets: rows that the embeddings file does not hold, another model's first id.
+    const fs::path bad = work_dir("bad_assets");
+    fs::copy(kAssets, bad, fs::copy_options::recursive);
+    auto refused = [&](const std::string& key, const nlohmann::json& value) {
+      nlohmann::json meta = nlohmann::json::parse(std::ifstream(kAssets / "assets.json"));
+      meta["extra_embeddings"][key] = value;
+      std::ofstream(bad / "assets.json") << meta.dump();
+      const std::string options = nlohmann::json{{"assets", bad.string()}}.dump();
+      try {
+        host::throw_if_error(
+            plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(options.c_str(), host::handle(ms.get()), &ctx), "ssd build");
+      } catch (const std::runtime_error& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    EXPECT_NE(refused("rows", 5).find("needs exactly 5 x 256 float32 values"), std::string::npos) << refused("rows", 5);
+    EXPECT_NE(refused("first_id", 1000).find("assets of another model?"), std::string::npos) << refused("first_id", 1000);
+    EXPECT_NE(refused("rows", -1).find("rows and hidden (unsigned integers)"), std::string::npos) << refused("rows", -1);
+    EXPECT_EQ(ms->metadata.count("extra_embeddings"), 0u) << "a refused hook left the model set changed";
+    fs::remove_all(bad);
   }
   Dynamic m = open_dynamic(true);
   auto o = dynamic_options();

@@ -43,6 +43,14 @@ void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
       in.peek() != std::char_traits<char>::eof())
     fail(data, "needs exactly " + std::to_string(rows) + " x " + std::to_string(hidden) + " float32 values");
 
+  // Every graph's table is found and checked before any is changed: a refusal leaves the
+  // model set as it was.
+  struct Site {
+    nf::Graph graph;
+    nf::Node gather;
+    std::string table;
+  };
+  std::vector<Site> sites;
   int64_t first_id = -1;
   for (nf::Graph g : ms.graphs()) {
     std::map<std::string, nf::Node> producer;
@@ -63,7 +71,12 @@ void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
     if (e.contains("first_id") && e["first_id"] != first_id)
       fail(file, "extra_embeddings.first_id " + e["first_id"].dump() + " but the model's embedding has " +
                      std::to_string(first_id) + " rows (assets of another model?)");
-    const std::vector<int64_t> grown_dims{first_id + rows, hidden};
+    sites.push_back({g, *gather, name});
+  }
+  const std::vector<int64_t> grown_dims{first_id + rows, hidden};
+  for (Site& site : sites) {
+    nf::Graph& g = site.graph;
+    const nf::Tensor table = g.initializer(site.table);
     nf::Tensor grown = nf::Tensor::create(NF_DTYPE_FLOAT32, grown_dims);
     auto* out = static_cast<float*>(grown.mutable_data());
     std::memcpy(out, table.data(), table.nbytes());
@@ -72,12 +85,12 @@ void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
     // Gather reads the grown copy.
     bool shared = false;
     for (nf::Node n : g.nodes())
-      if (n.get() != gather->get())
-        for (const std::string& in_name : n.inputs()) shared |= in_name == name;
-    const std::string grown_name = shared ? name + ".with_extra_rows" : name;
+      if (n.get() != site.gather.get())
+        for (const std::string& in_name : n.inputs()) shared |= in_name == site.table;
+    const std::string grown_name = shared ? site.table + ".with_extra_rows" : site.table;
     g.set_initializer(grown_name, grown);
-    gather->set_input(0, grown_name);
-    if (nf::ValueType t; !shared && g.value_type(name, &t)) g.set_value_type(name, NF_DTYPE_FLOAT32, grown_dims);
+    site.gather.set_input(0, grown_name);
+    if (nf::ValueType t; !shared && g.value_type(site.table, &t)) g.set_value_type(site.table, NF_DTYPE_FLOAT32, grown_dims);
   }
   ms.set_metadata("extra_embeddings", {{"rows", rows}, {"first_id", first_id}, {"decoder", "ssd"}});
 }
