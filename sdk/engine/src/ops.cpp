@@ -5,8 +5,6 @@
 
 #include <npuforge/kernels/exact.h>
 #include <npuforge/kernels/matmul.h>
-#include <npuforge/kernels/movement.h>
-#include <npuforge/kernels/reduce.h>
 
 namespace nf::engine {
 

@@ -8,13 +8,10 @@
 #include "npuforge/graph/operators.h"
 
 namespace nf::graph {
-namespace {
 
 namespace k = nf::kernels;
 using Types = std::vector<TensorType>;
 using Values = std::vector<const k::Tensor*>;
-
-}  // namespace
 
 std::vector<TensorType> infer_node_types(const Node& n, const std::vector<TensorType>& inputs,
                                          const std::vector<const kernels::Tensor*>& values) {

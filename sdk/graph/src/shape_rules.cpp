@@ -70,10 +70,7 @@ Types cast(const OpNode& n, const Types& in, const Values&) {
 Types shape_op(const OpNode& n, const Types& in, const Values&) {
   const TensorType& x = in_type(in, 0);
   if (!x.dims) return {ranked(NF_DTYPE_INT64, {-1})};
-  int64_t r = static_cast<int64_t>(x.dims->size());
-  int64_t s = std::clamp<int64_t>(norm_axis(n.attr_int("start", 0), r), 0, r);
-  int64_t e = std::clamp<int64_t>(norm_axis(n.attr_int("end", r), r), s, r);
-  return {ranked(NF_DTYPE_INT64, {e - s})};
+  return {ranked(NF_DTYPE_INT64, {static_cast<int64_t>(shape_node_dims(n, *x.dims).size())})};
 }
 
 Types reshape(const OpNode& n, const Types& in, const Values& v) {

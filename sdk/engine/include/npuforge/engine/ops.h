@@ -62,7 +62,7 @@ struct ExactMode {
 };
 
 // The grid of an encoded 2-D table read by Gather along axis 0 (a tied embedding that also
-// serves as the LM head; cpu/weights.h weight_grid with the rows as channels): element
+// serves as the LM head; the engine's weights.h weight_grid with the rows as channels): element
 // (r, c) has step scale[r * blocks + c / block] and zero zero[...]. Gathered rows are
 // rounded onto it, so the lookup reads what the device stores.
 struct TableGrid {
