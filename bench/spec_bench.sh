@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Speculative decoders on tiny_llama, held-out prompts: tau (tokens per target forward),
-# acceptance, forwards, wall time, and, on packages whose backend estimates (htp), the
-# simulated decode time with and without each decoder (npuforge run --json, stats.speculative).
+# acceptance, forwards, wall time, and, on packages whose backend estimates (htp, aries), the
+# simulated decode time with and without each decoder and the draft's share of it
+# (npuforge run --json, stats.speculative.simulated).
 # Every run is also checked token for token against plain greedy (--decoder none).
 #
 #   bash bench/spec_bench.sh        # BUILD=build WORK=/tmp/nf_spec_bench PROMPTS=6 NEW=64
 #
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
-# Targets: cpu, and htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration)
-# when the htp backend is installed. Decoders: every one of lade, ssd, eaglet that is
+# Targets: cpu, htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration) and
+# aries (aries-rb, W8, no calibration) when those backends are installed. Decoders: every one of lade, ssd, eaglet that is
 # installed; eaglet with the options of the [speculative] table below, ssd on a second
 # package built with [speculative] decoder = "ssd" (its forecast embeddings are baked into
 # the model), lade with its defaults.
@@ -26,6 +27,7 @@ mkdir -p "$WORK"
 have() { [ -f "$PLUGINS/libnpuforge_$1.so" ]; }
 targets="cpu"
 have htp && targets="$targets htp"
+have aries && targets="$targets aries"
 
 cat > "$WORK/manifest.toml" <<TOML
 [model]
@@ -57,6 +59,13 @@ backend = "htp"
 chipset = "sm8750"
 assume_activation_bw = 16
 assume_kv_bw = 8
+TOML
+fi
+if have aries; then
+  cat >> "$WORK/manifest.toml" <<TOML
+
+[targets.aries]
+backend = "aries"
 TOML
 fi
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
@@ -97,13 +106,13 @@ done
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 print(f"tiny_llama, {sys.argv[2]} held-out prompts, {sys.argv[3]} new tokens each, greedy; package hidden_states + arcl AR 1/16 CL 256\n")
-print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | if the draft loop were one graph |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | if the draft loop were one graph |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
     rs = [r for r in runs if (r["target"], r["decoder"]) == key]
     bad = [r for r in rs if "error" in r]
     if bad:
-        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | |")
+        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | | |")
         continue
     sp = [r["stats"]["speculative"] for r in rs]
     new = sum(r["stats"]["new_tokens"] for r in rs)
@@ -116,6 +125,7 @@ for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
     if all(x and "plain_decode_ms" in x for x in sim):
         p, w = sum(x["plain_decode_ms"] for x in sim), sum(x["speculative_decode_ms"] for x in sim)
         simtxt, speed = f"{p:.2f} / {w:.2f}", f"{p / w:.2f}x"
+        share = f"{100 * sum(x.get('draft_ms', 0) for x in sim) / w:.0f}%"
         # Above, every draft pass is a graph launch of its own (as the decoder runs it); here
         # the draft's depth loop is one graph, one launch per decoder step (not built yet).
         if all("draft_launch_ms" in x and x["draft_pass_ms"] > 0 for x in sim):
@@ -124,6 +134,6 @@ for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
         else:
             launch = "-"
     else:
-        simtxt, speed, launch = "n/a", "n/a", "n/a"
-    print(f"| {key[0]} | {key[1]} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {launch} |")
+        simtxt, speed, share, launch = "n/a", "n/a", "n/a", "n/a"
+    print(f"| {key[0]} | {key[1]} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {share} | {launch} |")
 PY

@@ -49,8 +49,9 @@ double target_macs_per_token(const nlohmann::json& c) {
 
 // On packages whose backend estimates (htp, aries): simulated decode time of these new
 // tokens without and with the decoder. Plain decoding costs one decode step per token. The
-// decoder costs each target forward as one pass of its most rows (the estimate of a prompt
-// of that many rows: the largest AR variant / one prefill chunk). A draft model is not part
+// decoder costs each target forward as one pass of its most rows: the backend prices the
+// compiled graph that holds them at the context length (workload "pass_rows"; a backend
+// that does not gets the estimate of a prompt of that many rows). A draft model is not part
 // of the package, so the backend prices its passes from the matrices the decoder reports
 // (`graph_pass`: its linears at the pass's average rows, at the width the chip would store
 // them), each pass a graph launch of its own, as the decoder runs it. What the draft's depth
@@ -70,18 +71,28 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
                          "backend '" + backend->name + "' estimate");
     return nlohmann::json::parse(out);
   };
-  auto prompt = [&](int64_t prompt_len) {
-    return estimate({{"prompt_len", prompt_len}, {"context_len", context_len}});
-  };
   nlohmann::json r{{"backend", backend->name}, {"simulated", true}};
   try {
-    nlohmann::json one = prompt(1), tree = prompt(std::max<int64_t>(1, s.max_rows));
+    const int64_t rows = std::max<int64_t>(1, s.max_rows);
+    nlohmann::json one = estimate({{"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", rows}});
     const double step_ms = one.at("decode_ms_per_token").get<double>();
-    const double tree_ms = tree.at("ttft_ms").get<double>();
+    nlohmann::json notes = nlohmann::json::array();
+    double tree_ms = 0;
+    if (one.contains("pass")) {
+      const nlohmann::json& pass = one["pass"];
+      tree_ms = pass.at("ms").get<double>();
+      notes.push_back("a target forward of up to " + std::to_string(rows) + " rows: " +
+                      std::to_string(pass.value("calls", 1)) + " call(s) of the compiled " +
+                      std::to_string(pass.value("graph_rows", rows)) + "-row graph at context " +
+                      std::to_string(context_len) + " (backend estimate, pass_rows)");
+    } else {
+      tree_ms = estimate({{"prompt_len", rows}, {"context_len", context_len}}).at("ttft_ms").get<double>();
+      notes.push_back("backend '" + backend->name + "' prices no pass_rows: a target forward of up to " +
+                      std::to_string(rows) + " rows costs the estimate of a " + std::to_string(rows) + "-token prompt");
+    }
     const double plain = static_cast<double>(s.gen.new_tokens) * step_ms;
     const double target_ms = static_cast<double>(s.target_forwards) * tree_ms;
     double draft_ms = 0, draft_pass_ms = 0, launch_ms = 0;
-    nlohmann::json notes = nlohmann::json::array();
     if (s.draft_forwards > 0) {
       const double macs_per_row = s.decoder.value("draft_macs_per_row", 0.0);
       const double rows = s.decoder.value("draft_rows", 0.0);
@@ -115,13 +126,13 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
       }
     }
     const double spec = target_ms + draft_ms;
-    notes.push_back("a target forward of up to " + std::to_string(s.max_rows) +
-                    " rows costs the estimate of a " + std::to_string(s.max_rows) + "-token prompt");
     r.update({{"context_len", context_len},
               {"decode_step_ms", step_ms},
               {"tree_pass_ms", tree_ms},
               {"draft_pass_ms", draft_pass_ms},
               {"draft_launch_ms", launch_ms},
+              {"target_forwards_ms", target_ms},
+              {"draft_ms", draft_ms},
               {"plain_decode_ms", plain},
               {"speculative_decode_ms", spec},
               {"speedup", spec > 0 ? plain / spec : 0.0},

@@ -235,6 +235,20 @@ static void check_EstimateFromThePackage() {
   EXPECT_LT(a["ttft_ms"].get<double>(), b["ttft_ms"].get<double>());
   EXPECT_GE(a["decode_tokens_per_s"].get<double>(), b["decode_tokens_per_s"].get<double>());
   EXPECT_GT(a["memory_bytes"].get<double>(), a["weight_bytes"].get<double>());
+  // A tree pass is priced on the compiled graph that holds its rows (AR 1 or 32), every row
+  // through the head, not as a prefill chunk; more rows than the largest take two calls.
+  auto pass = [&](int64_t rows) { return estimate({{"context_len", 64}, {"pass_rows", rows}})["pass"]; };
+  const auto p1 = pass(1), p16 = pass(16), p32 = pass(32), p40 = pass(40);
+  EXPECT_EQ(p1["graph_rows"], 1);
+  EXPECT_EQ(p16["graph_rows"], 32);
+  EXPECT_EQ(p16["calls"], 1);
+  EXPECT_EQ(p40["graph_rows"], 32);
+  EXPECT_EQ(p40["calls"], 2);
+  EXPECT_NEAR(p1["ms"].get<double>(), a["decode_ms_per_token"].get<double>() * 1.0, 0.5 * p1["ms"].get<double>());
+  EXPECT_GT(p16["ms"].get<double>(), p1["ms"].get<double>());
+  EXPECT_EQ(p16["ms"], p32["ms"]);
+  EXPECT_NEAR(p40["ms"].get<double>(), 2 * p32["ms"].get<double>(), 1e-9);
+  EXPECT_LT(p16["ms"].get<double>(), estimate({{"prompt_len", 128}, {"context_len", 128}})["ttft_ms"].get<double>());
   auto w4 = nlohmann::json::parse(test::slurp(packages() / "aries_w4" / "artifacts" / "aries.json"));
   EXPECT_LT(w4["memory"]["weight_bytes"].get<double>(), 0.75 * nlohmann::json::parse(test::slurp(packages() / "aries" / "artifacts" / "aries.json"))["memory"]["weight_bytes"].get<double>());
 }

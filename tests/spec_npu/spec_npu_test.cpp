@@ -99,19 +99,25 @@ TEST(SpecNpu, AriesA16DecodersMatchPlainGreedy) { expect_decoders_lossless("arie
 // Softmax and the linears sum exactly in integers.
 TEST(SpecNpu, AriesInt8DecodersMatchPlainGreedy) { expect_decoders_lossless("aries"); }
 
-// The htp backend estimates: --stats --json adds the simulated decode block.
-TEST(SpecNpu, HtpStatsReportSimulatedDecode) {
-  auto j = run(package("htp"), "1005,291,260", "eaglet", true);
+// Backends that estimate: --stats --json adds the simulated decode block, the target's tree
+// pass priced on the compiled graph that holds its rows (AR 32 here) at the run's context.
+void expect_simulated_decode(const std::string& backend) {
+  auto j = run(package(backend), "1005,291,260", "eaglet", true);
   ASSERT_TRUE(j.contains("stats"));
   const auto& sim = j["stats"]["speculative"]["simulated"];
   ASSERT_TRUE(sim.is_object()) << j["stats"].dump();
   EXPECT_FALSE(sim.contains("error")) << sim.dump();
-  EXPECT_EQ(sim["backend"], "htp");
+  EXPECT_EQ(sim["backend"], backend == "htp" ? "htp" : "aries");
   EXPECT_EQ(sim["simulated"], true);
   EXPECT_EQ(sim["context_len"].get<int64_t>(), 3 + kNewTokens);
   for (const char* k : {"decode_step_ms", "tree_pass_ms", "draft_pass_ms", "plain_decode_ms", "speculative_decode_ms"})
     EXPECT_GT(sim[k].get<double>(), 0.0) << k;
   const double plain = sim["plain_decode_ms"].get<double>(), spec = sim["speculative_decode_ms"].get<double>();
   EXPECT_NEAR(plain, kNewTokens * sim["decode_step_ms"].get<double>(), 1e-6 * plain);
+  EXPECT_NEAR(spec, sim["target_forwards_ms"].get<double>() + sim["draft_ms"].get<double>(), 1e-6 * spec);
   EXPECT_NEAR(sim["speedup"].get<double>(), plain / spec, 1e-9);
+  EXPECT_NE(sim["notes"].dump().find("compiled 32-row graph"), std::string::npos) << sim["notes"].dump();
 }
+
+TEST(SpecNpu, HtpStatsReportSimulatedDecode) { expect_simulated_decode("htp"); }
+TEST(SpecNpu, AriesStatsReportSimulatedDecode) { expect_simulated_decode("aries"); }

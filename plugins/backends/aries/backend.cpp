@@ -43,6 +43,9 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
     Workload w;
     w.prompt_len = wl.value("prompt_len", int64_t{0});
     w.context_len = wl.value("context_len", int64_t{0});
+    w.pass_rows = wl.value("pass_rows", int64_t{0});
+    if (w.prompt_len < 0 || w.context_len < 0 || w.pass_rows < 0)
+      throw Error("aries backend: estimate: prompt_len, context_len and pass_rows must not be negative");
     std::string out = simulate(p.model, p.options, p.device, w).dump();
     sink(user, out.c_str());
   });

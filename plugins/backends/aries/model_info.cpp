@@ -2,6 +2,7 @@
 
 #include <npuforge/decoder_io.hpp>
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
@@ -12,7 +13,7 @@ nlohmann::json ModelShape::to_json() const {
   return {{"layers", layers},     {"hidden", hidden},   {"heads", heads},
           {"kv_heads", kv_heads}, {"head_dim", head_dim}, {"intermediate", intermediate},
           {"vocab", vocab},       {"static_graph", static_graph}, {"kv_capacity", kv_capacity},
-          {"max_rows", max_rows}};
+          {"max_rows", max_rows},     {"rows_per_call", rows_per_call}};
 }
 
 ModelShape ModelShape::from_json(const nlohmann::json& j) {
@@ -27,7 +28,20 @@ ModelShape ModelShape::from_json(const nlohmann::json& j) {
   s.static_graph = j.at("static_graph");
   s.kv_capacity = j.at("kv_capacity");
   s.max_rows = j.at("max_rows");
+  // Packages before rows_per_call was recorded know only the largest.
+  if (j.contains("rows_per_call")) {
+    s.rows_per_call = j["rows_per_call"].get<std::vector<int64_t>>();
+    if (!std::is_sorted(s.rows_per_call.begin(), s.rows_per_call.end()) ||
+        std::any_of(s.rows_per_call.begin(), s.rows_per_call.end(), [](int64_t r) { return r < 1; }))
+      throw Error("aries backend: model.rows_per_call must be ascending positive row counts");
+  } else if (s.max_rows > 0) s.rows_per_call = {s.max_rows};
   return s;
+}
+
+int64_t ModelShape::graph_rows_for(int64_t rows) const {
+  for (int64_t r : rows_per_call)
+    if (r >= rows) return r;
+  return rows_per_call.empty() ? rows : rows_per_call.back();
 }
 
 namespace {
@@ -148,10 +162,18 @@ ModelInfo inspect(ModelSet ms) {
       for (int64_t d : t.dims)
         if (d <= 0) s.static_graph = false;
     }
-    if (has_ids && !ids.dims.empty() && ids.dims.back() > 0) s.max_rows = std::max(s.max_rows, ids.dims.back());
+    if (has_ids && !ids.dims.empty() && ids.dims.back() > 0) {
+      s.max_rows = std::max(s.max_rows, ids.dims.back());
+      s.rows_per_call.push_back(ids.dims.back());
+    }
     if (has_mask && !mask.dims.empty() && mask.dims.back() > 0) s.kv_capacity = std::max(s.kv_capacity, mask.dims.back());
   }
-  if (!s.static_graph) s.kv_capacity = 0;
+  std::sort(s.rows_per_call.begin(), s.rows_per_call.end());
+  s.rows_per_call.erase(std::unique(s.rows_per_call.begin(), s.rows_per_call.end()), s.rows_per_call.end());
+  if (!s.static_graph) {
+    s.kv_capacity = 0;
+    s.rows_per_call.clear();
+  }
   return info;
 }
 

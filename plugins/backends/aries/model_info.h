@@ -28,6 +28,10 @@ struct ModelShape {
   bool static_graph = true;
   int64_t kv_capacity = 0;  // static context length (0: dynamic)
   int64_t max_rows = 0;     // largest rows per call (AR) over the static graphs
+  std::vector<int64_t> rows_per_call;  // every static graph's rows per call (AR), ascending
+  // Rows of the compiled graph that serves a pass of `rows` (the smallest AR >= rows, else
+  // the largest, run as several calls); `rows` itself when no static graph says.
+  int64_t graph_rows_for(int64_t rows) const;
   nlohmann::json to_json() const;
   static ModelShape from_json(const nlohmann::json& j);
 };

@@ -183,6 +183,9 @@ nlohmann::json simulate(const SimModel& m, const AriesOptions& o, const Device& 
   if (context > cache)
     throw Error("aries backend: context_len " + std::to_string(context) + " exceeds the package's llm.max_cache_length " +
                 std::to_string(cache));
+  if (w.pass_rows > cache)
+    throw Error("aries backend: pass_rows " + std::to_string(w.pass_rows) + " exceeds the package's llm.max_cache_length " +
+                std::to_string(cache));
   const int64_t chunk = std::min(o.prefill_chunk, cache);
   const int64_t batch = o.llm.batch_size;
 
@@ -229,6 +232,16 @@ nlohmann::json simulate(const SimModel& m, const AriesOptions& o, const Device& 
   j["activation_bytes"] = static_cast<int64_t>(mem.activation_bytes);
   j["dram_bytes_per_token"] = static_cast<int64_t>(dec.dram_bytes);
   j["batch_size"] = batch;
+  if (w.pass_rows > 0) {
+    // A tree pass (speculative decoding): the compiled graph of the fewest rows that holds
+    // them (the largest, called again, when none does), every row through the head, after
+    // context_len cached tokens.
+    const int64_t graph_rows = m.shape.graph_rows_for(w.pass_rows);
+    const int64_t calls = ceil_div(w.pass_rows, graph_rows);
+    PassTime p = pass_time(m, o, d, graph_rows, context, graph_rows, 1);
+    j["pass"] = {{"rows", w.pass_rows}, {"graph_rows", graph_rows}, {"calls", calls}, {"context_len", context},
+                 {"ms", static_cast<double>(calls) * p.seconds * 1e3}, {"bound", p.bound}};
+  }
   j["notes"] = notes;
   j["breakdown"] = {
       {"prefill_chunks", chunks},

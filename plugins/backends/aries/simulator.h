@@ -37,6 +37,7 @@ struct SimModel {
 struct Workload {
   int64_t prompt_len = 0;   // 0: default (the calibration prompt, 240 tokens, capped by the cache)
   int64_t context_len = 0;  // 0: default (the package's max_cache_length)
+  int64_t pass_rows = 0;    // > 0: also price one pass of this many rows at context_len (a tree pass)
 };
 
 // The linears of a Llama-family decoder from its HF config.json (q, k, v, o, gate, up,

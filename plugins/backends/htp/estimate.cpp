@@ -251,7 +251,7 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
   if (o.perf_profile != "burst") notes.push_back("perf_profile " + o.perf_profile + " is modelled at burst clocks");
   if (prompt > ar_prefill)
     notes.push_back("prefill in " + std::to_string(chunks) + " chunks of AR " + std::to_string(ar_prefill));
-  return {{"backend", "htp"},
+  nlohmann::json result = {{"backend", "htp"},
           {"device", o.chipset},
           {"device_name", o.chip.marketing_name},
           {"simulated", true},
@@ -275,6 +275,24 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
           {"breakdown", {{"prefill_chunk", prefill_bd}, {"decode_step", decode_bd},
                          {"decode_compute_ms", compute * 1e3}, {"decode_dram_ms", dram * 1e3},
                          {"decode_overhead_ms", over * 1e3}, {"prefill_macs_per_chunk", chunk.macs}}}};
+  if (workload.contains("pass_rows")) {
+    // A tree pass (speculative decoding): the variant of the fewest rows that holds them at the
+    // decode context length (the largest, called again, when none does); every row through
+    // the head, as the graph computes them.
+    const int64_t rows = get("pass_rows", 1);
+    const std::set<int64_t> at = ars_at(cl_decode);
+    int64_t ar = *at.rbegin();
+    for (int64_t a : at)
+      if (a >= rows) {
+        ar = a;
+        break;
+      }
+    const int64_t calls = (rows + ar - 1) / ar;
+    const Cost pass = pass_cost(o, meta, summaries, ar, cl_decode, nullptr);
+    result["pass"] = {{"rows", rows}, {"graph_rows", ar}, {"calls", calls}, {"context_len", context},
+                      {"ms", static_cast<double>(calls) * pass.seconds * 1e3}};
+  }
+  return result;
 }
 
 }  // namespace nf::htp
