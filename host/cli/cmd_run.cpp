@@ -1,5 +1,6 @@
 // `npuforge run MODEL.onnx|PACKAGE (--prompt TEXT | --prompt-ids 1,2,3) [...]`.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -143,6 +144,27 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
   return r;
 }
 
+// The engine's profile (NPUFORGE_PROFILE, written when the session closes): the costliest
+// operators and each pass size's total, to stderr.
+void print_profile(const std::filesystem::path& file) {
+  if (!std::filesystem::is_regular_file(file)) {
+    std::fprintf(stderr, "profile: the backend wrote none (the engine's backends profile: cpu, htp, aries)\n");
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(host::read_regular_file(file, host::kJsonMax, "profile"), nullptr, false);
+  if (!j.is_object() || !j.contains("ops") || !j.contains("passes")) throw UserError(file.string() + ": not a profile");
+  std::fprintf(stderr, "profile (%s): %.1f ms in graph nodes\n", file.string().c_str(), j.value("ms", 0.0));
+  for (const auto& p : j["passes"])
+    std::fprintf(stderr, "  graph %s, %lld rows: %lld runs, %.1f ms\n", p.value("graph", "").c_str(),
+                 static_cast<long long>(p.value("rows", 0)), static_cast<long long>(p.value("runs", 0)), p.value("ms", 0.0));
+  size_t shown = 0;
+  for (const auto& o : j["ops"]) {
+    if (shown++ == 8) break;
+    std::fprintf(stderr, "  %-22s %6.1f%%  %9.1f ms  %8lld calls\n", o.value("op", "").c_str(), 100 * o.value("share", 0.0),
+                 o.value("ms", 0.0), static_cast<long long>(o.value("calls", 0)));
+  }
+}
+
 }  // namespace
 
 void add_run(CLI::App& app) {
@@ -151,7 +173,7 @@ void add_run(CLI::App& app) {
   static int max_new = 32;
   static host::SamplingParams sp;
   static bool json = false, show_stats = false;
-  static std::string decoder_name;
+  static std::string decoder_name, profile;
   cmd->add_option("model", path, "model.onnx or a package directory")->required();
   auto* p1 = cmd->add_option("--prompt", prompt, "Prompt text (needs a tokenizer)");
   auto* p2 = cmd->add_option("--prompt-ids", prompt_ids, "Prompt token ids, e.g. 1,2,3");
@@ -166,10 +188,20 @@ void add_run(CLI::App& app) {
   cmd->add_option("--decoder", decoder_name,
                   "Speculative decoder, or 'none' (default: the package's [speculative] decoder)");
   cmd->add_flag("--stats", show_stats, "Print speculative decoding stats (tau, acceptance, forwards) to stderr");
+  cmd->add_option("--profile", profile,
+                  "Write each graph node's time to FILE (JSON; the same as NPUFORGE_PROFILE=FILE) and print the "
+                  "costliest operators");
   cmd->callback([] {
     host::install_cancel_handler();  // stops at the next token
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
+    // The engine reads NPUFORGE_PROFILE when its first graph is planned, so it is set first.
+    const std::filesystem::path profile_file = profile.empty() ? "" : std::filesystem::absolute(profile);
+    if (!profile.empty()) {
+      if (std::filesystem::is_directory(profile_file)) throw UserError("--profile " + profile + " is a directory");
+      std::filesystem::remove(profile_file);
+      if (::setenv("NPUFORGE_PROFILE", profile_file.c_str(), 1) != 0) throw UserError("--profile: cannot set NPUFORGE_PROFILE");
+    }
     auto model = open_model(path, decoder_name == "none" ? "" : decoder_name);
     std::optional<Tokenizer> tok;
     if (!model->tokenizer.empty()) tok = Tokenizer::load(model->tokenizer);
@@ -310,6 +342,10 @@ void add_run(CLI::App& app) {
       if (show_stats && !spec_stats)
         std::fprintf(stderr, "no speculative decoder: %lld forwards, %.3f s\n", static_cast<long long>(st.forward_passes),
                      st.prefill_seconds + st.decode_seconds);
+    }
+    if (!profile.empty()) {
+      model.reset();  // the session closes and the engine writes the profile
+      print_profile(profile_file);
     }
     if (interrupted) throw Interrupted("after " + std::to_string(st.new_tokens) + " new tokens");
   });

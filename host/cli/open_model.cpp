@@ -7,6 +7,7 @@
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/weight_spill.h"
+#include "pipeline/last_row_logits.h"
 #include "pipeline/widen_floats.h"
 #include "runner/static_runner.h"
 #include "runtime/package.h"
@@ -69,6 +70,7 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
       if (m->model_set->metadata.count("extra_embeddings"))
         metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
     }
+    if (auto with_last_row = host::with_last_row_logits(*m->model_set)) m->model_set = std::move(with_last_row);
     m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);
     fs::path tok = fs::path(path).parent_path() / "tokenizer.json";
     if (fs::is_regular_file(tok)) m->tokenizer = tok.string();

@@ -18,6 +18,7 @@
 #include "pipeline/resources.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/stage_graph.h"
+#include "pipeline/last_row_logits.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/weight_spill.h"
 #include "pipeline/widen_floats.h"
@@ -402,8 +403,11 @@ class BuildSteps {
 
   // Compiles `ms` for one target into `staging` (artifacts, package.json, build_report.json)
   // and seals it. `records` are the stages' records.
-  void compile(const std::string& target, const manifest::PluginUse& use, const ir::ModelSet& ms,
+  void compile(const std::string& target, const manifest::PluginUse& use, const ir::ModelSet& built,
                const fs::path& staging, const nlohmann::json& records) {
+    // A dynamic-layout decoder is packaged with its LM head also on the last row alone.
+    const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(built);
+    const ir::ModelSet& ms = with_last_row ? *with_last_row : built;
     const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
     if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
     const std::string label = "compile " + target;

@@ -6,10 +6,8 @@
 #include <cstring>
 
 namespace nf::host {
-namespace {
 
-// The LM head's MatMul (decoder_io.hpp: Cast/Identity/Reshape may sit between it and logits).
-ir::Node* lm_head(const ir::Graph& g) {
+ir::Node* lm_head_matmul(const ir::Graph& g) {
   auto is_matmul = [&](const std::string& v) {
     const ir::Node* n = g.producer(v);
     return n && n->op_type == "MatMul" && n->domain.empty();
@@ -21,6 +19,8 @@ ir::Node* lm_head(const ir::Graph& g) {
   const std::string head = decoder::lm_head_output(first_input_of, is_matmul);
   return head.empty() ? nullptr : g.producer(head);
 }
+
+namespace {
 
 // Whether b [H, V] equals the transpose of e [V, H] (same element type). A few scattered
 // elements first, so an untied head with the same shape is told apart at once; then
@@ -52,7 +52,7 @@ bool is_transpose_of(const ir::Tensor& b, const ir::Tensor& e) {
 }  // namespace
 
 std::string tie_lm_head(ir::Graph& g) {
-  ir::Node* head = lm_head(g);
+  ir::Node* head = lm_head_matmul(g);
   if (!head || head->inputs.size() != 2) return "";
   const std::string copy = head->inputs[1];
   auto b = g.initializers.find(copy);

@@ -9,6 +9,10 @@
 
 namespace nf::host {
 
+// The LM head's MatMul: the producer "logits" is reached from through single-input ops
+// (decoder_io.hpp), or null.
+ir::Node* lm_head_matmul(const ir::Graph& g);
+
 // When the LM head's weight (the MatMul whose result reaches "logits" through single-input
 // ops) is an initializer equal, element for element, to the transpose of a table that a
 // Gather reads, the head reads Transpose(table) instead and the copy is dropped: the graph

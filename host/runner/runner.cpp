@@ -100,8 +100,9 @@ DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
     io.kv_heads = shape[1];
     io.head_dim = shape[3];
   }
+  if (contains(outputs, decoder::kLastRowLogits)) io.last_row_logits = decoder::kLastRowLogits;
   for (const auto& o : outputs)
-    if (o != io.logits && !decoder::is_present_kv(o)) io.extra_outputs.push_back(o);
+    if (o != io.logits && o != io.last_row_logits && !decoder::is_present_kv(o)) io.extra_outputs.push_back(o);
   return io;
 }
 
@@ -141,7 +142,9 @@ DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_
     in.push_back({io_.past_keys[l], past_k[l]});
     in.push_back({io_.past_values[l], past_v[l]});
   }
-  std::vector<std::string> out{io_.logits};
+  // One row's logits are all a prefill needs: the head then runs on that row alone.
+  const bool last_row_only = !all_rows && n > 1 && !io_.last_row_logits.empty();
+  std::vector<std::string> out{last_row_only ? io_.last_row_logits : io_.logits};
   for (size_t l = 0; l < keys_.size(); ++l) {
     out.push_back(io_.present_keys[l]);
     out.push_back(io_.present_values[l]);
@@ -151,16 +154,17 @@ DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_
   auto result = session_.run(io_.graph, in, out);
   ++passes_;
   const ir::Tensor& logits = result[0]->tensor;
-  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims.size() != 3 || logits.dims[1] != n)
-    throw std::runtime_error("runner: logits of graph '" + io_.graph + "' are not float32 [1, " + std::to_string(n) +
-                             ", vocab]");
+  const int64_t rows = last_row_only ? 1 : n;
+  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims.size() != 3 || logits.dims[1] != rows)
+    throw std::runtime_error("runner: " + out[0] + " of graph '" + io_.graph + "' is not float32 [1, " +
+                             std::to_string(rows) + ", vocab]");
   vocab_ = logits.dims[2];
   Pass p;
   const float* lp = logits.as<float>();
   if (all_rows)
     p.logits.assign(lp, lp + n * vocab_);
   else
-    p.logits.assign(lp + (n - 1) * vocab_, lp + n * vocab_);
+    p.logits.assign(lp + (rows - 1) * vocab_, lp + rows * vocab_);
   for (size_t l = 0; l < keys_.size(); ++l) {
     p.keys.push_back(result[1 + 2 * l]);
     p.values.push_back(result[2 + 2 * l]);

@@ -18,6 +18,7 @@ namespace nf::host {
 struct DecoderIO {
   std::string graph;
   std::string input_ids, attention_mask, position_ids, logits;  // position_ids may be ""
+  std::string last_row_logits;  // the head on the last row alone (decoder_io.hpp), or ""
   std::vector<std::string> past_keys, past_values, present_keys, present_values;
   int64_t kv_heads = 0, head_dim = 0;
   std::vector<std::string> extra_outputs;  // e.g. hidden_states

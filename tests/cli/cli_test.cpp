@@ -2,6 +2,8 @@
 // whole or absent, corrupted packages refused.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <signal.h>
 #include <spawn.h>
 
@@ -115,6 +117,10 @@ TEST(Build, PackageRunsAndReproducesGolden) {
   EXPECT_EQ(meta["backend"]["name"], "cpu");
   EXPECT_EQ(meta["graphs"].size(), 1u);
   EXPECT_FALSE(meta["files"].empty());
+  // The dynamic-layout package carries the head on the last row alone, for prefills.
+  bool last_row = false;
+  for (const auto& o : meta["graphs"][0]["outputs"]) last_row |= o["name"] == "logits.last_row";
+  EXPECT_TRUE(last_row) << meta["graphs"][0]["outputs"].dump();
 
   auto g = golden("qwen2");
   auto r = npuforge({"run", pkg.string(), "--prompt-ids", join_ids(g["prompt_ids"]), "--max-new-tokens",
@@ -371,6 +377,41 @@ TEST(Run, TextPromptThroughTheTokenizer) {
                             std::to_string(g["generated_ids"].size())});
   ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
   EXPECT_EQ(streamed.out, g["generated_text"].get<std::string>() + "\n");
+}
+
+// --profile: every node's time per pass size; the prompt's pass runs the LM head on its last
+// row only (logits.last_row) and skips the full head, the decode steps the other way round.
+TEST(Run, ProfileTimesEachNodeAndThePrefillRunsTheHeadOnOneRow) {
+  fs::path dir = fresh_dir("profile");
+  const fs::path file = dir / "profile.json";
+  auto r = npuforge({"run", model_dir("tiny_llama") + "/model.onnx", "--prompt-ids", "1,17,42,5", "--max-new-tokens", "3",
+                     "--profile", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("profile ("), std::string::npos) << r.err;
+  auto j = nlohmann::json::parse(slurp(file));
+  EXPECT_EQ(j["format"], "npuforge-profile");
+  ASSERT_FALSE(j["ops"].empty());
+  EXPECT_GT(j["ms"].get<double>(), 0.0);
+  std::map<int64_t, nlohmann::json> by_rows;
+  for (const auto& p : j["passes"]) by_rows[p["rows"].get<int64_t>()] = p;
+  ASSERT_EQ(by_rows.size(), 2u) << j["passes"].dump().substr(0, 400);
+  EXPECT_EQ(by_rows[4]["runs"], 1);
+  EXPECT_EQ(by_rows[1]["runs"], 2);
+  auto calls = [&](int64_t rows, bool branch) {
+    int64_t n = -1;
+    for (const auto& node : by_rows[rows]["nodes"]) {
+      const std::string name = node["node"];
+      if (node["op"] == "MatMul" && name.find("lm_head") != std::string::npos &&
+          (name.rfind("logits.last_row/", 0) == 0) == branch)
+        n = node["calls"];
+    }
+    return n;
+  };
+  EXPECT_EQ(calls(4, true), 1);
+  EXPECT_EQ(calls(4, false), 0);
+  EXPECT_EQ(calls(1, true), 0);
+  EXPECT_EQ(calls(1, false), 2);
+  fs::remove_all(dir);
 }
 
 TEST(Eval, ReportsPerplexityAsJson) {

@@ -1,14 +1,17 @@
 #include "npuforge/engine/executor.h"
 
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/kernels/conv.h>
 #include <npuforge/kernels/elementwise.h>
 #include <npuforge/kernels/movement.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
 
+#include "profile.h"
 #include "weights.h"
 
 namespace nf::engine {
@@ -143,6 +146,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   plan_activation_quant(ms);
   plan_table_lookups(ms);
   plan_integer_mode();
+  profile_ = profile::attach();
 }
 
 // Runs every node whose inputs are all constant once, here, and keeps its outputs.
@@ -393,6 +397,29 @@ void GraphPlan::plan_frees() {
       frees_after_[last[s]].push_back(static_cast<int>(s));
 }
 
+const std::vector<char>& GraphPlan::needed_nodes(std::vector<int> wanted) const {
+  std::sort(wanted.begin(), wanted.end());
+  std::lock_guard<std::mutex> lock(needed_mu_);
+  auto it = needed_.find(wanted);
+  if (it != needed_.end()) return it->second;
+  std::vector<int> producer(slot_names_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int s : nodes_[i].out)
+      if (s >= 0) producer[s] = static_cast<int>(i);
+  std::vector<char> need(nodes_.size(), 0);
+  std::vector<int> todo = wanted;
+  while (!todo.empty()) {
+    const int s = todo.back();
+    todo.pop_back();
+    const int p = producer[s];
+    if (p < 0 || need[p]) continue;
+    need[p] = 1;
+    for (int in : nodes_[p].in)
+      if (in >= 0) todo.push_back(in);
+  }
+  return needed_.emplace(std::move(wanted), std::move(need)).first->second;
+}
+
 void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inputs, size_t n_inputs,
                     const char* const* output_names, nf_tensor** outputs, size_t n_outputs) const {
   std::vector<k::Tensor> slots = constants_;
@@ -418,19 +445,25 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
 
   // Requested values outlive their last use (callers may ask for intermediate activations).
   std::vector<bool> keep(slots.size(), false);
+  std::vector<int> wanted;
   for (size_t i = 0; i < n_outputs; ++i) {
     auto it = slots_.find(output_names[i]);
     if (it == slots_.end())
       throw Error("cpu backend: graph '" + graph_name_ + "' has no value '" + std::string(output_names[i]) + "'");
     keep[it->second] = true;
+    wanted.push_back(it->second);
   }
+  const std::vector<char>& needed = needed_nodes(std::move(wanted));
 
   RunCtx ctx{opts_.threads};
   std::vector<const k::Tensor*> in;
   std::vector<k::Tensor> out;
   std::map<int, std::shared_ptr<Tensor>> direct;  // slot -> host tensor its bytes live in
+  std::vector<int64_t> node_ns(profile_ ? nodes_.size() : 0, -1);  // -1: not run
   for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!needed[i]) continue;
     const NodeDef& n = nodes_[i];
+    const auto started = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     in.clear();
     for (int s : n.in) in.push_back(s < 0 ? nullptr : &slots[s]);
     out.assign(n.out.size(), k::Tensor());
@@ -452,6 +485,17 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
       if (n.out[o] >= 0) slots[n.out[o]] = quantized(n.out[o], out[o]);
     for (int s : frees_after_[i])
       if (!keep[s]) slots[s] = k::Tensor();
+    if (profile_)
+      node_ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  }
+  if (profile_) {
+    int64_t rows = 0;
+    for (size_t i = 0; i < n_inputs; ++i)
+      if (std::string_view(input_names[i]) == decoder::kInputIds) {
+        const std::vector<int64_t> dims = Tensor::borrow(const_cast<nf_tensor*>(inputs[i])).dims();
+        rows = dims.empty() ? 0 : dims.back();
+      }
+    profile::add(graph_name_, rows, nodes_, node_ns);
   }
 
   std::vector<Tensor> result;

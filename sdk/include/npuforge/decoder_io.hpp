@@ -16,6 +16,9 @@ inline constexpr const char* kInputIds = "input_ids";
 inline constexpr const char* kAttentionMask = "attention_mask";
 inline constexpr const char* kPositionIds = "position_ids";
 inline constexpr const char* kLogits = "logits";
+// Dynamic-layout packages also carry the LM head on the last row alone, [batch, 1, vocab]:
+// what a runner asks for when it needs no other row's logits (a prefill).
+inline constexpr const char* kLastRowLogits = "logits.last_row";
 // Static graphs (arcl) with sliding-window layers read their mask from a second input.
 inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
 inline constexpr std::string_view kPastPrefix = "past_key_values.";

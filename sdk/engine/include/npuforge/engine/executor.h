@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -61,6 +62,9 @@ class GraphPlan {
   void plan_table_lookups(ModelSet ms);
   void plan_integer_mode();
   k::Tensor quantized(int slot, const k::Tensor& t) const;
+  // Which nodes a run asking for `wanted` (slots) computes: those its values depend on, so a
+  // graph output nobody asked for (the full logits beside logits.last_row) is not made.
+  const std::vector<char>& needed_nodes(std::vector<int> wanted) const;
 
   struct Input {
     std::string name;
@@ -79,6 +83,9 @@ class GraphPlan {
   std::vector<std::vector<int>> frees_after_;  // per node: slots whose last use it is
   std::map<int, int> transposed_of_;          // deferred constant 2-D Transpose: output slot -> input slot
   std::map<int, ActivationGrid> act_grid_;    // computed slots whose values carry an encoding
+  std::shared_ptr<void> profile_;             // set when NPUFORGE_PROFILE is on (src/profile.h)
+  mutable std::mutex needed_mu_;
+  mutable std::map<std::vector<int>, std::vector<char>> needed_;  // by sorted wanted slots
 };
 
 // The kernels' view of a host tensor (zero-copy; keeps a reference to it).
