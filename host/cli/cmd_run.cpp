@@ -38,27 +38,15 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-// Matrix multiply-adds of one token through a Llama-layout decoder, from its config.json
-// (0 when the config lacks a field).
-double target_macs_per_token(const nlohmann::json& c) {
-  auto get = [&](const char* k, double dflt) { return c.contains(k) && c[k].is_number() ? c[k].get<double>() : dflt; };
-  const double h = get("hidden_size", 0), inter = get("intermediate_size", 0), layers = get("num_hidden_layers", 0),
-               heads = get("num_attention_heads", 0), kv = get("num_key_value_heads", heads),
-               hd = get("head_dim", heads > 0 ? h / heads : 0), vocab = get("vocab_size", 0);
-  return layers * (h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter) + h * vocab;
-}
-
 // On packages whose backend estimates (htp, aries): simulated decode time of these new
 // tokens without and with the decoder. Plain decoding costs one decode step per token. The
 // decoder costs each target forward as one pass of its most rows: the backend prices the
 // compiled graph that holds them at the context length (workload "pass_rows"; a backend
-// that does not gets the estimate of a prompt of that many rows). A draft model is not part
-// of the package, so the backend prices its passes from the matrices the decoder reports
-// (`graph_pass`: its linears at the pass's average rows, at the width the chip would store
-// them), each pass a graph launch of its own, as the decoder runs it. What the draft's depth
-// loop as one graph (one launch per decoder step, TopK inside) would give is reported beside
-// it; no package holds such a graph yet. A backend that cannot price a graph_pass gets a
-// decode step scaled by draft MACs / target MACs.
+// that does not gets the estimate of a prompt of that many rows). A decoder whose draft
+// model runs outside the package reports it in its stats (sdk/docs/abi.md: draft_forwards,
+// draft_rows, draft_linears), and the backend prices each draft pass from those matrices
+// (workload "graph_pass") plus a graph launch of its own; what one launch per decoder step
+// would give (the draft's depth loop as one graph, which no package holds) is reported beside.
 nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
   const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
   if (!backend || !backend->backend()->estimate) return nullptr;
@@ -95,36 +83,21 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
     const double target_ms = static_cast<double>(s.target_forwards) * tree_ms;
     double draft_ms = 0, draft_pass_ms = 0, launch_ms = 0;
     if (s.draft_forwards > 0) {
-      const double macs_per_row = s.decoder.value("draft_macs_per_row", 0.0);
-      const double rows = s.decoder.value("draft_rows", 0.0);
-      if (macs_per_row <= 0 || rows <= 0 || !s.decoder.contains("draft_linears"))
-        throw std::runtime_error("the decoder reports no draft_linears / draft_macs_per_row / draft_rows");
+      const double draft_rows = s.decoder.value("draft_rows", 0.0);
+      if (draft_rows <= 0 || !s.decoder.contains("draft_linears"))
+        throw std::runtime_error("the decoder reports draft_forwards but no draft_linears / draft_rows to price them by");
       const double passes = static_cast<double>(s.draft_forwards);
-      nlohmann::json pass = estimate({{"graph_pass", {{"linears", s.decoder["draft_linears"]}, {"rows", rows / passes}}}});
-      if (pass.contains("graph_pass_ms")) {
-        draft_pass_ms = pass["graph_pass_ms"].get<double>();
-        launch_ms = pass.value("per_graph_ms", 0.0);
-        draft_ms = passes * (draft_pass_ms + launch_ms);
-        notes.push_back("a draft pass: the draft's linears at the average " + std::to_string(rows / passes).substr(0, 5) +
-                        " rows, weights " + pass.value("weights_stored_as", std::string("?")) +
-                        " (backend graph_pass), and a graph launch of its own");
-        const double one_graph = target_ms + passes * draft_pass_ms + static_cast<double>(s.steps) * launch_ms;
-        r["speedup_if_draft_loop_is_one_graph"] = plain / one_graph;
-      } else {
-        nlohmann::json config;
-        if (model.package->meta.contains("config") && model.package->meta["config"].is_string())
-          config = nlohmann::json::parse(
-              host::read_regular_file(model.package->root / model.package->meta["config"].get<std::string>(),
-                                      host::kJsonMax, "model config"),
-              nullptr, false);
-        const double target = target_macs_per_token(config);
-        if (target <= 0) throw std::runtime_error("no config.json to price the draft against the target");
-        draft_pass_ms = step_ms * macs_per_row / target;
-        draft_ms = passes * draft_pass_ms;
-        notes.push_back("backend '" + backend->name + "' does not price a graph_pass: a draft pass costs a decode step x " +
-                        "draft MACs / target MACs per token (" + std::to_string(macs_per_row / target).substr(0, 5) +
-                        "), launch overheads not counted");
-      }
+      nlohmann::json pass = estimate({{"graph_pass", {{"linears", s.decoder["draft_linears"]}, {"rows", draft_rows / passes}}}});
+      if (!pass.contains("graph_pass_ms"))
+        throw std::runtime_error("backend '" + backend->name + "' does not price a graph_pass: the draft cannot be priced");
+      draft_pass_ms = pass["graph_pass_ms"].get<double>();
+      launch_ms = pass.value("per_graph_ms", 0.0);
+      draft_ms = passes * (draft_pass_ms + launch_ms);
+      notes.push_back("a draft pass: the draft's linears at the average " + std::to_string(draft_rows / passes).substr(0, 5) +
+                      " rows, weights " + pass.value("weights_stored_as", std::string("?")) +
+                      " (backend graph_pass), and a graph launch of its own");
+      const double one_graph = target_ms + passes * draft_pass_ms + static_cast<double>(s.steps) * launch_ms;
+      r["speedup_if_draft_loop_is_one_graph"] = plain / one_graph;
     }
     const double spec = target_ms + draft_ms;
     r.update({{"context_len", context_len},

@@ -371,6 +371,21 @@ TEST(StaticRunner, MetadataErrors) {
   // Several graphs without static metadata: no runner fits.
   Model s = static_model("hf");
   EXPECT_THROW(host::make_runner(*s.session, host::graph_specs(*s.ms), nullptr), std::runtime_error);
+
+  // A cache input whose layer is not a number (or too long to be one) is refused by name,
+  // not parsed into a crash.
+  for (const char* bad : {"past_key_values.x.key", "past_key_values.99999999999999999999.key", "past_key_values..key"}) {
+    nlohmann::json specs = host::graph_specs(*s.ms);
+    for (auto& g : specs)
+      for (auto& in : g["inputs"])
+        if (in["name"] == "past_key_values.0.key") in["name"] = bad;
+    try {
+      host::StaticIO::parse(read_json(kData / "hf.io.json"), specs);
+      FAIL() << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- end to end: packages that arcl builds from the test models ----------------------
