@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Speculative decoders on tiny_llama, held-out prompts: tau (tokens per target forward),
+# Speculative decoders on held-out prompts: tau (tokens per target forward),
 # acceptance, forwards, wall time, and, on packages whose backend estimates (htp, aries), the
 # simulated decode time with and without each decoder and the draft's share of it
 # (npuforge run --json, stats.speculative.simulated).
 # Every run is also checked token for token against plain greedy (--decoder none).
 #
 #   bash bench/spec_bench.sh        # BUILD=build WORK=/tmp/nf_spec_bench PROMPTS=6 NEW=64
+#   MODEL=DIR bash bench/spec_bench.sh   # another model folder (model.onnx, config.json): the
+#       decoders whose assets it has (DIR/eaglet, DIR/ssd; lade needs none); prompts from
+#       DIR/heldout.txt with DIR/tokenizer.json, else PROMPTS fixed lists of 32 token ids
 #
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
 # Targets: cpu, htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration) and
@@ -21,79 +24,70 @@ PROMPTS=${PROMPTS:-6}
 NEW=${NEW:-64}
 NF=$BUILD/bin/npuforge
 PLUGINS=$BUILD/lib/npuforge/plugins
-MODEL=$ROOT/tests/models/tiny_llama
+MODEL=${MODEL:-$ROOT/tests/models/tiny_llama}
+MODEL=$(cd "$MODEL" && pwd)
+NAME=$(basename "$MODEL")
 mkdir -p "$WORK"
 
 have() { [ -f "$PLUGINS/libnpuforge_$1.so" ]; }
+# A decoder runs when its plugin is installed and the model has the assets it needs.
+usable() { have "$1" && { [ "$1" = lade ] || [ -d "$MODEL/$1" ]; }; }
+text_prompts=false
+[ -f "$MODEL/tokenizer.json" ] && [ -f "$MODEL/heldout.txt" ] && text_prompts=true
 targets="cpu"
 have htp && targets="$targets htp"
 have aries && targets="$targets aries"
 
-cat > "$WORK/manifest.toml" <<TOML
-[model]
-onnx = "$MODEL/model.onnx"
-config = "$MODEL/config.json"
-tokenizer = "$MODEL/tokenizer.json"
-
-[[transform]]
-plugin = "hidden_states"
-
-[[transform]]
-plugin = "arcl"
-arn = [1, 16]
-context_length = [256]
-
-[speculative]
-decoder = "eaglet"
-draft = "$MODEL/eaglet"
-draft_vocab = 512
-
-[targets.cpu]
-backend = "cpu"
-TOML
-if have htp; then
-  cat >> "$WORK/manifest.toml" <<TOML
-
-[targets.htp]
-backend = "htp"
-chipset = "sm8750"
-assume_activation_bw = 16
-assume_kv_bw = 8
-TOML
-fi
-if have aries; then
-  cat >> "$WORK/manifest.toml" <<TOML
-
-[targets.aries]
-backend = "aries"
-TOML
-fi
+# The package manifest; $1: its [speculative] table (the decoder whose assets the build bakes in).
+manifest() {
+  echo "[model]"
+  echo "onnx = \"$MODEL/model.onnx\""
+  echo "config = \"$MODEL/config.json\""
+  $text_prompts && echo "tokenizer = \"$MODEL/tokenizer.json\""
+  if usable eaglet; then printf '\n[[transform]]\nplugin = "hidden_states"\n'; fi
+  printf '\n[[transform]]\nplugin = "arcl"\narn = [1, 16]\ncontext_length = [256]\n\n'
+  printf '%s' "$1"
+  printf '\n[targets.cpu]\nbackend = "cpu"\n'
+  if have htp; then
+    printf '\n[targets.htp]\nbackend = "htp"\nchipset = "sm8750"\nassume_activation_bw = 16\nassume_kv_bw = 8\n'
+  fi
+  if have aries; then printf '\n[targets.aries]\nbackend = "aries"\n'; fi
+}
+eaglet_table=""
+usable eaglet && eaglet_table=$(printf '[speculative]\ndecoder = "eaglet"\ndraft = "%s/eaglet"\ndraft_vocab = 512\n' "$MODEL")
+manifest "$eaglet_table" > "$WORK/manifest.toml"
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
 # ssd's forecast embeddings join the model's embedding table at build: its own package.
-if have ssd; then
-  sed -e 's|^decoder = "eaglet"$|decoder = "ssd"|' -e "s|^draft = .*|assets = \"$MODEL/ssd\"|" -e '/^draft_vocab/d' \
-    "$WORK/manifest.toml" > "$WORK/manifest_ssd.toml"
+if usable ssd; then
+  manifest "$(printf '[speculative]\ndecoder = "ssd"\nassets = "%s/ssd"\n' "$MODEL")" > "$WORK/manifest_ssd.toml"
   "$NF" build "$WORK/manifest_ssd.toml" --out "$WORK/out_ssd" -q
 fi
 
-# Held-out prompts: the first PROMPTS lines of >= 80 characters, cut to 120 characters.
-/usr/bin/python3 - "$MODEL/heldout.txt" "$PROMPTS" > "$WORK/prompts.txt" <<'PY'
-import sys
+# Held-out prompts: the first PROMPTS lines of >= 80 characters, cut to 120 characters; a
+# model without a tokenizer gets PROMPTS fixed lists of 32 ids (--prompt-ids).
+/usr/bin/python3 - "$MODEL" "$PROMPTS" "$text_prompts" > "$WORK/prompts.txt" <<'PY'
+import json, sys
 n = int(sys.argv[2])
-out = [l.strip()[:120] for l in open(sys.argv[1], encoding="utf-8") if len(l.strip()) >= 80][:n]
+if sys.argv[3] == "true":
+    out = [l.strip()[:120] for l in open(sys.argv[1] + "/heldout.txt", encoding="utf-8") if len(l.strip()) >= 80][:n]
+else:
+    vocab = json.load(open(sys.argv[1] + "/config.json"))["vocab_size"]
+    out = [",".join(str((p * 7919 + i * 104729 + 17) % vocab) for i in range(32)) for p in range(n)]
 print("\n".join(out))
 PY
+prompt_flag=--prompt
+$text_prompts || prompt_flag=--prompt-ids
 
 decoders=""
-for d in lade ssd eaglet; do have "$d" && decoders="$decoders $d"; done
+for d in lade ssd eaglet; do usable "$d" && decoders="$decoders $d"; done
 : > "$WORK/runs.jsonl"
 for t in $targets; do
   while IFS= read -r prompt; do
     for d in $decoders; do
       pkg=$WORK/out/$t
       [ "$d" = ssd ] && pkg=$WORK/out_ssd/$t
-      plain=$("$NF" run "$pkg" --prompt "$prompt" --max-new-tokens "$NEW" --decoder none --json)
-      if out=$("$NF" run "$pkg" --prompt "$prompt" --max-new-tokens "$NEW" --decoder "$d" --json 2> "$WORK/err.txt"); then
+      plain=$("$NF" run "$pkg" "$prompt_flag" "$prompt" --max-new-tokens "$NEW" --decoder none --json)
+      if out=$("$NF" run "$pkg" "$prompt_flag" "$prompt" --max-new-tokens "$NEW" --decoder "$d" --json 2> "$WORK/err.txt"); then
         /usr/bin/python3 -c 'import json,sys; p=json.loads(sys.argv[1]); s=json.loads(sys.argv[2]); print(json.dumps({"target":sys.argv[3],"decoder":sys.argv[4],"same_as_plain":p["tokens"]==s["tokens"],"stats":s["stats"]}))' "$plain" "$out" "$t" "$d" >> "$WORK/runs.jsonl"
       else
         /usr/bin/python3 -c 'import json,sys; print(json.dumps({"target":sys.argv[1],"decoder":sys.argv[2],"error":open(sys.argv[3]).read().strip().splitlines()[-1:]}))' "$t" "$d" "$WORK/err.txt" >> "$WORK/runs.jsonl"
@@ -102,10 +96,14 @@ for t in $targets; do
   done < "$WORK/prompts.txt"
 done
 
-/usr/bin/python3 - "$WORK/runs.jsonl" "$PROMPTS" "$NEW" <<'PY' | tee "$WORK/spec_bench.md"
+package="arcl AR 1/16 CL 256"
+usable eaglet && package="hidden_states + $package"
+prompts="held-out prompts"
+$text_prompts || prompts="fixed lists of 32 token ids as prompts"
+/usr/bin/python3 - "$WORK/runs.jsonl" "$PROMPTS" "$NEW" "$NAME" "$prompts" "$package" <<'PY' | tee "$WORK/spec_bench.md"
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print(f"tiny_llama, {sys.argv[2]} held-out prompts, {sys.argv[3]} new tokens each, greedy; package hidden_states + arcl AR 1/16 CL 256\n")
+print(f"{sys.argv[4]}, {sys.argv[2]} {sys.argv[5]}, {sys.argv[3]} new tokens each, greedy; package {sys.argv[6]}\n")
 print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | if the draft loop were one graph |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
