@@ -34,7 +34,9 @@ ModelShape ModelShape::from_json(const nlohmann::json& j) {
     if (!std::is_sorted(s.rows_per_call.begin(), s.rows_per_call.end()) ||
         std::any_of(s.rows_per_call.begin(), s.rows_per_call.end(), [](int64_t r) { return r < 1; }))
       throw Error("aries backend: model.rows_per_call must be ascending positive row counts");
-  } else if (s.max_rows > 0) s.rows_per_call = {s.max_rows};
+  } else if (s.max_rows > 0) {
+    s.rows_per_call = {s.max_rows};
+  }
   return s;
 }
 

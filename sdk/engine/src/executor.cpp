@@ -397,7 +397,7 @@ void GraphPlan::plan_frees() {
       frees_after_[last[s]].push_back(static_cast<int>(s));
 }
 
-const std::vector<char>& GraphPlan::needed_nodes(std::vector<int> wanted) const {
+std::vector<char> GraphPlan::needed_nodes(std::vector<int> wanted) const {
   std::sort(wanted.begin(), wanted.end());
   std::lock_guard<std::mutex> lock(needed_mu_);
   auto it = needed_.find(wanted);
@@ -417,7 +417,8 @@ const std::vector<char>& GraphPlan::needed_nodes(std::vector<int> wanted) const 
     for (int in : nodes_[p].in)
       if (in >= 0) todo.push_back(in);
   }
-  return needed_.emplace(std::move(wanted), std::move(need)).first->second;
+  if (needed_.size() < 64) needed_.emplace(std::move(wanted), need);  // callers ask for a few sets
+  return need;
 }
 
 void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inputs, size_t n_inputs,
@@ -453,7 +454,7 @@ void GraphPlan::run(const char* const* input_names, const nf_tensor* const* inpu
     keep[it->second] = true;
     wanted.push_back(it->second);
   }
-  const std::vector<char>& needed = needed_nodes(std::move(wanted));
+  const std::vector<char> needed = needed_nodes(std::move(wanted));
 
   RunCtx ctx{opts_.threads};
   std::vector<const k::Tensor*> in;

@@ -38,7 +38,14 @@ class Table {
   }
   void add(const std::string& graph, int64_t rows, const std::vector<NodeDef>& nodes, const std::vector<int64_t>& ns) {
     std::lock_guard<std::mutex> lock(mu_);
-    PassTotal& p = passes_[{graph, rows}];
+    // Plans of one name but other nodes (another session's graph "model") count apart.
+    std::string key = graph;
+    for (int copy = 2;; ++copy) {
+      auto it = passes_.find({key, rows});
+      if (it == passes_.end() || same_nodes(it->second, nodes)) break;
+      key = graph + "#" + std::to_string(copy);
+    }
+    PassTotal& p = passes_[{key, rows}];
     if (p.nodes.empty())
       for (const NodeDef& n : nodes) p.nodes.push_back({n.node_name, n.op});
     ++p.runs;
@@ -51,6 +58,11 @@ class Table {
   }
 
  private:
+  static bool same_nodes(const PassTotal& p, const std::vector<NodeDef>& nodes) {
+    return p.nodes.size() == nodes.size() &&
+           (nodes.empty() || (p.nodes.front().name == nodes.front().node_name && p.nodes.back().name == nodes.back().node_name));
+  }
+
   // The whole table so far (a later session in the process rewrites it with more).
   void write() const {
     auto ms = [](int64_t ns) { return static_cast<double>(ns) * 1e-6; };

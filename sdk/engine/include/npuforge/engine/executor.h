@@ -64,7 +64,7 @@ class GraphPlan {
   k::Tensor quantized(int slot, const k::Tensor& t) const;
   // Which nodes a run asking for `wanted` (slots) computes: those its values depend on, so a
   // graph output nobody asked for (the full logits beside logits.last_row) is not made.
-  const std::vector<char>& needed_nodes(std::vector<int> wanted) const;
+  std::vector<char> needed_nodes(std::vector<int> wanted) const;
 
   struct Input {
     std::string name;
