@@ -64,6 +64,9 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
       nlohmann::json options = nlohmann::json::object();
       for (const auto& a : manifest::asset_paths(manifest::PluginUse{}, d->schema, "", fs::path(path).parent_path().string()))
         options[a.key] = a.path;
+      // A plugin gets its options with every default filled in (sdk/docs/abi.md), as a build passes them.
+      if (auto errors = manifest::validate_json(d->schema, options); !errors.empty())
+        throw UserError("speculative " + decoder + ": " + errors.front().message);
       const std::string text = options.dump();
       nf_context ctx{"speculative " + decoder, {}};
       host::throw_if_error(d->speculative()->build(text.c_str(), host::handle(m->model_set.get()), &ctx), decoder);
