@@ -3,6 +3,7 @@
 // the reference's (e.g. a quantized package against the float model).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -15,7 +16,7 @@ namespace nf::cli {
 
 void add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Perplexity of a model or package on a text file");
-  static std::string path, text_path, reference;
+  static std::string path, text_path, reference, profile;
   static int window = 128;
   static bool json = false;
   cmd->add_option("model", path, "model.onnx or a package directory")->required();
@@ -23,9 +24,11 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--window", window, "Tokens per scoring window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   cmd->add_option("--reference", reference, "model.onnx or package whose top-1 tokens the model is compared with");
   cmd->add_flag("--json", json, "Machine-readable output");
+  add_profile_option(cmd, profile);
   cmd->callback([] {
     host::install_cancel_handler();  // stops at the next window
     const std::string text = host::read_regular_file(text_path, host::kTextMax, "evaluation text");  // before any work
+    const std::filesystem::path profile_file = start_profile(profile);
     auto model = open_model(path);
     if (model->tokenizer.empty()) throw UserError(path + ": eval needs a tokenizer.json beside the model or in the package");
     auto tok = Tokenizer::load(model->tokenizer);
@@ -76,6 +79,10 @@ void add_eval(CLI::App& app) {
                     100 * j["top1_agreement"].get<double>(), j["top1_positions"].get<size_t>(),
                     j["reference_perplexity"].get<double>());
       std::fflush(stdout);
+    }
+    if (!profile.empty()) {
+      model.reset();  // the session closes and the engine writes the profile
+      print_profile(profile_file);
     }
     if (interrupted)
       throw Interrupted("after " + std::to_string(r.windows) + " of " + std::to_string(r.windows_total) + " windows");

@@ -1,6 +1,5 @@
 // `npuforge run MODEL.onnx|PACKAGE (--prompt TEXT | --prompt-ids 1,2,3) [...]`.
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -117,27 +116,6 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
   return r;
 }
 
-// The engine's profile (NPUFORGE_PROFILE, written when the session closes): the costliest
-// operators and each pass size's total, to stderr.
-void print_profile(const std::filesystem::path& file) {
-  if (!std::filesystem::is_regular_file(file)) {
-    std::fprintf(stderr, "profile: the backend wrote none (the engine's backends profile: cpu, htp, aries)\n");
-    return;
-  }
-  const nlohmann::json j = nlohmann::json::parse(host::read_regular_file(file, host::kJsonMax, "profile"), nullptr, false);
-  if (!j.is_object() || !j.contains("ops") || !j.contains("passes")) throw UserError(file.string() + ": not a profile");
-  std::fprintf(stderr, "profile (%s): %.1f ms in graph nodes\n", file.string().c_str(), j.value("ms", 0.0));
-  for (const auto& p : j["passes"])
-    std::fprintf(stderr, "  graph %s, %lld rows: %lld runs, %.1f ms\n", p.value("graph", "").c_str(),
-                 static_cast<long long>(p.value("rows", 0)), static_cast<long long>(p.value("runs", 0)), p.value("ms", 0.0));
-  size_t shown = 0;
-  for (const auto& o : j["ops"]) {
-    if (shown++ == 8) break;
-    std::fprintf(stderr, "  %-22s %6.1f%%  %9.1f ms  %8lld calls\n", o.value("op", "").c_str(), 100 * o.value("share", 0.0),
-                 o.value("ms", 0.0), static_cast<long long>(o.value("calls", 0)));
-  }
-}
-
 }  // namespace
 
 void add_run(CLI::App& app) {
@@ -161,20 +139,12 @@ void add_run(CLI::App& app) {
   cmd->add_option("--decoder", decoder_name,
                   "Speculative decoder, or 'none' (default: the package's [speculative] decoder)");
   cmd->add_flag("--stats", show_stats, "Print speculative decoding stats (tau, acceptance, forwards) to stderr");
-  cmd->add_option("--profile", profile,
-                  "Write each graph node's time to FILE (JSON; the same as NPUFORGE_PROFILE=FILE) and print the "
-                  "costliest operators");
+  add_profile_option(cmd, profile);
   cmd->callback([] {
     host::install_cancel_handler();  // stops at the next token
     bool have_ids = ids_option->count() > 0;
     if (prompt.empty() && !have_ids) throw UserError("give --prompt TEXT or --prompt-ids 1,2,3");
-    // The engine reads NPUFORGE_PROFILE when its first graph is planned, so it is set first.
-    const std::filesystem::path profile_file = profile.empty() ? "" : std::filesystem::absolute(profile);
-    if (!profile.empty()) {
-      if (std::filesystem::is_directory(profile_file)) throw UserError("--profile " + profile + " is a directory");
-      std::filesystem::remove(profile_file);
-      if (::setenv("NPUFORGE_PROFILE", profile_file.c_str(), 1) != 0) throw UserError("--profile: cannot set NPUFORGE_PROFILE");
-    }
+    const std::filesystem::path profile_file = start_profile(profile);
     auto model = open_model(path, decoder_name == "none" ? "" : decoder_name);
     std::optional<Tokenizer> tok;
     if (!model->tokenizer.empty()) tok = Tokenizer::load(model->tokenizer);

@@ -1,9 +1,12 @@
 #include "cli/open_model.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "api/host_api.h"
 #include "cli/commands.h"
+#include "common/files.h"
 #include "manifest/schema.h"
 #include "pipeline/last_row_logits.h"
 #include "pipeline/pipeline.h"
@@ -89,6 +92,40 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
   }
   m->vocab = graphs.size() == 1 ? vocab_of(graphs[0]) : static_cast<int64_t>(m->runner->vocab_size());
   return m;
+}
+
+void add_profile_option(CLI::App* cmd, std::string& file) {
+  cmd->add_option("--profile", file,
+                  "Write each graph node's time to FILE (JSON; the same as NPUFORGE_PROFILE=FILE) and print the "
+                  "costliest operators");
+}
+
+std::filesystem::path start_profile(const std::string& file) {
+  if (file.empty()) return {};
+  const fs::path path = fs::absolute(file);
+  if (fs::is_directory(path)) throw UserError("--profile " + file + " is a directory");
+  fs::remove(path);
+  if (::setenv("NPUFORGE_PROFILE", path.c_str(), 1) != 0) throw UserError("--profile: cannot set NPUFORGE_PROFILE");
+  return path;
+}
+
+void print_profile(const fs::path& file) {
+  if (!fs::is_regular_file(file)) {
+    std::fprintf(stderr, "profile: the backend wrote none (the engine's backends profile: cpu, htp, aries)\n");
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(host::read_regular_file(file, host::kJsonMax, "profile"), nullptr, false);
+  if (!j.is_object() || !j.contains("ops") || !j.contains("passes")) throw UserError(file.string() + ": not a profile");
+  std::fprintf(stderr, "profile (%s): %.1f ms in graph nodes\n", file.string().c_str(), j.value("ms", 0.0));
+  for (const auto& p : j["passes"])
+    std::fprintf(stderr, "  graph %s, %lld rows: %lld runs, %.1f ms\n", p.value("graph", "").c_str(),
+                 static_cast<long long>(p.value("rows", 0)), static_cast<long long>(p.value("runs", 0)), p.value("ms", 0.0));
+  size_t shown = 0;
+  for (const auto& o : j["ops"]) {
+    if (shown++ == 8) break;
+    std::fprintf(stderr, "  %-22s %6.1f%%  %9.1f ms  %8lld calls\n", o.value("op", "").c_str(), 100 * o.value("share", 0.0),
+                 o.value("ms", 0.0), static_cast<long long>(o.value("calls", 0)));
+  }
 }
 
 }  // namespace nf::cli

@@ -2,6 +2,9 @@
 // bare .onnx file (through the cpu backend, without building a package).
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,5 +29,14 @@ struct OpenModel {
 // `decoder`: the speculative decoder a bare .onnx will run with ("" or "none": none); its
 // assets' extra embedding rows (ssd's forecast tokens) are appended before the model opens.
 std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string& decoder = "");
+
+// --profile FILE (run, eval): each graph node's time, from the engine (NPUFORGE_PROFILE).
+void add_profile_option(CLI::App* cmd, std::string& file);
+// Sets NPUFORGE_PROFILE to FILE's absolute path before any graph is planned (the engine reads
+// it once) and removes an old FILE; "" does nothing. Returns the path ("" when none).
+std::filesystem::path start_profile(const std::string& file);
+// After every session has closed (the engine writes the file then): the passes and the
+// costliest operators, to stderr.
+void print_profile(const std::filesystem::path& file);
 
 }  // namespace nf::cli

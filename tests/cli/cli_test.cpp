@@ -414,6 +414,28 @@ TEST(Run, ProfileTimesEachNodeAndThePrefillRunsTheHeadOnOneRow) {
   fs::remove_all(dir);
 }
 
+// eval scores every row: its passes run the full head and never the last-row branch.
+TEST(Eval, ProfileShowsEveryRowThroughTheFullHead) {
+  fs::path dir = fresh_dir("eval_profile");
+  const fs::path file = dir / "profile.json";
+  auto r = npuforge({"eval", model_dir("tiny_llama") + "/model.onnx", "--text", model_dir("tiny_llama") + "/heldout.txt",
+                     "--window", "64", "--json", "--profile", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(slurp(file));
+  ASSERT_EQ(j["passes"].size(), 1u) << j["passes"].dump().substr(0, 300);
+  const auto& pass = j["passes"][0];
+  EXPECT_EQ(pass["rows"], 64);
+  int64_t full = -1, branch = -1;
+  for (const auto& node : pass["nodes"]) {
+    const std::string name = node["node"];
+    if (node["op"] != "MatMul" || name.find("lm_head") == std::string::npos) continue;
+    (name.rfind("logits.last_row/", 0) == 0 ? branch : full) = node["calls"];
+  }
+  EXPECT_EQ(full, pass["runs"]);
+  EXPECT_EQ(branch, 0);
+  fs::remove_all(dir);
+}
+
 TEST(Eval, ReportsPerplexityAsJson) {
   auto r = npuforge({"eval", model_dir("tiny_llama") + "/model.onnx", "--text", model_dir("tiny_llama") + "/heldout.txt",
                      "--window", "64", "--json"});
