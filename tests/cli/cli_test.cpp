@@ -97,6 +97,9 @@ INSTANTIATE_TEST_SUITE_P(
                "out of range"},
         BadRun{"EmptyPrompt", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", ""}, "bad prompt id ''"},
         BadRun{"NoPrompt", {"run", model_dir("llama_gqa") + "/model.onnx"}, "--prompt"},
+        BadRun{"ProfileIsADirectory",
+               {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1", "--profile", model_dir("llama_gqa")},
+               "is a directory"},
         BadRun{"TextPromptWithoutTokenizer", {"run", model_dir("llama_gqa") + "/model.onnx", "--prompt", "hello"},
                "no tokenizer.json"},
         BadRun{"UnsupportedOperator", {"run", source_dir() + "/tests/cli/data/unsupported_op.onnx", "--prompt-ids", "1,2"},
@@ -415,6 +418,16 @@ TEST(Run, ProfileTimesEachNodeAndThePrefillRunsTheHeadOnOneRow) {
 }
 
 // eval scores every row: its passes run the full head and never the last-row branch.
+// A profile that cannot be written costs the run nothing but a line saying so.
+TEST(Run, UnwritableProfileIsReportedAndTheRunStillSucceeds) {
+  auto r = npuforge({"run", model_dir("tiny_llama") + "/model.onnx", "--prompt-ids", "1,2", "--max-new-tokens", "2",
+                     "--json", "--profile", "/nonexistent_npuforge_dir/profile.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 2u);
+  EXPECT_NE(r.err.find("cannot write the profile"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("profile: the backend wrote none"), std::string::npos) << r.err;
+}
+
 TEST(Eval, ProfileShowsEveryRowThroughTheFullHead) {
   fs::path dir = fresh_dir("eval_profile");
   const fs::path file = dir / "profile.json";
