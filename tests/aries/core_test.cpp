@@ -317,3 +317,36 @@ TEST(AriesSimulator, CalibrationFiguresWithin20Percent) {
   double t8 = simulate(llama(32, 4096, 32, 8, 128, 14336, 128256, {}), llm_options(), aries(), {240, 245})["ttft_ms"];
   EXPECT_LT(std::fabs(t8 / 4430.71 - 1), 0.2) << t8;
 }
+
+// The rows of the compiled graph a tree pass runs on: aries.json records every static
+// graph's rows per call; a package from before that knows only the largest.
+TEST(AriesModelShape, RowsPerCallAndOlderPackages) {
+  ModelShape s;
+  s.layers = 2;
+  s.hidden = s.heads = s.kv_heads = s.head_dim = s.intermediate = s.vocab = 8;
+  s.max_rows = 32;
+  s.rows_per_call = {1, 16, 32};
+  const ModelShape back = ModelShape::from_json(s.to_json());
+  EXPECT_EQ(back.rows_per_call, s.rows_per_call);
+  EXPECT_EQ(back.graph_rows_for(1), 1);
+  EXPECT_EQ(back.graph_rows_for(2), 16);
+  EXPECT_EQ(back.graph_rows_for(17), 32);
+  EXPECT_EQ(back.graph_rows_for(40), 32);  // the largest, called twice
+
+  nlohmann::json old = s.to_json();
+  old.erase("rows_per_call");
+  EXPECT_EQ(ModelShape::from_json(old).graph_rows_for(4), 32);
+  old["max_rows"] = 0;  // a dynamic graph: the pass runs at its own rows
+  EXPECT_EQ(ModelShape::from_json(old).graph_rows_for(4), 4);
+
+  for (const nlohmann::json& bad : {nlohmann::json{16, 1}, nlohmann::json{0, 16}}) {
+    nlohmann::json j = s.to_json();
+    j["rows_per_call"] = bad;
+    try {
+      ModelShape::from_json(j);
+      FAIL() << bad;
+    } catch (const nf::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rows_per_call"), std::string::npos) << e.what();
+    }
+  }
+}
