@@ -12,6 +12,7 @@
 #include "pipeline/pipeline.h"
 #include "runner/runner.h"
 #include "runtime/package.h"
+#include "support/plugins.h"
 
 using namespace nf;
 
@@ -21,13 +22,10 @@ const std::string kModels = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/";
 
 // Prefill logits of the last prompt row, and every row's, through the dynamic runner.
 std::vector<float> prefill_last_row(ir::ModelSet& ms, bool all_rows) {
-  host::Registry reg;
-  reg.load_directories({host::Registry::builtin_dir()});
-  const host::PluginInfo* cpu = reg.find(NF_KIND_BACKEND, "cpu");
-  EXPECT_NE(cpu, nullptr);
+  const host::PluginInfo& cpu = test::plugin(NF_KIND_BACKEND, "cpu");  // the plugins load once per process
   nlohmann::json options{{"threads", 1}};
-  EXPECT_TRUE(manifest::validate_json(cpu->schema, options).empty());
-  auto session = host::BackendSession::open_model_set(*cpu, options, ms);
+  EXPECT_TRUE(manifest::validate_json(cpu.schema, options).empty());
+  auto session = host::BackendSession::open_model_set(cpu, options, ms);
   host::DynamicRunner runner(*session, host::DecoderIO::from_spec(host::graph_specs(ms)[0]));
   const std::vector<int32_t> prompt{1, 17, 42, 5, 99, 23, 7};
   std::vector<float> logits = runner.append(prompt, all_rows);

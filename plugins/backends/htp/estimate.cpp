@@ -224,7 +224,8 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
     return r;
   };
   const int64_t ar_prefill = *ars_at(cl_prefill).rbegin();
-  const int64_t ar_decode = *ars_at(cl_decode).begin();
+  const std::set<int64_t> ars_decode = ars_at(cl_decode);
+  const int64_t ar_decode = *ars_decode.begin();
 
   nlohmann::json prefill_bd = nlohmann::json::array(), decode_bd = nlohmann::json::array();
   Cost chunk = pass_cost(o, meta, summaries, ar_prefill, cl_prefill, &prefill_bd);
@@ -280,9 +281,8 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const n
     // decode context length (the largest, called again, when none does); every row through
     // the head, as the graph computes them.
     const int64_t rows = get("pass_rows", 1);
-    const std::set<int64_t> at = ars_at(cl_decode);
-    int64_t ar = *at.rbegin();
-    for (int64_t a : at)
+    int64_t ar = *ars_decode.rbegin();
+    for (int64_t a : ars_decode)
       if (a >= rows) {
         ar = a;
         break;
