@@ -142,10 +142,11 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   finish_deferred();
   fuse_transposed_matmuls();
   drop_unused_constants();
-  plan_frees();
   plan_activation_quant(ms);
   plan_table_lookups(ms);
   plan_integer_mode();
+  share_repeated_kv();
+  plan_frees();
   profile_ = profile::attach();
 }
 

@@ -54,6 +54,7 @@ class GraphPlan {
   int slot(const std::string& value);
   void fold_constants();
   void fuse_transposed_matmuls();
+  void share_repeated_kv();
   void pack_weights(ModelSet ms, Graph g, PackCache* cache);
   void finish_deferred();
   void drop_unused_constants();
