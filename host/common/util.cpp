@@ -36,16 +36,18 @@ std::string hex128(XXH128_hash_t h) {
 std::string hash_bytes(const void* data, size_t n) { return hex128(XXH3_128bits(data, n)); }
 std::string hash_string(const std::string& s) { return hash_bytes(s.data(), s.size()); }
 
-std::string hash_buffer(const ir::Buffer& b) {
+std::string hash_buffer(const ir::Buffer& b, size_t offset, size_t n) {
   // Piece by piece, dropping each piece's pages once hashed: hashing a mapped multi-GB
   // weights file must not leave all of it resident in this process.
+  if (offset > b.size()) throw std::runtime_error("hash_buffer: offset past the end");
+  const size_t end = offset + std::min(n, b.size() - offset);
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
   constexpr size_t kPiece = size_t{64} << 20;
-  for (size_t done = 0; done < b.size(); done += kPiece) {
-    size_t n = std::min(kPiece, b.size() - done);
-    XXH3_128bits_update(state, b.data() + done, n);
-    b.drop_pages(done, n);
+  for (size_t done = offset; done < end; done += kPiece) {
+    const size_t piece = std::min(kPiece, end - done);
+    XXH3_128bits_update(state, b.data() + done, piece);
+    b.drop_pages(done, piece);
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <atomic>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -23,8 +23,9 @@ namespace nf::host {
 std::string hash_bytes(const void* data, size_t n);
 std::string hash_string(const std::string& s);
 std::string hash_file(const std::filesystem::path& p);
-// Same hash as hash_bytes over the buffer; a mapping's pages are dropped as it goes.
-std::string hash_buffer(const ir::Buffer& b);
+// Same hash as hash_bytes over the buffer's bytes [offset, offset + n) (n = SIZE_MAX: to the
+// end); a mapping's pages are dropped as it goes.
+std::string hash_buffer(const ir::Buffer& b, size_t offset = 0, size_t n = SIZE_MAX);
 
 // read_regular_file (common/files.h) with the text cap: a file whose role has no name.
 std::string read_text_file(const std::filesystem::path& p);

@@ -2,6 +2,8 @@
 // cannot serialize messages over 2 GB); each distinct weight view is written once.
 #include "onnx/internal.h"
 
+#include "common/util.h"
+
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +57,38 @@ uint64_t DataWriter::put(const ir::Tensor& t) {
   return offset;
 }
 
+std::string BlobWriter::put(const ir::Tensor& t) {
+  const size_t n = t.nbytes();
+  auto key = std::make_tuple(t.buffer.get(), t.offset, n);
+  if (auto it = written_.find(key); it != written_.end()) return it->second;
+  const std::string name = nf::host::hash_buffer(*t.buffer, t.offset, n) + ".bin";
+  const std::string location = "blobs/" + name;
+  const fs::path dest = fs::path(dir_) / location;
+  std::error_code ec;
+  fs::create_directories(dest.parent_path(), ec);
+  if (!fs::exists(dest, ec) && !(opts_.reuse && opts_.reuse(name, dest))) {
+    // Written beside and renamed, in pieces whose mapped source pages go once written.
+    const std::string tmp = dest.string() + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const char* p = static_cast<const char*>(t.data());
+    for (size_t done = 0; out && done < n;) {
+      const size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
+      out.write(p + done, static_cast<std::streamsize>(chunk));
+      t.buffer->drop_pages(t.offset + done, chunk);
+      done += chunk;
+    }
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail(dest.string(), "write failed (disk full?)");
+    }
+    fs::rename(tmp, dest, ec);
+    if (ec) fail(dest.string(), "cannot rename: " + ec.message());
+  }
+  written_.emplace(key, location);
+  return location;
+}
+
 void DataWriter::commit() {
   out_.close();
   if (!out_) fail(path_, "write failed (disk full?)");
@@ -80,7 +114,7 @@ class Exporter {
       // ONNX Runtime's shape inference reads them and cannot read external data.
       const ir::Tensor& t = ref->tensor;
       bool shape_like = (t.dtype == NF_DTYPE_INT64 || t.dtype == NF_DTYPE_INT32) && t.nbytes() <= 4096;
-      tensor(name, t, shape_like ? SIZE_MAX : p_.initializer_threshold, gp->add_initializer());
+      tensor(name, t, shape_like ? SIZE_MAX : p_.initializer_threshold, gp->add_initializer(), !shape_like);
     }
     for (const auto& name : g.inputs) value_info(g, name, gp->add_input());
     for (const auto& name : g.outputs) value_info(g, name, gp->add_output());
@@ -153,7 +187,9 @@ class Exporter {
     }
   }
 
-  void tensor(const std::string& name, const ir::Tensor& t, size_t threshold, onnx::TensorProto* tp) {
+  // `blob_ok`: an initializer the policy's blob writer may take.
+  void tensor(const std::string& name, const ir::Tensor& t, size_t threshold, onnx::TensorProto* tp,
+              bool blob_ok = false) {
     if (!name.empty()) tp->set_name(name);
     tp->set_data_type(t.dtype);
     for (int64_t d : t.dims) {
@@ -168,15 +204,17 @@ class Exporter {
     if (n == 0) return;
     if (!t.buffer || t.offset > t.buffer->size() || n > t.buffer->size() - t.offset)
       fail(p_.origin, "tensor '" + name + "' has fewer bytes than its dims need");
-    if (p_.data && n >= threshold) {
-      uint64_t offset = p_.data->put(t);
+    const bool blob = blob_ok && p_.blobs && n >= p_.blobs->min_bytes();
+    if (blob || (p_.data && n >= threshold)) {
+      const std::string location = blob ? p_.blobs->put(t) : p_.data->location();
+      const uint64_t offset = blob ? 0 : p_.data->put(t);
       tp->set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const char* k, const std::string& v) {
         auto* e = tp->add_external_data();
         e->set_key(k);
         e->set_value(v);
       };
-      add("location", p_.data->location());
+      add("location", location);
       add("offset", std::to_string(offset));
       add("length", std::to_string(n));
       return;

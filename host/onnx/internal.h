@@ -58,9 +58,24 @@ class DataWriter {
   std::map<std::tuple<const ir::Buffer*, size_t, size_t>, uint64_t> written_;
 };
 
+// Writes each distinct tensor content to its own file blobs/<hash>.bin of a model set
+// folder (see BlobOptions), each (buffer, offset, size) view hashed once.
+class BlobWriter {
+ public:
+  BlobWriter(std::string dir, const BlobOptions& opts) : dir_(std::move(dir)), opts_(opts) {}
+  std::string put(const ir::Tensor& t);  // the file's location, relative to the folder
+  size_t min_bytes() const { return opts_.min_bytes; }
+
+ private:
+  std::string dir_;
+  const BlobOptions& opts_;
+  std::map<std::tuple<const ir::Buffer*, size_t, size_t>, std::string> written_;
+};
+
 struct ExportPolicy {
   std::string origin;               // path shown in errors
   DataWriter* data = nullptr;       // null: everything inline
+  BlobWriter* blobs = nullptr;      // set: initializers of blobs->min_bytes or more go there
   size_t initializer_threshold = 1024;  // initializers of at least this many bytes go to data
   size_t attribute_threshold = 1024;    // same for tensors in attributes (Constant nodes)
 };

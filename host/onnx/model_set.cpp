@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -310,7 +311,7 @@ void encodings_from_json(const json& j, ir::ModelSet& ms) {
 
 // ---- model sets -------------------------------------------------------------------------
 
-void save_model_set(const ir::ModelSet& ms, const std::string& dir) {
+void save_model_set(const ir::ModelSet& ms, const std::string& dir, const BlobOptions* blob_options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(dir, "model set folder does not exist");
   if (!fs::is_empty(dir, ec) || ec) fail(dir, "model set folder is not empty");
@@ -330,6 +331,8 @@ void save_model_set(const ir::ModelSet& ms, const std::string& dir) {
 
   // One data file for the whole set: clones share buffers, so shared weights land once.
   detail::DataWriter weights((fs::path(dir) / kWeights).string(), kWeights);
+  std::optional<detail::BlobWriter> blobs;
+  if (blob_options) blobs.emplace(dir, *blob_options);
   json graphs = json::array();
   std::vector<std::pair<onnx::ModelProto, std::string>> protos;
   for (const auto& g : ms.graphs) {
@@ -337,7 +340,8 @@ void save_model_set(const ir::ModelSet& ms, const std::string& dir) {
     detail::ExportPolicy policy;
     policy.origin = (fs::path(dir) / file).string();
     policy.data = &weights;
-    policy.initializer_threshold = 1;  // every initializer lives in weights.bin
+    policy.blobs = blobs ? &*blobs : nullptr;
+    policy.initializer_threshold = 1;  // every initializer lives in weights.bin (or a blob)
     policy.attribute_threshold = 1024;
     onnx::ModelProto m;
     detail::export_model(*g, policy, &m);

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <stdexcept>
@@ -37,7 +39,16 @@ void save_model(const ir::Graph& g, const std::string& path, const SaveOptions& 
 
 // A model set on disk: DIR/model_set.json, DIR/<graph>.onnx, DIR/weights.bin (each distinct
 // weight once) and DIR/encodings.json (AIMET 1.0.0, only when there are encodings).
-void save_model_set(const ir::ModelSet& ms, const std::string& dir);  // dir must exist and be empty
+// With `blobs`, each initializer of at least blobs->min_bytes is instead a file
+// DIR/blobs/<hash of its bytes>.bin, each distinct content once; blobs->reuse(file name,
+// destination) may put an existing copy there (a hard link) and return true, so a store of
+// many model sets (the stage cache) keeps one copy of a weight that several of them hold.
+struct BlobOptions {
+  size_t min_bytes = size_t{1} << 20;
+  std::function<bool(const std::string& file_name, const std::filesystem::path& dest)> reuse;
+};
+void save_model_set(const ir::ModelSet& ms, const std::string& dir,  // dir must exist and be empty
+                    const BlobOptions* blobs = nullptr);
 // Maps weights.bin once; every initializer views it.
 std::unique_ptr<ir::ModelSet> load_model_set(const std::string& dir);
 

@@ -15,18 +15,30 @@ constexpr const char* kEntryDigest = "entry.json";
 // Part of every key: a host that writes model sets differently never reads older entries.
 constexpr const char* kHostVersion = "npuforge 0.1.0";
 
-nlohmann::json file_hashes(const fs::path& dir) {
+// Weights of at least this size are blobs shared between entries (root/blobs/<hash>.bin,
+// hard-linked into each entry that holds them): a quant stage that only adds encodings, or
+// a transform that only rewires the graph, stores no second copy of an 8B model's weights.
+constexpr size_t kBlobBytes = size_t{1} << 20;
+constexpr const char* kBlobs = "blobs";
+
+// {relative path: hash} of an entry's files. A blob's name is the hash of the bytes it was
+// written from (`blobs_by_name`), which spares hashing an 8B model's weights at every store;
+// verify_entry hashes them all.
+nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel != kEntryDigest) files[rel] = hash_file(e.path());
+    if (rel == kEntryDigest) continue;
+    const bool blob = blobs_by_name && e.path().parent_path().filename() == kBlobs && e.path().extension() == ".bin";
+    files[rel] = blob ? e.path().stem().string() : hash_file(e.path());
   }
   return files;
 }
 
-// "" when every file of the entry is there with the hash it was stored with; else why not.
-std::string verify_entry(const fs::path& dir) {
+// "" when every file of the entry is there with the hash it was stored with; else why not
+// (`bad_file`: the relative path at fault, if one is).
+std::string verify_entry(const fs::path& dir, std::string* bad_file) {
   nlohmann::json digest;
   try {
     digest = nlohmann::json::parse(read_regular_file(dir / kEntryDigest, kJsonMax, "cache entry digest"));
@@ -37,7 +49,10 @@ std::string verify_entry(const fs::path& dir) {
   const nlohmann::json have = file_hashes(dir);
   for (const auto& [rel, hash] : digest["files"].items()) {
     if (!have.contains(rel)) return rel + " is missing";
-    if (have[rel] != hash) return rel + " does not match its hash";
+    if (have[rel] != hash) {
+      *bad_file = rel;
+      return rel + " does not match its hash";
+    }
   }
   for (const auto& [rel, hash] : have.items())
     if (!digest["files"].contains(rel)) return rel + " was not part of it";
@@ -54,8 +69,15 @@ fs::path StageCache::default_root() {
 }
 
 StageCache::StageCache(fs::path root, bool enabled) : root_(std::move(root)), enabled_(enabled) {
-  // Entries half-written by builds that died (".tmp-<host>-<pid>-<n>") go first.
-  if (enabled_) remove_stale_work_dirs(root_ / "stages", R"(\.tmp-)");
+  if (!enabled_) return;
+  // Entries half-written by builds that died (".tmp-<host>-<pid>-<n>") go first, then blobs
+  // no entry links any more (a store that meets one gone writes its bytes itself).
+  remove_stale_work_dirs(root_ / "stages", R"(\.tmp-)");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_ / kBlobs, ec)) {
+    std::error_code ec2;
+    if (e.is_regular_file(ec2) && fs::hard_link_count(e.path(), ec2) == 1) fs::remove(e.path(), ec2);
+  }
 }
 
 std::string StageCache::key(const std::string& input_key, const std::string& kind, const std::string& name,
@@ -79,7 +101,10 @@ std::unique_ptr<ir::ModelSet> StageCache::load(const std::string& key) const {
   fs::path dir = root_ / "stages" / key;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return nullptr;
-  if (std::string why = verify_entry(dir); !why.empty()) {
+  std::string bad_file;
+  if (std::string why = verify_entry(dir, &bad_file); !why.empty()) {
+    // A damaged blob is damaged in every entry that links it: no later store reuses it.
+    if (fs::path(bad_file).parent_path() == kBlobs) fs::remove(root_ / bad_file, ec);
     evict(dir, why);
     return nullptr;
   }
@@ -101,9 +126,24 @@ bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
   try {
     fs::path stages = root_ / "stages";
     TempDir tmp(stages, ".tmp-");
-    onnx_io::save_model_set(ms, tmp.path().string());
-    write_text_file_atomic(tmp.path() / kEntryDigest, nlohmann::json{{"files", file_hashes(tmp.path())}}.dump(1) + "\n");
+    const fs::path shared = root_ / kBlobs;
+    onnx_io::BlobOptions blobs;
+    blobs.min_bytes = kBlobBytes;
+    blobs.reuse = [&](const std::string& name, const fs::path& dest) {
+      std::error_code ec;
+      fs::create_hard_link(shared / name, dest, ec);
+      return !ec;
+    };
+    onnx_io::save_model_set(ms, tmp.path().string(), &blobs);
+    // The blobs this entry wrote become shared (another build may have shared one first).
     std::error_code ec;
+    fs::create_directories(shared, ec);
+    for (const auto& e : fs::directory_iterator(tmp.path() / kBlobs, ec)) {
+      std::error_code ec2;
+      if (fs::hard_link_count(e.path(), ec2) == 1) fs::create_hard_link(e.path(), shared / e.path().filename(), ec2);
+    }
+    write_text_file_atomic(tmp.path() / kEntryDigest,
+                           nlohmann::json{{"files", file_hashes(tmp.path(), true)}}.dump(1) + "\n");
     fs::rename(tmp.path(), stages / key, ec);  // another build may have stored it first: fine
     if (!ec) tmp.release();
     return true;

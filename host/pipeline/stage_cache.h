@@ -4,6 +4,10 @@
 // option names, and the host's version. A rebuild replays the stages that did not change
 // from here instead of running them. Each entry carries the hash of each of its files and
 // is verified when reused: a damaged entry is evicted and rebuilt, with a warning.
+// Layout: <root>/stages/<key>/ (a model set, onnx_io::save_model_set) and <root>/blobs/,
+// one file per distinct weight of 1 MiB or more, named by the hash of its bytes and
+// hard-linked into every entry that holds it; a blob no entry links goes when a cache is
+// next opened.
 #pragma once
 
 #include <filesystem>

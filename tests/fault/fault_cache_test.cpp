@@ -2,7 +2,9 @@
 // is the same: the bytes of the files its options name (resolved against the manifest,
 // not the working folder), the plugin's library, and the entry's own files, which are
 // verified on reuse (a damaged entry is evicted and rebuilt, with a warning).
+#include <algorithm>
 #include <functional>
+#include <set>
 
 #include "fault_support.h"
 
@@ -120,6 +122,15 @@ fs::path cached_entry(const fs::path& d, fs::path* manifest) {
   return entries.empty() ? fs::path() : entries[0];
 }
 
+// The entry's first weight blob (a weight of 1 MiB or more, stored once for the cache).
+fs::path first_blob(const fs::path& entry) {
+  std::vector<fs::path> blobs;
+  for (const auto& f : fs::directory_iterator(entry / "blobs")) blobs.push_back(f.path());
+  std::sort(blobs.begin(), blobs.end());
+  EXPECT_FALSE(blobs.empty()) << entry;
+  return blobs.empty() ? entry / "blobs" / "none" : blobs[0];
+}
+
 }  // namespace
 
 struct Damage {
@@ -180,5 +191,53 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"DigestMissing", [](const fs::path& e) { fs::remove(e / "entry.json"); }},
         Damage{"DigestGarbage", [](const fs::path& e) { write_file(e / "entry.json", "not json"); }},
         Damage{"FileAdded", [](const fs::path& e) { write_file(e / "extra.onnx", "x"); }},
-        Damage{"WeightsRemoved", [](const fs::path& e) { fs::remove(e / "weights.bin"); }}),
+        Damage{"WeightsRemoved", [](const fs::path& e) { fs::remove(e / "weights.bin"); }},
+        // A shared weight (a hard link of the cache's blobs/): damaged for every entry that
+        // links it, so the rebuild must write it again, not link the damaged copy.
+        Damage{"SharedBlobByteFlipped", [](const fs::path& e) { flip_byte(first_blob(e), 4321); }},
+        Damage{"SharedBlobRemoved", [](const fs::path& e) { fs::remove(first_blob(e)); }}),
     [](const ::testing::TestParamInfo<Damage>& info) { return info.param.name; });
+
+// Two stages that leave the weights as they are (an identity transform twice) store them
+// once: each entry's blobs are hard links of the cache's blobs/. Blobs no entry links any
+// more (the entries removed by hand) go when a build next opens the cache.
+TEST(FaultCache, EntriesShareWeightsByContent) {
+  fs::path d = scratch("cache_shared");
+  auto m = write_manifest(d,
+                          "[[transform]]\nplugin = \"slow_identity\"\nsteps = 2\n[[transform]]\nplugin = "
+                          "\"slow_identity\"\nsteps = 3\n[plugins]\npaths = [\"" + test_plugins() + "\"]\n",
+                          "tiny_llama");
+  auto r = build_cached(m, d / "out", d / "cache");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(d / "cache" / "stages")) entries.push_back(e.path());
+  ASSERT_EQ(entries.size(), 2u);
+  std::set<std::string> names[2];
+  for (size_t i = 0; i < 2; ++i)
+    for (const auto& f : fs::directory_iterator(entries[i] / "blobs")) {
+      names[i].insert(f.path().filename().string());
+      EXPECT_TRUE(fs::equivalent(f.path(), d / "cache" / "blobs" / f.path().filename())) << f.path();
+      EXPECT_EQ(fs::hard_link_count(f.path()), 3u) << f.path();  // two entries and the cache's copy
+    }
+  ASSERT_FALSE(names[0].empty());
+  EXPECT_EQ(names[0], names[1]);
+  // Replayed from the shared copies: the same package.
+  const std::string package = slurp(d / "out" / "cpu" / "package.json");
+  auto again = build_cached(m, d / "out", d / "cache");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(stage_report(d / "out", 1)["cached"].get<bool>());
+  auto files = [](const std::string& meta) {
+    auto f = nlohmann::json::parse(meta)["files"];
+    f.erase("build_report.json");
+    return f;
+  };
+  EXPECT_EQ(files(slurp(d / "out" / "cpu" / "package.json")), files(package));
+
+  for (const auto& e : entries) fs::remove_all(e);
+  fs::create_directories(d / "other");
+  auto other = write_manifest(d / "other",
+                              "[[transform]]\nplugin = \"slow_identity\"\nsteps = 2\n[plugins]\npaths = [\"" +
+                                  test_plugins() + "\"]\n");
+  ASSERT_EQ(build_cached(other, d / "out_other", d / "cache").exit_code, 0);
+  for (const std::string& name : names[0]) EXPECT_FALSE(fs::exists(d / "cache" / "blobs" / name)) << name;
+}
