@@ -3,7 +3,7 @@
 # executor (issue 19): `local` with 1 worker (the build in one process), `local` with 2 worker
 # processes, and `slurm` (the one-node cluster of scripts/slurm_cluster.sh, 2 CPUs). Each
 # executor starts from an empty stage cache (cold), then builds again on that cache (warm).
-# Prints one markdown row per build: wall seconds, stages run / cached, and the sha256 of each
+# Prints one markdown row per build: wall seconds, stages and compiles run / cached, and the sha256 of each
 # package's artifacts, which must be equal across executors.
 #
 #   bash bench/executor_bench.sh [MODEL]     MODEL default llama-100m (tools/models/configs)
@@ -104,13 +104,14 @@ for ex in $EXECUTORS; do
     fi
     end=$(date +%s.%N)
     read -r run cached < <($PY -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]; c=sum(x["cached"] for x in s); print(len(s)-c, c)' "$out/htp/build_report.json")
+    read -r compiled < <($PY -c 'import json,sys; print(sum(not json.load(open(f"{sys.argv[1]}/{t}/build_report.json"))["compile_cached"] for t in ("cpu", "htp", "aries")))' "$out")
     shas=()
     for t in cpu htp aries; do
       shas+=("$(cd "$out/$t" && find artifacts -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)")
     done
-    # stages run / cached: the quant and transform stages (the 3 compiles always run)
-    awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
-      'BEGIN {printf "| %s | %s | %.1f | %d + 3 compiles | %d | %s | %s | %s |\n", e, p, t - s, r, c, a, b, z}'
+    # run / cached: the quant and transform stages, then the 3 compiles
+    awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v k="$compiled" -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
+      'BEGIN {printf "| %s | %s | %.1f | %d + %d compiles | %d + %d compiles | %s | %s | %s |\n", e, p, t - s, r, k, c, 3 - k, a, b, z}'
   done
   rm -rf "$cache" "$out"
 done

@@ -1,5 +1,6 @@
 #include "pipeline/pipeline.h"
 
+#include <dlfcn.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -175,6 +176,21 @@ std::pair<nlohmann::json, nlohmann::json> resolve_asset_options(const manifest::
   return {options, files};
 }
 
+// The hash of the file this code runs from (the npuforge executable, or the library a
+// program embedding the host links): what the host does to a model before a compile
+// (the last-row head) is part of the compile's key.
+const std::string& host_library_hash() {
+  static const std::string hash = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void*>(&host_library_hash), &info) == 0 || !info.dli_fname)
+      return std::string("unknown");
+    std::error_code ec;
+    const fs::path self = fs::canonical(info.dli_fname, ec);
+    return ec ? std::string("unknown") : hash_file(self);
+  }();
+  return hash;
+}
+
 }  // namespace
 
 void check_graphs(const ir::ModelSet& ms, const std::string& context) {
@@ -328,6 +344,7 @@ class BuildSteps {
       if (lib == library_hashes.end()) lib = library_hashes.emplace(s.plugin->library, hash_file(s.plugin->library)).first;
       key = s.key = StageCache::key(key, kind_name(s.kind), s.plugin->name, s.plugin->version, lib->second, inputs);
     }
+    model_key_ = key;
   }
 
   // The source as the stages see it: 16-bit floats widened to float32, new weights in the
@@ -416,9 +433,14 @@ class BuildSteps {
     std::string options = use.options.dump();
     std::string artifacts = (staging / "artifacts").string();
     check_graphs(ms, "before " + label);
-    call_plugin(label, [&](nf_context* ctx) {
-      return backend->backend()->compile(options.c_str(), handle(&ms), artifacts.c_str(), ctx);
-    });
+    const std::string key = compile_key(use, *backend);
+    const bool cached = cache_.load_artifacts(key, artifacts);
+    if (!cached) {
+      call_plugin(label, [&](nf_context* ctx) {
+        return backend->backend()->compile(options.c_str(), handle(&ms), artifacts.c_str(), ctx);
+      });
+      cache_.store_artifacts(key, artifacts);
+    }
     double compile_secs = seconds_since(t0);
 
     nlohmann::json meta{{"format", kPackageFormat},
@@ -451,11 +473,30 @@ class BuildSteps {
     if (m_.speculative)
       meta["speculative"] = {{"decoder", m_.speculative->name}, {"options", package_decoder_assets(m_, assets_, staging)}};
 
-    nlohmann::json report{{"target", target},         {"backend", backend->name},        {"stages", records},
-                          {"compile_seconds", compile_secs}, {"graphs", ms.graphs.size()}, {"peak_rss_bytes", peak_rss_bytes()}};
+    nlohmann::json report{{"target", target},
+                          {"backend", backend->name},
+                          {"stages", records},
+                          {"compile_seconds", compile_secs},
+                          {"compile_cached", cached},
+                          {"graphs", ms.graphs.size()},
+                          {"peak_rss_bytes", peak_rss_bytes()}};
     write_text_file_atomic(staging / "build_report.json", report.dump(2) + "\n");
     seal_package(staging, meta);
-    spdlog::info("{}: {} compiled in {:.2f}s", target, backend->name, compile_secs);
+    if (cached) spdlog::info("{}: {} compile from the stage cache", target, backend->name);
+    else spdlog::info("{}: {} compiled in {:.2f}s", target, backend->name, compile_secs);
+  }
+
+  // The compile's key, as a stage's: the model it compiles (the chain's last key), the
+  // backend (name, version, library bytes and its data folder <library dir>/<name>/, where
+  // htp keeps its chip files and aries its device files), its options and the files they
+  // name, and the host's own library (it adds the last-row head before compiling).
+  std::string compile_key(const manifest::PluginUse& use, const PluginInfo& backend) const {
+    const fs::path data = fs::path(backend.library).parent_path() / backend.name;
+    nlohmann::json inputs{{"options", use.options},
+                          {"files", resolve_asset_options(use, backend, m_).second},
+                          {"data", content_hash(data)},
+                          {"host", host_library_hash()}};
+    return StageCache::key(model_key_, "compile", backend.name, backend.version, hash_file(backend.library), inputs);
   }
 
   size_t checkpoints_loaded() const { return checkpoints_loaded_; }
@@ -486,6 +527,7 @@ class BuildSteps {
   const Registry& registry_;
   const StageCache& cache_;
   fs::path cache_root_;
+  std::string model_key_;  // of the chain's output (set_keys)
   std::vector<manifest::AssetPath> assets_;
   std::function<void(const std::string&, const std::string&)> on_checkpoint_;
   // New weights (widened, grown or made by stages) go to a scratch file beside the output,

@@ -108,8 +108,11 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   n.scratch_bytes += widened_bytes;
   for (const auto& t : m.transforms)
     if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(0.12 * n.weight_bytes);
-  // Every stage (a decoder's build hook, quant, transform) stores its whole model set, weights at fp32.
-  if (use_cache) n.cache_bytes = (decoder_hook + m.quant.size() + m.transforms.size()) * n.weight_bytes;
+  // Every stage (a decoder's build hook, quant, transform) stores its whole model set, weights at
+  // fp32 (at most: a weight several entries hold is stored once), and every compile a copy of
+  // its target's artifacts.
+  if (use_cache)
+    n.cache_bytes = (decoder_hook + m.quant.size() + m.transforms.size()) * n.weight_bytes + n.package_bytes;
   return n;
 }
 

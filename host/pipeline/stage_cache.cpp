@@ -59,6 +59,18 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file) {
   return "";
 }
 
+// Every regular file under `from` (the digest aside) copied to the same relative path under
+// `to`. Copies, not links: a package never shares its files with the cache.
+void copy_tree(const fs::path& from, const fs::path& to) {
+  for (const auto& e : fs::recursive_directory_iterator(from)) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), from);
+    if (rel == kEntryDigest) continue;
+    fs::create_directories((to / rel).parent_path());
+    fs::copy_file(e.path(), to / rel);
+  }
+}
+
 }  // namespace
 
 fs::path StageCache::default_root() {
@@ -73,6 +85,7 @@ StageCache::StageCache(fs::path root, bool enabled) : root_(std::move(root)), en
   // Entries half-written by builds that died (".tmp-<host>-<pid>-<n>") go first, then blobs
   // no entry links any more (a store that meets one gone writes its bytes itself).
   remove_stale_work_dirs(root_ / "stages", R"(\.tmp-)");
+  remove_stale_work_dirs(root_ / "compiles", R"(\.tmp-)");
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root_ / kBlobs, ec)) {
     std::error_code ec2;
@@ -149,6 +162,43 @@ bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not store stage cache entry: {}", e.what());
+    return false;
+  }
+}
+
+bool StageCache::load_artifacts(const std::string& key, const fs::path& dest) const {
+  if (!enabled_) return false;
+  const fs::path dir = root_ / "compiles" / key;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  std::string bad_file;
+  if (std::string why = verify_entry(dir, &bad_file); !why.empty()) {
+    evict(dir, why);
+    return false;
+  }
+  try {
+    copy_tree(dir, dest);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("could not take the compiled artifacts from the stage cache: {}", e.what());
+    for (const auto& f : fs::directory_iterator(dest, ec)) fs::remove_all(f.path(), ec);
+    return false;
+  }
+}
+
+bool StageCache::store_artifacts(const std::string& key, const fs::path& src) const {
+  if (!enabled_) return false;
+  try {
+    const fs::path compiles = root_ / "compiles";
+    TempDir tmp(compiles, ".tmp-");
+    copy_tree(src, tmp.path());
+    write_text_file_atomic(tmp.path() / kEntryDigest, nlohmann::json{{"files", file_hashes(tmp.path())}}.dump(1) + "\n");
+    std::error_code ec;
+    fs::rename(tmp.path(), compiles / key, ec);  // another build may have stored it first: fine
+    if (!ec) tmp.release();
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("could not store the compiled artifacts in the stage cache: {}", e.what());
     return false;
   }
 }

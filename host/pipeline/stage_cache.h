@@ -4,7 +4,8 @@
 // option names, and the host's version. A rebuild replays the stages that did not change
 // from here instead of running them. Each entry carries the hash of each of its files and
 // is verified when reused: a damaged entry is evicted and rebuilt, with a warning.
-// Layout: <root>/stages/<key>/ (a model set, onnx_io::save_model_set) and <root>/blobs/,
+// Layout: <root>/stages/<key>/ (a model set, onnx_io::save_model_set), <root>/compiles/<key>/
+// (a backend's artifacts folder) and <root>/blobs/,
 // one file per distinct weight of 1 MiB or more, named by the hash of its bytes and
 // hard-linked into every entry that holds it; a blob no entry links goes when a cache is
 // next opened.
@@ -37,6 +38,14 @@ class StageCache {
   // Stores atomically; a failure to store only costs a warning (and returns false).
   bool store(const std::string& key, const ir::ModelSet& ms) const;
   bool enabled() const { return enabled_; }
+
+  // A backend's compiled artifacts (its output folder) under `key`, in <root>/compiles/:
+  // load copies the files into the empty folder `dest` after verifying them like a stage
+  // entry (a package never shares its files with the cache), and returns false when
+  // there is no entry or it was damaged (then evicted, with a warning; `dest` left empty).
+  bool load_artifacts(const std::string& key, const std::filesystem::path& dest) const;
+  // Stores atomically; a failure only costs a warning (and returns false).
+  bool store_artifacts(const std::string& key, const std::filesystem::path& src) const;
 
  private:
   void evict(const std::filesystem::path& entry, const std::string& why) const;

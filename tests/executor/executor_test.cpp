@@ -120,12 +120,14 @@ TEST(LocalExecutor, TwoWorkersMakeTheSamePackagesAsOneProcessAndARerunIsCached) 
   // The plan, results and logs of a finished build go.
   EXPECT_TRUE(fs::is_empty(m.parent_path() / "cache" / "builds"));
 
-  // Again: both chain stages come from the cache, only the compiles run.
+  // Again: both chain stages and the three compiles come from the cache.
   r = build(m, {"--jobs", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("2 of 2 stage(s) in the stage cache already"), std::string::npos) << r.err;
   for (const auto& s : read_json(m.parent_path() / "out" / "htp" / "build_report.json")["stages"])
     EXPECT_TRUE(s["cached"].get<bool>()) << s.dump();
+  for (const char* target : {"cpu", "htp", "aries"})
+    EXPECT_TRUE(read_json(m.parent_path() / "out" / target / "build_report.json")["compile_cached"].get<bool>()) << target;
   expect_same_packages(reference_out(), m.parent_path() / "out");
 }
 

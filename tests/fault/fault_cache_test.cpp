@@ -122,6 +122,13 @@ fs::path cached_entry(const fs::path& d, fs::path* manifest) {
   return entries.empty() ? fs::path() : entries[0];
 }
 
+// The files a package's seal lists, without the report (timings).
+nlohmann::json package_files(const fs::path& package) {
+  auto f = nlohmann::json::parse(slurp(package / "package.json"))["files"];
+  f.erase("build_report.json");
+  return f;
+}
+
 // The entry's first weight blob (a weight of 1 MiB or more, stored once for the cache).
 fs::path first_blob(const fs::path& entry) {
   std::vector<fs::path> blobs;
@@ -148,7 +155,7 @@ TEST_P(FaultCacheEntry, DamagedEntryIsEvictedAndRebuilt) {
   fs::path m;
   const fs::path entry = cached_entry(d, &m);
   ASSERT_FALSE(entry.empty());
-  const std::string good_package = slurp(d / "out" / "cpu" / "package.json");
+  const nlohmann::json good_package = package_files(d / "out" / "cpu");
   GetParam().apply(entry);
   auto r = build_cached(m, d / "out", d / "cache");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -156,12 +163,7 @@ TEST_P(FaultCacheEntry, DamagedEntryIsEvictedAndRebuilt) {
   EXPECT_NE(r.err.find("is damaged"), std::string::npos) << r.err;
   EXPECT_FALSE(stage_report(d / "out")["cached"].get<bool>());
   // Rebuilt: the same package as before the damage, and the next build replays it again.
-  auto files = [](const std::string& meta) {
-    auto f = nlohmann::json::parse(meta)["files"];
-    f.erase("build_report.json");  // timings
-    return f;
-  };
-  EXPECT_EQ(files(slurp(d / "out" / "cpu" / "package.json")), files(good_package));
+  EXPECT_EQ(package_files(d / "out" / "cpu"), good_package);
   auto again = build_cached(m, d / "out", d / "cache");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_TRUE(stage_report(d / "out")["cached"].get<bool>());
@@ -222,16 +224,11 @@ TEST(FaultCache, EntriesShareWeightsByContent) {
   ASSERT_FALSE(names[0].empty());
   EXPECT_EQ(names[0], names[1]);
   // Replayed from the shared copies: the same package.
-  const std::string package = slurp(d / "out" / "cpu" / "package.json");
+  const nlohmann::json package = package_files(d / "out" / "cpu");
   auto again = build_cached(m, d / "out", d / "cache");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_TRUE(stage_report(d / "out", 1)["cached"].get<bool>());
-  auto files = [](const std::string& meta) {
-    auto f = nlohmann::json::parse(meta)["files"];
-    f.erase("build_report.json");
-    return f;
-  };
-  EXPECT_EQ(files(slurp(d / "out" / "cpu" / "package.json")), files(package));
+  EXPECT_EQ(package_files(d / "out" / "cpu"), package);
 
   for (const auto& e : entries) fs::remove_all(e);
   fs::create_directories(d / "other");
@@ -240,4 +237,38 @@ TEST(FaultCache, EntriesShareWeightsByContent) {
                                   test_plugins() + "\"]\n");
   ASSERT_EQ(build_cached(other, d / "out_other", d / "cache").exit_code, 0);
   for (const std::string& name : names[0]) EXPECT_FALSE(fs::exists(d / "cache" / "blobs" / name)) << name;
+}
+
+// A compile is cached like a stage: a rebuild takes the artifacts from the cache (the same
+// package), a damaged entry is evicted and compiled again, and other backend options (or
+// another backend) compile anew.
+TEST(FaultCache, CompileIsReplayedAndADamagedOneCompiledAgain) {
+  fs::path d = scratch("cache_compile");
+  auto m = write_manifest(d, "", "tiny_llama");
+  auto compile_cached = [&] {
+    return nlohmann::json::parse(slurp(d / "out" / "cpu" / "build_report.json"))["compile_cached"].get<bool>();
+  };
+  ASSERT_EQ(build_cached(m, d / "out", d / "cache").exit_code, 0);
+  EXPECT_FALSE(compile_cached());
+  const nlohmann::json good = package_files(d / "out" / "cpu");
+  auto again = build_cached(m, d / "out", d / "cache");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(compile_cached());
+  EXPECT_EQ(package_files(d / "out" / "cpu"), good);
+
+  std::vector<fs::path> artifacts;
+  for (const auto& e : fs::recursive_directory_iterator(d / "cache" / "compiles"))
+    if (e.is_regular_file() && e.path().filename() != "entry.json") artifacts.push_back(e.path());
+  ASSERT_FALSE(artifacts.empty());
+  std::sort(artifacts.begin(), artifacts.end());
+  flip_byte(artifacts.back(), static_cast<std::streamoff>(fs::file_size(artifacts.back()) / 2));
+  auto damaged = build_cached(m, d / "out", d / "cache");
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_NE(damaged.err.find("is damaged"), std::string::npos) << damaged.err;
+  EXPECT_FALSE(compile_cached());
+  EXPECT_EQ(package_files(d / "out" / "cpu"), good);
+
+  write_manifest(d, "threads = 1\n", "tiny_llama");  // an option of [targets.cpu]
+  ASSERT_EQ(build_cached(m, d / "out", d / "cache").exit_code, 0);
+  EXPECT_FALSE(compile_cached());
 }

@@ -53,10 +53,11 @@ TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
   EXPECT_EQ(plain.transform_memory, plain.peak_memory);
   EXPECT_EQ(plain.peak_stage, "compile");
 
-  // Each cached stage holds the model set's weights; a decoder's build hook is one more.
+  // Each cached stage holds the model set's weights (a decoder's build hook is one more), the
+  // compile a copy of the package.
   const host::BuildNeeds cached = host::estimate_build(m, {"htp"}, *ms, true);
-  EXPECT_EQ(cached.cache_bytes, 2 * cached.weight_bytes);
-  EXPECT_EQ(host::estimate_build(m, {"htp"}, *ms, true, true).cache_bytes, 3 * cached.weight_bytes);
+  EXPECT_EQ(cached.cache_bytes, 2 * cached.weight_bytes + cached.package_bytes);
+  EXPECT_EQ(host::estimate_build(m, {"htp"}, *ms, true, true).cache_bytes, 3 * cached.weight_bytes + cached.package_bytes);
 }
 
 // The weights a build makes go to a scratch file beside the packages; what the disk cannot take
