@@ -3,8 +3,10 @@
 # executor (issue 19): `local` with 1 worker (the build in one process), `local` with 2 worker
 # processes, and `slurm` (the one-node cluster of scripts/slurm_cluster.sh, 2 CPUs). Each
 # executor starts from an empty stage cache (cold), then builds again on that cache (warm).
-# Prints one markdown row per build: wall seconds, stages and compiles run / cached, and the sha256 of each
-# package's artifacts, which must be equal across executors.
+# Prints one markdown row per build: wall seconds, stages and compiles run / cached, the bytes
+# the stage cache's model-set entries take on disk (du: a weight several entries hold,
+# hard-linked from blobs/, counts once) beside what they would take each with its own copy
+# (du -l), and the sha256 of each package's artifacts, which must be equal across executors.
 #
 #   bash bench/executor_bench.sh [MODEL]     MODEL default llama-100m (tools/models/configs)
 #   BUILD=build WORK=/work/nf_executor (default)   EXECUTORS="local1 local2 slurm slurm-nodedown"
@@ -71,8 +73,8 @@ if [[ " $EXECUTORS " == *" slurm"* ]]; then
   eval "$(bash "$ROOT/scripts/slurm_cluster.sh" env)"
 fi
 
-echo "| executor | cache | wall s | stages run | stages cached | cpu sha256 | htp sha256 | aries sha256 |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| executor | cache | wall s | stages run | stages cached | stage entries on disk GB | each with own copies GB | cpu sha256 | htp sha256 | aries sha256 |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for ex in $EXECUTORS; do
   case $ex in
     local1) args=(--executor local --jobs 1) ;;
@@ -99,19 +101,22 @@ for ex in $EXECUTORS; do
       scontrol update nodename="$(hostname -s)" state=resume 2>/dev/null || true
     fi
     if ! wait $pid; then
-      echo "| $ex | $pass | failed: $(tail -1 "$d/$ex-$pass.log") | | | | | |"
+      echo "| $ex | $pass | failed: $(tail -1 "$d/$ex-$pass.log") | | | | | | | |"
       continue
     fi
     end=$(date +%s.%N)
     read -r run cached < <($PY -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]; c=sum(x["cached"] for x in s); print(len(s)-c, c)' "$out/htp/build_report.json")
     read -r compiled < <($PY -c 'import json,sys; print(sum(not json.load(open(f"{sys.argv[1]}/{t}/build_report.json"))["compile_cached"] for t in ("cpu", "htp", "aries")))' "$out")
+    on_disk=$(du -sbc "$cache/stages" "$cache/blobs" | tail -1 | cut -f1)
+    own_copies=$(du -sbl "$cache/stages" | cut -f1)
     shas=()
     for t in cpu htp aries; do
       shas+=("$(cd "$out/$t" && find artifacts -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)")
     done
     # run / cached: the quant and transform stages, then the 3 compiles
-    awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v k="$compiled" -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
-      'BEGIN {printf "| %s | %s | %.1f | %d + %d compiles | %d + %d compiles | %s | %s | %s |\n", e, p, t - s, r, k, c, 3 - k, a, b, z}'
+    awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v k="$compiled" -v o="$on_disk" -v l="$own_copies" \
+      -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
+      'BEGIN {printf "| %s | %s | %.1f | %d + %d compiles | %d + %d compiles | %.2f | %.2f | %s | %s | %s |\n", e, p, t - s, r, k, c, 3 - k, o / 1e9, l / 1e9, a, b, z}'
   done
   rm -rf "$cache" "$out"
 done

@@ -20,6 +20,19 @@ namespace detail {
 
 constexpr uint64_t kAlign = 64;
 
+// A tensor's bytes written in pieces: a multi-GB tensor from a mapping should not need one
+// huge syscall, and a mapped source drops each piece's pages once written, so saving a
+// model set does not page all of its weights into this process.
+void write_in_pieces(std::ostream& out, const ir::Tensor& t) {
+  const char* p = static_cast<const char*>(t.data());
+  for (size_t done = 0, n = t.nbytes(); out && done < n;) {
+    const size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
+    out.write(p + done, static_cast<std::streamsize>(chunk));
+    t.buffer->drop_pages(t.offset + done, chunk);
+    done += chunk;
+  }
+}
+
 DataWriter::DataWriter(std::string path, std::string location)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), location_(std::move(location)) {
   out_.open(tmp_, std::ios::binary | std::ios::trunc);
@@ -41,16 +54,7 @@ uint64_t DataWriter::put(const ir::Tensor& t) {
   uint64_t pad = (kAlign - size_ % kAlign) % kAlign;
   out_.write(zeros, static_cast<std::streamsize>(pad));
   uint64_t offset = size_ + pad;
-  // Write in pieces: a multi-GB tensor from a mapping should not need one huge syscall,
-  // and a mapped source drops each piece's pages once written, so saving a model set
-  // does not page all of its weights into this process.
-  const char* p = static_cast<const char*>(t.data());
-  for (size_t done = 0; done < n;) {
-    size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
-    out_.write(p + done, static_cast<std::streamsize>(chunk));
-    t.buffer->drop_pages(t.offset + done, chunk);
-    done += chunk;
-  }
+  write_in_pieces(out_, t);
   if (!out_) fail(path_, "write failed (disk full?)");
   size_ = offset + n;
   written_.emplace(key, offset);
@@ -67,16 +71,9 @@ std::string BlobWriter::put(const ir::Tensor& t) {
   std::error_code ec;
   fs::create_directories(dest.parent_path(), ec);
   if (!fs::exists(dest, ec) && !(opts_.reuse && opts_.reuse(name, dest))) {
-    // Written beside and renamed, in pieces whose mapped source pages go once written.
-    const std::string tmp = dest.string() + ".tmp";
+    const std::string tmp = dest.string() + ".tmp";  // written beside and renamed
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const char* p = static_cast<const char*>(t.data());
-    for (size_t done = 0; out && done < n;) {
-      const size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
-      out.write(p + done, static_cast<std::streamsize>(chunk));
-      t.buffer->drop_pages(t.offset + done, chunk);
-      done += chunk;
-    }
+    write_in_pieces(out, t);
     out.close();
     if (!out) {
       std::remove(tmp.c_str());

@@ -71,6 +71,16 @@ void copy_tree(const fs::path& from, const fs::path& to) {
   }
 }
 
+// Seals a written entry with its digest and moves it into place (another build may have
+// stored the same key first: fine, this one goes).
+void seal_entry(TempDir& tmp, const fs::path& final_dir, bool blobs_by_name) {
+  write_text_file_atomic(tmp.path() / kEntryDigest,
+                         nlohmann::json{{"files", file_hashes(tmp.path(), blobs_by_name)}}.dump(1) + "\n");
+  std::error_code ec;
+  fs::rename(tmp.path(), final_dir, ec);
+  if (!ec) tmp.release();
+}
+
 }  // namespace
 
 fs::path StageCache::default_root() {
@@ -155,10 +165,7 @@ bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
       std::error_code ec2;
       if (fs::hard_link_count(e.path(), ec2) == 1) fs::create_hard_link(e.path(), shared / e.path().filename(), ec2);
     }
-    write_text_file_atomic(tmp.path() / kEntryDigest,
-                           nlohmann::json{{"files", file_hashes(tmp.path(), true)}}.dump(1) + "\n");
-    fs::rename(tmp.path(), stages / key, ec);  // another build may have stored it first: fine
-    if (!ec) tmp.release();
+    seal_entry(tmp, stages / key, true);
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not store stage cache entry: {}", e.what());
@@ -192,10 +199,7 @@ bool StageCache::store_artifacts(const std::string& key, const fs::path& src) co
     const fs::path compiles = root_ / "compiles";
     TempDir tmp(compiles, ".tmp-");
     copy_tree(src, tmp.path());
-    write_text_file_atomic(tmp.path() / kEntryDigest, nlohmann::json{{"files", file_hashes(tmp.path())}}.dump(1) + "\n");
-    std::error_code ec;
-    fs::rename(tmp.path(), compiles / key, ec);  // another build may have stored it first: fine
-    if (!ec) tmp.release();
+    seal_entry(tmp, compiles / key, false);
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not store the compiled artifacts in the stage cache: {}", e.what());
