@@ -108,11 +108,24 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   n.scratch_bytes += widened_bytes;
   for (const auto& t : m.transforms)
     if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(0.12 * n.weight_bytes);
-  // Every stage (a decoder's build hook, quant, transform) stores its whole model set, weights at
-  // fp32 (at most: a weight several entries hold is stored once), and every compile a copy of
-  // its target's artifacts.
-  if (use_cache)
-    n.cache_bytes = (decoder_hook + m.quant.size() + m.transforms.size()) * n.weight_bytes + n.package_bytes;
+  // The stage cache: the first stage's entry holds the weights at fp32; a later entry stores
+  // only the weight bytes it changed (a weight several entries hold is one blob): none for
+  // the stages known to add encodings or rewire graphs, mha2sha's per-head slices, a whole
+  // copy for any other stage (spinquant's rotations, a decoder's build hook, plugins we do
+  // not know). Each entry also holds its graphs and encodings (~4% of the weights at 1B),
+  // and each compile a copy of its package.
+  if (use_cache) {
+    auto new_bytes = [](const std::string& stage) {
+      static const std::set<std::string> keeps = {"minmax", "lpbq", "seqmse", "arcl", "split", "hidden_states"};
+      return keeps.count(stage) ? 0.0 : stage == "mha2sha" ? 0.12 : 1.0;
+    };
+    std::vector<double> stages(decoder_hook ? 1 : 0, 1.0);
+    for (const auto& q : m.quant) stages.push_back(new_bytes(q.name));
+    for (const auto& t : m.transforms) stages.push_back(new_bytes(t.name));
+    double copies = 0;
+    for (size_t i = 0; i < stages.size(); ++i) copies += (i == 0 ? 1.0 : stages[i]) + 0.05;
+    n.cache_bytes = static_cast<uint64_t>(copies * static_cast<double>(n.weight_bytes)) + n.package_bytes;
+  }
   return n;
 }
 

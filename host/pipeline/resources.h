@@ -22,7 +22,7 @@ struct BuildNeeds {
   uint64_t transform_memory = 0;       // a transform stage's or a compile's peak
   uint64_t package_bytes = 0;  // all selected targets' packages
   uint64_t scratch_bytes = 0;  // weights stages make, in the scratch file beside the packages
-  uint64_t cache_bytes = 0;    // stage cache entries (each holds the model set's weights) and compiles
+  uint64_t cache_bytes = 0;    // stage cache entries (the weights they changed, graphs, encodings) and compiles
 };
 
 // Estimates a build of manifest `m` for `targets` (backend plugin names) on `source`;
