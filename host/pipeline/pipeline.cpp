@@ -1,6 +1,5 @@
 #include "pipeline/pipeline.h"
 
-#include <dlfcn.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -176,16 +175,12 @@ std::pair<nlohmann::json, nlohmann::json> resolve_asset_options(const manifest::
   return {options, files};
 }
 
-// The hash of the file this code runs from (the npuforge executable, or the library a
-// program embedding the host links): what the host does to a model before a compile
-// (the last-row head) is part of the compile's key.
-const std::string& host_library_hash() {
+// The hash of the program this runs in (the host's libraries are static): what the host
+// does to a model before a compile (the last-row head) is part of the compile's key.
+const std::string& host_program_hash() {
   static const std::string hash = [] {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void*>(&host_library_hash), &info) == 0 || !info.dli_fname)
-      return std::string("unknown");
     std::error_code ec;
-    const fs::path self = fs::canonical(info.dli_fname, ec);
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
     return ec ? std::string("unknown") : hash_file(self);
   }();
   return hash;
@@ -489,13 +484,13 @@ class BuildSteps {
   // The compile's key, as a stage's: the model it compiles (the chain's last key), the
   // backend (name, version, library bytes and its data folder <library dir>/<name>/, where
   // htp keeps its chip files and aries its device files), its options and the files they
-  // name, and the host's own library (it adds the last-row head before compiling).
+  // name, and the host program (it adds the last-row head before compiling).
   std::string compile_key(const manifest::PluginUse& use, const PluginInfo& backend) const {
     const fs::path data = fs::path(backend.library).parent_path() / backend.name;
     nlohmann::json inputs{{"options", use.options},
                           {"files", resolve_asset_options(use, backend, m_).second},
                           {"data", content_hash(data)},
-                          {"host", host_library_hash()}};
+                          {"host", host_program_hash()}};
     return StageCache::key(model_key_, "compile", backend.name, backend.version, hash_file(backend.library), inputs);
   }
 
