@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "api/host_api.h"
 #include "calibration/calibration.h"
@@ -413,13 +414,12 @@ class BuildSteps {
     return record(s, secs, false);
   }
 
-  // Compiles `ms` for one target into `staging` (artifacts, package.json, build_report.json)
-  // and seals it. `records` are the stages' records.
-  void compile(const std::string& target, const manifest::PluginUse& use, const ir::ModelSet& built,
-               const fs::path& staging, const nlohmann::json& records) {
-    // A dynamic-layout decoder is packaged with its LM head also on the last row alone.
-    const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(built);
-    const ir::ModelSet& ms = with_last_row ? *with_last_row : built;
+  // Compiles the chain's output for one target into `staging` (artifacts, package.json,
+  // build_report.json) and seals it. `built` gives the chain's output, loaded only when the
+  // compile is not in the cache; `records` are the stages' records.
+  void compile(const std::string& target, const manifest::PluginUse& use,
+               const std::function<const ir::ModelSet&()>& built, const fs::path& staging,
+               const nlohmann::json& records) {
     const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
     if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
     const std::string label = "compile " + target;
@@ -427,29 +427,38 @@ class BuildSteps {
     auto t0 = std::chrono::steady_clock::now();
     std::string options = use.options.dump();
     std::string artifacts = (staging / "artifacts").string();
-    check_graphs(ms, "before " + label);
     const std::string key = compile_key(use, *backend);
-    const bool cached = cache_.load_artifacts(key, artifacts);
+    // What the package says of the model set compiled: its graphs and metadata.
+    std::optional<nlohmann::json> model = cache_.load_compile(key, artifacts);
+    const bool cached = model.has_value();
     if (!cached) {
+      // A dynamic-layout decoder is packaged with its LM head also on the last row alone.
+      const ir::ModelSet& chain_output = built();
+      const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(chain_output);
+      const ir::ModelSet& ms = with_last_row ? *with_last_row : chain_output;
+      check_graphs(ms, "before " + label);
       call_plugin(label, [&](nf_context* ctx) {
         return backend->backend()->compile(options.c_str(), handle(&ms), artifacts.c_str(), ctx);
       });
-      cache_.store_artifacts(key, artifacts);
+      model = nlohmann::json{{"graphs", graph_specs(ms)}, {"graph_count", ms.graphs.size()}, {"metadata", nlohmann::json::object()}};
+      for (const auto& [k, v] : ms.metadata) (*model)["metadata"][k] = nlohmann::json::parse(v);
+      cache_.store_compile(key, artifacts, *model);
     }
     double compile_secs = seconds_since(t0);
+    const nlohmann::json& metadata = (*model)["metadata"];
 
     nlohmann::json meta{{"format", kPackageFormat},
                         {"version", kPackageVersion},
                         {"created_by", "npuforge 0.1.0"},
                         {"target", target},
                         {"backend", {{"name", backend->name}, {"version", backend->version}, {"options", use.options}}},
-                        {"graphs", graph_specs(ms)},
+                        {"graphs", (*model)["graphs"]},
                         {"stages", records},
-                        {"source", {{"onnx", m_.model_onnx}, {"key", nlohmann::json::parse(ms.metadata.at("source_key"))}}},
+                        {"source", {{"onnx", m_.model_onnx}, {"key", metadata.at("source_key")}}},
                         {"tokenizer", nullptr},
                         {"speculative", nullptr}};
-    if (ms.metadata.count("config")) {
-      write_text_file_atomic(staging / "config.json", nlohmann::json::parse(ms.metadata.at("config")).dump(2));
+    if (metadata.contains("config")) {
+      write_text_file_atomic(staging / "config.json", metadata["config"].dump(2));
       meta["config"] = "config.json";
     }
     if (!m_.model_tokenizer.empty()) {
@@ -461,9 +470,9 @@ class BuildSteps {
       meta["tokenizer"] = "tokenizer.json";
     }
     // Model-set metadata the transforms left for the runner ("io": static layout, variants).
-    nlohmann::json extra = nlohmann::json::object();
-    for (const auto& [k, v] : ms.metadata)
-      if (k != "config" && k != "source_key") extra[k] = nlohmann::json::parse(v);
+    nlohmann::json extra = metadata;
+    extra.erase("config");
+    extra.erase("source_key");
     meta["metadata"] = extra;
     if (m_.speculative)
       meta["speculative"] = {{"decoder", m_.speculative->name}, {"options", package_decoder_assets(m_, assets_, staging)}};
@@ -473,7 +482,7 @@ class BuildSteps {
                           {"stages", records},
                           {"compile_seconds", compile_secs},
                           {"compile_cached", cached},
-                          {"graphs", ms.graphs.size()},
+                          {"graphs", (*model)["graph_count"]},
                           {"peak_rss_bytes", peak_rss_bytes()}};
     write_text_file_atomic(staging / "build_report.json", report.dump(2) + "\n");
     seal_package(staging, meta);
@@ -678,11 +687,21 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   }
   BuildResult result;
   if (in_process) {
+    // The chain's output is loaded for the first compile the cache does not hold; while every
+    // compile is a cache hit the stages count as cached.
     nlohmann::json records = nlohmann::json::array();
-    auto ms = steps.model_after(steps.chain().size(), [&] { return std::move(prepared); }, records, stage_hook);
+    for (size_t i = 0; i < steps.chain().size(); ++i) records.push_back(steps.cached_record(i));
+    std::unique_ptr<ir::ModelSet> ms;
+    auto built = [&]() -> const ir::ModelSet& {
+      if (!ms) {
+        records = nlohmann::json::array();
+        ms = steps.model_after(steps.chain().size(), [&] { return std::move(prepared); }, records, stage_hook);
+      }
+      return *ms;
+    };
     for (size_t t = 0; t < targets.size(); ++t) {
       stage_hook("compile " + targets[t].first);
-      steps.compile(targets[t].first, targets[t].second, *ms, stagings[t]->path(), records);
+      steps.compile(targets[t].first, targets[t].second, built, stagings[t]->path(), records);
       stage_hook("seal " + targets[t].first);
     }
     result.checkpoints_loaded = steps.checkpoints_loaded();
@@ -750,12 +769,16 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
       records.push_back(std::move(r));
     }
     nlohmann::json ignored = nlohmann::json::array();
-    auto ms = steps.model_after(chain.size(), source, ignored, no_hook);
+    std::unique_ptr<ir::ModelSet> ms;  // loaded when the compile is not in the cache
+    auto built = [&]() -> const ir::ModelSet& {
+      if (!ms) ms = steps.model_after(chain.size(), source, ignored, no_hook);
+      return *ms;
+    };
     const fs::path staging = plan.staging.at(stage.target);
     // A retried stage starts from an empty folder.
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(staging, ec)) fs::remove_all(e.path());
-    steps.compile(stage.target, targets.at(stage.index).second, *ms, staging, records);
+    steps.compile(stage.target, targets.at(stage.index).second, built, staging, records);
     result = {{"kind", "compile"}, {"target", stage.target}, {"seconds", seconds_since(t0)}};
   }
   ir::check_mapped_files();

@@ -59,13 +59,13 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file) {
   return "";
 }
 
-// Every regular file under `from` (the digest aside) copied to the same relative path under
-// `to`. Copies, not links: a package never shares its files with the cache.
+// Every regular file under `from` copied to the same relative path under `to`. Copies, not
+// links: a package never shares its files with the cache.
 void copy_tree(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
   for (const auto& e : fs::recursive_directory_iterator(from)) {
     if (!e.is_regular_file()) continue;
     const fs::path rel = fs::relative(e.path(), from);
-    if (rel == kEntryDigest) continue;
     fs::create_directories((to / rel).parent_path());
     fs::copy_file(e.path(), to / rel);
   }
@@ -173,36 +173,47 @@ bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
   }
 }
 
-bool StageCache::load_artifacts(const std::string& key, const fs::path& dest) const {
-  if (!enabled_) return false;
+std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, const fs::path& dest) const {
+  if (!enabled_) return std::nullopt;
   const fs::path dir = root_ / "compiles" / key;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return false;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
   std::string bad_file;
-  if (std::string why = verify_entry(dir, &bad_file); !why.empty()) {
+  std::string why = verify_entry(dir, &bad_file);
+  nlohmann::json model;
+  if (why.empty()) {
+    try {
+      model = nlohmann::json::parse(read_regular_file(dir / "model.json", kJsonMax, "compile description"));
+      if (!model.is_object() || !model.contains("graphs") || !model.contains("metadata")) why = "model.json is malformed";
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  if (!why.empty()) {
     evict(dir, why);
-    return false;
+    return std::nullopt;
   }
   try {
-    copy_tree(dir, dest);
-    return true;
+    copy_tree(dir / "artifacts", dest);
+    return model;
   } catch (const std::exception& e) {
     spdlog::warn("could not take the compiled artifacts from the stage cache: {}", e.what());
     for (const auto& f : fs::directory_iterator(dest, ec)) fs::remove_all(f.path(), ec);
-    return false;
+    return std::nullopt;
   }
 }
 
-bool StageCache::store_artifacts(const std::string& key, const fs::path& src) const {
+bool StageCache::store_compile(const std::string& key, const fs::path& artifacts, const nlohmann::json& model) const {
   if (!enabled_) return false;
   try {
     const fs::path compiles = root_ / "compiles";
     TempDir tmp(compiles, ".tmp-");
-    copy_tree(src, tmp.path());
+    copy_tree(artifacts, tmp.path() / "artifacts");
+    write_text_file_atomic(tmp.path() / "model.json", model.dump() + "\n");
     seal_entry(tmp, compiles / key, false);
     return true;
   } catch (const std::exception& e) {
-    spdlog::warn("could not store the compiled artifacts in the stage cache: {}", e.what());
+    spdlog::warn("could not store the compile in the stage cache: {}", e.what());
     return false;
   }
 }

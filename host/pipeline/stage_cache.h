@@ -5,7 +5,7 @@
 // from here instead of running them. Each entry carries the hash of each of its files and
 // is verified when reused: a damaged entry is evicted and rebuilt, with a warning.
 // Layout: <root>/stages/<key>/ (a model set, onnx_io::save_model_set), <root>/compiles/<key>/
-// (a backend's artifacts folder) and <root>/blobs/,
+// (a backend's artifacts and model.json) and <root>/blobs/,
 // one file per distinct weight of 1 MiB or more, named by the hash of its bytes and
 // hard-linked into every entry that holds it; a blob no entry links goes when a cache is
 // next opened.
@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -39,13 +40,15 @@ class StageCache {
   bool store(const std::string& key, const ir::ModelSet& ms) const;
   bool enabled() const { return enabled_; }
 
-  // A backend's compiled artifacts (its output folder) under `key`, in <root>/compiles/:
-  // load copies the files into the empty folder `dest` after verifying them like a stage
-  // entry (a package never shares its files with the cache), and returns false when
-  // there is no entry or it was damaged (then evicted, with a warning; `dest` left empty).
-  bool load_artifacts(const std::string& key, const std::filesystem::path& dest) const;
+  // A compile under `key`, in <root>/compiles/: the backend's output folder (artifacts/)
+  // and a description of the model set it compiled (model.json: graph specs, metadata), so
+  // a rebuild whose compiles are all cached never loads the model set. load copies the
+  // artifacts into the empty folder `dest` after verifying the entry like a stage entry (a
+  // package never shares its files with the cache) and returns the description; nullopt
+  // when there is no entry or it was damaged (then evicted, with a warning; `dest` left empty).
+  std::optional<nlohmann::json> load_compile(const std::string& key, const std::filesystem::path& dest) const;
   // Stores atomically; a failure only costs a warning (and returns false).
-  bool store_artifacts(const std::string& key, const std::filesystem::path& src) const;
+  bool store_compile(const std::string& key, const std::filesystem::path& artifacts, const nlohmann::json& model) const;
 
  private:
   void evict(const std::filesystem::path& entry, const std::string& why) const;
