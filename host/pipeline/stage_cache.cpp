@@ -184,7 +184,10 @@ std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, c
   if (why.empty()) {
     try {
       model = nlohmann::json::parse(read_regular_file(dir / "model.json", kJsonMax, "compile description"));
-      if (!model.is_object() || !model.contains("graphs") || !model.contains("metadata")) why = "model.json is malformed";
+      if (!model.is_object() || !model.contains("graphs") || !model["graphs"].is_array() ||
+          !model.contains("graph_count") || !model.contains("metadata") || !model["metadata"].is_object() ||
+          !model["metadata"].contains("source_key"))
+        why = "model.json is malformed";
     } catch (const std::exception& e) {
       why = e.what();
     }
