@@ -32,6 +32,8 @@ constexpr StageCost kTransformsAndCompile{"compile", 0.10, 0.0};
 constexpr StageCost kCalibratedRecipe{"calibrated quantization", 0.12, 0.10};
 constexpr StageCost kSeqMse{"seqmse", 0.14, 0.10};
 constexpr StageCost kSpinQuant{"spinquant", 0.05, 3.0};
+// Share of the weights mha2sha writes anew: its per-head slices of the q/k/v projections.
+constexpr double kMha2shaNewShare = 0.12;
 
 StageCost cost_of_recipe(const std::string& name) {
   if (name == "seqmse") return kSeqMse;
@@ -107,7 +109,7 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   // A 16-bit model's weights are widened to float32 there first (widen_floats.h).
   n.scratch_bytes += widened_bytes;
   for (const auto& t : m.transforms)
-    if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(0.12 * n.weight_bytes);
+    if (t.name == "mha2sha") n.scratch_bytes += static_cast<uint64_t>(kMha2shaNewShare * n.weight_bytes);
   // The stage cache: the first stage's entry holds the weights at fp32; a later entry stores
   // only the weight bytes it changed (a weight several entries hold is one blob): none for
   // the stages known to add encodings or rewire graphs, mha2sha's per-head slices, a whole
@@ -115,16 +117,18 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::st
   // not know). Each entry also holds its graphs and encodings (~4% of the weights at 1B),
   // and each compile a copy of its package.
   if (use_cache) {
-    auto new_bytes = [](const std::string& stage) {
-      static const std::set<std::string> keeps = {"minmax", "lpbq", "seqmse", "arcl", "split", "hidden_states"};
-      return keeps.count(stage) ? 0.0 : stage == "mha2sha" ? 0.12 : 1.0;
+    static const std::set<std::string> keeps = {"minmax", "lpbq", "seqmse", "arcl", "split", "hidden_states"};
+    auto changed = [](const std::string& stage) {
+      return keeps.count(stage) ? 0.0 : stage == "mha2sha" ? kMha2shaNewShare : 1.0;
     };
-    std::vector<double> stages(decoder_hook ? 1 : 0, 1.0);
-    for (const auto& q : m.quant) stages.push_back(new_bytes(q.name));
-    for (const auto& t : m.transforms) stages.push_back(new_bytes(t.name));
-    double copies = 0;
-    for (size_t i = 0; i < stages.size(); ++i) copies += (i == 0 ? 1.0 : stages[i]) + 0.05;
-    n.cache_bytes = static_cast<uint64_t>(copies * static_cast<double>(n.weight_bytes)) + n.package_bytes;
+    double copies = 0;  // of the weights, over all entries
+    size_t entries = 0;
+    auto entry = [&](const std::string& stage) { copies += entries++ == 0 ? 1.0 : changed(stage); };
+    if (decoder_hook) entry("build hook");
+    for (const auto& q : m.quant) entry(q.name);
+    for (const auto& t : m.transforms) entry(t.name);
+    n.cache_bytes = static_cast<uint64_t>((copies + 0.05 * static_cast<double>(entries)) * static_cast<double>(n.weight_bytes)) +
+                    n.package_bytes;
   }
   return n;
 }

@@ -37,8 +37,8 @@ nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false) {
 }
 
 // "" when every file of the entry is there with the hash it was stored with; else why not
-// (`bad_file`: the relative path at fault, if one is).
-std::string verify_entry(const fs::path& dir, std::string* bad_file) {
+// (`bad_file`, when given: the relative path at fault, if one is).
+std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
   nlohmann::json digest;
   try {
     digest = nlohmann::json::parse(read_regular_file(dir / kEntryDigest, kJsonMax, "cache entry digest"));
@@ -50,7 +50,7 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file) {
   for (const auto& [rel, hash] : digest["files"].items()) {
     if (!have.contains(rel)) return rel + " is missing";
     if (have[rel] != hash) {
-      *bad_file = rel;
+      if (bad_file) *bad_file = rel;
       return rel + " does not match its hash";
     }
   }
@@ -178,8 +178,7 @@ std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, c
   const fs::path dir = root_ / "compiles" / key;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
-  std::string bad_file;
-  std::string why = verify_entry(dir, &bad_file);
+  std::string why = verify_entry(dir);
   nlohmann::json model;
   if (why.empty()) {
     try {

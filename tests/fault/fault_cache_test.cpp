@@ -6,6 +6,7 @@
 #include <functional>
 #include <set>
 
+#include "common/util.h"
 #include "fault_support.h"
 
 using namespace nf::fault;
@@ -273,6 +274,20 @@ TEST(FaultCache, CompileIsReplayedAndADamagedOneCompiledAgain) {
   auto damaged = build_cached(m, d / "out", d / "cache");
   ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
   EXPECT_NE(damaged.err.find("is damaged"), std::string::npos) << damaged.err;
+  EXPECT_FALSE(compile_cached());
+  EXPECT_EQ(package_files(d / "out" / "cpu"), good);
+
+  // A description that lost its metadata but was sealed again (its digest matches): refused
+  // as damage, compiled again, not a JSON error out of the build.
+  fs::path entry;
+  for (const auto& e : fs::directory_iterator(d / "cache" / "compiles")) entry = e.path();
+  write_file(entry / "model.json", "{\"graphs\": [], \"graph_count\": 0}\n");
+  auto digest = nlohmann::json::parse(slurp(entry / "entry.json"));
+  digest["files"]["model.json"] = nf::host::hash_file(entry / "model.json");
+  write_file(entry / "entry.json", digest.dump());
+  auto resealed = build_cached(m, d / "out", d / "cache");
+  ASSERT_EQ(resealed.exit_code, 0) << resealed.err;
+  EXPECT_NE(resealed.err.find("model.json is malformed"), std::string::npos) << resealed.err;
   EXPECT_FALSE(compile_cached());
   EXPECT_EQ(package_files(d / "out" / "cpu"), good);
 

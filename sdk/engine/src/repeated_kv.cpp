@@ -13,7 +13,6 @@
 #include <npuforge/kernels/matmul.h>
 #include <npuforge/kernels/movement.h>
 
-#include <algorithm>
 #include <map>
 #include <set>
 
@@ -21,33 +20,6 @@
 
 namespace nf::engine {
 namespace {
-
-// ONNX Reshape's target: 0 copies the input's dim (unless allowzero), one -1 is inferred.
-k::Dims reshape_target(const k::Dims& in, std::vector<int64_t> shape, bool allowzero) {
-  int64_t known = 1, infer = -1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0 && !allowzero) {
-      if (i >= in.size()) throw k::KernelError("Reshape: 0 in the shape past the input's rank");
-      shape[i] = in[i];
-    }
-    if (shape[i] == -1) {
-      if (infer >= 0) throw k::KernelError("Reshape: two -1 in the shape");
-      infer = static_cast<int64_t>(i);
-    } else if (shape[i] < 0) {
-      throw k::KernelError("Reshape: negative dim in the shape");
-    } else {
-      known *= shape[i];
-    }
-  }
-  const int64_t total = k::numel(in);
-  if (infer >= 0) {
-    if (known == 0 || total % known != 0) throw k::KernelError("Reshape: cannot infer the -1 dim");
-    shape[static_cast<size_t>(infer)] = total / known;
-  }
-  if (k::numel(shape) != total)
-    throw k::KernelError("Reshape: " + k::dims_str(in) + " cannot become " + k::dims_str(shape));
-  return shape;
-}
 
 bool unsqueezes_axis_2(const NodeDef& u, const std::vector<k::Tensor>& constants) {
   std::vector<int64_t> axes = u.attr_ints("axes");
@@ -75,7 +47,7 @@ Repeat repeat_of(const NodeDef& n, const std::vector<const k::Tensor*>& in, size
   r.unsqueezed = kv.dims();
   r.unsqueezed.insert(r.unsqueezed.begin() + 2, 1);
   r.expanded = k::broadcast_shape(r.unsqueezed, in[first + 1]->to_int64s(), "Expand");
-  r.result = reshape_target(r.expanded, in[first + 2]->to_int64s(), n.attr_int("allowzero", 0) != 0);
+  r.result = graph::reshape_node_dims(n, r.expanded, in[first + 2]->to_int64s());
   const int64_t b = kv.dim(0), groups = kv.dim(1), rep = r.expanded[2];
   r.over_heads = r.expanded == k::Dims{b, groups, rep, kv.dim(2), kv.dim(3)} &&
                  r.result == k::Dims{b, groups * rep, kv.dim(2), kv.dim(3)};
@@ -105,11 +77,8 @@ void repeated_kv_matmul(const NodeDef& n, const std::vector<const k::Tensor*>& i
 // Shape (with its start/end): in = {kv, expand_shape, reshape_shape}.
 void repeated_kv_shape(const NodeDef& n, const std::vector<const k::Tensor*>& in, std::vector<k::Tensor>& out,
                        const RunCtx&) {
-  const k::Dims dims = repeat_of(n, in, 0).result;
-  const int64_t rank = static_cast<int64_t>(dims.size());
-  auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
-  const int64_t start = clamp(n.attr_int("start", 0)), end = std::max(start, clamp(n.attr_int("end", rank)));
-  out[0] = k::Tensor::from<int64_t>(NF_DTYPE_INT64, {end - start}, {dims.begin() + start, dims.begin() + end});
+  const std::vector<int64_t> dims = graph::shape_node_dims(n, repeat_of(n, in, 0).result);
+  out[0] = k::Tensor::from(NF_DTYPE_INT64, {static_cast<int64_t>(dims.size())}, dims);
 }
 
 }  // namespace

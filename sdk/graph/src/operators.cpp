@@ -99,21 +99,7 @@ void op_shape(const OpNode& n, const Ins& in, Outs& out) {
 }
 void op_reshape(const OpNode& n, const Ins& in, Outs& out) {
   const k::Tensor& x = need(n, in, 0);
-  std::vector<int64_t> shape = need(n, in, 1).to_int64s();
-  bool allow_zero = n.attr_int("allowzero", 0) != 0;
-  int64_t known = 1, infer = -1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0 && !allow_zero) {
-      if (i >= x.rank()) throw k::KernelError(where(n) + ": 0 copies a missing dim");
-      shape[i] = x.dim(i);
-    }
-    if (shape[i] == -1) {
-      if (infer >= 0) throw k::KernelError(where(n) + ": more than one -1");
-      infer = static_cast<int64_t>(i);
-    } else known *= shape[i];
-  }
-  if (infer >= 0) shape[infer] = known ? x.numel() / known : 0;
-  out[0] = x.reshaped(shape);
+  out[0] = x.reshaped(reshape_node_dims(n, x.dims(), need(n, in, 1).to_int64s()));
 }
 void op_flatten(const OpNode& n, const Ins& in, Outs& out) {
   const k::Tensor& x = need(n, in, 0);
@@ -409,6 +395,23 @@ const Operator* find_operator(std::string_view op_type, std::string_view domain)
   auto it = std::lower_bound(std::begin(kOperators), std::end(kOperators), op_type,
                              [](const Operator& o, std::string_view name) { return o.name < name; });
   return it != std::end(kOperators) && it->name == op_type ? it : nullptr;
+}
+
+std::vector<int64_t> reshape_node_dims(const OpNode& n, const std::vector<int64_t>& dims, std::vector<int64_t> shape) {
+  bool allow_zero = n.attr_int("allowzero", 0) != 0;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      if (i >= dims.size()) throw k::KernelError(where(n) + ": 0 copies a missing dim");
+      shape[i] = dims[i];
+    }
+    if (shape[i] == -1) {
+      if (infer >= 0) throw k::KernelError(where(n) + ": more than one -1");
+      infer = static_cast<int64_t>(i);
+    } else known *= shape[i];
+  }
+  if (infer >= 0) shape[infer] = known ? k::numel(dims) / known : 0;
+  return shape;
 }
 
 std::vector<int64_t> shape_node_dims(const OpNode& n, const std::vector<int64_t>& dims) {

@@ -82,6 +82,9 @@ const Operator* find_operator(std::string_view op_type, std::string_view domain 
 // Every operator of the table, sorted by name.
 std::vector<std::string> operator_names();
 
+// The dims a Reshape node gives a value of dims `dims` for the requested `shape` (0 copies a
+// dim unless allowzero, one -1 is inferred); the element count is checked by whoever reshapes.
+std::vector<int64_t> reshape_node_dims(const OpNode& n, const std::vector<int64_t>& dims, std::vector<int64_t> shape);
 // What a Shape node returns for a value of dims `dims` (its start / end attributes): folding
 // and subgraph evaluation take it from a static type, without the value.
 std::vector<int64_t> shape_node_dims(const OpNode& n, const std::vector<int64_t>& dims);
