@@ -273,7 +273,41 @@ nf_status* ms_clone(const nf_model_set* ms, nf_model_set** out) {
   return guarded([&] { *out = handle(unwrap(ms)->clone().release()); });
 }
 
+nf_status* ms_import_graph(nf_model_set* ms, const char* name, const char* onnx_path, nf_graph** out) {
+  if (!ms || !name || !*name || !onnx_path || !out)
+    return fail("model_set_import_graph: null or empty argument", NF_STATUS_INVALID_ARGUMENT);
+  return guarded([&] {
+    ModelSet* m = unwrap(ms);
+    if (m->find(name)) throw std::runtime_error(std::string("model_set_import_graph: graph '") + name + "' exists");
+    auto g = onnx_io::load_model(onnx_path);
+    g->name = name;
+    *out = handle(g.get());
+    m->graphs.push_back(std::move(g));
+  });
+}
+
 // ---- graphs -------------------------------------------------------------------------
+nf_status* graph_rename_values(nf_graph* g, const char* const* from, const char* const* to, size_t n) {
+  if (!g || (n && (!from || !to))) return fail("graph_rename_values: null argument", NF_STATUS_INVALID_ARGUMENT);
+  return guarded([&] {
+    Graph& graph = *unwrap(g);
+    std::map<std::string, std::string> renames;
+    for (size_t i = 0; i < n; ++i) {
+      if (!from[i] || !to[i] || !*from[i] || !*to[i]) throw std::runtime_error("graph_rename_values: empty name");
+      if (!renames.emplace(from[i], to[i]).second)
+        throw std::runtime_error(std::string("graph_rename_values: '") + from[i] + "' is renamed twice");
+    }
+    std::set<std::string> values = ir::value_names(graph), targets;
+    for (const auto& [old_name, new_name] : renames) {
+      if (!targets.insert(new_name).second)
+        throw std::runtime_error("graph_rename_values: two values would be named '" + new_name + "'");
+      if (values.count(new_name) && !renames.count(new_name))
+        throw std::runtime_error("graph_rename_values: '" + new_name + "' is already a value of graph '" + graph.name + "'");
+    }
+    ir::rename_values(graph, renames);
+  });
+}
+
 const char* graph_name(const nf_graph* g) { return graph_of(g)->name.c_str(); }
 size_t graph_node_count(const nf_graph* g) { return graph_of(g)->nodes.size(); }
 nf_node* graph_node(nf_graph* g, size_t i) {
@@ -514,6 +548,21 @@ nf_status* runner_forward_flags(nf_runner* r, const int32_t* tokens, const int32
   return guarded([&] { r->forward_flags(tokens, parents, flags, n, logits); });
 }
 
+nf_status* runner_open_role(nf_runner* r, const char* role, nf_runner** out) {
+  if (!r || !role || !out) return fail("runner_open_role: null argument", NF_STATUS_INVALID_ARGUMENT);
+  nf_runner* opened = nullptr;
+  nf_status* st = guarded([&] { opened = r->open_role(role); });
+  if (st) return st;
+  if (!opened) return fail(std::string("the model has no graphs of role '") + role + "'", NF_STATUS_NOT_FOUND);
+  *out = opened;
+  return nullptr;
+}
+void runner_release(nf_runner* r) { delete r; }
+nf_status* runner_set_row_input(nf_runner* r, const char* name, const float* data, size_t n_rows, size_t width) {
+  if (!r || !name || (n_rows && width && !data)) return fail("runner_set_row_input: null argument", NF_STATUS_INVALID_ARGUMENT);
+  return guarded([&] { r->set_row_input(name, data, n_rows, width); });
+}
+
 size_t calibration_batch_count(const nf_calibration* c) { return c->batch_count(); }
 nf_status* calibration_run(nf_calibration* c, nf_model_set* ms, size_t index, const char* const* names, size_t n,
                            nf_tensor** out) {
@@ -617,6 +666,11 @@ nf_host_api make_api() {
   a.checkpoint_save = checkpoint_save;
   a.checkpoint_load = checkpoint_load;
   a.model_set_clone = ms_clone;
+  a.model_set_import_graph = ms_import_graph;
+  a.graph_rename_values = graph_rename_values;
+  a.runner_open_role = runner_open_role;
+  a.runner_release = runner_release;
+  a.runner_set_row_input = runner_set_row_input;
   return a;
 }
 
@@ -691,6 +745,11 @@ void log_plugin_exception(const std::string& who) noexcept {
 }
 
 }  // namespace nf::host
+
+nf_runner* nf_runner::open_role(const char*) { return nullptr; }
+void nf_runner::set_row_input(const char* name, const float*, size_t, size_t) {
+  throw std::runtime_error(std::string("runner: the graphs have no per-row input '") + name + "'");
+}
 
 // Defaults for runners without prefix KV: plain rows only.
 void nf_runner::set_prefix_kv(size_t, size_t, size_t n, size_t, const float*, const float*) {

@@ -51,6 +51,11 @@ struct nf_runner {
                              float* logits);
   // Rows a forward can take now (the context's end); a runner without one: max_rows().
   virtual size_t rows_available() const { return max_rows(); }
+  // A runner over the graphs of `role` with its own KV cache (released with delete), or
+  // null when the model has none.
+  virtual nf_runner* open_role(const char* role);
+  // A per-row float input for the next forward; the default runner has none.
+  virtual void set_row_input(const char* name, const float* data, size_t n_rows, size_t width);
 };
 
 // Implemented by the host's calibration (host/calibration); reached by quant recipes.

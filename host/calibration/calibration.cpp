@@ -267,9 +267,9 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     throw std::runtime_error("calibration batch " + std::to_string(index) + " out of range (" +
                              std::to_string(batches_.size()) + " batches)");
   if (ms.graphs.empty()) throw std::runtime_error("calibration: the model set has no graph");
-  if (ms.graphs.size() != 1)
+  if (ms.targets().size() != 1 || ms.targets()[0] != ms.graphs[0].get())
     throw std::runtime_error("calibration runs the source decoder graph: run quant recipes before the transforms (" +
-                             std::to_string(ms.graphs.size()) + " graphs in the model set)");
+                             std::to_string(ms.targets().size()) + " target graphs in the model set)");
   std::vector<std::string> wanted(names, names + n);
   const ir::Graph& src = *ms.graphs[0];
   std::vector<std::string> run_names;  // values the segments compute

@@ -73,8 +73,8 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
       const std::string text = options.dump();
       nf_context ctx{"speculative " + decoder, {}};
       host::throw_if_error(d->speculative()->build(text.c_str(), host::handle(m->model_set.get()), &ctx), decoder);
-      if (m->model_set->metadata.count("extra_embeddings"))
-        metadata["extra_embeddings"] = nlohmann::json::parse(m->model_set->metadata.at("extra_embeddings"));
+      for (const char* key : {"extra_embeddings", "roles"})
+        if (m->model_set->metadata.count(key)) metadata[key] = nlohmann::json::parse(m->model_set->metadata.at(key));
     }
     if (auto with_last_row = host::with_last_row_logits(*m->model_set)) m->model_set = std::move(with_last_row);
     m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);

@@ -1,5 +1,6 @@
 #include "ir/ir.h"
 
+#include <npuforge/graph_roles.hpp>
 #include <npuforge/plugin.hpp>
 
 #include <fcntl.h>
@@ -348,6 +349,62 @@ std::unique_ptr<ModelSet> ModelSet::clone() const {
   m->metadata = metadata;
   m->encodings = encodings;
   return m;
+}
+
+std::set<std::string> value_names(const Graph& g) {
+  std::set<std::string> names(g.inputs.begin(), g.inputs.end());
+  names.insert(g.outputs.begin(), g.outputs.end());
+  for (const auto& [name, _] : g.initializers) names.insert(name);
+  for (const auto& [name, _] : g.types) names.insert(name);
+  for (const auto& n : g.nodes) {
+    for (const auto& v : n->inputs)
+      if (!v.empty()) names.insert(v);
+    for (const auto& v : n->outputs)
+      if (!v.empty()) names.insert(v);
+  }
+  return names;
+}
+
+void rename_values(Graph& g, const std::map<std::string, std::string>& renames) {
+  auto rename = [&](std::string& v) {
+    if (auto it = renames.find(v); it != renames.end()) v = it->second;
+  };
+  for (auto& v : g.inputs) rename(v);
+  for (auto& v : g.outputs) rename(v);
+  auto rekey = [&](auto& map) {
+    std::remove_reference_t<decltype(map)> out;
+    for (auto& [name, value] : map) {
+      auto it = renames.find(name);
+      out.emplace(it == renames.end() ? name : it->second, std::move(value));
+    }
+    map = std::move(out);
+  };
+  rekey(g.initializers);
+  rekey(g.types);
+  for (auto& n : g.nodes) {
+    for (auto& v : n->inputs) rename(v);
+    for (auto& v : n->outputs) rename(v);
+    // A subgraph reads outer values by name: rename those it does not define itself.
+    for (auto& [_, a] : n->attrs)
+      if (a.g) {
+        std::set<std::string> own(a.g->inputs.begin(), a.g->inputs.end());
+        for (const auto& [name, _t] : a.g->initializers) own.insert(name);
+        for (const auto& sn : a.g->nodes) own.insert(sn->outputs.begin(), sn->outputs.end());
+        std::map<std::string, std::string> outer;
+        for (const auto& r : renames)
+          if (!own.count(r.first)) outer.insert(r);
+        if (!outer.empty()) rename_values(*a.g, outer);
+      }
+  }
+}
+
+std::vector<Graph*> ModelSet::targets() const {
+  auto it = metadata.find(roles::kMetadataKey);
+  const nlohmann::json roles = it == metadata.end() ? nlohmann::json() : nlohmann::json::parse(it->second, nullptr, false);
+  std::vector<Graph*> out;
+  for (const auto& g : graphs)
+    if (roles::is_target(roles, g->name)) out.push_back(g.get());
+  return out;
 }
 
 }  // namespace nf::ir

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -190,6 +191,11 @@ struct Graph {
 // checks every graph before a backend sees it.
 std::string graph_problem(const Graph& g);
 
+// Every value name of g: inputs, outputs, initializers, typed values, node inputs and outputs.
+std::set<std::string> value_names(const Graph& g);
+// Renames values of g (and the outer-scope references of its subgraphs) by `renames`.
+void rename_values(Graph& g, const std::map<std::string, std::string>& renames);
+
 // Encoding of one tensor; owns its arrays, exposes them as nf_encoding.
 struct Encoding {
   nf_encoding view{};
@@ -212,6 +218,8 @@ struct ModelSet {
 
   Graph* find(const std::string& name) const;
   std::unique_ptr<ModelSet> clone() const;
+  // The target decoder's graphs: those no role of metadata "roles" lists (graph_roles.hpp).
+  std::vector<Graph*> targets() const;
 };
 
 }  // namespace nf::ir

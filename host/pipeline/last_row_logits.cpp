@@ -37,7 +37,8 @@ ir::Tensor int64s(std::vector<int64_t> v) {
 }  // namespace
 
 std::unique_ptr<ir::ModelSet> with_last_row_logits(const ir::ModelSet& ms) {
-  if (ms.graphs.size() != 1 || ms.metadata.count("io")) return nullptr;  // static layouts: arcl's
+  // One target graph in the dynamic layout (static layouts are arcl's).
+  if (ms.targets().size() != 1 || ms.targets()[0] != ms.graphs[0].get() || ms.metadata.count("io")) return nullptr;
   const ir::Graph& src = *ms.graphs[0];
   if (!contains(src.outputs, decoder::kLogits) || contains(src.outputs, decoder::kLastRowLogits) ||
       !contains(src.inputs, decoder::kInputIds) || !contains(src.inputs, decoder::past_key(0)))

@@ -1,5 +1,7 @@
 #include "pipeline/pipeline.h"
 
+#include <npuforge/graph_roles.hpp>
+
 #include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +31,24 @@ namespace fs = std::filesystem;
 
 namespace nf::host {
 namespace {
+
+// The set without the graphs of other roles (metadata "roles" dropped with them).
+std::unique_ptr<ir::ModelSet> without_roles(const ir::ModelSet& ms) {
+  auto out = ms.clone();
+  const std::vector<ir::Graph*> targets = out->targets();
+  std::erase_if(out->graphs, [&](const auto& g) { return std::find(targets.begin(), targets.end(), g.get()) == targets.end(); });
+  out->metadata.erase(roles::kMetadataKey);
+  return out;
+}
+
+std::string roles_of(const ir::ModelSet& ms) {
+  const auto roles = nlohmann::json::parse(ms.metadata.at(roles::kMetadataKey), nullptr, false);
+  std::string names;
+  for (const auto& [role, _] : roles.items()) names += (names.empty() ? "role '" : ", '") + role + "'";
+  return names;
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Each file the graph's weights are mapped from, once.
 std::vector<const ir::MappedFile*> mapped_files(const ir::Graph& g) {
@@ -435,13 +455,30 @@ class BuildSteps {
       // A dynamic-layout decoder is packaged with its LM head also on the last row alone.
       const ir::ModelSet& chain_output = built();
       const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(chain_output);
-      const ir::ModelSet& ms = with_last_row ? *with_last_row : chain_output;
-      check_graphs(ms, "before " + label);
-      call_plugin(label, [&](nf_context* ctx) {
-        return backend->backend()->compile(options.c_str(), handle(&ms), artifacts.c_str(), ctx);
-      });
-      model = nlohmann::json{{"graphs", graph_specs(ms)}, {"graph_count", ms.graphs.size()}, {"metadata", nlohmann::json::object()}};
-      for (const auto& [k, v] : ms.metadata) (*model)["metadata"][k] = nlohmann::json::parse(v);
+      const ir::ModelSet* ms = with_last_row ? with_last_row.get() : &chain_output;
+      check_graphs(*ms, "before " + label);
+      auto compile = [&](const ir::ModelSet& set) {
+        call_plugin(label, [&](nf_context* ctx) {
+          return backend->backend()->compile(options.c_str(), handle(&set), artifacts.c_str(), ctx);
+        });
+      };
+      // A backend that cannot compile the graphs of a role (a draft arcl has not made
+      // static) still builds the target's package; the decoder then runs its draft on the host.
+      std::unique_ptr<ir::ModelSet> targets_only;
+      try {
+        compile(*ms);
+      } catch (const std::exception& e) {
+        if (ms->targets().size() == ms->graphs.size()) throw;
+        targets_only = without_roles(*ms);
+        spdlog::warn("{}: {} cannot compile the graphs of {} ({}); the package holds the target's graphs alone", target,
+                     backend->name, roles_of(*ms), first_line(e.what()));
+        fs::remove_all(artifacts);
+        fs::create_directories(artifacts);
+        compile(*targets_only);
+        ms = targets_only.get();
+      }
+      model = nlohmann::json{{"graphs", graph_specs(*ms)}, {"graph_count", ms->graphs.size()}, {"metadata", nlohmann::json::object()}};
+      for (const auto& [k, v] : ms->metadata) (*model)["metadata"][k] = nlohmann::json::parse(v);
       cache_.store_compile(key, artifacts, *model);
     }
     double compile_secs = seconds_since(t0);

@@ -3,6 +3,7 @@
 #include <npuforge/decoder_io.hpp>
 
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 namespace nf::host {
@@ -82,15 +83,29 @@ DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
   io.attention_mask = need(inputs, decoder::kAttentionMask, "input");
   io.position_ids = contains(inputs, decoder::kPositionIds) ? decoder::kPositionIds : "";
   io.logits = need(outputs, decoder::kLogits, "output");
-  for (int i = 0;; ++i) {
-    std::string k = decoder::past_key(i);
-    if (!contains(inputs, k)) break;
-    io.past_keys.push_back(k);
-    io.past_values.push_back(need(inputs, decoder::past_value(i), "input"));
-    io.present_keys.push_back(need(outputs, decoder::present_key(i), "output"));
-    io.present_values.push_back(need(outputs, decoder::present_value(i), "output"));
+  // Layers in order of their number: a graph of another role may number its layers after
+  // the target's (a draft's past_key_values.4.* beside a 4-layer target).
+  std::vector<int64_t> layers;
+  for (const auto& in : inputs)
+    if (auto kv = decoder::parse_kv(in); kv && !kv->present && kv->part == decoder::KvPart::Key) layers.push_back(kv->layer);
+  std::sort(layers.begin(), layers.end());
+  for (int64_t l : layers) {
+    io.past_keys.push_back(decoder::past_key(l));
+    io.past_values.push_back(need(inputs, decoder::past_value(l), "input"));
+    io.present_keys.push_back(need(outputs, decoder::present_key(l), "output"));
+    io.present_values.push_back(need(outputs, decoder::present_value(l), "output"));
   }
   if (io.past_keys.empty()) need(inputs, decoder::past_key(0), "input");
+  // Any other input is fed per row (a draft's target_hidden_states): float [batch, seq, width].
+  for (const auto& in : spec.at("inputs")) {
+    const std::string name = in.at("name");
+    if (name == io.input_ids || name == io.attention_mask || name == io.position_ids || decoder::is_past_kv(name)) continue;
+    const auto& shape = in.value("shape", nlohmann::json::array());
+    if (in.value("dtype", "") != "float32" || shape.size() != 3 || !shape[2].is_number_integer() || shape[2].get<int64_t>() <= 0)
+      throw std::runtime_error("graph '" + io.graph + "': input '" + name +
+                               "' is not a decoder input; other inputs must be per-row float32 [batch, sequence, width]");
+    io.row_inputs.push_back({name, shape[2].get<int64_t>()});
+  }
   for (const auto& in : spec.at("inputs")) {
     if (in.at("name") != io.past_keys[0]) continue;
     const auto& shape = in.value("shape", nlohmann::json::array());
@@ -100,13 +115,21 @@ DecoderIO DecoderIO::from_spec(const nlohmann::json& spec) {
     io.kv_heads = shape[1];
     io.head_dim = shape[3];
   }
+  for (const auto& out : spec.at("outputs"))
+    if (out.at("name") == io.logits) {
+      const auto& shape = out.value("shape", nlohmann::json::array());
+      if (shape.size() == 3 && shape[2].is_number_integer() && shape[2].get<int64_t>() > 0) io.vocab = shape[2];
+    }
   if (contains(outputs, decoder::kLastRowLogits)) io.last_row_logits = decoder::kLastRowLogits;
   for (const auto& o : outputs)
     if (o != io.logits && o != io.last_row_logits && !decoder::is_present_kv(o)) io.extra_outputs.push_back(o);
   return io;
 }
 
-DynamicRunner::DynamicRunner(BackendSession& session, DecoderIO io) : session_(session), io_(std::move(io)) { reset(); }
+DynamicRunner::DynamicRunner(BackendSession& session, DecoderIO io)
+    : session_(session), io_(std::move(io)), vocab_(io_.vocab) {
+  reset();
+}
 
 void DynamicRunner::reset() {
   n_past_ = 0;
@@ -124,13 +147,13 @@ void DynamicRunner::reset() {
   prefix_v_.clear();
 }
 
-DynamicRunner::Pass DynamicRunner::run(std::span<const int32_t> tokens, bool all_rows) {
-  return run_after(keys_, values_, n_past_, n_past_, tokens, all_rows);
+DynamicRunner::Pass DynamicRunner::run(std::span<const int32_t> tokens, bool all_rows, std::span<const int32_t> rows) {
+  return run_after(keys_, values_, n_past_, n_past_, tokens, all_rows, rows);
 }
 
 DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_k, const std::vector<TensorPtr>& past_v,
                                              int64_t past_len, int64_t first_pos, std::span<const int32_t> tokens,
-                                             bool all_rows) {
+                                             bool all_rows, std::span<const int32_t> rows) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw std::runtime_error("runner: no tokens to run");
   std::vector<NamedTensor> in;
@@ -141,6 +164,18 @@ DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_
   for (size_t l = 0; l < past_k.size(); ++l) {
     in.push_back({io_.past_keys[l], past_k[l]});
     in.push_back({io_.past_values[l], past_v[l]});
+  }
+  for (size_t i = 0; i < io_.row_inputs.size(); ++i) {
+    const auto& [name, width] = io_.row_inputs[i];
+    if (rows.size() != tokens.size() || i >= row_inputs_.size() || row_inputs_[i].empty())
+      throw std::runtime_error("runner: graph '" + io_.graph + "' needs its per-row input '" + name +
+                               "' for every forward (runner_set_row_input)");
+    auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, n, width}));
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(t->tensor.mutable_as<float>() + r * width,
+                  row_inputs_[i].data() + static_cast<size_t>(rows[static_cast<size_t>(r)] * width),
+                  static_cast<size_t>(width) * sizeof(float));
+    in.push_back({name, t});
   }
   // One row's logits are all a prefill needs: the head then runs on that row alone.
   const bool last_row_only = !all_rows && n > 1 && !io_.last_row_logits.empty();
@@ -154,17 +189,17 @@ DynamicRunner::Pass DynamicRunner::run_after(const std::vector<TensorPtr>& past_
   auto result = session_.run(io_.graph, in, out);
   ++passes_;
   const ir::Tensor& logits = result[0]->tensor;
-  const int64_t rows = last_row_only ? 1 : n;
-  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims.size() != 3 || logits.dims[1] != rows)
+  const int64_t out_rows = last_row_only ? 1 : n;
+  if (logits.dtype != NF_DTYPE_FLOAT32 || logits.dims.size() != 3 || logits.dims[1] != out_rows)
     throw std::runtime_error("runner: " + out[0] + " of graph '" + io_.graph + "' is not float32 [1, " +
-                             std::to_string(rows) + ", vocab]");
+                             std::to_string(out_rows) + ", vocab]");
   vocab_ = logits.dims[2];
   Pass p;
   const float* lp = logits.as<float>();
   if (all_rows)
     p.logits.assign(lp, lp + n * vocab_);
   else
-    p.logits.assign(lp + (rows - 1) * vocab_, lp + rows * vocab_);
+    p.logits.assign(lp + (out_rows - 1) * vocab_, lp + out_rows * vocab_);
   for (size_t l = 0; l < keys_.size(); ++l) {
     p.keys.push_back(result[1 + 2 * l]);
     p.values.push_back(result[2 + 2 * l]);
@@ -183,7 +218,10 @@ void DynamicRunner::adopt(Pass& p, int64_t new_len) {
 }
 
 std::vector<float> DynamicRunner::append(std::span<const int32_t> tokens, bool all_rows) {
-  Pass p = run(tokens, all_rows);
+  std::vector<int32_t> rows(tokens.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  Pass p = run(tokens, all_rows, rows);
+  row_inputs_.clear();
   adopt(p, n_past_ + static_cast<int64_t>(tokens.size()));
   row_paths_.clear();
   row_pass_.clear();
@@ -213,7 +251,7 @@ void DynamicRunner::forward(const int32_t* tokens, const int32_t* parents, size_
     if (has_child[leaf]) continue;
     std::vector<int32_t> toks;
     for (int32_t r : paths[leaf]) toks.push_back(tokens[r]);
-    auto pass = std::make_shared<Pass>(run(toks, true));
+    auto pass = std::make_shared<Pass>(run(toks, true, paths[leaf]));
     for (size_t d = 0; d < paths[leaf].size(); ++d) {
       size_t r = static_cast<size_t>(paths[leaf][d]);
       std::memcpy(logits + r * static_cast<size_t>(vocab_), pass->logits.data() + d * static_cast<size_t>(vocab_),
@@ -225,6 +263,20 @@ void DynamicRunner::forward(const int32_t* tokens, const int32_t* parents, size_
   extras_.clear();
   for (size_t e = 0; e < io_.extra_outputs.size(); ++e) extras_.push_back(gather_rows(e, paths));
   row_paths_ = std::move(paths);
+  row_inputs_.clear();
+}
+
+void DynamicRunner::set_row_input(const char* name, const float* data, size_t n_rows, size_t width) {
+  for (size_t i = 0; i < io_.row_inputs.size(); ++i) {
+    if (io_.row_inputs[i].first != name) continue;
+    if (static_cast<int64_t>(width) != io_.row_inputs[i].second)
+      throw std::runtime_error("runner: per-row input '" + std::string(name) + "' of graph '" + io_.graph + "' is " +
+                               std::to_string(io_.row_inputs[i].second) + " wide, given " + std::to_string(width));
+    row_inputs_.resize(io_.row_inputs.size());
+    row_inputs_[i].assign(data, data + n_rows * width);
+    return;
+  }
+  Runner::set_row_input(name, data, n_rows, width);
 }
 
 TensorPtr DynamicRunner::gather_rows(size_t e, const std::vector<std::vector<int32_t>>& paths) const {
@@ -313,6 +365,7 @@ void DynamicRunner::forward_flags(const int32_t* tokens, const int32_t* parents,
   bool any = false;
   for (size_t r = 0; flags && r < n_rows; ++r) any |= flags[r] != 0;
   if (!any) return forward(tokens, parents, n_rows, logits);
+  if (!io_.row_inputs.empty()) throw std::runtime_error("runner: flagged rows with per-row inputs are not supported");
   if (n_rows > max_rows()) throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the limit of " +
                                                     std::to_string(max_rows()));
   const size_t P = prefix_k_.empty() ? 0 : static_cast<size_t>(prefix_k_[0]->tensor.dims[2]);
@@ -342,7 +395,7 @@ void DynamicRunner::forward_flags(const int32_t* tokens, const int32_t* parents,
     if (flags[end] || has_plain_child[end]) continue;
     std::vector<int32_t> toks;
     for (int32_t r : paths[end]) toks.push_back(tokens[r]);
-    auto pass = std::make_shared<Pass>(run(toks, true));
+    auto pass = std::make_shared<Pass>(run(toks, true, paths[end]));
     take_logits(*pass, paths[end], 0);
     for (int32_t r : paths[end])
       if (!row_pass_[static_cast<size_t>(r)]) row_pass_[static_cast<size_t>(r)] = pass;
@@ -367,7 +420,7 @@ void DynamicRunner::forward_flags(const int32_t* tokens, const int32_t* parents,
     std::vector<int32_t> toks;
     for (size_t d = d0; d < path.size(); ++d) toks.push_back(tokens[path[d]]);
     Pass pass = run_after(pk, pv, static_cast<int64_t>(P) + n_past_ + static_cast<int64_t>(d0),
-                          n_past_ + static_cast<int64_t>(d0), toks, true);
+                          n_past_ + static_cast<int64_t>(d0), toks, true, {});
     take_logits(pass, path, d0);
   }
   extras_.clear();  // per-row extra outputs are not gathered for flagged calls

@@ -21,7 +21,9 @@ struct DecoderIO {
   std::string last_row_logits;  // the head on the last row alone (decoder_io.hpp), or ""
   std::vector<std::string> past_keys, past_values, present_keys, present_values;
   int64_t kv_heads = 0, head_dim = 0;
+  int64_t vocab = 0;  // the logits' last dim when the spec fixes it, else known after a pass
   std::vector<std::string> extra_outputs;  // e.g. hidden_states
+  std::vector<std::pair<std::string, int64_t>> row_inputs;  // per-row float inputs and their widths
 
   // The optimum layout of HF exports (dynamic past). Throws a one-line error naming what
   // is missing when the graph is not a decoder in that layout.
@@ -42,8 +44,15 @@ class Runner : public nf_runner {
   void set_extra_input_tokens(size_t n) { extra_input_tokens_ = n; }
   size_t input_vocab_size() const override { return vocab_size() + extra_input_tokens_; }
 
+  // The graphs open_role looks in (make_runner sets them on a target's runner).
+  void set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata);
+  // A runner over the graphs of another role (metadata "roles"), or null when there are none.
+  nf_runner* open_role(const char* role) override;
+
  protected:
   size_t extra_input_tokens_ = 0;
+  BackendSession* model_session_ = nullptr;
+  nlohmann::json model_specs_, model_metadata_;
 };
 
 // Runner over the dynamic KV layout of HF exports: past key/values grow by concatenation.
@@ -69,6 +78,7 @@ class DynamicRunner final : public Runner {
                      const float* values) override;
   void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
                      float* logits) override;
+  void set_row_input(const char* name, const float* data, size_t n_rows, size_t width) override;
 
  private:
   struct Pass {
@@ -76,12 +86,13 @@ class DynamicRunner final : public Runner {
     std::vector<TensorPtr> keys, values;  // presents after the pass
     std::vector<TensorPtr> extras;        // extra outputs
   };
-  // One pass over `tokens` after the committed cache; does not commit.
-  Pass run(std::span<const int32_t> tokens, bool all_rows);
+  // One pass over `tokens` after the committed cache; does not commit. `rows`: the row of
+  // each token in the caller's call (where its per-row inputs are).
+  Pass run(std::span<const int32_t> tokens, bool all_rows, std::span<const int32_t> rows);
   // One pass after the given past (past_len positions of attention_mask), tokens at
   // positions first_pos.. ; all rows' logits.
   Pass run_after(const std::vector<TensorPtr>& past_k, const std::vector<TensorPtr>& past_v, int64_t past_len,
-                 int64_t first_pos, std::span<const int32_t> tokens, bool all_rows);
+                 int64_t first_pos, std::span<const int32_t> tokens, bool all_rows, std::span<const int32_t> rows);
   void adopt(Pass& p, int64_t new_len);  // makes p's presents (cut to new_len) the cache
   // Extra output e of the last row call, one row per scored row.
   TensorPtr gather_rows(size_t e, const std::vector<std::vector<int32_t>>& paths) const;
@@ -99,6 +110,7 @@ class DynamicRunner final : public Runner {
   std::vector<std::shared_ptr<Pass>> row_pass_;
   std::vector<uint32_t> row_flags_;             // last row call's flags (empty: none)
   std::vector<TensorPtr> prefix_k_, prefix_v_;  // per layer [1, kv_heads, P, head_dim]
+  std::vector<std::vector<float>> row_inputs_;  // per io_.row_inputs, for the next forward
 };
 
 // Checks row flags of a row call: known bits only, a prefix to see, and a flagged row's

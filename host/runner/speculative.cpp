@@ -31,6 +31,7 @@ struct CountingRunner final : nf_runner {
   void commit(const int32_t* rows, size_t n) override { inner.commit(rows, n); }
   nf_tensor* last_output(const char* name) override { return inner.last_output(name); }
   size_t input_vocab_size() const override { return inner.input_vocab_size(); }
+  nf_runner* open_role(const char* role) override { return inner.open_role(role); }
   void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                      const float* values) override {
     inner.set_prefix_kv(layers, kv_heads, n, head_dim, keys, values);

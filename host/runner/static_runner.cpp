@@ -1,6 +1,7 @@
 #include "runner/static_runner.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/graph_roles.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -530,25 +531,43 @@ nf_tensor* StaticRunner::last_output(const char* name) {
 }
 
 std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::json& graph_specs,
-                                    const nlohmann::json& metadata) {
+                                    const nlohmann::json& metadata, const std::string& role) {
+  const nlohmann::json roles = metadata.is_object() ? metadata.value(roles::kMetadataKey, nlohmann::json()) : nlohmann::json();
+  nlohmann::json specs = nlohmann::json::array();
+  for (const auto& g : graph_specs)
+    if (roles::role_of(roles, g.value("name", "")) == role) specs.push_back(g);
+  const nlohmann::json& owner = role.empty() ? metadata : roles[role];
+  const std::string what = role.empty() ? std::string() : " of role '" + role + "'";
   std::unique_ptr<Runner> r;
-  if (metadata.is_object() && metadata.contains("io") && metadata["io"].is_object() &&
-      metadata["io"].value("layout", "") == "static")
-    r = std::make_unique<StaticRunner>(session, StaticIO::parse(metadata["io"], graph_specs));
-  else if (graph_specs.size() != 1)
-    throw std::runtime_error(std::to_string(graph_specs.size()) +
-                             " graphs but no static-layout metadata (metadata.io.layout \"static\"); the dynamic "
-                             "runner needs exactly one graph");
+  if (owner.is_object() && owner.contains("io") && owner["io"].is_object() && owner["io"].value("layout", "") == "static")
+    r = std::make_unique<StaticRunner>(session, StaticIO::parse(owner["io"], specs));
+  else if (specs.size() != 1)
+    throw std::runtime_error(std::to_string(specs.size()) + " graphs" + what +
+                             " but no static-layout metadata (io.layout \"static\"); the dynamic runner needs exactly one graph");
   else
-    r = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(graph_specs[0]));
+    r = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(specs[0]));
   // Extra embedding rows (e.g. ssd's forecast tokens) the build appended to the graphs.
-  if (metadata.is_object() && metadata.contains("extra_embeddings")) {
+  if (role.empty() && metadata.is_object() && metadata.contains("extra_embeddings")) {
     const auto& e = metadata["extra_embeddings"];
     if (!e.is_object() || !e.contains("rows") || !e["rows"].is_number_unsigned())
       throw std::runtime_error("metadata extra_embeddings needs an unsigned integer 'rows'");
     r->set_extra_input_tokens(e["rows"].get<size_t>());
   }
+  if (role.empty()) r->set_model(session, graph_specs, metadata);
   return r;
+}
+
+void Runner::set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata) {
+  model_session_ = &session;
+  model_specs_ = std::move(graph_specs);
+  model_metadata_ = std::move(metadata);
+}
+
+nf_runner* Runner::open_role(const char* role) {
+  if (!model_session_ || !role || !*role || !model_metadata_.is_object()) return nullptr;
+  const auto& roles = model_metadata_.value(roles::kMetadataKey, nlohmann::json());
+  if (!roles.is_object() || !roles.contains(role)) return nullptr;
+  return make_runner(*model_session_, model_specs_, model_metadata_, role).release();
 }
 
 }  // namespace nf::host

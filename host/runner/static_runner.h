@@ -116,10 +116,11 @@ class StaticRunner final : public Runner {
   std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
 };
 
-// The runner a model's graphs need: StaticRunner when metadata.io.layout is "static",
-// else DynamicRunner over the single graph. `metadata` is package.json "metadata" (may be
-// null). Throws a one-line error when neither fits.
+// The runner a model's graphs of `role` need ("": the target; others: metadata "roles",
+// graph_roles.hpp): StaticRunner when the role's io (metadata "io", or the role's "io") has
+// layout "static", else DynamicRunner over the role's single graph. `metadata` is
+// package.json "metadata" (may be null). Throws a one-line error when neither fits.
 std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::json& graph_specs,
-                                    const nlohmann::json& metadata);
+                                    const nlohmann::json& metadata, const std::string& role = "");
 
 }  // namespace nf::host

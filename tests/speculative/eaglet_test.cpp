@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 
 #include "api/host_api.h"
@@ -203,6 +204,21 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_EQ(spec["options"]["draft"], "assets/eaglet/eaglet");
   EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));
   nlohmann::json in_package{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
+  // The draft is a graph of the package (role "draft"), its KV cache named after the
+  // target's 4 layers, its embedding and LM head the target's tensors.
+  std::set<std::string> graphs;
+  for (const auto& g : p->pkg.meta.at("graphs")) graphs.insert(g.at("name").get<std::string>());
+  ASSERT_TRUE(graphs.count("eaglet_draft")) << p->pkg.meta.at("graphs").dump();
+  const auto& role = p->pkg.meta.at("metadata").at("roles").at("draft");
+  EXPECT_EQ(role.at("graphs"), nlohmann::json::array({"eaglet_draft"}));
+  EXPECT_EQ(role.at("first_layer"), 4);
+  EXPECT_EQ(role.at("shares").size(), 2u) << role.dump();
+  for (const auto& g : p->pkg.meta.at("graphs"))
+    if (g.at("name") == "eaglet_draft") {
+      std::set<std::string> inputs;
+      for (const auto& in : g.at("inputs")) inputs.insert(in.at("name").get<std::string>());
+      EXPECT_TRUE(inputs.count("past_key_values.4.key") && inputs.count("target_hidden_states")) << g.dump();
+    }
 
   host::Runner& r = *p->runner;
   std::vector<std::vector<int32_t>> prompts{{1}, {1, 5, 9, 5, 9, 5}};
@@ -229,6 +245,7 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   const auto& s = sj["stats"]["speculative"];
   EXPECT_GE(s["tau"].get<double>(), 1.0);
   EXPECT_GE(s["draft_forwards"].get<int64_t>(), 1);
+  EXPECT_EQ(s["decoder"]["draft_runs_on"], "graph");
   EXPECT_GE(s["target_forwards"].get<int64_t>(), 1);
   EXPECT_TRUE(s.contains("acceptance_rate"));
   EXPECT_TRUE(s.contains("wall_seconds"));

@@ -183,9 +183,10 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const int lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
   check_options(opts);
   if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
-  if (ms.graph_count() != 1)
+  const std::vector<nf::Graph> targets = ms.target_graphs();
+  if (targets.size() != 1)
     throw nf::Error("seqmse: runs on the source decoder graph, before the transforms (" +
-                    std::to_string(ms.graph_count()) + " graphs in the model set)");
+                    std::to_string(targets.size()) + " graphs in the model set)");
   const size_t available = nf::host().calibration_batch_count(calib);
   size_t batches = static_cast<size_t>(opts.get<int64_t>("num_batches", 0));
   if (batches == 0 || batches > available) {
@@ -199,7 +200,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   const auto& weights = plan.weights;
   const std::string& lm_head = plan.lm_head;
   auto searched = [&](const LinearWeight& lw) { return plan.searched(lw); };
-  nf::Graph g = ms.graph(0);
+  nf::Graph g = targets[0];
 
   // Groups of layers reading one activation, in execution order.
   std::vector<std::string> order;

@@ -125,8 +125,11 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   std::optional<LearnedRotations> learned;
   if (!rotations.empty()) learned = load_rotations(rotations);
   if (ms.graph_count() != 1)
-    throw nf::Error("spinquant: runs on the source decoder graph, before the transforms (" +
-                    std::to_string(ms.graph_count()) + " graphs in the model set)");
+    throw nf::Error(ms.target_graphs().size() == 1
+                        ? "spinquant: the model set holds a draft graph, which reads the target's hidden states and shares "
+                          "its embedding and LM head; rotating them would leave the draft out of step"
+                        : "spinquant: runs on the source decoder graph, before the transforms (" +
+                              std::to_string(ms.graph_count()) + " graphs in the model set)");
   if (nf::host().model_set_encoding_count(ms.get()) != 0)
     throw nf::Error("spinquant: the model set already has encodings; list spinquant before the other [[quant]] recipes");
   nf::Graph g = ms.graph(0);

@@ -43,33 +43,75 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n, float* y) {
 
 }  // namespace
 
-DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
-  const std::string json_path = dir + "/draft.json", bin_path = dir + "/draft.bin";
+DraftConfig read_draft_config(const std::string& dir) {
+  const std::string json_path = dir + "/draft.json";
   std::ifstream jf(json_path);
   if (!jf) throw nf::Error("eaglet: no draft at '" + json_path + "' (train one with tools/speculative/train_eaglet.py)");
-  nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
+  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
   if (meta.is_discarded() || meta.value("format", "") != "npuforge-eaglet-draft" || meta.value("version", 0) != 1)
     throw nf::Error("eaglet: '" + json_path + "' is not an npuforge-eaglet-draft version 1 file");
-  std::ifstream bf(bin_path, std::ios::binary);
-  if (!bf) throw nf::Error("eaglet: missing '" + bin_path + "' next to draft.json");
-  std::string blob((std::istreambuf_iterator<char>(bf)), std::istreambuf_iterator<char>());
+  DraftConfig k;
   try {
     const auto& c = meta.at("config");
-    cfg_.vocab = c.at("vocab_size");
-    cfg_.hidden = c.at("hidden_size");
-    cfg_.inter = c.at("intermediate_size");
-    cfg_.heads = c.at("num_attention_heads");
-    cfg_.kv_heads = c.at("num_key_value_heads");
-    cfg_.head_dim = c.at("head_dim");
-    cfg_.eps = c.at("rms_norm_eps");
-    cfg_.theta = c.at("rope_theta");
+    k.vocab = c.at("vocab_size");
+    k.hidden = c.at("hidden_size");
+    k.inter = c.at("intermediate_size");
+    k.heads = c.at("num_attention_heads");
+    k.kv_heads = c.at("num_key_value_heads");
+    k.head_dim = c.at("head_dim");
+    k.eps = c.at("rms_norm_eps");
+    k.theta = c.at("rope_theta");
   } catch (const std::exception& e) {
     throw nf::Error("eaglet: '" + json_path + "' config: " + e.what());
   }
-  const DraftConfig& k = cfg_;
   if (k.vocab <= 0 || k.hidden <= 0 || k.inter <= 0 || k.heads <= 0 || k.kv_heads <= 0 || k.head_dim <= 0 ||
       k.heads % k.kv_heads != 0 || k.head_dim % 2 != 0)
     throw nf::Error("eaglet: '" + json_path + "' has an inconsistent config");
+  return k;
+}
+
+std::vector<int32_t> head_tokens(const std::string& dir, int64_t n, int64_t vocab) {
+  if (n <= 0 || n >= vocab) return {};
+  const std::string json_path = dir + "/draft.json";
+  std::ifstream jf(json_path);
+  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
+  const nlohmann::json map = meta.is_object() ? meta.value("token_map", nlohmann::json()) : nlohmann::json();
+  if (!map.is_array() || static_cast<int64_t>(map.size()) != vocab)
+    throw nf::Error("eaglet: draft_vocab needs the draft's token_map (" + json_path +
+                    "; add it with train_eaglet.py --token-map-only)");
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < n; ++i) {
+    const nlohmann::json& t = map[static_cast<size_t>(i)];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      throw nf::Error("eaglet: token_map of '" + json_path + "' holds " + t.dump() + ", not a token id");
+    tokens.push_back(t.get<int32_t>());
+  }
+  return tokens;
+}
+
+std::vector<std::array<int64_t, 2>> Draft::linear_shapes() const {
+  const DraftConfig& k = cfg_;
+  const int64_t H = k.hidden, Q = k.heads * k.head_dim, KV = k.kv_heads * k.head_dim;
+  return {{2 * H, H}, {H, Q}, {H, KV}, {H, KV}, {Q, H}, {H, k.inter}, {H, k.inter}, {k.inter, H}, {H, head_size()}};
+}
+
+int64_t Draft::macs_per_row() const {
+  int64_t m = 0;
+  for (const auto& [K, N] : linear_shapes()) m += K * N;
+  return m;
+}
+
+size_t Draft::weight_bytes_per_pass() const { return static_cast<size_t>(macs_per_row()) * sizeof(float); }
+
+DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
+  cfg_ = read_draft_config(dir);
+  const std::string json_path = dir + "/draft.json", bin_path = dir + "/draft.bin";
+  std::ifstream jf(json_path);
+  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
+  std::ifstream bf(bin_path, std::ios::binary);
+  if (!bf) throw nf::Error("eaglet: missing '" + bin_path + "' next to draft.json");
+  std::string blob((std::istreambuf_iterator<char>(bf)), std::istreambuf_iterator<char>());
+  const DraftConfig& k = cfg_;
   auto load = [&](const char* name, std::vector<int64_t> shape) {
     const auto& tensors = meta.value("tensors", nlohmann::json::object());
     if (!tensors.contains(name)) throw nf::Error("eaglet: '" + json_path + "' has no tensor '" + name + "'");
@@ -99,19 +141,12 @@ DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
     return nf::kernels::pack_f32(load(name, {out, in}).data(), in, out, true);
   };
   embed_ = load("embed", {k.vocab, H});
-  if (head_vocab > 0 && head_vocab < k.vocab) {
-    const auto& map = meta.value("token_map", nlohmann::json());
-    if (!map.is_array() || static_cast<int64_t>(map.size()) != k.vocab)
-      throw nf::Error("eaglet: draft_vocab needs the draft's token_map (" + json_path +
-                      "; add it with train_eaglet.py --token-map-only)");
-    std::vector<float> full = load("lm_head", {k.vocab, H}), rows(static_cast<size_t>(head_vocab * H));
-    for (int64_t i = 0; i < head_vocab; ++i) {
-      const int64_t t = map[static_cast<size_t>(i)].get<int64_t>();
-      if (t < 0 || t >= k.vocab) throw nf::Error("eaglet: token_map of '" + json_path + "' holds token " + std::to_string(t));
-      head_tokens_.push_back(static_cast<int32_t>(t));
-      std::copy(full.begin() + t * H, full.begin() + (t + 1) * H, rows.begin() + i * H);
-    }
-    lm_head_ = nf::kernels::pack_f32(rows.data(), H, head_vocab, true);
+  head_tokens_ = head_tokens(dir, head_vocab, k.vocab);
+  if (!head_tokens_.empty()) {
+    std::vector<float> full = load("lm_head", {k.vocab, H}), rows(head_tokens_.size() * static_cast<size_t>(H));
+    for (size_t i = 0; i < head_tokens_.size(); ++i)
+      std::copy(full.begin() + head_tokens_[i] * H, full.begin() + (head_tokens_[i] + 1) * H, rows.begin() + static_cast<long>(i) * H);
+    lm_head_ = nf::kernels::pack_f32(rows.data(), H, static_cast<int64_t>(head_tokens_.size()), true);
   } else {
     lm_head_ = linear("lm_head", k.vocab, H);
   }
@@ -131,24 +166,6 @@ DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
     inv_freq_.push_back(1.f / std::pow(k.theta, static_cast<float>(2 * i) / static_cast<float>(k.head_dim)));
 }
 
-size_t DraftModel::weight_bytes_per_pass() const {
-  size_t b = 0;
-  for (const auto* w : {&fc_, &q_, &k_, &v_, &o_, &gate_, &up_, &down_, &lm_head_}) b += w->weight_bytes();
-  return b;
-}
-
-int64_t DraftModel::macs_per_row() const {
-  int64_t m = 0;
-  for (const auto& [K, N] : linear_shapes()) m += K * N;
-  return m;
-}
-
-std::vector<std::array<int64_t, 2>> DraftModel::linear_shapes() const {
-  std::vector<std::array<int64_t, 2>> shapes;
-  for (const auto* w : {&fc_, &q_, &k_, &v_, &o_, &gate_, &up_, &down_, &lm_head_}) shapes.push_back({w->K, w->N});
-  return shapes;
-}
-
 void DraftModel::rope(float* x, int64_t n_heads, int64_t position) const {
   const int64_t half = cfg_.head_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -164,6 +181,7 @@ void DraftModel::rope(float* x, int64_t n_heads, int64_t position) const {
 
 template <class Visible, class Store>
 void DraftModel::forward(std::span<const Row> rows, Visible visible, Store store, float* features, float* logits) {
+  rows_run_ += rows.size();
   const DraftConfig& k = cfg_;
   const int64_t M = static_cast<int64_t>(rows.size()), H = k.hidden, Q = k.heads * k.head_dim,
                 KV = k.kv_heads * k.head_dim, hd = k.head_dim;

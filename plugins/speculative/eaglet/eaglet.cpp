@@ -15,6 +15,7 @@
 //     greedy; sampled output keeps the target's distribution since the draft is
 //     deterministic). The accepted path is committed; the token drawn at the first
 //     mismatch is the next step's root.
+#include <npuforge/graph_roles.hpp>
 #include <npuforge/speculative.hpp>
 
 #include <algorithm>
@@ -24,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "draft_graph.h"
 #include "draft_model.h"
+#include "graph_draft.h"
 
 namespace {
 
@@ -33,9 +36,9 @@ constexpr const char* kSchema = R"json({
   "additionalProperties": false,
   "properties": {
     "draft": {"type": "string", "format": "asset", "default": "eaglet",
-              "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py); relative to the model's folder, copied into packages by the build"},
+              "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py) and draft.onnx (tools/speculative/export_eaglet_onnx.py); relative to the model's folder. The build's first stage adds draft.onnx to the model set as its draft graph, and the folder is copied into packages"},
     "draft_vocab": {"type": "integer", "minimum": 0, "maximum": 1048576, "default": 0,
-                    "description": "LM head rows the draft scores: the most frequent tokens of its token map (0: the whole vocabulary); a smaller head makes draft passes cheaper, tokens outside it are never drafted"},
+                    "description": "LM head rows the draft scores: the most frequent tokens of its token map (0: the whole vocabulary); a smaller head makes draft passes cheaper, tokens outside it are never drafted. The build cuts the draft graph's head to these rows"},
     "draft_len": {"type": "integer", "minimum": 1, "maximum": 16, "default": 5,
                   "description": "draft passes per step = the deepest drafted token"},
     "n_branches": {"type": "integer", "minimum": 1, "maximum": 16, "default": 4,
@@ -78,13 +81,11 @@ class Eaglet {
  public:
   static constexpr const char* kName = "eaglet";
   Eaglet(const nf::Options& o, nf_runner* runner, const int32_t* prompt, size_t n_prompt, nf::Context ctx)
-      : runner_(runner),
-        step_(kName, runner),
-        draft_(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0)) {
+      : runner_(runner), step_(kName, runner), draft_(open_draft(o, runner, ctx)) {
     draft_len_ = o.get<int>("draft_len", 5);
     branches_ = o.get<int>("n_branches", 4);
     use_cache_ = o.get<bool>("draft_kv_cache", true);
-    const DraftCfg& c = draft_.config();
+    const eaglet::DraftConfig& c = draft_->config();
     H_ = static_cast<size_t>(c.hidden);
     if (static_cast<size_t>(c.vocab) != step_.vocab())
       throw nf::Error("eaglet: the draft's vocabulary is " + std::to_string(c.vocab) + ", the target's " +
@@ -152,6 +153,11 @@ class Eaglet {
     return step_.commit(accepted, last_logits, out);
   }
 
+  // The build hook: the draft graph joins the model set, so the package holds it.
+  static void build(const nf::Options& o, nf::ModelSet ms, const nf::Context&) {
+    eaglet::add_draft_graph(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0), ms);
+  }
+
   std::string stats() const {
     nlohmann::json j{{"draft_len", draft_len_},
                      {"n_branches", branches_},
@@ -159,20 +165,32 @@ class Eaglet {
                      {"draft_kv_cache", use_cache_},
                      {"target_forwards", step_.forwards()},
                      {"draft_forwards", stats_.draft_forwards},
-                     {"draft_rows", stats_.draft_rows},
+                     {"draft_rows", draft_->rows_run()},
+                     {"draft_runs_on", draft_->where()},
                      {"rows", step_.rows()},
                      {"max_rows", step_.max_rows()},
                      {"trimmed_steps", stats_.trimmed_steps},
                      {"drafted_tokens_verified", stats_.drafted},
                      {"accepted_draft_tokens", step_.accepted_drafts()},
-                     {"draft_weight_bytes_per_pass", draft_.weight_bytes_per_pass()},
-                     {"draft_macs_per_row", draft_.macs_per_row()},
-                     {"draft_linears", draft_.linear_shapes()}};
+                     {"draft_weight_bytes_per_pass", draft_->weight_bytes_per_pass()},
+                     {"draft_macs_per_row", draft_->macs_per_row()},
+                     {"draft_linears", draft_->linear_shapes()}};
     return j.dump();
   }
 
  private:
-  using DraftCfg = eaglet::DraftConfig;
+  // The model's draft graph on the backend session; a model built before the draft was a
+  // graph has none, and draft.bin runs on the host.
+  static std::unique_ptr<eaglet::Draft> open_draft(const nf::Options& o, nf_runner* runner, const nf::Context& ctx) {
+    const std::string dir = o.get<std::string>("draft", "eaglet");
+    nf_runner* draft = nullptr;
+    nf_status* st = nf::host().runner_open_role(runner, nf::roles::kDraft, &draft);
+    if (!st) return std::make_unique<eaglet::GraphDraft>(runner, draft, dir);
+    if (nf::host().status_code(st) != NF_STATUS_NOT_FOUND) nf::check(st);
+    nf::host().status_release(st);
+    ctx.warn("the model holds no draft graph (a package built before the draft was a graph, or for a backend that does not compile it yet): the draft runs on the host in float32");
+    return std::make_unique<eaglet::DraftModel>(dir, o.get<int64_t>("draft_vocab", 0));
+  }
   struct Entry {
     std::vector<float> feature;
     int32_t token;
@@ -197,22 +215,22 @@ class Eaglet {
 
   // Fills `nodes` with the drafted tree under the current token.
   void draft_tree(int32_t cur, int64_t P, std::vector<Node>& nodes) {
-    if (!use_cache_) draft_.clear_cache();
-    draft_.clear_scratch();
+    if (!use_cache_) draft_->clear_cache();
+    draft_->clear_scratch();
     // Catch-up entries and the root entry, committed to the draft's cache in order.
-    std::vector<eaglet::DraftModel::Row> rows;
+    std::vector<eaglet::Row> rows;
     for (const Entry& e : pending_) rows.push_back({e.feature.data(), e.token, e.position, -1});
     rows.push_back({last_feature_.data(), cur, P - 1, -1});
-    const size_t head = static_cast<size_t>(draft_.head_size());
+    const size_t head = static_cast<size_t>(draft_->head_size());
     std::vector<float> feats(rows.size() * H_), logits(rows.size() * head);
-    draft_.run_committed(rows, feats.data(), logits.data());
+    draft_->run_committed(rows, feats.data(), logits.data());
     pending_.clear();
-    count_draft(rows.size());
+    count_draft();
     features_.assign(feats.end() - static_cast<long>(H_), feats.end());  // features_[0]: the root's output
     std::vector<int32_t> frontier;
     for (auto [col, lp] : top_k(logits.data() + (rows.size() - 1) * head, head, branches_)) {
       frontier.push_back(static_cast<int32_t>(nodes.size()));
-      nodes.push_back({draft_.head_token(col), -1, 1, lp, -1, 0});
+      nodes.push_back({draft_->head_token(col), -1, 1, lp, -1, 0});
     }
     for (int depth = 2; depth <= draft_len_ && !frontier.empty(); ++depth) {
       // Expand the n_branches likeliest nodes of the newest depth.
@@ -220,15 +238,15 @@ class Eaglet {
         return nodes[static_cast<size_t>(a)].logp > nodes[static_cast<size_t>(b)].logp;
       });
       if (frontier.size() > static_cast<size_t>(branches_)) frontier.resize(static_cast<size_t>(branches_));
-      std::vector<eaglet::DraftModel::Row> xs;
+      std::vector<eaglet::Row> xs;
       for (int32_t n : frontier) {
         const Node& node = nodes[static_cast<size_t>(n)];
         const int32_t parent_entry = node.parent < 0 ? -1 : nodes[static_cast<size_t>(node.parent)].entry;
         xs.push_back({features_.data() + node.feature * H_, node.token, P + node.depth - 1, parent_entry});
       }
       std::vector<float> f(xs.size() * H_), l(xs.size() * head);
-      std::vector<int32_t> ids = draft_.run_scratch(xs, f.data(), l.data());
-      count_draft(xs.size());
+      std::vector<int32_t> ids = draft_->run_scratch(xs, f.data(), l.data());
+      count_draft();
       std::vector<int32_t> next;
       for (size_t i = 0; i < frontier.size(); ++i) {
         const size_t n = static_cast<size_t>(frontier[i]);
@@ -237,7 +255,7 @@ class Eaglet {
         features_.insert(features_.end(), f.begin() + static_cast<long>(i * H_), f.begin() + static_cast<long>((i + 1) * H_));
         for (auto [col, lp] : top_k(l.data() + i * head, head, branches_)) {
           next.push_back(static_cast<int32_t>(nodes.size()));
-          nodes.push_back({draft_.head_token(col), static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1,
+          nodes.push_back({draft_->head_token(col), static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1,
                            feature});
         }
       }
@@ -268,18 +286,15 @@ class Eaglet {
     return kept;
   }
 
-  void count_draft(size_t rows) {
-    ++stats_.draft_forwards;
-    stats_.draft_rows += rows;
-  }
+  void count_draft() { ++stats_.draft_forwards; }
 
   struct Counters {
-    size_t draft_forwards = 0, draft_rows = 0, drafted = 0, trimmed_steps = 0;
+    size_t draft_forwards = 0, drafted = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
   nf::SpeculativeStep step_;
-  eaglet::DraftModel draft_;
+  std::unique_ptr<eaglet::Draft> draft_;
   int draft_len_ = 5, branches_ = 4;
   bool use_cache_ = true;
   size_t H_ = 0, budget_ = 1;

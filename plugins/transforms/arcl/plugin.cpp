@@ -33,10 +33,11 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     nf::ModelSet ms(handle);
     nf::Context ctx(ctx_handle);
     ArclOptions opts = parse_options(nf::Options(options_json));
-    if (ms.graph_count() != 1)
-      throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(ms.graph_count()) +
+    const std::vector<nf::Graph> targets = ms.target_graphs();
+    if (targets.size() != 1)
+      throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(targets.size()) +
                       " (run arcl before split)");
-    nf::Graph source = ms.graph(0);
+    nf::Graph source = targets[0];
     const std::string source_name = source.name();
     ModelInfo info = read_model_info(source, ms.metadata("config"));
     std::vector<Variant> variants = plan_variants(opts, info, ctx);
@@ -59,7 +60,8 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   return NF_TRY({
     const nf::ModelSet ms = nf::ModelSet::view(handle);
     ArclOptions opts = parse_options(nf::Options(options_json));
-    if (ms.graph_count() == 1) plan_variants(opts, read_model_info(ms.graph(0), ms.metadata("config")), nf::Context(ctx_handle));
+    const std::vector<nf::Graph> targets = ms.target_graphs();
+    if (targets.size() == 1) plan_variants(opts, read_model_info(targets[0], ms.metadata("config")), nf::Context(ctx_handle));
   });
 }
 

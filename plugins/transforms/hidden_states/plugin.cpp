@@ -58,7 +58,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context*) {
   return NF_TRY({
     nf::ModelSet ms(handle);
     const std::string output = nf::Options(options_json).get<std::string>("output", "hidden_states");
-    for (nf::Graph g : ms.graphs()) expose(g, output);
+    for (nf::Graph g : ms.target_graphs()) expose(g, output);  // a draft has its own
   });
 }
 

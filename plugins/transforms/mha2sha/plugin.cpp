@@ -107,9 +107,10 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     std::vector<std::string> rejected;
     size_t blocks = 0;
     int64_t heads = 0, kv_heads = 0;
-    const size_t n = ms.graph_count();
+    const std::vector<nf::Graph> graphs = ms.target_graphs();
+    const size_t n = graphs.size();
     for (size_t i = 0; i < n; ++i) {
-      nf::Graph g = ms.graph(i);
+      nf::Graph g = graphs[i];
       ctx.progress(i, n, g.name());
       GraphResult r = rewrite_graph(g, opts, weights, found, rejected);
       blocks += r.blocks;

@@ -65,9 +65,10 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     size_t blocks = 0, removed_total = 0;
     std::set<int64_t> layers_seen;
     bool predicate_hit = false;
-    const size_t n = ms.graph_count();
+    const std::vector<nf::Graph> graphs = ms.target_graphs();
+    const size_t n = graphs.size();
     for (size_t i = 0; i < n; ++i) {
-      nf::Graph g = ms.graph(i);
+      nf::Graph g = graphs[i];
       ctx.progress(i, n, g.name());
       // The routing probe needs the ranks of the routing values; an export may not record
       // them (dims the graph does not fix stay symbolic).

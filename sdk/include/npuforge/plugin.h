@@ -335,6 +335,27 @@ typedef struct nf_host_api {
    * the set changed (its quantized weights replaced by placeholders) edits the copy instead of
    * writing and reading back the whole set. Release with model_set_release. */
   nf_status* (*model_set_clone)(const nf_model_set* ms, nf_model_set** out);
+
+  /* ---- appended (check struct_size): graphs of several roles ----
+   * A build hook adds a graph of its own (a decoder's draft) to the model set: the ONNX file
+   * at `onnx_path` (external data beside it) becomes graph `name`. Fails, leaving `ms` as it
+   * was, when the file is not a model the host can read or the name is taken. */
+  nf_status* (*model_set_import_graph)(nf_model_set* ms, const char* name, const char* onnx_path, nf_graph** out);
+  /* Renames values of g: from[i] becomes to[i] wherever it is read, written, declared or
+   * stored (inputs, outputs, node inputs and outputs, value types, initializers). Encodings
+   * are the set's, by name: rename before any are set. Fails, changing nothing, when a new
+   * name is already a value of g or two values would share one. */
+  nf_status* (*graph_rename_values)(nf_graph* g, const char* const* from, const char* const* to, size_t n);
+  /* A runner over the model's graphs of `role` (metadata "roles", e.g. "draft") with a KV
+   * cache of its own, on the same backend session; NF_STATUS_NOT_FOUND when the model has no
+   * graph of that role. The decoder releases it with runner_release before it is released. */
+  nf_status* (*runner_open_role)(nf_runner* r, const char* role, nf_runner** out);
+  void (*runner_release)(nf_runner* r);
+  /* Values of a per-row float input of the graphs (e.g. a draft's target_hidden_states
+   * [1, rows, width]) for the next forward: n_rows rows of `width` floats, copied; row i
+   * goes with the forward's row i. The next forward must have n_rows rows; it consumes
+   * them. Fails when the graphs have no such input or its width differs. */
+  nf_status* (*runner_set_row_input)(nf_runner* r, const char* name, const float* data, size_t n_rows, size_t width);
 } nf_host_api;
 
 /* ---- plugin tables --------------------------------------------------------------------
@@ -450,7 +471,9 @@ static_assert(offsetof(nf_host_api, tensor_drop_pages) == 720, "nf_host_api layo
 static_assert(offsetof(nf_host_api, checkpoint_save) == 728, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, checkpoint_load) == 736, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, model_set_clone) == 744, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 752, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, model_set_import_graph) == 752, "nf_host_api layout");
+static_assert(offsetof(nf_host_api, runner_set_row_input) == 784, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 792, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
@@ -467,7 +490,7 @@ static_assert(offsetof(nf_speculative_api, build) == 40, "nf_speculative_api lay
 static_assert(sizeof(nf_speculative_api) == 48, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_host_api) == 752, "nf_host_api layout");
+_Static_assert(sizeof(nf_host_api) == 792, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 

@@ -3,11 +3,13 @@
 // ABI boundary. Nothing here crosses the ABI: it all compiles into the plugin.
 #pragma once
 
+#include <npuforge/graph_roles.hpp>
 #include <npuforge/plugin.h>
 
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <stdexcept>
@@ -286,6 +288,15 @@ class Graph {
   }
   void remove_initializer(const std::string& name) { check(host().graph_remove_initializer(g_, name.c_str())); }
   int64_t opset(const char* domain = "") const { return host().graph_opset(g_, domain); }
+  // Renames values everywhere in the graph (old name -> new name).
+  void rename_values(const std::map<std::string, std::string>& renames) {
+    std::vector<const char*> from, to;
+    for (const auto& [a, b] : renames) {
+      from.push_back(a.c_str());
+      to.push_back(b.c_str());
+    }
+    check(host().graph_rename_values(g_, from.data(), to.data(), from.size()));
+  }
 
  private:
   template <class F>
@@ -311,12 +322,26 @@ class ModelSet {
     for (size_t i = 0; i < graph_count(); ++i) r.push_back(graph(i));
     return r;
   }
+  // The target decoder's graphs: every graph no role of metadata "roles" lists (graph_roles.hpp).
+  std::vector<Graph> target_graphs() const {
+    const nlohmann::json roles = metadata(roles::kMetadataKey);
+    std::vector<Graph> r;
+    for (const Graph& g : graphs())
+      if (roles::is_target(roles, g.name())) r.push_back(g);
+    return r;
+  }
   Graph add_graph(const std::string& name, const Graph* source = nullptr) {
     nf_graph* g = nullptr;
     check(host().model_set_add_graph(ms_, name.c_str(), source ? source->get() : nullptr, &g));
     return Graph(g);
   }
   void remove_graph(const std::string& name) { check(host().model_set_remove_graph(ms_, name.c_str())); }
+  // The graph of an ONNX file, added as `name` (a build hook's own graph).
+  Graph import_graph(const std::string& name, const std::string& onnx_path) {
+    nf_graph* g = nullptr;
+    check(host().model_set_import_graph(ms_, name.c_str(), onnx_path.c_str(), &g));
+    return Graph(g);
+  }
   nlohmann::json metadata(const char* key) const {
     return nlohmann::json::parse(host().model_set_get_metadata(ms_, key));
   }

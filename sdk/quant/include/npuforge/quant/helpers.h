@@ -48,7 +48,7 @@ inline float weight_at(const float* w, const LinearWeight& lw, int64_t k, int64_
 inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_float = false) {
   std::vector<LinearWeight> result;
   std::set<std::string> seen;
-  for (const Graph& g : ms.graphs()) {
+  for (const Graph& g : ms.target_graphs()) {
     std::set<std::string> inits;
     for (auto& n : g.initializer_names()) inits.insert(n);
     std::map<std::string, std::string> transposed_init;  // Transpose output -> its initializer
@@ -92,7 +92,7 @@ inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_flo
 inline std::string lm_head_weight(const ModelSet& ms, const std::vector<LinearWeight>& weights) {
   std::map<std::string, std::string> weight_of_output;
   for (const auto& lw : weights) weight_of_output.emplace(lw.output, lw.name);
-  for (const Graph& g : ms.graphs()) {
+  for (const Graph& g : ms.target_graphs()) {
     std::map<std::string, std::string> first_input;
     for (const Node& n : g.nodes())
       for (auto& o : n.outputs()) first_input.emplace(o, n.input(0));

@@ -1,0 +1,67 @@
+// What the decoder asks of a draft, whichever runs it: the draft graph of the model set on
+// the backend session (GraphDraft), or draft.bin on the host CPU (DraftModel), for models
+// built before the draft was a graph.
+//
+// Entry j of the draft's sequence is (feature of target position j, token at j+1) at
+// position j. Committed entries (accepted tokens) are kept across steps; scratch entries are
+// the current step's tree, where an entry sees the committed entries, its ancestors and
+// itself.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace eaglet {
+
+struct DraftConfig {
+  int64_t vocab = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float eps = 1e-5f, theta = 10000.f;
+};
+
+// The config of `dir`/draft.json; throws nf::Error naming the file and the rule.
+DraftConfig read_draft_config(const std::string& dir);
+// Tokens of the first `n` logits columns when the draft scores a reduced vocabulary:
+// draft.json's token_map prefix (empty when n is the whole vocabulary).
+std::vector<int32_t> head_tokens(const std::string& dir, int64_t n, int64_t vocab);
+
+struct Row {
+  const float* feature;  // hidden floats
+  int32_t token;
+  int64_t position;
+  int32_t parent;  // scratch rows: the parent's scratch entry, -1 = only the committed entries
+};
+
+class Draft {
+ public:
+  virtual ~Draft() = default;
+  // Committed rows are appended in order (row i sees the rows before it); scratch rows each
+  // become a scratch entry (ids returned). One output feature (hidden) and one logits row
+  // (head_size) per row.
+  virtual void run_committed(std::span<const Row> rows, float* features, float* logits) = 0;
+  virtual std::vector<int32_t> run_scratch(std::span<const Row> rows, float* features, float* logits) = 0;
+  virtual void clear_scratch() = 0;
+  virtual void clear_cache() = 0;  // committed and scratch
+  virtual int64_t head_size() const = 0;
+  virtual const char* where() const = 0;  // "graph" or "host"
+
+  const DraftConfig& config() const { return cfg_; }
+  int32_t head_token(int64_t column) const {
+    return head_tokens_.empty() ? static_cast<int32_t>(column) : head_tokens_[static_cast<size_t>(column)];
+  }
+  // [K, N] of every matrix a draft pass multiplies by, in order (the stats contract's
+  // draft_linears, for backend estimates): fc, q, k, v, o, gate, up, down, LM head.
+  std::vector<std::array<int64_t, 2>> linear_shapes() const;
+  int64_t macs_per_row() const;           // through those matrices (attention aside)
+  size_t weight_bytes_per_pass() const;   // of those matrices in float32
+  size_t rows_run() const { return rows_run_; }  // rows through the draft so far
+
+ protected:
+  DraftConfig cfg_;
+  size_t rows_run_ = 0;
+  std::vector<int32_t> head_tokens_;  // empty: the full vocabulary
+};
+
+}  // namespace eaglet

@@ -1,0 +1,194 @@
+// eaglet's build hook: the draft (draft.onnx, exported by tools/speculative/export_eaglet_onnx.py)
+// becomes graph "eaglet_draft" of the model set, role "draft", so the device package holds it
+// and the backend session runs it beside the target.
+//
+// In the set its names must not meet the target's: encodings are keyed by name across the
+// set. Its layers are numbered after the target's (past_key_values.L.*, L = the target's layer
+// count), every internal value gets the prefix "eaglet_draft/", and only the IO a runner
+// feeds keeps its name. Its embedding table and LM head are the target's when they hold the
+// same numbers (the draft was trained on the frozen target's; draft.bin keeps float16
+// copies): the draft then reads the target's tensors, one copy in the package.
+#include "draft_graph.h"
+
+#include "draft.h"
+
+#include <npuforge/decoder_io.hpp>
+#include <npuforge/graph_roles.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace eaglet {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw nf::Error("eaglet: " + what); }
+
+int64_t layer_count(const nf::Graph& g) {
+  int64_t layers = 0;
+  for (const std::string& in : g.inputs())
+    if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present) layers = std::max(layers, kv->layer + 1);
+  return layers;
+}
+
+std::map<std::string, nf::Node> producers(const nf::Graph& g) {
+  std::map<std::string, nf::Node> p;
+  for (nf::Node n : g.nodes())
+    for (const std::string& o : n.outputs()) p.emplace(o, n);
+  return p;
+}
+
+// The token embedding: Gather of an initializer by input_ids (or a Cast of it).
+std::optional<nf::Node> embedding_gather(const nf::Graph& g) {
+  const auto producer = producers(g);
+  for (nf::Node n : g.nodes()) {
+    if (n.op_type() != "Gather" || n.input_count() < 2 || !g.initializer(n.input(0))) continue;
+    std::string idx = n.input(1);
+    if (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast") idx = p->second.input(0);
+    if (idx == nf::decoder::kInputIds) return n;
+  }
+  return std::nullopt;
+}
+
+// The LM head: the MatMul of an initializer [hidden, vocab] that computes the logits.
+std::optional<nf::Node> head_matmul(const nf::Graph& g) {
+  const auto producer = producers(g);
+  std::optional<nf::Node> head;
+  nf::decoder::lm_head_output(
+      [&](const std::string& v) {
+        auto p = producer.find(v);
+        return p == producer.end() || p->second.input_count() == 0 ? std::string() : p->second.input(0);
+      },
+      [&](const std::string& v) {
+        auto p = producer.find(v);
+        if (p == producer.end() || p->second.op_type() != "MatMul" || !g.initializer(p->second.input(1))) return false;
+        head = p->second;
+        return true;
+      });
+  return head;
+}
+
+// Same shape and the same numbers to float16 precision (draft.bin's copies of the target's).
+bool same_weights(const nf::Tensor& a, const nf::Tensor& b) {
+  if (a.dtype() != NF_DTYPE_FLOAT32 || b.dtype() != NF_DTYPE_FLOAT32 || a.dims() != b.dims()) return false;
+  const float *x = a.data_as<float>(), *y = b.data_as<float>();
+  const size_t n = a.nbytes() / sizeof(float);
+  for (size_t i = 0; i < n; ++i)
+    if (std::fabs(x[i] - y[i]) > std::ldexp(std::fabs(y[i]), -10) + 1e-7f) return false;
+  return true;
+}
+
+}  // namespace
+
+void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet ms) {
+  namespace fs = std::filesystem;
+  const std::string onnx = dir + "/draft.onnx";
+  if (!fs::is_regular_file(onnx))
+    fail("no draft graph '" + onnx + "' (export it with tools/speculative/export_eaglet_onnx.py)");
+  if (nf::host().model_set_find_graph(ms.get(), kDraftGraph)) fail("the model set already holds a graph '" + std::string(kDraftGraph) + "'");
+  const nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
+  std::vector<nf::Graph> targets;
+  for (nf::Graph g : ms.graphs())
+    if (nf::roles::is_target(roles, g.name())) targets.push_back(g);
+  if (targets.size() != 1) fail("the build hook needs the one source graph of the target, found " + std::to_string(targets.size()));
+  nf::Graph target = targets[0];
+
+  // Checked on the imported copy; a refusal removes it, leaving the set as it was.
+  nf::Graph draft = ms.import_graph(kDraftGraph, onnx);
+  try {
+    const std::vector<std::string> ins = draft.inputs(), outs = draft.outputs();
+    auto has = [](const std::vector<std::string>& list, const std::string& v) {
+      return std::find(list.begin(), list.end(), v) != list.end();
+    };
+    for (const char* in : {nf::decoder::kInputIds, kFeatureInput, nf::decoder::kAttentionMask, nf::decoder::kPositionIds})
+      if (!has(ins, in)) fail(onnx + ": the draft has no input '" + std::string(in) + "'");
+    for (const char* out : {nf::decoder::kLogits, kFeatureOutput})
+      if (!has(outs, out)) fail(onnx + ": the draft has no output '" + std::string(out) + "'");
+    const int64_t draft_layers = layer_count(draft), first = layer_count(target);
+    if (draft_layers == 0) fail(onnx + ": the draft has no past_key_values inputs");
+    nf::ValueType feature;
+    if (!draft.value_type(kFeatureInput, &feature) || feature.dtype != NF_DTYPE_FLOAT32 || feature.dims.size() != 3 ||
+        feature.dims[2] <= 0)
+      fail(onnx + ": '" + std::string(kFeatureInput) + "' should be float32 [batch, sequence, hidden]");
+    const nlohmann::json config = ms.metadata("config");
+    if (config.is_object() && config.contains("hidden_size") && config["hidden_size"] != feature.dims[2])
+      fail(onnx + ": the draft reads features of width " + std::to_string(feature.dims[2]) + ", the target's hidden size is " +
+           config["hidden_size"].dump());
+
+    // The target's embedding table and LM head, when the draft's hold the same numbers.
+    std::map<std::string, std::string> renames;
+    std::set<std::string> shared;
+    auto share = [&](std::optional<nf::Node> mine, std::optional<nf::Node> theirs, size_t input) {
+      if (!mine || !theirs) return;
+      const std::string a = mine->input(input), b = theirs->input(input);
+      if (!same_weights(draft.initializer(a), target.initializer(b))) return;
+      renames[a] = b;
+      shared.insert(b);
+    };
+    share(embedding_gather(draft), embedding_gather(target), 0);
+    share(head_matmul(draft), head_matmul(target), 1);
+
+    const std::set<std::string> keep{nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds,
+                                     nf::decoder::kLogits, kFeatureInput, kFeatureOutput};
+    std::set<std::string> values(ins.begin(), ins.end());
+    values.insert(outs.begin(), outs.end());
+    for (const std::string& w : draft.initializer_names()) values.insert(w);
+    for (nf::Node n : draft.nodes())
+      for (const std::string& o : n.outputs()) values.insert(o);
+    for (const std::string& v : values) {
+      if (v.empty() || keep.count(v) || renames.count(v)) continue;
+      if (auto kv = nf::decoder::parse_kv(v)) {
+        kv->layer += first;
+        renames[v] = kv->present ? nf::decoder::present_of(*kv) : nf::decoder::past_of(*kv);
+      } else {
+        renames[v] = std::string(kDraftGraph) + "/" + v;
+      }
+    }
+    draft.rename_values(renames);
+    for (const std::string& w : shared) draft.set_initializer(w, target.initializer(w));
+
+    nlohmann::json role{{"graphs", {kDraftGraph}}, {"decoder", "eaglet"}, {"first_layer", first}, {"layers", draft_layers},
+                        {"shares", std::vector<std::string>(shared.begin(), shared.end())}};
+    if (draft_vocab > 0) role["head_tokens"] = keep_head_rows(dir, draft_vocab, draft);
+    nlohmann::json all = roles.is_object() ? roles : nlohmann::json::object();
+    all[nf::roles::kDraft] = role;
+    ms.set_metadata(nf::roles::kMetadataKey, all);
+  } catch (...) {
+    ms.remove_graph(kDraftGraph);
+    throw;
+  }
+}
+
+// The draft scores only the first `rows` tokens of its token map: its LM head keeps those
+// columns, so a draft pass streams a smaller head. Returns the token of each logits column.
+std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Graph draft) {
+  std::optional<nf::Node> head = head_matmul(draft);
+  if (!head) fail("the draft's LM head (a MatMul by a [hidden, vocab] weight before its logits) was not found");
+  const nf::Tensor w = draft.initializer(head->input(1));
+  const std::vector<int64_t> dims = w.dims();
+  if (w.dtype() != NF_DTYPE_FLOAT32 || dims.size() != 2) fail("the draft's LM head is not a float32 matrix");
+  const int64_t H = dims[0], V = dims[1];
+  const std::vector<int32_t> tokens = head_tokens(dir, rows, V);
+  if (tokens.empty()) return tokens;
+  const std::vector<int64_t> kept_dims{H, rows};
+  nf::Tensor kept = nf::Tensor::create(NF_DTYPE_FLOAT32, kept_dims);
+  const float* src = w.data_as<float>();
+  float* dst = static_cast<float*>(kept.mutable_data());
+  for (int64_t c = 0; c < rows; ++c)
+    for (int64_t h = 0; h < H; ++h) dst[h * rows + c] = src[h * V + tokens[static_cast<size_t>(c)]];
+  const std::string name = std::string(kDraftGraph) + "/lm_head.kept_rows";
+  draft.set_initializer(name, kept);
+  head->set_input(1, name);
+  nf::ValueType logits;
+  if (draft.value_type(nf::decoder::kLogits, &logits) && logits.dims.size() == 3) {
+    logits.dims[2] = rows;
+    logits.dim_params.resize(3);
+    logits.dim_params[2] = "";
+    draft.set_value_type(nf::decoder::kLogits, logits.dtype, logits.dims, logits.dim_params);
+  }
+  return tokens;
+}
+
+}  // namespace eaglet

@@ -1,0 +1,22 @@
+// The draft as a graph of the model set (the build hook) and its IO names.
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eaglet {
+
+inline constexpr const char* kDraftGraph = "eaglet_draft";
+inline constexpr const char* kFeatureInput = "target_hidden_states";  // f_i, the target's LM head input
+inline constexpr const char* kFeatureOutput = "hidden_states";        // the draft's own features
+
+// Adds `dir`/draft.onnx to `ms` as graph kDraftGraph, role "draft" (graph_roles.hpp), its names
+// apart from the target's; with draft_vocab > 0 its LM head keeps the first draft_vocab
+// tokens of the token map. Throws nf::Error and leaves `ms` as it was on a refusal.
+void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet ms);
+std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Graph draft);
+
+}  // namespace eaglet

@@ -1,0 +1,44 @@
+// The draft graph of the model set (role "draft", added by the build hook), run on the
+// backend session through a runner of its own KV cache: on the device, with the precision
+// the package compiled it at.
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+#include "draft.h"
+
+namespace eaglet {
+
+class GraphDraft final : public Draft {
+ public:
+  // Takes `draft` (a runner_open_role of `target`) and releases it.
+  GraphDraft(nf_runner* target, nf_runner* draft, const std::string& dir);
+  ~GraphDraft() override;
+  GraphDraft(const GraphDraft&) = delete;
+  GraphDraft& operator=(const GraphDraft&) = delete;
+
+  void run_committed(std::span<const Row> rows, float* features, float* logits) override;
+  // Scratch entries persist until clear_scratch; each call runs its new entries with their
+  // ancestors in one forward (the runner keeps no uncommitted rows between forwards).
+  std::vector<int32_t> run_scratch(std::span<const Row> rows, float* features, float* logits) override;
+  void clear_scratch() override { scratch_.clear(); }
+  void clear_cache() override;
+  int64_t head_size() const override { return head_; }
+  const char* where() const override { return "graph"; }
+
+ private:
+  struct Entry {
+    int32_t token;
+    int32_t parent;
+    std::vector<float> feature;
+  };
+  void forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents, const std::vector<float>& features,
+               std::vector<float>& out_features, std::vector<float>& logits);
+
+  nf_runner* target_;
+  nf_runner* r_;
+  int64_t head_ = 0;
+  std::vector<Entry> scratch_;
+};
+
+}  // namespace eaglet

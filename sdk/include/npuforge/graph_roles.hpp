@@ -1,0 +1,30 @@
+// Graphs of several roles in one model set. A speculative decoder's build hook adds its
+// draft next to the target decoder; model-set metadata "roles" names the graphs that are
+// not the target's:
+//   "roles": {"draft": {"graphs": ["eaglet_draft"], "decoder": "eaglet", ...}}
+// Every graph no role lists is the target's. Stages that reshape the target (arcl, split,
+// hidden_states, the single-graph recipes) take target graphs only; the backends compile
+// every graph, and the runner opens a role's graphs with a KV cache of their own.
+// Header-only over nlohmann::json.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace nf::roles {
+
+inline constexpr const char* kMetadataKey = "roles";
+inline constexpr const char* kDraft = "draft";
+
+// The role of graph `name` under metadata "roles" (`roles` may be null): "" for the target.
+inline std::string role_of(const nlohmann::json& roles, const std::string& name) {
+  if (!roles.is_object()) return "";
+  for (const auto& [role, entry] : roles.items())
+    if (entry.is_object() && entry.contains("graphs") && entry["graphs"].is_array())
+      for (const auto& g : entry["graphs"])
+        if (g.is_string() && g.get<std::string>() == name) return role;
+  return "";
+}
+inline bool is_target(const nlohmann::json& roles, const std::string& name) { return role_of(roles, name).empty(); }
+
+}  // namespace nf::roles
