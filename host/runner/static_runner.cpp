@@ -20,10 +20,6 @@ int64_t int_field(const nlohmann::json& j, const char* key) {
   return j[key];
 }
 
-using decoder::past_key;
-using decoder::past_value;
-using decoder::present_key;
-using decoder::present_value;
 
 // Static dims of a spec entry; empty when the shape is missing or symbolic.
 std::vector<int64_t> static_shape(const nlohmann::json& entry) {
@@ -50,6 +46,11 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
   s.htp = kv == "htp";
   if (io.contains("mask_value") && io["mask_value"].is_number()) s.mask_value = io["mask_value"].get<float>();
   s.layers = int_field(io, "layers");
+  if (io.contains("first_layer")) {
+    if (!io["first_layer"].is_number_integer() || io["first_layer"].get<int64_t>() < 0)
+      fail("metadata io 'first_layer' must be a non-negative integer");
+    s.first_layer = io["first_layer"];
+  }
   s.kv_heads = int_field(io, "kv_heads");
   s.head_dim = int_field(io, "head_dim");
   if (io.contains("vocab") && io["vocab"].is_number_integer()) s.vocab = io["vocab"];
@@ -110,6 +111,15 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         p.dtypes[name] = in.value("dtype", "");
         bool runner_fed = name == decoder::kInputIds || name == decoder::kPositionIds || name == decoder::kAttentionMask ||
                           name == decoder::kSlidingAttentionMask || decoder::is_past_kv(name);
+        // A float [1, AR, width] input nothing else feeds is fed per row (a draft's features).
+        if (auto d = static_shape(in); !runner_fed && !produced.count(name) && in.value("dtype", "") == "float32" &&
+                                       d.size() == 3 && d[0] == 1 && d[1] == v.ar && d[2] > 0) {
+          if (s.row_inputs.count(name) && s.row_inputs[name] != d[2])
+            fail("per-row input '" + name + "' has different widths in different variants");
+          s.row_inputs[name] = d[2];
+          p.dtypes[name] = "float32";
+          continue;
+        }
         if (!runner_fed && !produced.count(name))
           fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
         if (!runner_fed) v.chained.insert(name);
@@ -147,12 +157,12 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
     check_mask(decoder::kSlidingAttentionMask, v.scl ? v.scl : v.cl);  // CL columns when no layer has a short cache
 
     for (int64_t l = 0; l < s.layers; ++l) {
-      for (const auto& name : {past_key(l), past_value(l)})
+      for (const auto& name : {s.past_key(l), s.past_value(l)})
         if (!fed.count(name)) fail("variant '" + v.name + "' has no input " + name);
-      for (const auto& name : {present_key(l), present_value(l)})
+      for (const auto& name : {s.present_key(l), s.present_value(l)})
         if (!produced.count(name)) fail("variant '" + v.name + "' has no output " + name);
-      auto kd = static_shape(*input_spec[past_key(l)]);
-      auto vd = static_shape(*input_spec[past_value(l)]);
+      auto kd = static_shape(*input_spec[s.past_key(l)]);
+      auto vd = static_shape(*input_spec[s.past_value(l)]);
       int64_t len = kd.size() == 4 ? (s.htp ? kd[3] : kd[2]) : -1;
       std::vector<int64_t> want_k = s.htp ? std::vector<int64_t>{s.kv_heads, 1, s.head_dim, len}
                                           : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
@@ -160,7 +170,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
                                           : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
       bool full = len == v.cl - v.ar, window = v.scl && len == v.scl - v.ar;
       if (kd != want_k || vd != want_v || !(full || window))
-        fail("variant '" + v.name + "': " + past_key(l) + " " + dims_str(kd) + " / value " + dims_str(vd) +
+        fail("variant '" + v.name + "': " + s.past_key(l) + " " + dims_str(kd) + " / value " + dims_str(vd) +
              " do not match kv_layout " + kv + " with " + std::to_string(v.cl - v.ar) +
              (v.scl ? " or " + std::to_string(v.scl - v.ar) : std::string()) + " cache slots");
       if (window && !full && !s.sliding[static_cast<size_t>(l)])
@@ -345,8 +355,15 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);
         t = sliding_mask;
       } else if (auto kv = decoder::parse_kv(name); kv && !kv->present) {
-        const auto l = static_cast<size_t>(kv->layer);
+        const auto l = static_cast<size_t>(kv->layer - io_.first_layer);
         t = cache(l, kv->part == decoder::KvPart::Key, v.cache_len[l]);
+      } else if (auto w = io_.row_inputs.find(name); w != io_.row_inputs.end()) {
+        auto given = row_inputs_.find(name);
+        if (given == row_inputs_.end() || given->second.size() != static_cast<size_t>(rows * w->second))
+          fail("graph '" + part.graph + "' needs its per-row input '" + name + "' for each of the pass's " +
+               std::to_string(rows) + " rows (runner_set_row_input)");
+        t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, ar, w->second}));  // padding rows: zeros
+        std::copy(given->second.begin(), given->second.end(), t->tensor.mutable_as<float>());
       } else {
         t = env.at(name);
       }
@@ -368,9 +385,9 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   p.logits.assign(logits.as<float>(), logits.as<float>() + rows * io_.vocab);
   for (int64_t l = 0; l < io_.layers; ++l) {
     for (bool key : {true, false}) {
-      TensorPtr t = env.at(key ? present_key(l) : present_value(l));
+      TensorPtr t = env.at(key ? io_.present_key(l) : io_.present_value(l));
       if (t->tensor.dtype != NF_DTYPE_FLOAT32 || t->tensor.numel() != kvh * ar * hd)
-        fail("'" + v.name + "' output " + (key ? present_key(l) : present_value(l)) + " is " +
+        fail("'" + v.name + "' output " + (key ? io_.present_key(l) : io_.present_value(l)) + " is " +
              dims_str(t->tensor.dims) + ", expected this pass's " + std::to_string(ar) + " rows");
       (key ? p.keys : p.values).push_back(std::move(t));
     }
@@ -402,6 +419,8 @@ void StaticRunner::keep(const Pass& p, std::span<const int32_t> rows) {
 
 std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool all_rows) {
   if (tokens.empty()) throw std::runtime_error("runner: no tokens to run");
+  if (!io_.row_inputs.empty())
+    fail("graphs with per-row input '" + io_.row_inputs.begin()->first + "' run row calls (runner_forward), not prompts");
   row_pass_.reset();
   row_parents_.clear();
   std::vector<float> out;
@@ -466,6 +485,14 @@ void StaticRunner::forward(const int32_t* tokens, const int32_t* parents, size_t
   forward_flags(tokens, parents, nullptr, n_rows, logits);
 }
 
+void StaticRunner::set_row_input(const char* name, const float* data, size_t n_rows, size_t width) {
+  auto w = io_.row_inputs.find(name);
+  if (w == io_.row_inputs.end()) return Runner::set_row_input(name, data, n_rows, width);
+  if (static_cast<int64_t>(width) != w->second)
+    fail("per-row input '" + std::string(name) + "' is " + std::to_string(w->second) + " wide, given " + std::to_string(width));
+  row_inputs_[name].assign(data, data + n_rows * width);
+}
+
 void StaticRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                                  const float* values) {
   if (n > 0 && (static_cast<int64_t>(layers) != io_.layers || static_cast<int64_t>(kv_heads) != io_.kv_heads ||
@@ -503,6 +530,7 @@ void StaticRunner::forward_flags(const int32_t* tokens, const int32_t* parents, 
   if (flags) row_flags_.assign(flags, flags + n_rows);
   size_t vi = pick(static_cast<int64_t>(n_rows), false);
   auto pass = std::make_shared<Pass>(run(vi, {tokens, n_rows}, {parents, n_rows}, positions, row_flags_));
+  row_inputs_.clear();
   std::memcpy(logits, pass->logits.data(), pass->logits.size() * sizeof(float));
   extras_ = pass->extras;
   row_pass_ = std::move(pass);

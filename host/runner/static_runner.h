@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <npuforge/decoder_io.hpp>
+
 #include "runner/runner.h"
 
 namespace nf::host {
@@ -38,9 +40,17 @@ struct StaticIO {
   bool htp = false;  // kv_layout "htp": key cache transposed ([n_kv, 1, head_dim, T])
   float mask_value = -65504.f;
   int64_t layers = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t first_layer = 0;  // a draft beside the target numbers its layers after the target's
+  std::map<std::string, int64_t> row_inputs;  // per-row float inputs (a draft's features) -> width
   int64_t window = 0;  // sliding_window; 0: none
   std::vector<bool> sliding;
   std::vector<Variant> variants;
+
+  // Cache IO names of the graphs' layer l (0 = their first).
+  std::string past_key(int64_t l) const { return decoder::past_key(first_layer + l); }
+  std::string past_value(int64_t l) const { return decoder::past_value(first_layer + l); }
+  std::string present_key(int64_t l) const { return decoder::present_key(first_layer + l); }
+  std::string present_value(int64_t l) const { return decoder::present_value(first_layer + l); }
 
   // Throws a one-line error naming what is missing or inconsistent.
   static StaticIO parse(const nlohmann::json& io, const nlohmann::json& graph_specs);
@@ -75,6 +85,7 @@ class StaticRunner final : public Runner {
   void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
                      float* logits) override;
   nf_tensor* last_output(const char* name) override;
+  void set_row_input(const char* name, const float* data, size_t n_rows, size_t width) override;
 
   // The base graph name of the last pass's variant (for logs and tests).
   const std::string& last_variant() const { return last_variant_; }
@@ -114,6 +125,7 @@ class StaticRunner final : public Runner {
   std::vector<uint32_t> row_flags_;                    // last row call's flags
   int64_t prefix_len_ = 0;                             // prefix KV rows (NF_ROW_SEES_PREFIX)
   std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
+  std::map<std::string, std::vector<float>> row_inputs_;  // for the next forward, by name
 };
 
 // The runner a model's graphs of `role` need ("": the target; others: metadata "roles",

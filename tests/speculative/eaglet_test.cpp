@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <fstream>
 
@@ -204,20 +205,25 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_EQ(spec["options"]["draft"], "assets/eaglet/eaglet");
   EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));
   nlohmann::json in_package{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
-  // The draft is a graph of the package (role "draft"), its KV cache named after the
-  // target's 4 layers, its embedding and LM head the target's tensors.
+  // The draft is a graph of the package (role "draft") in arcl's variants of the target,
+  // its KV cache named after the target's 4 layers, its features fed per row, its embedding
+  // and LM head the target's tensors.
   std::set<std::string> graphs;
   for (const auto& g : p->pkg.meta.at("graphs")) graphs.insert(g.at("name").get<std::string>());
-  ASSERT_TRUE(graphs.count("eaglet_draft")) << p->pkg.meta.at("graphs").dump();
+  const std::vector<std::string> draft_graphs{"eaglet_draft_ar1_cl256", "eaglet_draft_ar16_cl256"};
+  for (const auto& name : draft_graphs) EXPECT_TRUE(graphs.count(name)) << p->pkg.meta.at("graphs").dump();
   const auto& role = p->pkg.meta.at("metadata").at("roles").at("draft");
-  EXPECT_EQ(role.at("graphs"), nlohmann::json::array({"eaglet_draft"}));
+  EXPECT_EQ(role.at("graphs"), nlohmann::json(draft_graphs));
   EXPECT_EQ(role.at("first_layer"), 4);
+  EXPECT_EQ(role.at("io").at("layout"), "static");
+  EXPECT_EQ(role.at("io").at("first_layer"), 4);
   EXPECT_EQ(role.at("shares").size(), 2u) << role.dump();
   for (const auto& g : p->pkg.meta.at("graphs"))
-    if (g.at("name") == "eaglet_draft") {
-      std::set<std::string> inputs;
-      for (const auto& in : g.at("inputs")) inputs.insert(in.at("name").get<std::string>());
-      EXPECT_TRUE(inputs.count("past_key_values.4.key") && inputs.count("target_hidden_states")) << g.dump();
+    if (g.at("name") == draft_graphs[1]) {
+      std::map<std::string, nlohmann::json> inputs;
+      for (const auto& in : g.at("inputs")) inputs[in.at("name").get<std::string>()] = in.value("shape", nlohmann::json());
+      EXPECT_EQ(inputs["past_key_values.4.key"], nlohmann::json({1, 4, 240, 32})) << g.dump();
+      EXPECT_EQ(inputs["target_hidden_states"], nlohmann::json({1, 16, 256})) << g.dump();
     }
 
   host::Runner& r = *p->runner;

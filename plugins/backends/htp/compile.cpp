@@ -23,11 +23,12 @@ struct Variant {
   std::string split = "1_of_1";
 };
 
+// arcl's names; a graph of another role (a draft) carries its source graph's name first.
 Variant parse_variant(const std::string& name) {
-  static const std::regex re(R"(^ar(\d+)_cl(\d+)(?:_scl\d+)?(?:_(\d+_of_\d+))?$)");
+  static const std::regex re(R"(^(?:.+_)?ar(\d+)_cl(\d+)(?:_scl\d+)?(?:_(\d+_of_\d+))?$)");
   std::smatch m;
   if (!std::regex_match(name, m, re))
-    throw Error("htp: graph '" + name + "' is not an AR/CL variant (ar{ar}_cl{cl}[_scl{scl}][_{i}_of_{n}]); run the arcl transform before compiling for htp");
+    throw Error("htp: graph '" + name + "' is not an AR/CL variant ([{graph}_]ar{ar}_cl{cl}[_scl{scl}][_{i}_of_{n}]); run the arcl transform before compiling for htp");
   Variant v{name, std::stoll(m[1]), std::stoll(m[2]), m[3].matched ? m[3].str() : "1_of_1"};
   return v;
 }

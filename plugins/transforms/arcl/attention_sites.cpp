@@ -80,8 +80,8 @@ std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, c
   std::vector<LayerSites> layers(info.layers);
   for (int64_t l = 0; l < info.layers; ++l) {
     LayerSites& site = layers[l];
-    site.key = find_kv_concat(view, past_key(l));
-    site.value = find_kv_concat(view, past_value(l));
+    site.key = find_kv_concat(view, info.past_key(l));
+    site.value = find_kv_concat(view, info.past_value(l));
     std::string where = "arcl: layer " + std::to_string(l) + ": ";
     std::vector<nf::Node> qk = first_matmuls(view, site.key.full);
     if (qk.size() != 1)

@@ -55,12 +55,16 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
     if (!input_set.count(required))
       throw nf::Error(std::string("arcl: the source graph has no '") + required +
                       "' input (expected the optimum layout of an HF decoder export)");
-  while (input_set.count(past_key(info.layers)) && input_set.count(past_value(info.layers))) ++info.layers;
-  if (info.layers == 0) throw nf::Error("arcl: the source graph has no past_key_values.0.key/value inputs");
+  info.first_layer = INT64_MAX;
+  for (const std::string& in : inputs)
+    if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present) info.first_layer = std::min(info.first_layer, kv->layer);
+  if (info.first_layer == INT64_MAX) throw nf::Error("arcl: the source graph has no past_key_values.N.key/value inputs");
+  while (input_set.count(info.past_key(info.layers)) && input_set.count(info.past_value(info.layers))) ++info.layers;
+  if (info.layers == 0) throw nf::Error("arcl: the source graph has no " + info.past_key(0) + "/value inputs");
 
-  auto key_type = nf::graph::get_value_type(source, past_key(0));
+  auto key_type = nf::graph::get_value_type(source, info.past_key(0));
   if (!key_type || !key_type->dims || key_type->dims->size() != 4)
-    throw nf::Error("arcl: past_key_values.0.key must be rank 4 [batch, kv_heads, past, head_dim]");
+    throw nf::Error("arcl: " + info.past_key(0) + " must be rank 4 [batch, kv_heads, past, head_dim]");
   info.kv_dtype = key_type->dtype;
   info.kv_heads = (*key_type->dims)[1];
   info.head_dim = (*key_type->dims)[3];
@@ -73,6 +77,18 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   if (logits && logits->dims && logits->dims->size() == 3 && (*logits->dims)[2] > 0) info.vocab = (*logits->dims)[2];
   else info.vocab = config_int(config, "vocab_size");
   if (info.vocab <= 0) throw nf::Error("arcl: cannot tell the vocabulary size from 'logits' or config.json");
+
+  // Any other input must be fed per row: float32 [batch, sequence, width].
+  for (const std::string& in : inputs) {
+    if (in == nf::decoder::kInputIds || in == nf::decoder::kAttentionMask || in == nf::decoder::kPositionIds ||
+        nf::decoder::is_past_kv(in))
+      continue;
+    auto t = nf::graph::get_value_type(source, in);
+    if (!t || t->dtype != NF_DTYPE_FLOAT32 || !t->dims || t->dims->size() != 3 || (*t->dims)[2] <= 0)
+      throw nf::Error("arcl: the source input '" + in + "' is not a decoder input; other inputs must be per-row float32 "
+                      "[batch, sequence, width]");
+    info.row_inputs.push_back({in, (*t->dims)[2]});
+  }
 
   auto ids = nf::graph::get_value_type(source, nf::decoder::kInputIds);
   if (ids && ids->dims && ids->dims->size() == 2) info.source_seq_len = (*ids->dims)[1];

@@ -12,6 +12,7 @@
 namespace arcl {
 
 struct ModelInfo {
+  int64_t first_layer = 0;  // a draft beside the target numbers its layers after the target's
   int64_t layers = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
@@ -22,12 +23,14 @@ struct ModelInfo {
   std::vector<int64_t> sliding_layers;  // layers attending within the window
 
   bool is_sliding(int64_t layer) const;
+  // Cache IO of the graph's layer l (0 = its first), named by the layer's number.
+  std::string past_key(int64_t l) const { return nf::decoder::past_key(first_layer + l); }
+  std::string past_value(int64_t l) const { return nf::decoder::past_value(first_layer + l); }
+  std::string present_key(int64_t l) const { return nf::decoder::present_key(first_layer + l); }
+  std::string present_value(int64_t l) const { return nf::decoder::present_value(first_layer + l); }
+  // Inputs fed per row beside the decoder's (a draft's target_hidden_states): name -> width.
+  std::vector<std::pair<std::string, int64_t>> row_inputs;
 };
-
-using nf::decoder::past_key;
-using nf::decoder::past_value;
-using nf::decoder::present_key;
-using nf::decoder::present_value;
 
 // Reads the optimum-layout IO of `source` and the HF config (may be null). Throws nf::Error.
 ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config);

@@ -9,23 +9,44 @@
 namespace arcl {
 namespace {
 
-nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const std::vector<Variant>& variants) {
+nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const std::vector<Variant>& variants,
+                           const std::string& prefix) {
   nlohmann::json vs = nlohmann::json::array();
   for (const Variant& v : variants)
-    vs.push_back({{"graph", v.graph_name()},
+    vs.push_back({{"graph", prefix + v.graph_name()},
                   {"ar", v.ar},
                   {"cl", v.cl},
                   {"scl", v.scl ? nlohmann::json(*v.scl) : nlohmann::json(nullptr)}});
-  return {{"layout", "static"},
-          {"kv_layout", opts.kv_layout},
-          {"mask_value", -65504},
-          {"layers", info.layers},
-          {"kv_heads", info.kv_heads},
-          {"head_dim", info.head_dim},
-          {"vocab", info.vocab},
-          {"sliding_window", info.sliding_window ? nlohmann::json(*info.sliding_window) : nlohmann::json(nullptr)},
-          {"sliding_layers", info.sliding_layers},
-          {"variants", vs}};
+  nlohmann::json io{{"layout", "static"},
+                    {"kv_layout", opts.kv_layout},
+                    {"mask_value", -65504},
+                    {"layers", info.layers},
+                    {"kv_heads", info.kv_heads},
+                    {"head_dim", info.head_dim},
+                    {"vocab", info.vocab},
+                    {"sliding_window", info.sliding_window ? nlohmann::json(*info.sliding_window) : nlohmann::json(nullptr)},
+                    {"sliding_layers", info.sliding_layers},
+                    {"variants", vs}};
+  if (info.first_layer != 0) io["first_layer"] = info.first_layer;
+  return io;
+}
+
+// Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
+// the runner's io metadata for them.
+nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann::json& config, const std::string& prefix,
+                             const ArclOptions& opts, nf::Context& ctx) {
+  const std::string source_name = source.name();
+  ModelInfo info = read_model_info(source, config);
+  std::vector<Variant> variants = plan_variants(opts, info, ctx);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    ctx.progress(i, variants.size(), prefix + v.graph_name());
+    nf::Graph g = ms.add_graph(prefix + v.graph_name(), &source);
+    build_static_variant(g, v, info, opts.kv_layout);
+  }
+  ctx.progress(variants.size(), variants.size(), "done");
+  ms.remove_graph(source_name);
+  return io_metadata(info, opts, variants, prefix);
 }
 
 nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx_handle) {
@@ -37,20 +58,24 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (targets.size() != 1)
       throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(targets.size()) +
                       " (run arcl before split)");
-    nf::Graph source = targets[0];
-    const std::string source_name = source.name();
-    ModelInfo info = read_model_info(source, ms.metadata("config"));
-    std::vector<Variant> variants = plan_variants(opts, info, ctx);
-
-    for (size_t i = 0; i < variants.size(); ++i) {
-      const Variant& v = variants[i];
-      ctx.progress(i, variants.size(), v.graph_name());
-      nf::Graph g = ms.add_graph(v.graph_name(), &source);
-      build_static_variant(g, v, info, opts.kv_layout);
+    nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
+    ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx));
+    // A graph of another role (a draft) gets the same variants, named after it, and its own io.
+    if (!roles.is_object()) return nullptr;
+    for (auto& [role, entry] : roles.items()) {
+      const nlohmann::json graphs = entry.value("graphs", nlohmann::json::array());
+      if (graphs.size() != 1 || !graphs[0].is_string())
+        throw nf::Error("arcl: role '" + role + "' lists " + std::to_string(graphs.size()) +
+                        " graphs; arcl makes the variants of one source graph per role");
+      const std::string name = graphs[0];
+      nf_graph* source = nf::host().model_set_find_graph(ms.get(), name.c_str());
+      if (!source) throw nf::Error("arcl: role '" + role + "' names graph '" + name + "', which the model set lacks");
+      entry["io"] = make_variants(ms, nf::Graph(source), entry.value("config", nlohmann::json()), name + "_", opts, ctx);
+      nlohmann::json names = nlohmann::json::array();
+      for (const auto& v : entry["io"]["variants"]) names.push_back(v["graph"]);
+      entry["graphs"] = names;
     }
-    ctx.progress(variants.size(), variants.size(), "done");
-    ms.remove_graph(source_name);
-    ms.set_metadata("io", io_metadata(info, opts, variants));
+    ms.set_metadata(nf::roles::kMetadataKey, roles);
   });
 }
 

@@ -108,8 +108,8 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   }
   KvRewrite kv{g, view, names, htp};
   for (int64_t l = 0; l < info.layers; ++l) {
-    kv.rewrite(sites[l].key, past_key(l), present_key(l), true);
-    kv.rewrite(sites[l].value, past_value(l), present_value(l), false);
+    kv.rewrite(sites[l].key, info.past_key(l), info.present_key(l), true);
+    kv.rewrite(sites[l].value, info.past_value(l), info.present_value(l), false);
   }
 
   // Inputs: ids, positions, masks, then the caches in layer order.
@@ -127,10 +127,14 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   }
   for (int64_t l = 0; l < info.layers; ++l) {
     int64_t slots = cache_slots(v, info, l);
-    inputs.push_back(past_key(l));
-    inputs.push_back(past_value(l));
-    g.set_value_type(past_key(l), info.kv_dtype, key_io_dims(info, htp, slots));
-    g.set_value_type(past_value(l), info.kv_dtype, value_io_dims(info, htp, slots));
+    inputs.push_back(info.past_key(l));
+    inputs.push_back(info.past_value(l));
+    g.set_value_type(info.past_key(l), info.kv_dtype, key_io_dims(info, htp, slots));
+    g.set_value_type(info.past_value(l), info.kv_dtype, value_io_dims(info, htp, slots));
+  }
+  for (const auto& [name, width] : info.row_inputs) {
+    inputs.push_back(name);
+    g.set_value_type(name, NF_DTYPE_FLOAT32, {1, v.ar, width});
   }
   g.set_inputs(inputs);
 
@@ -154,8 +158,8 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   };
   expect(nf::decoder::kLogits, {1, v.ar, info.vocab});
   for (int64_t l = 0; l < info.layers; ++l) {
-    expect(present_key(l), key_io_dims(info, htp, v.ar));
-    expect(present_value(l), value_io_dims(info, htp, v.ar));
+    expect(info.present_key(l), key_io_dims(info, htp, v.ar));
+    expect(info.present_value(l), value_io_dims(info, htp, v.ar));
   }
 }
 
