@@ -1,4 +1,5 @@
 // `npuforge run MODEL.onnx|PACKAGE (--prompt TEXT | --prompt-ids 1,2,3) [...]`.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -42,10 +43,12 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 // decoder costs each target forward as one pass of its most rows: the backend prices the
 // compiled graph that holds them at the context length (workload "pass_rows"; a backend
 // that does not gets the estimate of a prompt of that many rows). A decoder whose draft
-// model runs outside the package reports it in its stats (sdk/docs/abi.md: draft_forwards,
-// draft_rows, draft_linears), and the backend prices each draft pass from those matrices
-// (workload "graph_pass") plus a graph launch of its own; what one launch per decoder step
-// would give (the draft's depth loop as one graph, which no package holds) is reported beside.
+// model the package holds (graphs of role "draft") has each pass priced as a call of its
+// compiled graph (workload "role": "draft" with pass_rows). A draft that runs outside the
+// package reports it in its stats (sdk/docs/abi.md: draft_forwards, draft_rows,
+// draft_linears), and the backend prices each draft pass from those matrices (workload
+// "graph_pass") plus a graph launch of its own; what one launch per decoder step would give
+// (the draft's depth loop as one graph, which no package holds) is reported beside.
 nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
   const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
   if (!backend || !backend->backend()->estimate) return nullptr;
@@ -81,7 +84,21 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
     const double plain = static_cast<double>(s.gen.new_tokens) * step_ms;
     const double target_ms = static_cast<double>(s.target_forwards) * tree_ms;
     double draft_ms = 0, draft_pass_ms = 0, launch_ms = 0;
-    if (s.draft_forwards > 0) {
+    const nlohmann::json roles = model.package->meta.value("metadata", nlohmann::json()).value("roles", nlohmann::json());
+    if (s.draft_forwards > 0 && roles.is_object() && roles.contains("draft")) {
+      // The package holds the draft: each pass is a call of its compiled graph, priced by the
+      // backend's model of that graph (per op, precision as compiled) with its launch.
+      const double passes = static_cast<double>(s.draft_forwards);
+      const double rows = s.decoder.value("draft_rows", 0.0) / passes;
+      const auto pass_rows = static_cast<int64_t>(std::ceil(std::max(1.0, rows)));
+      nlohmann::json d = estimate({{"role", "draft"}, {"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", pass_rows}});
+      draft_pass_ms = d.at("pass").at("ms").get<double>();
+      draft_ms = passes * draft_pass_ms;
+      notes.push_back("a draft pass: " + std::to_string(d["pass"].value("calls", 1)) + " call(s) of the package's " +
+                      std::to_string(d["pass"].value("graph_rows", pass_rows)) + "-row draft graph at context " +
+                      std::to_string(context_len) + " for the average " + std::to_string(rows).substr(0, 5) +
+                      " rows (backend estimate, role draft)");
+    } else if (s.draft_forwards > 0) {
       const double draft_rows = s.decoder.value("draft_rows", 0.0);
       if (draft_rows <= 0 || !s.decoder.contains("draft_linears"))
         throw std::runtime_error("the decoder reports draft_forwards but no draft_linears / draft_rows to price them by");

@@ -28,11 +28,13 @@ std::string target_table(const std::string& target) {
   return "[targets.aries]\nbackend = \"aries\"\n";
 }
 
-// Builds the package of `backend` (a target name above) once per process; returns its directory.
-fs::path package(const std::string& backend) {
+// Builds the package of `backend` (a target name above) with [speculative] `decoder` ("" for
+// none) once per process; returns its directory.
+fs::path package(const std::string& backend, const std::string& decoder = "ssd") {
   static std::map<std::string, fs::path> built;
-  if (auto it = built.find(backend); it != built.end()) return it->second;
-  fs::path dir = test::process_dir("spec_npu") / backend;
+  const std::string key = backend + "/" + decoder;
+  if (auto it = built.find(key); it != built.end()) return it->second;
+  fs::path dir = test::process_dir("spec_npu") / (backend + "_" + (decoder.empty() ? "plain" : decoder));
   fs::create_directories(dir);
   std::ofstream(dir / "manifest.toml")
       << "[model]\nonnx = \"" << kTiny << "/model.onnx\"\nconfig = \"" << kTiny << "/config.json\"\ntokenizer = \""
@@ -41,15 +43,16 @@ fs::path package(const std::string& backend) {
       << "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 16\n\n"
       << "[[transform]]\nplugin = \"hidden_states\"\n\n"
       << "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n"
-      << "[speculative]\ndecoder = \"ssd\"\nassets = \"" << kTiny << "/ssd\"\n\n"
+      << (decoder == "ssd" ? "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kTiny + "/ssd\"\n\n" : "")
+      << (decoder == "eaglet" ? "[speculative]\ndecoder = \"eaglet\"\ndraft = \"" + kTiny + "/eaglet\"\n\n" : "")
       << target_table(backend);
   auto r = test::npuforge({"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
   EXPECT_EQ(r.exit_code, 0) << backend << " build: " << r.err;
   fs::path pkg = dir / "out" / backend;
   // A package carries one [speculative] decoder's assets; eaglet's draft goes where its
   // default option (draft = "eaglet", relative to the package) finds it.
-  fs::copy(kTiny + "/eaglet", pkg / "eaglet", fs::copy_options::recursive);
-  built[backend] = pkg;
+  if (decoder != "eaglet") fs::copy(kTiny + "/eaglet", pkg / "eaglet", fs::copy_options::recursive);
+  built[key] = pkg;
   return pkg;
 }
 
@@ -121,3 +124,37 @@ void expect_simulated_decode(const std::string& backend) {
 
 TEST(SpecNpu, HtpStatsReportSimulatedDecode) { expect_simulated_decode("htp"); }
 TEST(SpecNpu, AriesStatsReportSimulatedDecode) { expect_simulated_decode("aries"); }
+
+// A package built with [speculative] eaglet holds the draft as graphs of role "draft" (arcl's
+// variants of it, W8A16 like the target), compiled by the backend, and the decoder runs them
+// on the backend session: lossless, priced as calls of the compiled draft graph, and the
+// target's own price is the one of a package without the draft.
+void expect_compiled_draft(const std::string& backend) {
+  fs::path pkg = package(backend, "eaglet");
+  ASSERT_TRUE(fs::is_regular_file(pkg / "package.json")) << pkg;
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(pkg / "package.json"));
+  EXPECT_EQ(meta["metadata"]["roles"]["draft"]["graphs"],
+            nlohmann::json::array({"eaglet_draft_ar1_cl256", "eaglet_draft_ar32_cl256"}));
+  if (backend == "aries") {
+    EXPECT_TRUE(fs::is_regular_file(pkg / "artifacts" / "draft.mxq"));
+  }
+  for (const auto& prompt : kPrompts) {
+    auto plain = run(pkg, prompt, "none");
+    auto j = run(pkg, prompt, "eaglet", true);
+    ASSERT_TRUE(j.contains("stats")) << prompt;
+    EXPECT_EQ(j["tokens"], plain["tokens"]) << backend << ", prompt " << prompt;
+    const auto& spec = j["stats"]["speculative"];
+    EXPECT_EQ(spec["decoder"]["draft_runs_on"], "graph");
+    EXPECT_GE(spec["tau"].get<double>(), 1.0);
+    EXPECT_NE(spec["simulated"]["notes"].dump().find("draft graph"), std::string::npos) << spec["simulated"].dump();
+  }
+  auto decode_ms = [](const fs::path& p) {
+    auto r = test::npuforge({"estimate", p.string(), "--prompt-len", "16", "--context-len", "128", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out).at("decode_ms_per_token").get<double>();
+  };
+  EXPECT_DOUBLE_EQ(decode_ms(pkg), decode_ms(package(backend, ""))) << "the draft's graphs priced as the target's";
+}
+
+TEST(SpecNpu, HtpPackageCompilesTheEagletDraft) { expect_compiled_draft("htp"); }
+TEST(SpecNpu, AriesPackageCompilesTheEagletDraft) { expect_compiled_draft("aries"); }

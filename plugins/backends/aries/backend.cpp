@@ -40,13 +40,22 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
       sink(user, out.c_str());
       return nullptr;
     }
+    // The graphs of one role: the target's unless the workload names another (a draft).
+    if (wl.contains("role") && !wl["role"].is_string()) throw Error("aries backend: estimate: role must be a string");
+    SimModel model = p.model;
+    if (const std::string role = wl.value("role", ""); !role.empty()) {
+      const nlohmann::json roles = p.meta.value("roles", nlohmann::json::object());
+      if (!roles.contains(role))
+        throw Error("aries backend: estimate: the package has no graphs of role '" + role + "'", NF_STATUS_NOT_FOUND);
+      model = sim_model(p.meta, roles[role].at("model"), roles[role].at("linears"));
+    }
     Workload w;
     w.prompt_len = wl.value("prompt_len", int64_t{0});
     w.context_len = wl.value("context_len", int64_t{0});
     w.pass_rows = wl.value("pass_rows", int64_t{0});
     if (w.prompt_len < 0 || w.context_len < 0 || w.pass_rows < 0)
       throw Error("aries backend: estimate: prompt_len, context_len and pass_rows must not be negative");
-    std::string out = simulate(p.model, p.options, p.device, w).dump();
+    std::string out = simulate(model, p.options, p.device, w).dump();
     sink(user, out.c_str());
   });
 }

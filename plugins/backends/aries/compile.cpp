@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -232,17 +234,30 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                           {"weight_bytes", bytes}});
   }
 
+  // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
+  // shape for the simulator.
+  std::optional<ModelInfo> draft;
+  if (ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) draft = inspect(ms, roles::kDraft);
+  nlohmann::json roles_json = nlohmann::json::object();
+  if (draft) {
+    const std::vector<std::pair<int64_t, int64_t>> one_part{{0, draft->shape.layers}};
+    double bytes = 0;
+    for (const auto& l : draft->linears) bytes += static_cast<double>(l.K * l.N * o.bits.of(l.kind)) / 8.0;
+    roles_json[roles::kDraft] = {{"model", draft->shape.to_json()},
+                                 {"linears", linears_json(draft->linears, o, one_part)},
+                                 {"file", o.estimate_only ? "" : "draft.mxq"},
+                                 {"weight_bytes", bytes}};
+  }
+
   if (!o.estimate_only) {
-    // Weights of each part into its container, quantized at the bit config.
-    size_t done = 0;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      MxqWriter wr(out + "/" + part_file(p, parts.size()),
-                   {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode},
-                    {"part", p}, {"parts", parts.size()}, {"blocks", {parts[p].first, parts[p].second}}});
-      for (size_t i = 0; i < info.linears.size(); ++i) {
-        const Linear& l = info.linears[i];
-        if (linears[i]["part"] != static_cast<int64_t>(p)) continue;
-        ctx.progress(done++, info.linears.size(), "quantizing " + l.weight);
+    size_t done = 0, total = info.linears.size() + (draft ? draft->linears.size() : 0);
+    auto write_part = [&](const std::string& file, const nlohmann::json& header, const std::vector<Linear>& ls,
+                          const std::function<bool(size_t)>& in_part) {
+      MxqWriter wr(out + "/" + file, header);
+      for (size_t i = 0; i < ls.size(); ++i) {
+        const Linear& l = ls[i];
+        if (!in_part(i)) continue;
+        ctx.progress(done++, total, "quantizing " + l.weight);
         Tensor t;
         for (const Graph& g : ms.graphs())
           if (!t) t = g.initializer(l.weight);
@@ -263,8 +278,23 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
         wr.add(q);
       }
       wr.finish();
+    };
+    // Weights of each part into its container, quantized at the bit config.
+    for (size_t p = 0; p < parts.size(); ++p)
+      write_part(part_file(p, parts.size()),
+                 {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode},
+                  {"part", p}, {"parts", parts.size()}, {"blocks", {parts[p].first, parts[p].second}}},
+                 info.linears, [&](size_t i) { return linears[i]["part"] == static_cast<int64_t>(p); });
+    // The draft's weights the target does not hold (not its shared embedding or head).
+    std::vector<Linear> all = info.linears;
+    if (draft) {
+      std::set<std::string> target_weights;
+      for (const auto& l : info.linears) target_weights.insert(l.weight);
+      write_part("draft.mxq", {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode}, {"role", "draft"}},
+                 draft->linears, [&](size_t i) { return !target_weights.count(draft->linears[i].weight); });
+      all.insert(all.end(), draft->linears.begin(), draft->linears.end());
     }
-    save_graph(ms_in, info.linears, out);
+    save_graph(ms_in, all, out);
   }
 
   nlohmann::json meta = {{"backend", "aries"},
@@ -277,6 +307,7 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                          {"parts", parts_json},
                          {"activations", acts},
                          {"activations_calibrated", calibrated},
+                         {"roles", roles_json},
                          {"estimate_only", o.estimate_only},
                          {"memory", {{"weight_bytes", mem.weight_bytes}, {"kv_cache_bytes", mem.kv_cache_bytes},
                                      {"activation_bytes", mem.activation_bytes}, {"capacity_bytes", capacity}}}};
@@ -288,6 +319,20 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
            (o.estimate_only ? " (estimate_only: no weights written)" : ""));
 }
 
+SimModel sim_model(const nlohmann::json& meta, const nlohmann::json& shape, const nlohmann::json& linears) {
+  static const std::map<std::string, Kind> kinds = {{"query", Kind::query}, {"key", Kind::key},   {"value", Kind::value},
+                                                    {"output", Kind::output}, {"ffn", Kind::ffn}, {"head", Kind::head},
+                                                    {"other", Kind::other}};
+  SimModel m;
+  m.shape = ModelShape::from_json(shape);
+  m.activations_calibrated = meta.value("activations_calibrated", false);
+  m.estimate_only = meta.value("estimate_only", false);
+  for (const auto& l : linears)
+    m.linears.push_back({kinds.at(l.at("kind").get<std::string>()), l.at("ffn_down"), l.at("block"), l.at("K"), l.at("N"),
+                         l.at("bits")});
+  return m;
+}
+
 PackageInfo PackageInfo::read(const std::string& dir) {
   std::ifstream f(dir + "/aries.json");
   if (!f) throw Error("aries backend: " + dir + " has no aries.json (not an aries package)");
@@ -297,16 +342,8 @@ PackageInfo PackageInfo::read(const std::string& dir) {
     throw Error("aries backend: " + dir + "/aries.json is not an aries package description");
   p.options = AriesOptions::resolve(p.meta.at("options"));
   p.device = Device::from_json(p.meta.at("device"), dir + "/aries.json (device)");
-  p.model.shape = ModelShape::from_json(p.meta.at("model"));
+  p.model = sim_model(p.meta, p.meta.at("model"), p.meta.at("linears"));
   p.model.parts = static_cast<int64_t>(p.meta.at("parts").size());
-  p.model.activations_calibrated = p.meta.value("activations_calibrated", false);
-  p.model.estimate_only = p.meta.value("estimate_only", false);
-  static const std::map<std::string, Kind> kinds = {{"query", Kind::query}, {"key", Kind::key},   {"value", Kind::value},
-                                                    {"output", Kind::output}, {"ffn", Kind::ffn}, {"head", Kind::head},
-                                                    {"other", Kind::other}};
-  for (const auto& l : p.meta.at("linears"))
-    p.model.linears.push_back({kinds.at(l.at("kind").get<std::string>()), l.at("ffn_down"), l.at("block"), l.at("K"),
-                               l.at("N"), l.at("bits")});
   return p;
 }
 

@@ -24,6 +24,10 @@ struct PackageInfo {
   static PackageInfo read(const std::string& artifacts_dir);
 };
 
+// The simulator's view of a compiled model: its shape and linears as aries.json records them
+// (the target's at the top level, a role's under "roles").
+SimModel sim_model(const nlohmann::json& meta, const nlohmann::json& shape, const nlohmann::json& linears);
+
 // Symmetric per-channel quantization of w (row-major, [K, N] or [N, K] when nk) at `bits`;
 // with `search`, each channel's clip is the candidate (absmax * i / 20, i = 10..20) with
 // the least squared error. With `release`, an [N, K] weight's rows are handed back (byte

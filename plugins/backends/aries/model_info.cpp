@@ -70,10 +70,20 @@ int64_t cfg_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
 
 }  // namespace
 
-ModelInfo inspect(ModelSet ms) {
+std::vector<Graph> graphs_of(ModelSet ms, const std::string& role) {
+  const nlohmann::json roles = ms.metadata(roles::kMetadataKey);
+  std::vector<Graph> out;
+  for (const Graph& g : ms.graphs())
+    if (roles::role_of(roles, g.name()) == role) out.push_back(g);
+  return out;
+}
+
+ModelInfo inspect(ModelSet ms, const std::string& role) {
   ModelInfo info;
   std::set<std::string> seen;
-  for (const Graph& g : ms.graphs()) {
+  const std::vector<Graph> graphs = graphs_of(ms, role);
+  if (graphs.empty()) throw Error("aries backend: the model set has no graphs of role '" + role + "'");
+  for (const Graph& g : graphs) {
     std::set<std::string> inits;
     for (auto& n : g.initializer_names()) inits.insert(n);
     std::map<std::string, Node> producer;
@@ -122,8 +132,8 @@ ModelInfo inspect(ModelSet ms) {
   }
   if (info.linears.empty()) throw Error("aries backend: no MatMul/Gemm with a constant 2-D weight: not a decoder model");
 
-  // Dimensions: the HF config when the set carries it, else what the weights say.
-  nlohmann::json cfg = ms.metadata("config");
+  // Dimensions: the HF config when the set carries it (the target's), else what the weights say.
+  nlohmann::json cfg = role.empty() ? ms.metadata("config") : nlohmann::json();
   ModelShape& s = info.shape;
   int64_t max_block = -1;
   for (auto& l : info.linears) max_block = std::max(max_block, l.block);
@@ -141,9 +151,16 @@ ModelInfo inspect(ModelSet ms) {
   s.head_dim = cfg_int(cfg, "head_dim", s.heads > 0 ? s.hidden / s.heads : 0);
   // KV shape from the graph when the config is absent: past_key_values.0.value [.., n_kv, L, hd]
   // in the HF layout, [n_kv, 1, L, hd] after arcl.
-  Graph g0 = ms.graph(0);
+  // (A draft numbers its cache after the target's layers: the first cache value input counts.)
+  const Graph& g0 = graphs[0];
+  std::string kv_value = "past_key_values.0.value";
+  for (const auto& in : g0.inputs())
+    if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present && kv->part == nf::decoder::KvPart::Value) {
+      kv_value = in;
+      break;
+    }
   ValueType vt;
-  if (s.heads == 0 && g0.value_type("past_key_values.0.value", &vt) && vt.dims.size() == 4) {
+  if (s.heads == 0 && g0.value_type(kv_value, &vt) && vt.dims.size() == 4) {
     s.kv_heads = vt.dims[0] == 1 || vt.dims[0] < 0 ? vt.dims[1] : vt.dims[0];
     s.head_dim = vt.dims[3];
     for (auto& l : info.linears)
@@ -155,7 +172,7 @@ ModelInfo inspect(ModelSet ms) {
 
   // Static context (arcl: attention_mask [1, 1, AR, CL]) and rows per call.
   s.static_graph = true;
-  for (const Graph& g : ms.graphs()) {
+  for (const Graph& g : graphs) {
     ValueType ids, mask;
     bool has_ids = g.value_type("input_ids", &ids), has_mask = g.value_type("attention_mask", &mask);
     for (const auto& in : g.inputs()) {

@@ -41,8 +41,11 @@ struct ModelInfo {
   std::vector<Linear> linears;  // one per distinct weight
 };
 
-// Reads the model set; throws when it is not a decoder the backend understands.
-ModelInfo inspect(ModelSet ms);
+// Reads the graphs of `role` ("": the target decoder; "draft": a speculative decoder's
+// draft, graph_roles.hpp); throws when they are not a decoder the backend understands.
+ModelInfo inspect(ModelSet ms, const std::string& role = "");
+// The graphs of a role ("": the target's).
+std::vector<Graph> graphs_of(ModelSet ms, const std::string& role);
 
 // Static shapes and the ARIES operator list; throws naming the graph, input/op and rule.
 void check_compilable(ModelSet ms);

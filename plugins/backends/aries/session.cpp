@@ -16,8 +16,12 @@ Session::Session(const std::string& dir) {
   ModelSet ms(ms_);
   std::vector<Graph> graphs = ms.graphs();
   // Weights: dequantized onto their exact grid, with the encoding that names that grid.
-  for (const auto& part : info.meta.at("parts")) {
-    MxqFile file = MxqFile::read(dir + "/" + part.at("file").get<std::string>());
+  std::vector<std::string> files;
+  for (const auto& part : info.meta.at("parts")) files.push_back(part.at("file"));
+  if (info.meta.contains("roles"))
+    for (const auto& r : info.meta["roles"]) files.push_back(r.at("file"));
+  for (const std::string& name : files) {
+    MxqFile file = MxqFile::read(dir + "/" + name);
     for (size_t i = 0; i < file.header.at("tensors").size(); ++i) {
       QuantWeight q = file.tensor(i);
       std::vector<int64_t> dims = q.nk ? std::vector<int64_t>{q.N, q.K} : std::vector<int64_t>{q.K, q.N};

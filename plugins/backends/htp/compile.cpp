@@ -21,6 +21,7 @@ struct Variant {
   std::string graph;
   int64_t ar = 0, cl = 0;
   std::string split = "1_of_1";
+  std::string role;  // "" for the target; a draft's graphs are priced on their own
 };
 
 // arcl's names; a graph of another role (a draft) carries its source graph's name first.
@@ -29,7 +30,7 @@ Variant parse_variant(const std::string& name) {
   std::smatch m;
   if (!std::regex_match(name, m, re))
     throw Error("htp: graph '" + name + "' is not an AR/CL variant ([{graph}_]ar{ar}_cl{cl}[_scl{scl}][_{i}_of_{n}]); run the arcl transform before compiling for htp");
-  Variant v{name, std::stoll(m[1]), std::stoll(m[2]), m[3].matched ? m[3].str() : "1_of_1"};
+  Variant v{name, std::stoll(m[1]), std::stoll(m[2]), m[3].matched ? m[3].str() : "1_of_1", ""};
   return v;
 }
 
@@ -188,11 +189,13 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   // 1. ops, static shapes, variant names; weight sharing needs one AR when disabled.
   std::vector<Variant> variants;
   std::set<int64_t> ars;
+  const nlohmann::json roles = ms.metadata(roles::kMetadataKey);
   for (const Graph& g : ms.graphs()) {
     check_ops(g);
     check_static(g);
     variants.push_back(parse_variant(g.name()));
-    ars.insert(variants.back().ar);
+    variants.back().role = roles::role_of(roles, g.name());
+    if (variants.back().role.empty()) ars.insert(variants.back().ar);
   }
   if (!o.weight_sharing && ars.size() > 1)
     throw Error("htp: weight_sharing = false needs a single AR variant (the model set has " + std::to_string(ars.size()) +
@@ -250,10 +253,14 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
     s["ar"] = v.ar;
     s["cl"] = v.cl;
     s["split"] = v.split;
+    if (!v.role.empty()) s["role"] = v.role;
     summaries[v.graph] = std::move(s);
   }
   nlohmann::json vlist = nlohmann::json::array();
-  for (const auto& v : variants) vlist.push_back({{"graph", v.graph}, {"ar", v.ar}, {"cl", v.cl}, {"split", v.split}});
+  for (const auto& v : variants) {
+    vlist.push_back({{"graph", v.graph}, {"ar", v.ar}, {"cl", v.cl}, {"split", v.split}});
+    if (!v.role.empty()) vlist.back()["role"] = v.role;
+  }
   nlohmann::json weights_json = nlohmann::json::object();
   for (const auto& [n, w] : weights) weights_json[n] = {{"bits", w.bits}, {"bytes", w.bytes}, {"lpbq", w.lpbq}};
   nlohmann::json meta = {{"backend", "htp"},

@@ -104,8 +104,9 @@ void memory_at(const nlohmann::json& summaries, int64_t cl, double* kv, double* 
     for (const auto& [in, b] : g.at("inputs").items()) (is_kv(in) ? k : a) += b.get<double>();
     for (const auto& [out, b] : g.at("outputs").items()) a += b.get<double>();
     for (const auto& op : g.at("ops")) biggest = std::max(biggest, op.value("out_bytes", 0.0));
-    // The cache is one buffer per split for all its AR variants: the largest (smallest AR) counts.
-    double& s = kv_by_split[g.at("split").get<std::string>()];
+    // The cache is one buffer per split for all its AR variants: the largest (smallest AR)
+    // counts; a draft's cache is a buffer of its own.
+    double& s = kv_by_split[g.value("role", "") + "/" + g.at("split").get<std::string>()];
     s = std::max(s, k);
     *act = std::max(*act, a + biggest);
   }
@@ -195,9 +196,17 @@ nlohmann::json graph_pass(const HtpOptions& o, const nlohmann::json& g) {
           {"weights_stored_as", "float16"}};
 }
 
-nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::json& summaries,
+nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& package_meta, const nlohmann::json& summaries,
                         const nlohmann::json& workload) {
   if (workload.contains("graph_pass")) return graph_pass(o, workload["graph_pass"]);
+  // The graphs of one role: the target's unless the workload names another (a draft).
+  if (workload.contains("role") && !workload["role"].is_string()) throw Error("htp: estimate: role must be a string");
+  const std::string role = workload.value("role", "");
+  nlohmann::json meta = package_meta;
+  meta["variants"] = nlohmann::json::array();
+  for (const auto& v : package_meta.at("variants"))
+    if (v.value("role", "") == role) meta["variants"].push_back(v);
+  if (meta["variants"].empty()) throw Error("htp: estimate: the package has no graphs of role '" + role + "'", NF_STATUS_NOT_FOUND);
   auto cls = cls_of(meta);
   std::set<int64_t> ars;
   for (const auto& v : meta.at("variants")) ars.insert(v.at("ar").get<int64_t>());
