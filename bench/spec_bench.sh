@@ -104,13 +104,13 @@ $text_prompts || prompts="fixed lists of 32 token ids as prompts"
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 print(f"{sys.argv[4]}, {sys.argv[2]} {sys.argv[5]}, {sys.argv[3]} new tokens each, greedy; package {sys.argv[6]}\n")
-print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | if the draft loop were one graph |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | draft runs as | if the draft loop were one graph |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
     rs = [r for r in runs if (r["target"], r["decoder"]) == key]
     bad = [r for r in rs if "error" in r]
     if bad:
-        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | | |")
+        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | | | |")
         continue
     sp = [r["stats"]["speculative"] for r in rs]
     new = sum(r["stats"]["new_tokens"] for r in rs)
@@ -124,14 +124,17 @@ for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
         p, w = sum(x["plain_decode_ms"] for x in sim), sum(x["speculative_decode_ms"] for x in sim)
         simtxt, speed = f"{p:.2f} / {w:.2f}", f"{p / w:.2f}x"
         share = f"{100 * sum(x.get('draft_ms', 0) for x in sim) / w:.0f}%"
-        # Above, every draft pass is a graph launch of its own (as the decoder runs it); here
-        # the draft's depth loop is one graph, one launch per decoder step (not built yet).
-        if all("draft_launch_ms" in x and x["draft_pass_ms"] > 0 for x in sim):
+        # A draft outside the package: above, every draft pass is a graph launch of its own (as
+        # the decoder runs it); here its depth loop is one graph, one launch per decoder step
+        # (not built). A compiled draft's passes are calls of its graph, launch included.
+        if all(x.get("draft_launch_ms", 0) > 0 and x["draft_pass_ms"] > 0 for x in sim):
             w2 = sum(x["speculative_decode_ms"] - (s["draft_forwards"] - s["steps"]) * x["draft_launch_ms"] for x, s in zip(sim, sp))
             launch = f"{p / w2:.2f}x"
         else:
             launch = "-"
     else:
         simtxt, speed, share, launch = "n/a", "n/a", "n/a", "n/a"
-    print(f"| {key[0]} | {key[1]} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {share} | {launch} |")
+    where = {s.get("decoder", {}).get("draft_runs_on", "-") for s in sp}
+    where = {"graph": "package graph", "host": "host fp32"}.get(where.pop(), "-") if len(where) == 1 else "mixed"
+    print(f"| {key[0]} | {key[1]} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {share} | {where} | {launch} |")
 PY

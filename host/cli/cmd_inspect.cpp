@@ -1,9 +1,11 @@
 // `npuforge inspect MODEL.onnx|PACKAGE [--json]`: a model's parameters, layers, heads, KV IO
 // and ops; a package's target, stages and graphs (split parts with their layers and chain).
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/graph_roles.hpp>
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -46,11 +48,35 @@ std::string format_package(const std::filesystem::path& dir, const nlohmann::jso
   for (const auto& s : meta.value("stages", nlohmann::json::array()))
     stages.push_back(s.value("name", "?") + " " + s.value("version", ""));
   row("stages", stages.empty() ? "-" : join(stages));
-  row("graphs", std::to_string(meta.value("graphs", nlohmann::json::array()).size()));
+  const auto& metadata = meta.value("metadata", nlohmann::json::object());
+  const auto& roles = metadata.value(roles::kMetadataKey, nlohmann::json::object());
+  const auto& graphs = meta.value("graphs", nlohmann::json::array());
+  std::map<std::string, int> per_role;
+  for (const auto& g : graphs) ++per_role[roles::role_of(roles, g.value("name", ""))];
+  std::string counts = std::to_string(graphs.size());
+  if (per_role.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [role, n] : per_role) parts.push_back((role.empty() ? "target" : role) + " " + std::to_string(n));
+    counts += " (" + join(parts) + ")";
+  }
+  row("graphs", counts);
+  // The graphs of other roles (a speculative decoder's draft), after the target's.
+  auto role_sections = [&] {
+    for (const auto& [role, entry] : roles.items()) {
+      o << "Graphs of role " << role << " (" << entry.value("decoder", "?") << ")\n";
+      std::map<std::string, std::string> shapes;
+      for (const auto& v : entry.value("io", nlohmann::json::object()).value("variants", nlohmann::json::array()))
+        shapes[v.value("graph", "")] = "  AR " + std::to_string(v.value("ar", 0)) + ", CL " + std::to_string(v.value("cl", 0));
+      for (const auto& g : entry.value("graphs", nlohmann::json::array()))
+        o << "  " << g.get<std::string>() << shapes[g.get<std::string>()] << "\n";
+    }
+  };
 
-  const auto& io = meta.value("metadata", nlohmann::json::object()).value("io", nlohmann::json::object());
+  const auto& io = metadata.value("io", nlohmann::json::object());
   if (io.value("layout", "") != "static") {
-    for (const auto& g : meta.value("graphs", nlohmann::json::array())) row("graph", g.value("name", "?"));
+    for (const auto& g : graphs)
+      if (roles::is_target(roles, g.value("name", ""))) row("graph", g.value("name", "?"));
+    role_sections();
     return o.str();
   }
   o << "Static variants (kv_layout " << io.value("kv_layout", "hf") << ", " << io.value("layers", 0) << " layers";
@@ -76,6 +102,7 @@ std::string format_package(const std::filesystem::path& dir, const nlohmann::jso
       if (!to.empty()) o << "      hands on " << join(to) << "\n";
     }
   }
+  role_sections();
   return o.str();
 }
 

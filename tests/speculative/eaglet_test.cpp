@@ -255,6 +255,11 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_GE(s["target_forwards"].get<int64_t>(), 1);
   EXPECT_TRUE(s.contains("acceptance_rate"));
   EXPECT_TRUE(s.contains("wall_seconds"));
+  auto inspect = test::npuforge({"inspect", p->dir.string()});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("(target 2, draft 2)"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("Graphs of role draft (eaglet)\n  eaglet_draft_ar1_cl256  AR 1, CL 256"), std::string::npos)
+      << inspect.out;
   auto text = test::npuforge({"run", p->dir.string(), "--prompt-ids", "450,1536", "--max-new-tokens", "8", "--stats"});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.err.find("draft forwards"), std::string::npos) << text.err;
