@@ -122,6 +122,9 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         }
         if (!runner_fed && !produced.count(name))
           fail("graph '" + n + "' input '" + name + "' is neither a runner input nor an earlier part's output");
+        if (auto kv = decoder::parse_kv(name); kv && (kv->layer < s.first_layer || kv->layer >= s.first_layer + s.layers))
+          fail("graph '" + n + "' input '" + name + "' is the cache of a layer the io does not list (layers " +
+               std::to_string(s.first_layer) + " to " + std::to_string(s.first_layer + s.layers - 1) + ")");
         if (!runner_fed) v.chained.insert(name);
         if (runner_fed) {
           fed.insert(name);

@@ -386,6 +386,20 @@ TEST(StaticRunner, MetadataErrors) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+  // A cache input of a layer outside the io's layers (one more, or the io's first_layer past
+X
+  nlohmann::json specs = host::graph_specs(*s.ms), shifted = read_json(kData / "hf.io.json");
+  specs[0]["inputs"].push_back({{"name", "past_key_values.7.key"}, {"dtype", "float32"}, {"shape", {1, 2, 15, 8}}});
+  shifted["first_layer"] = 1;
+  for (const auto& [io, graphs] : {std::pair{read_json(kData / "hf.io.json"), specs},
+                                   std::pair{shifted, host::graph_specs(*s.ms)}}) {
+    try {
+      host::StaticIO::parse(io, graphs);
+      FAIL() << io.dump();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the cache of a layer the io does not list"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- end to end: packages that arcl builds from the test models ----------------------

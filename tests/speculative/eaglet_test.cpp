@@ -310,3 +310,32 @@ TEST(EagletPackage, BuildWithoutTheDraftIsAClearError) {
   }
   fs::remove_all(work);
 }
+
+// A draft.onnx that is not a draft is refused by the build hook in one line naming the file
+// and what is wrong, and no package is made.
+TEST(EagletPackage, HostileDraftGraphIsAClearError) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_hostile_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  const fs::path draft = work / "draft";
+  auto expect_refused = [&](const std::string& what, const std::string& expected) {
+    fs::remove_all(work / "out");
+    try {
+      build_package(work, "draft = \"" + draft.string() + "\"\n");
+      ADD_FAILURE() << what << ": built a package";
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(expected), std::string::npos) << what << ": " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << what << ": " << msg;
+    }
+    EXPECT_FALSE(fs::exists(work / "out" / "cpu" / "package.json")) << what;
+  };
+  fs::create_directories(work);
+  fs::copy(kDraft, draft, fs::copy_options::recursive);
+  fs::remove(draft / "draft.onnx");
+  expect_refused("no draft.onnx", "export it with tools/speculative/export_eaglet_onnx.py");
+  std::ofstream(draft / "draft.onnx") << "not an onnx model";
+  expect_refused("garbage", "draft.onnx");
+  fs::copy_file(test::model_dir("tiny_llama") + "/model.onnx", draft / "draft.onnx", fs::copy_options::overwrite_existing);
+  expect_refused("the target as its own draft", "the draft has no input 'target_hidden_states'");
+  fs::remove_all(work);
+}

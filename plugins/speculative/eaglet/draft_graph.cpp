@@ -10,9 +10,7 @@
 // copies): the draft then reads the target's tensors, one copy in the package.
 #include "draft_graph.h"
 
-#include "draft.h"
-
-#include <npuforge/decoder_io.hpp>
+#include <npuforge/decoder_graph.hpp>
 #include <npuforge/graph_roles.hpp>
 
 #include <cmath>
@@ -20,6 +18,8 @@
 #include <map>
 #include <optional>
 #include <set>
+
+#include "draft.h"
 
 namespace eaglet {
 namespace {
@@ -31,43 +31,6 @@ int64_t layer_count(const nf::Graph& g) {
   for (const std::string& in : g.inputs())
     if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present) layers = std::max(layers, kv->layer + 1);
   return layers;
-}
-
-std::map<std::string, nf::Node> producers(const nf::Graph& g) {
-  std::map<std::string, nf::Node> p;
-  for (nf::Node n : g.nodes())
-    for (const std::string& o : n.outputs()) p.emplace(o, n);
-  return p;
-}
-
-// The token embedding: Gather of an initializer by input_ids (or a Cast of it).
-std::optional<nf::Node> embedding_gather(const nf::Graph& g) {
-  const auto producer = producers(g);
-  for (nf::Node n : g.nodes()) {
-    if (n.op_type() != "Gather" || n.input_count() < 2 || !g.initializer(n.input(0))) continue;
-    std::string idx = n.input(1);
-    if (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast") idx = p->second.input(0);
-    if (idx == nf::decoder::kInputIds) return n;
-  }
-  return std::nullopt;
-}
-
-// The LM head: the MatMul of an initializer [hidden, vocab] that computes the logits.
-std::optional<nf::Node> head_matmul(const nf::Graph& g) {
-  const auto producer = producers(g);
-  std::optional<nf::Node> head;
-  nf::decoder::lm_head_output(
-      [&](const std::string& v) {
-        auto p = producer.find(v);
-        return p == producer.end() || p->second.input_count() == 0 ? std::string() : p->second.input(0);
-      },
-      [&](const std::string& v) {
-        auto p = producer.find(v);
-        if (p == producer.end() || p->second.op_type() != "MatMul" || !g.initializer(p->second.input(1))) return false;
-        head = p->second;
-        return true;
-      });
-  return head;
 }
 
 // Same shape and the same numbers to float16 precision (draft.bin's copies of the target's).
@@ -127,8 +90,8 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
       renames[a] = b;
       shared.insert(b);
     };
-    share(embedding_gather(draft), embedding_gather(target), 0);
-    share(head_matmul(draft), head_matmul(target), 1);
+    share(nf::decoder::embedding_gather(draft), nf::decoder::embedding_gather(target), 0);
+    share(nf::decoder::head_matmul(draft), nf::decoder::head_matmul(target), 1);
 
     const std::set<std::string> keep{nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds,
                                      nf::decoder::kLogits, kFeatureInput, kFeatureOutput};
@@ -164,7 +127,7 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
 // The draft scores only the first `rows` tokens of its token map: its LM head keeps those
 // columns, so a draft pass streams a smaller head. Returns the token of each logits column.
 std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Graph draft) {
-  std::optional<nf::Node> head = head_matmul(draft);
+  std::optional<nf::Node> head = nf::decoder::head_matmul(draft);
   if (!head) fail("the draft's LM head (a MatMul by a [hidden, vocab] weight before its logits) was not found");
   const nf::Tensor w = draft.initializer(head->input(1));
   const std::vector<int64_t> dims = w.dims();

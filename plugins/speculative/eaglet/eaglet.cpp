@@ -188,7 +188,8 @@ class Eaglet {
     if (!st) return std::make_unique<eaglet::GraphDraft>(runner, draft, dir);
     if (nf::host().status_code(st) != NF_STATUS_NOT_FOUND) nf::check(st);
     nf::host().status_release(st);
-    ctx.warn("the model holds no draft graph (a package built before the draft was a graph, or for a backend that does not compile it yet): the draft runs on the host in float32");
+    ctx.warn("the model holds no draft graph (a package built before the draft was a graph, or for a backend that "
+             "does not compile it): the draft runs on the host in float32");
     return std::make_unique<eaglet::DraftModel>(dir, o.get<int64_t>("draft_vocab", 0));
   }
   struct Entry {

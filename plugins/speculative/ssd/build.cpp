@@ -1,7 +1,7 @@
 // ssd's build hook: the forecast embeddings become rows of the model's token embedding
 // table, so the package holds them (quantized with the table by the manifest's recipes) and
 // the device embeds forecast tokens like any other token.
-#include <npuforge/decoder_io.hpp>
+#include <npuforge/decoder_graph.hpp>
 
 #include <cstring>
 #include <fstream>
@@ -13,17 +13,6 @@ namespace ssd {
 namespace {
 
 [[noreturn]] void fail(const std::string& file, const std::string& what) { throw nf::Error("ssd: " + file + ": " + what); }
-
-// The token embedding: Gather(initializer [rows, hidden], input_ids or Cast(input_ids)).
-std::optional<nf::Node> embedding_gather(const nf::Graph& g, const std::map<std::string, nf::Node>& producer) {
-  for (nf::Node n : g.nodes()) {
-    if (n.op_type() != "Gather" || n.input_count() < 2 || !g.initializer(n.input(0))) continue;
-    std::string idx = n.input(1);
-    if (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast") idx = p->second.input(0);
-    if (idx == nf::decoder::kInputIds) return n;
-  }
-  return std::nullopt;
-}
 
 }  // namespace
 
@@ -53,10 +42,7 @@ void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
   std::vector<Site> sites;
   int64_t first_id = -1;
   for (nf::Graph g : ms.graphs()) {
-    std::map<std::string, nf::Node> producer;
-    for (nf::Node n : g.nodes())
-      for (const std::string& o : n.outputs()) producer.emplace(o, n);
-    std::optional<nf::Node> gather = embedding_gather(g, producer);
+    std::optional<nf::Node> gather = nf::decoder::embedding_gather(g);
     if (!gather)
       throw nf::Error("ssd: graph '" + g.name() +
                       "': no token embedding (Gather of an initializer by input_ids) to append the forecast embeddings to");

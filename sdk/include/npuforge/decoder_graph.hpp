@@ -1,0 +1,54 @@
+// Where a decoder graph keeps its token embedding and its LM head, found by what the nodes
+// do (decoder_io.hpp's names), for plugins that edit or compare them. Header-only over
+// plugin.hpp.
+#pragma once
+
+#include <npuforge/decoder_io.hpp>
+#include <npuforge/plugin.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace nf::decoder {
+
+// Each value's producing node.
+inline std::map<std::string, Node> producers(const Graph& g) {
+  std::map<std::string, Node> p;
+  for (Node n : g.nodes())
+    for (const std::string& o : n.outputs()) p.emplace(o, n);
+  return p;
+}
+
+// The token embedding: Gather(initializer [rows, hidden], input_ids or Cast(input_ids)).
+inline std::optional<Node> embedding_gather(const Graph& g) {
+  const auto producer = producers(g);
+  for (Node n : g.nodes()) {
+    if (n.op_type() != "Gather" || n.input_count() < 2 || !g.initializer(n.input(0))) continue;
+    std::string idx = n.input(1);
+    if (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast") idx = p->second.input(0);
+    if (idx == kInputIds) return n;
+  }
+  return std::nullopt;
+}
+
+// The LM head when it is a MatMul by an initializer ([hidden, vocab]) that makes the logits
+// (through the ops lm_head_output walks).
+inline std::optional<Node> head_matmul(const Graph& g) {
+  const auto producer = producers(g);
+  std::optional<Node> head;
+  lm_head_output(
+      [&](const std::string& v) {
+        auto p = producer.find(v);
+        return p == producer.end() || p->second.input_count() == 0 ? std::string() : p->second.input(0);
+      },
+      [&](const std::string& v) {
+        auto p = producer.find(v);
+        if (p == producer.end() || p->second.op_type() != "MatMul" || !g.initializer(p->second.input(1))) return false;
+        head = p->second;
+        return true;
+      });
+  return head;
+}
+
+}  // namespace nf::decoder
