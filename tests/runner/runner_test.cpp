@@ -387,7 +387,8 @@ TEST(StaticRunner, MetadataErrors) {
     }
   }
   // A cache input of a layer outside the io's layers (one more, or the io's first_layer past
-X
+  // the graphs' numbering) is refused when the package is opened; a pass would have indexed
+  // the runner's cache with it.
   nlohmann::json specs = host::graph_specs(*s.ms), shifted = read_json(kData / "hf.io.json");
   specs[0]["inputs"].push_back({{"name", "past_key_values.7.key"}, {"dtype", "float32"}, {"shape", {1, 2, 15, 8}}});
   shifted["first_layer"] = 1;
