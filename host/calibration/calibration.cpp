@@ -1,5 +1,7 @@
 #include "calibration/calibration.h"
 
+#include <npuforge/decoder_io.hpp>
+
 #include <algorithm>
 #include <climits>
 #include <filesystem>
@@ -202,6 +204,29 @@ std::unique_ptr<ir::ModelSet> segment_model(const ir::ModelSet& ms, const GraphS
   return copy;
 }
 
+// The value the target's LM head reads (its features after the final norm): the first input
+// of the MatMul/Gemm by a weight (or its transpose) that makes the logits; "" when none.
+std::string lm_head_input(const ir::Graph& g) {
+  auto first_input = [&](const std::string& v) {
+    const ir::Node* n = g.producer(v);
+    return n && !n->inputs.empty() ? n->inputs[0] : std::string();
+  };
+  auto is_head = [&](const std::string& v) {
+    const ir::Node* n = g.producer(v);
+    if (!n || (n->op_type != "MatMul" && n->op_type != "Gemm") || n->inputs.size() < 2) return false;
+    const ir::Node* b = g.producer(n->inputs[1]);
+    return g.initializers.count(n->inputs[1]) > 0 || (b && b->op_type == "Transpose" && !b->inputs.empty() &&
+                                                      g.initializers.count(b->inputs[0]) > 0);
+  };
+  const std::string head = decoder::lm_head_output(first_input, is_head);
+  return head.empty() ? head : first_input(head);
+}
+
+bool holds_value(const ir::Graph& g, const std::string& name) {
+  return g.producer(name) || g.initializers.count(name) ||
+         std::find(g.inputs.begin(), g.inputs.end(), name) != g.inputs.end();
+}
+
 void drop_weight_pages(const ir::Graph& g, const GraphSegment& seg) {
   for (const auto& name : seg.initializers) g.initializers.at(name)->tensor.drop_pages();
 }
@@ -262,6 +287,51 @@ void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& 
   state.next = s + 1;
 }
 
+// A draft (a graph of another role, draft.onnx's layout) over one batch as it is trained:
+// position i reads the next token x[i+1] and the target's features f[i], from an empty cache.
+// Runs the whole graph (one decoder layer) on a session of its own, with float weights.
+std::map<std::string, TensorPtr> TextCalibration::run_draft(const ir::Graph& draft, const std::vector<int32_t>& ids,
+                                                             const TensorPtr& features, const std::vector<std::string>& names) {
+  auto set = std::make_unique<ir::ModelSet>();
+  set->graphs.push_back(draft.clone());
+  const DecoderIO io = DecoderIO::from_spec(graph_specs(*set)[0]);
+  const ir::Tensor& f = features->tensor;
+  const int64_t T = static_cast<int64_t>(ids.size()) - 1;
+  if (io.row_inputs.size() != 1 || f.dtype != NF_DTYPE_FLOAT32 || f.dims.size() != 3 || f.dims[1] < T + 1 ||
+      f.dims[2] != io.row_inputs[0].second)
+    throw std::runtime_error("calibration: graph '" + draft.name + "' should read the target's features (float32 [1, " +
+                             "sequence, " + std::to_string(f.dims.empty() ? 0 : f.dims.back()) + "]) as its one per-row input");
+  if (T < 1) return {};
+  std::vector<int64_t> next(ids.begin() + 1, ids.end()), ones(static_cast<size_t>(T), 1), positions(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = i;
+  const int64_t H = f.dims[2];
+  auto rows = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, T, H}));
+  std::copy(f.as<float>(), f.as<float>() + T * H, rows->tensor.mutable_as<float>());
+  std::vector<NamedTensor> inputs{{io.input_ids, int64_tensor({1, T}, next)},
+                                  {io.attention_mask, int64_tensor({1, T}, ones)},
+                                  {io.row_inputs[0].first, rows}};
+  if (!io.position_ids.empty()) inputs.push_back({io.position_ids, int64_tensor({1, T}, positions)});
+  for (size_t l = 0; l < io.past_keys.size(); ++l)
+    for (const auto& past : {io.past_keys[l], io.past_values[l]})
+      inputs.push_back({past, ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, io.kv_heads, 0, io.head_dim}))});
+  std::map<std::string, TensorPtr> out;
+  std::vector<std::string> computed;
+  for (const auto& name : names) {
+    auto in = std::find_if(inputs.begin(), inputs.end(), [&](const NamedTensor& t) { return t.name == name; });
+    if (in != inputs.end()) out[name] = in->tensor;
+    else if (auto w = draft.initializers.find(name); w != draft.initializers.end()) out[name] = w->second;
+    else computed.push_back(name);
+  }
+  if (computed.empty()) return out;
+  set->graphs[0]->outputs = computed;
+  nlohmann::json options = {{"use_encodings", false}};
+  auto session = BackendSession::open_model_set(backend_, options, *set);
+  ++sessions_opened_;
+  std::vector<TensorPtr> values = session->run(set->graphs[0]->name, inputs, computed);
+  for (size_t i = 0; i < computed.size(); ++i) out[computed[i]] = values[i];
+  return out;
+}
+
 void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) {
   if (index >= batches_.size())
     throw std::runtime_error("calibration batch " + std::to_string(index) + " out of range (" +
@@ -273,13 +343,31 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
   std::vector<std::string> wanted(names, names + n);
   const ir::Graph& src = *ms.graphs[0];
   std::vector<std::string> run_names;  // values the segments compute
+  // Values of a graph of another role (a draft) run that graph on the target's features.
+  std::map<const ir::Graph*, std::vector<std::string>> role_names;
+  auto add_run_name = [&](const std::string& name) {
+    if (std::find(run_names.begin(), run_names.end(), name) == run_names.end()) run_names.push_back(name);
+  };
   for (const auto& name : wanted) {
     if (name.empty()) throw std::runtime_error("calibration: empty tensor name requested");
     bool is_input = std::find(src.inputs.begin(), src.inputs.end(), name) != src.inputs.end();
     if (is_input || src.initializers.count(name)) continue;
-    if (!src.producer(name))
-      throw std::runtime_error("calibration: graph '" + src.name + "' has no value named '" + name + "'");
-    if (std::find(run_names.begin(), run_names.end(), name) == run_names.end()) run_names.push_back(name);
+    if (src.producer(name)) {
+      add_run_name(name);
+      continue;
+    }
+    const ir::Graph* holder = nullptr;
+    for (const auto& g : ms.graphs)
+      if (g.get() != &src && holds_value(*g, name)) holder = g.get();
+    if (!holder) throw std::runtime_error("calibration: graph '" + src.name + "' has no value named '" + name + "'");
+    role_names[holder].push_back(name);
+  }
+  const std::string features = role_names.empty() ? std::string() : lm_head_input(src);
+  if (!role_names.empty()) {
+    if (features.empty() || !src.producer(features))
+      throw std::runtime_error("calibration: the draft runs on the target's features, but graph '" + src.name +
+                               "' has no LM head (MatMul by a weight before its logits) to take them from");
+    add_run_name(features);
   }
 
   DecoderIO io = DecoderIO::from_spec(graph_specs(ms)[0]);
@@ -337,6 +425,9 @@ void TextCalibration::run(ir::ModelSet& ms, size_t index, const char* const* nam
     kept.push_back(std::move(state));
     if (kept.size() > 4) kept.erase(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(kept.size() - 4));
   }
+
+  for (const auto& [graph, values] : role_names)
+    for (auto& [name, value] : run_draft(*graph, ids, found.at(features), values)) found[name] = value;
 
   std::vector<nf_tensor*> result;
   for (const auto& name : wanted) {

@@ -39,8 +39,10 @@ class TextCalibration final : public nf_calibration {
   // Runs batch `index` (from position 0, empty past KV, all-ones mask) through the first
   // graph of `ms` with fp32 weights (encodings ignored; with model-set metadata
   // "calibration_weights" = "encoded", weights run on their encodings' grids, activations
-  // stay float) and writes a new reference to each named value to out[0..n). Outputs are
-  // untouched on error.
+  // stay float) and writes a new reference to each named value to out[0..n). A value of a
+  // graph of another role (a draft) comes from a run of that graph, float weights, over the
+  // batch as a draft is trained: x[i+1] with the target's features f[i] (its LM head's
+  // input). Outputs are untouched on error.
   //
   // The graph runs segment by segment (segments.h) on cpu sessions opened one at a time,
   // so one decoder layer's weights are packed and paged in, not the model's. Each batch
@@ -59,6 +61,9 @@ class TextCalibration final : public nf_calibration {
   struct Stream;
   void run_segment(const ir::ModelSet& ms, size_t s, BatchState& state, const std::vector<std::string>& wanted,
                    std::map<std::string, TensorPtr>& found);
+  // The named values of a draft graph over batch `ids`, on the target's `features`.
+  std::map<std::string, TensorPtr> run_draft(const ir::Graph& draft, const std::vector<int32_t>& ids,
+                                             const TensorPtr& features, const std::vector<std::string>& names);
 
   const PluginInfo& backend_;  // runs the float model ([calibration] backend)
   std::vector<std::vector<int32_t>> batches_;

@@ -126,7 +126,8 @@ TEST(SpecNpu, HtpStatsReportSimulatedDecode) { expect_simulated_decode("htp"); }
 TEST(SpecNpu, AriesStatsReportSimulatedDecode) { expect_simulated_decode("aries"); }
 
 // A package built with [speculative] eaglet holds the draft as graphs of role "draft" (arcl's
-// variants of it, W8A16 like the target), compiled by the backend, and the decoder runs them
+// variants of it, quantized W8A16 like the target by the manifest's minmax on calibration
+// runs of the draft over the target's features), compiled by the backend, and the decoder runs them
 // on the backend session: lossless, priced as calls of the compiled draft graph, and the
 // target's own price is the one of a package without the draft.
 void expect_compiled_draft(const std::string& backend) {
@@ -137,6 +138,11 @@ void expect_compiled_draft(const std::string& backend) {
             nlohmann::json::array({"eaglet_draft_ar1_cl256", "eaglet_draft_ar32_cl256"}));
   if (backend == "aries") {
     EXPECT_TRUE(fs::is_regular_file(pkg / "artifacts" / "draft.mxq"));
+  } else {  // htp stores the draft's own weights at the recipe's 8 bits
+    const auto weights = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "htp.json")).at("weights");
+    int draft_w8 = 0;
+    for (const auto& [name, w] : weights.items()) draft_w8 += name.rfind("eaglet_draft/", 0) == 0 && w.at("bits") == 8;
+    EXPECT_EQ(draft_w8, 8) << weights.dump();  // fc, q, k, v, o, gate, up, down (the head is the target's)
   }
   for (const auto& prompt : kPrompts) {
     auto plain = run(pkg, prompt, "none");

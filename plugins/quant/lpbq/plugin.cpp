@@ -68,7 +68,7 @@ void check_divisible(const Settings& s, const nf::quant::LinearWeight& lw, bool 
 }
 
 std::vector<nf::quant::LinearWeight> weights_of(const nf::ModelSet& ms, bool any_float) {
-  auto weights = nf::quant::linear_weights(ms, any_float);
+  auto weights = nf::quant::linear_weights(ms, any_float, /*every_role=*/true);
   if (weights.empty()) throw nf::Error("lpbq: no MatMul/Gemm with a constant 2-D float weight in the model set");
   return weights;
 }

@@ -45,7 +45,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   }
   auto regexes = nf::quant::compile_patterns("minmax", patterns);
 
-  auto weights = nf::quant::linear_weights(ms);
+  auto weights = nf::quant::linear_weights(ms, false, /*every_role=*/true);
   if (weights.empty()) throw nf::Error("minmax: no MatMul/Gemm with a constant 2-D float weight in the model set");
   std::map<int, int> per_bw;
   for (size_t i = 0; i < weights.size(); ++i) {

@@ -40,15 +40,20 @@ inline float weight_at(const float* w, const LinearWeight& lw, int64_t k, int64_
 }
 
 // Every MatMul/Gemm whose B input is a 2-D float32 initializer (any float width with
-// `any_float`: a validate entry reading shapes of a 16-bit source), over all graphs of the set
-// (a weight shared by several graphs is listed once, from the first graph). A MatMul whose B
+// `any_float`: a validate entry reading shapes of a 16-bit source), over the target's graphs,
+// and with `every_role` those of other roles too (a draft's, calibrated on the target's
+// features); a weight shared by several graphs is listed once, from the first graph. A MatMul whose B
 // is Transpose(initializer, perm [1, 0]) -- the tied LM head, MatMul(h, Transpose(embed)) as
 // torch writes it without constant folding -- lists the initializer itself, read as [N, K]:
 // its encoding then serves the embedding lookup too, so the tied table is stored once.
-inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_float = false) {
+inline std::vector<LinearWeight> linear_weights(const ModelSet& ms, bool any_float = false, bool every_role = false) {
   std::vector<LinearWeight> result;
   std::set<std::string> seen;
-  for (const Graph& g : ms.target_graphs()) {
+  std::vector<Graph> graphs = ms.target_graphs();
+  if (every_role)
+    for (const Graph& g : ms.graphs())
+      if (!roles::is_target(ms.metadata(roles::kMetadataKey), g.name())) graphs.push_back(g);
+  for (const Graph& g : graphs) {
     std::set<std::string> inits;
     for (auto& n : g.initializer_names()) inits.insert(n);
     std::map<std::string, std::string> transposed_init;  // Transpose output -> its initializer
@@ -472,12 +477,13 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
     add(lw.input);
     add(lw.output);
   }
-  std::vector<std::string> kv;
-  for (const std::string& o : ms.graph(0).outputs())
-    if (decoder::is_present_kv(o)) {
-      add(o);
-      kv.push_back(o);
-    }
+  std::vector<std::string> kv;  // every graph's (a draft numbers its cache after the target's)
+  for (const Graph& g : ms.graphs())
+    for (const std::string& o : g.outputs())
+      if (decoder::is_present_kv(o) && std::find(kv.begin(), kv.end(), o) == kv.end()) {
+        add(o);
+        kv.push_back(o);
+      }
   auto ranges = calibrate_ranges(ms, calib, names, ctx);
   if (estimator.method != ActivationRange::minmax) {
     std::vector<Histogram> hist(names.size());
