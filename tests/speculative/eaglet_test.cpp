@@ -339,3 +339,25 @@ TEST(EagletPackage, HostileDraftGraphIsAClearError) {
   expect_refused("the target as its own draft", "the draft has no input 'target_hidden_states'");
   fs::remove_all(work);
 }
+
+// draft_vocab cuts the draft graph's LM head to the token map's first rows: the draft then
+// owns that smaller head (only the embedding is the target's), and decoding stays lossless.
+TEST(EagletPackage, DraftVocabCutsTheDraftGraphsHead) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_vocab_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  auto p = build_package(work, "draft_vocab = 512\n");
+  const auto& role = p->pkg.meta.at("metadata").at("roles").at("draft");
+  EXPECT_EQ(role.at("shares").size(), 1u) << role.dump();
+  EXPECT_EQ(role.at("head_tokens").size(), 512u);
+  for (const auto& g : p->pkg.meta.at("graphs")) {
+    if (g.at("name") != "eaglet_draft_ar16_cl256") continue;
+    for (const auto& out : g.at("outputs")) {
+      if (out.at("name") == "logits") {
+        EXPECT_EQ(out.at("shape"), nlohmann::json({1, 16, 512}));
+      }
+    }
+  }
+  nlohmann::json options{{"draft", (p->dir / "assets/eaglet/eaglet").string()}, {"draft_vocab", 512}};
+  for (const auto& q : heldout_prompts(2, 24)) expect_lossless(*p->runner, q, 24, options);
+  fs::remove_all(work);
+}

@@ -90,8 +90,10 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
       renames[a] = b;
       shared.insert(b);
     };
+    // A head cut to draft_vocab rows is the draft's own.
+    const std::vector<int32_t> head_tokens = draft_vocab > 0 ? keep_head_rows(dir, draft_vocab, draft) : std::vector<int32_t>{};
     share(nf::decoder::embedding_gather(draft), nf::decoder::embedding_gather(target), 0);
-    share(nf::decoder::head_matmul(draft), nf::decoder::head_matmul(target), 1);
+    if (head_tokens.empty()) share(nf::decoder::head_matmul(draft), nf::decoder::head_matmul(target), 1);
 
     const std::set<std::string> keep{nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds,
                                      nf::decoder::kLogits, kFeatureInput, kFeatureOutput};
@@ -114,7 +116,7 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
 
     nlohmann::json role{{"graphs", {kDraftGraph}}, {"decoder", "eaglet"}, {"first_layer", first}, {"layers", draft_layers},
                         {"shares", std::vector<std::string>(shared.begin(), shared.end())}};
-    if (draft_vocab > 0) role["head_tokens"] = keep_head_rows(dir, draft_vocab, draft);
+    if (!head_tokens.empty()) role["head_tokens"] = head_tokens;
     nlohmann::json all = roles.is_object() ? roles : nlohmann::json::object();
     all[nf::roles::kDraft] = role;
     ms.set_metadata(nf::roles::kMetadataKey, all);
@@ -125,7 +127,8 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
 }
 
 // The draft scores only the first `rows` tokens of its token map: its LM head keeps those
-// columns, so a draft pass streams a smaller head. Returns the token of each logits column.
+// columns (in place of the whole head), so a draft pass streams a smaller head. Returns the
+// token of each logits column, none when `rows` covers the vocabulary.
 std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Graph draft) {
   std::optional<nf::Node> head = nf::decoder::head_matmul(draft);
   if (!head) fail("the draft's LM head (a MatMul by a [hidden, vocab] weight before its logits) was not found");
@@ -141,9 +144,10 @@ std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Gr
   float* dst = static_cast<float*>(kept.mutable_data());
   for (int64_t c = 0; c < rows; ++c)
     for (int64_t h = 0; h < H; ++h) dst[h * rows + c] = src[h * V + tokens[static_cast<size_t>(c)]];
-  const std::string name = std::string(kDraftGraph) + "/lm_head.kept_rows";
+  const std::string full = head->input(1), name = "lm_head.kept_rows";  // prefixed with the draft's other names
   draft.set_initializer(name, kept);
   head->set_input(1, name);
+  draft.remove_initializer(full);
   nf::ValueType logits;
   if (draft.value_type(nf::decoder::kLogits, &logits) && logits.dims.size() == 3) {
     logits.dims[2] = rows;
