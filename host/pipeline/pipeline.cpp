@@ -467,8 +467,10 @@ class BuildSteps {
       std::unique_ptr<ir::ModelSet> targets_only;
       try {
         compile(*ms);
+      } catch (const Cancelled&) {
+        throw;
       } catch (const std::exception& e) {
-        if (ms->targets().size() == ms->graphs.size()) throw;
+        if (ms->targets().size() == ms->graphs.size() || cancel_flag()) throw;
         targets_only = without_roles(*ms);
         spdlog::warn("{}: {} cannot compile the graphs of {} ({}); the package holds the target's graphs alone", target,
                      backend->name, roles_of(*ms), first_line(e.what()));
