@@ -213,8 +213,15 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                 std::to_string(o.llm.batch_size) + " x " + std::to_string(o.llm.max_cache_length) + " tokens, scratch " +
                 gib(mem.activation_bytes) + "); " + d.id + " has " + gib(capacity) + " for models");
 
+  // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
+  // shape for the simulator.
+  std::optional<ModelInfo> draft;
+  if (ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) draft = inspect(ms, roles::kDraft);
+
   size_t missing = 0;
-  nlohmann::json acts = activation_table(ms, o, info.linears, &missing);
+  std::vector<Linear> every_linear = info.linears;  // the draft's activations are encoded too
+  if (draft) every_linear.insert(every_linear.end(), draft->linears.begin(), draft->linears.end());
+  nlohmann::json acts = activation_table(ms, o, every_linear, &missing);
   bool calibrated = !acts.empty();
   sim.activations_calibrated = calibrated;
   if (!calibrated && !o.estimate_only)
@@ -234,10 +241,6 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                           {"weight_bytes", bytes}});
   }
 
-  // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
-  // shape for the simulator.
-  std::optional<ModelInfo> draft;
-  if (ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) draft = inspect(ms, roles::kDraft);
   nlohmann::json roles_json = nlohmann::json::object();
   if (draft) {
     const std::vector<std::pair<int64_t, int64_t>> one_part{{0, draft->shape.layers}};
@@ -286,15 +289,13 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                   {"part", p}, {"parts", parts.size()}, {"blocks", {parts[p].first, parts[p].second}}},
                  info.linears, [&](size_t i) { return linears[i]["part"] == static_cast<int64_t>(p); });
     // The draft's weights the target does not hold (not its shared embedding or head).
-    std::vector<Linear> all = info.linears;
     if (draft) {
       std::set<std::string> target_weights;
       for (const auto& l : info.linears) target_weights.insert(l.weight);
       write_part("draft.mxq", {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode}, {"role", "draft"}},
                  draft->linears, [&](size_t i) { return !target_weights.count(draft->linears[i].weight); });
-      all.insert(all.end(), draft->linears.begin(), draft->linears.end());
     }
-    save_graph(ms_in, all, out);
+    save_graph(ms_in, every_linear, out);
   }
 
   nlohmann::json meta = {{"backend", "aries"},

@@ -477,6 +477,16 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
     add(lw.input);
     add(lw.output);
   }
+  // A weight several graphs read (a draft's shared LM head) is listed once: the other uses'
+  // inputs and outputs are encoded too.
+  std::set<std::string> weight_names;
+  for (const auto& lw : weights) weight_names.insert(lw.name);
+  for (const Graph& g : ms.graphs())
+    for (const Node& n : g.nodes())
+      if ((n.op_type() == "MatMul" || n.op_type() == "Gemm") && n.input_count() >= 2 && weight_names.count(n.input(1))) {
+        add(n.input(0));
+        add(n.output(0));
+      }
   std::vector<std::string> kv;  // every graph's (a draft numbers its cache after the target's)
   for (const Graph& g : ms.graphs())
     for (const std::string& o : g.outputs())
