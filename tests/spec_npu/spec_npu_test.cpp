@@ -138,12 +138,13 @@ void expect_compiled_draft(const std::string& backend) {
             nlohmann::json::array({"eaglet_draft_ar1_cl256", "eaglet_draft_ar32_cl256"}));
   if (backend == "aries") {
     EXPECT_TRUE(fs::is_regular_file(pkg / "artifacts" / "draft.mxq"));
-    // The draft's activations run on its calibrated grids, the shared head's input included.
+    // The draft's activations run on its calibrated grids, the shared head's input (its
+    // features) included.
     const auto acts = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "aries.json")).at("activations");
     int draft_acts = 0;
     for (const auto& [name, a] : acts.items()) draft_acts += name.rfind("eaglet_draft/", 0) == 0;
     EXPECT_GE(draft_acts, 8) << acts.dump();
-    EXPECT_TRUE(acts.contains("hidden_states")) << acts.dump();
+    EXPECT_TRUE(acts.contains("eaglet_draft/hidden_states")) << acts.dump();
   } else {  // htp stores the draft's own weights at the recipe's 8 bits
     const auto weights = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "htp.json")).at("weights");
     int draft_w8 = 0;

@@ -95,8 +95,10 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
     share(nf::decoder::embedding_gather(draft), nf::decoder::embedding_gather(target), 0);
     if (head_tokens.empty()) share(nf::decoder::head_matmul(draft), nf::decoder::head_matmul(target), 1);
 
+    // The runner's IO keeps its names; the draft's features are renamed with the rest
+    // (kFeatureOutputInSet), apart from the target's hidden_states.
     const std::set<std::string> keep{nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds,
-                                     nf::decoder::kLogits, kFeatureInput, kFeatureOutput};
+                                     nf::decoder::kLogits, kFeatureInput};
     std::set<std::string> values(ins.begin(), ins.end());
     values.insert(outs.begin(), outs.end());
     for (const std::string& w : draft.initializer_names()) values.insert(w);

@@ -11,7 +11,9 @@ namespace eaglet {
 
 inline constexpr const char* kDraftGraph = "eaglet_draft";
 inline constexpr const char* kFeatureInput = "target_hidden_states";  // f_i, the target's LM head input
-inline constexpr const char* kFeatureOutput = "hidden_states";        // the draft's own features
+inline constexpr const char* kFeatureOutput = "hidden_states";        // the draft's own features, in draft.onnx
+// ... and in the model set, apart from the target's hidden_states output (which feeds it).
+inline constexpr const char* kFeatureOutputInSet = "eaglet_draft/hidden_states";
 
 // Adds `dir`/draft.onnx to `ms` as graph kDraftGraph, role "draft" (graph_roles.hpp), its names
 // apart from the target's; with draft_vocab > 0 its LM head keeps the first draft_vocab

@@ -28,8 +28,8 @@ void GraphDraft::forward(const std::vector<int32_t>& tokens, const std::vector<i
   logits.resize(n * static_cast<size_t>(head_));
   rows_run_ += n;
   nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
-  nf_tensor* hs = nf::host().runner_last_output(r_, kFeatureOutput);
-  if (!hs) throw nf::Error("eaglet: the draft graph returned no '" + std::string(kFeatureOutput) + "'");
+  nf_tensor* hs = nf::host().runner_last_output(r_, kFeatureOutputInSet);
+  if (!hs) throw nf::Error("eaglet: the draft graph returned no '" + std::string(kFeatureOutputInSet) + "'");
   const nf::Tensor t = nf::Tensor::borrow(hs);
   const auto dims = t.dims();
   if (t.dtype() != NF_DTYPE_FLOAT32 || dims.size() != 3 || dims[1] < static_cast<int64_t>(n) ||
