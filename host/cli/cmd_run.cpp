@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "cli/commands.h"
 #include "cli/open_model.h"
@@ -88,16 +89,27 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
     if (s.draft_forwards > 0 && roles.is_object() && roles.contains("draft")) {
       // The package holds the draft: each pass is a call of its compiled graph, priced by the
       // backend's model of that graph (per op, precision as compiled) with its launch.
+      // Pass by pass when the decoder counts its passes by rows (draft_pass_rows), else all at
+      // the average rows.
       const double passes = static_cast<double>(s.draft_forwards);
-      const double rows = s.decoder.value("draft_rows", 0.0) / passes;
-      const auto pass_rows = static_cast<int64_t>(std::ceil(std::max(1.0, rows)));
-      nlohmann::json d = estimate({{"role", "draft"}, {"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", pass_rows}});
-      draft_pass_ms = d.at("pass").at("ms").get<double>();
-      draft_ms = passes * draft_pass_ms;
-      notes.push_back("a draft pass: " + std::to_string(d["pass"].value("calls", 1)) + " call(s) of the package's " +
-                      std::to_string(d["pass"].value("graph_rows", pass_rows)) + "-row draft graph at context " +
-                      std::to_string(context_len) + " for the average " + std::to_string(rows).substr(0, 5) +
-                      " rows (backend estimate, role draft)");
+      nlohmann::json by_rows = s.decoder.value("draft_pass_rows", nlohmann::json());
+      if (!by_rows.is_object() || by_rows.empty()) {
+        const double rows = s.decoder.value("draft_rows", 0.0) / passes;
+        by_rows = {{std::to_string(static_cast<int64_t>(std::ceil(std::max(1.0, rows)))), s.draft_forwards}};
+      }
+      std::set<int64_t> graph_rows;
+      for (const auto& [rows, count] : by_rows.items()) {
+        const int64_t r = std::stoll(rows);
+        if (r < 1 || !count.is_number_unsigned()) throw std::runtime_error("the decoder's draft_pass_rows is malformed");
+        nlohmann::json d = estimate({{"role", "draft"}, {"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", r}});
+        draft_ms += count.get<double>() * d.at("pass").at("ms").get<double>();
+        graph_rows.insert(d["pass"].value("graph_rows", r));
+      }
+      draft_pass_ms = draft_ms / passes;
+      std::string variants;
+      for (int64_t g : graph_rows) variants += (variants.empty() ? "" : "/") + std::to_string(g);
+      notes.push_back("draft passes: calls of the package's draft graph holding each pass's rows (" + variants +
+                      "-row variants) at context " + std::to_string(context_len) + " (backend estimate, role draft)");
     } else if (s.draft_forwards > 0) {
       const double draft_rows = s.decoder.value("draft_rows", 0.0);
       if (draft_rows <= 0 || !s.decoder.contains("draft_linears"))

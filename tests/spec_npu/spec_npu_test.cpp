@@ -160,6 +160,9 @@ void expect_compiled_draft(const std::string& backend) {
     EXPECT_EQ(spec["decoder"]["draft_runs_on"], "graph");
     EXPECT_GE(spec["tau"].get<double>(), 1.0);
     EXPECT_NE(spec["simulated"]["notes"].dump().find("draft graph"), std::string::npos) << spec["simulated"].dump();
+    int64_t passes = 0;  // priced pass by pass: every draft pass counted under its rows
+    for (const auto& [rows, n] : spec["decoder"]["draft_pass_rows"].items()) passes += n.get<int64_t>();
+    EXPECT_EQ(passes, spec["draft_forwards"].get<int64_t>()) << spec["decoder"].dump();
   }
   auto decode_ms = [](const fs::path& p) {
     auto r = test::npuforge({"estimate", p.string(), "--prompt-len", "16", "--context-len", "128", "--json"});

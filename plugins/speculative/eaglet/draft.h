@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,10 +58,18 @@ class Draft {
   int64_t macs_per_row() const;           // through those matrices (attention aside)
   size_t weight_bytes_per_pass() const;   // of those matrices in float32
   size_t rows_run() const { return rows_run_; }  // rows through the draft so far
+  // How many draft passes ran each row count (rows -> passes), for pricing pass by pass.
+  const std::map<int64_t, int64_t>& pass_rows() const { return pass_rows_; }
 
  protected:
+  void count_pass(size_t rows) {
+    rows_run_ += rows;
+    ++pass_rows_[static_cast<int64_t>(rows)];
+  }
+
   DraftConfig cfg_;
   size_t rows_run_ = 0;
+  std::map<int64_t, int64_t> pass_rows_;
   std::vector<int32_t> head_tokens_;  // empty: the full vocabulary
 };
 

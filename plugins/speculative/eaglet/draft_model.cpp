@@ -181,7 +181,7 @@ void DraftModel::rope(float* x, int64_t n_heads, int64_t position) const {
 
 template <class Visible, class Store>
 void DraftModel::forward(std::span<const Row> rows, Visible visible, Store store, float* features, float* logits) {
-  rows_run_ += rows.size();
+  count_pass(rows.size());
   const DraftConfig& k = cfg_;
   const int64_t M = static_cast<int64_t>(rows.size()), H = k.hidden, Q = k.heads * k.head_dim,
                 KV = k.kv_heads * k.head_dim, hd = k.head_dim;

@@ -166,6 +166,7 @@ class Eaglet {
                      {"target_forwards", step_.forwards()},
                      {"draft_forwards", stats_.draft_forwards},
                      {"draft_rows", draft_->rows_run()},
+                     {"draft_pass_rows", pass_rows_json()},
                      {"draft_runs_on", draft_->where()},
                      {"rows", step_.rows()},
                      {"max_rows", step_.max_rows()},
@@ -191,6 +192,12 @@ class Eaglet {
     ctx.warn("the model holds no draft graph (a package built before the draft was a graph, or for a backend that "
              "does not compile it): the draft runs on the host in float32");
     return std::make_unique<eaglet::DraftModel>(dir, o.get<int64_t>("draft_vocab", 0));
+  }
+  // {"rows": passes, ...}: the stats contract's draft_pass_rows.
+  nlohmann::json pass_rows_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [rows, passes] : draft_->pass_rows()) j[std::to_string(rows)] = passes;
+    return j;
   }
   struct Entry {
     std::vector<float> feature;

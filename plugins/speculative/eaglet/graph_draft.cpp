@@ -26,7 +26,7 @@ void GraphDraft::forward(const std::vector<int32_t>& tokens, const std::vector<i
   const size_t n = tokens.size(), H = static_cast<size_t>(cfg_.hidden);
   nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, features.data(), n, H));
   logits.resize(n * static_cast<size_t>(head_));
-  rows_run_ += n;
+  count_pass(n);
   nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
   nf_tensor* hs = nf::host().runner_last_output(r_, kFeatureOutputInSet);
   if (!hs) throw nf::Error("eaglet: the draft graph returned no '" + std::string(kFeatureOutputInSet) + "'");
