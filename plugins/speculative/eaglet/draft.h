@@ -57,18 +57,18 @@ class Draft {
   std::vector<std::array<int64_t, 2>> linear_shapes() const;
   int64_t macs_per_row() const;           // through those matrices (attention aside)
   size_t weight_bytes_per_pass() const;   // of those matrices in float32
-  size_t rows_run() const { return rows_run_; }  // rows through the draft so far
   // How many draft passes ran each row count (rows -> passes), for pricing pass by pass.
   const std::map<int64_t, int64_t>& pass_rows() const { return pass_rows_; }
-
- protected:
-  void count_pass(size_t rows) {
-    rows_run_ += rows;
-    ++pass_rows_[static_cast<int64_t>(rows)];
+  size_t rows_run() const {  // rows through the draft so far
+    size_t rows = 0;
+    for (const auto& [r, passes] : pass_rows_) rows += static_cast<size_t>(r * passes);
+    return rows;
   }
 
+ protected:
+  void count_pass(size_t rows) { ++pass_rows_[static_cast<int64_t>(rows)]; }
+
   DraftConfig cfg_;
-  size_t rows_run_ = 0;
   std::map<int64_t, int64_t> pass_rows_;
   std::vector<int32_t> head_tokens_;  // empty: the full vocabulary
 };
