@@ -145,6 +145,14 @@ void expect_compiled_draft(const std::string& backend) {
     for (const auto& [name, a] : acts.items()) draft_acts += name.rfind("eaglet_draft/", 0) == 0;
     EXPECT_GE(draft_acts, 8) << acts.dump();
     EXPECT_TRUE(acts.contains("eaglet_draft/hidden_states")) << acts.dump();
+    // Device memory holds the draft beside the target: its own weights and its 1-layer KV
+    // cache (the target's 4 layers' plus a fifth).
+    auto memory = [](const fs::path& p) {
+      return nlohmann::json::parse(std::ifstream(p / "artifacts" / "aries.json")).at("memory");
+    };
+    const auto with = memory(pkg), without = memory(package(backend, ""));
+    EXPECT_DOUBLE_EQ(with["kv_cache_bytes"].get<double>(), without["kv_cache_bytes"].get<double>() * 5 / 4);
+    EXPECT_GT(with["weight_bytes"].get<double>(), without["weight_bytes"].get<double>());
   } else {  // htp stores the draft's own weights at the recipe's 8 bits
     const auto weights = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "htp.json")).at("weights");
     int draft_w8 = 0;

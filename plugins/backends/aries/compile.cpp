@@ -205,18 +205,29 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   sim.shape = info.shape;
   sim.parts = static_cast<int64_t>(parts.size());
   for (const auto& l : info.linears) sim.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
-  MemoryPlan mem = memory_plan(sim, o, o.llm.max_cache_length);
-  double capacity = d.dram_bytes - d.dram_reserved_bytes;
-  if (mem.total() > capacity)
-    throw Error("aries backend: the model needs " + gib(mem.total()) + " of device memory (weights " +
-                gib(mem.weight_bytes) + ", KV cache " + gib(mem.kv_cache_bytes) + " for batch " +
-                std::to_string(o.llm.batch_size) + " x " + std::to_string(o.llm.max_cache_length) + " tokens, scratch " +
-                gib(mem.activation_bytes) + "); " + d.id + " has " + gib(capacity) + " for models");
-
   // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
   // shape for the simulator.
   std::optional<ModelInfo> draft;
   if (ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) draft = inspect(ms, roles::kDraft);
+  std::set<std::string> target_weights;
+  for (const auto& l : info.linears) target_weights.insert(l.weight);
+
+  MemoryPlan mem = memory_plan(sim, o, o.llm.max_cache_length);
+  if (draft) {  // resident beside the target: its own weights and KV cache (it runs in turn: no more scratch)
+    SimModel draft_sim;
+    draft_sim.shape = draft->shape;
+    for (const auto& l : draft->linears)
+      if (!target_weights.count(l.weight)) draft_sim.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
+    MemoryPlan dm = memory_plan(draft_sim, o, o.llm.max_cache_length);
+    mem.weight_bytes += dm.weight_bytes;
+    mem.kv_cache_bytes += dm.kv_cache_bytes;
+  }
+  double capacity = d.dram_bytes - d.dram_reserved_bytes;
+  if (mem.total() > capacity)
+    throw Error("aries backend: the model" + std::string(draft ? " and its draft need " : " needs ") + gib(mem.total()) +
+                " of device memory (weights " + gib(mem.weight_bytes) + ", KV cache " + gib(mem.kv_cache_bytes) +
+                " for batch " + std::to_string(o.llm.batch_size) + " x " + std::to_string(o.llm.max_cache_length) +
+                " tokens, scratch " + gib(mem.activation_bytes) + "); " + d.id + " has " + gib(capacity) + " for models");
 
   size_t missing = 0;
   std::vector<Linear> every_linear = info.linears;  // the draft's activations are encoded too
@@ -289,12 +300,9 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                   {"part", p}, {"parts", parts.size()}, {"blocks", {parts[p].first, parts[p].second}}},
                  info.linears, [&](size_t i) { return linears[i]["part"] == static_cast<int64_t>(p); });
     // The draft's weights the target does not hold (not its shared embedding or head).
-    if (draft) {
-      std::set<std::string> target_weights;
-      for (const auto& l : info.linears) target_weights.insert(l.weight);
+    if (draft)
       write_part("draft.mxq", {{"format", "npuforge-mxq"}, {"device", o.device}, {"core_mode", o.core_mode}, {"role", "draft"}},
                  draft->linears, [&](size_t i) { return !target_weights.count(draft->linears[i].weight); });
-    }
     save_graph(ms_in, every_linear, out);
   }
 
