@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,11 +23,16 @@ struct DraftConfig {
   float eps = 1e-5f, theta = 10000.f;
 };
 
-// The config of `dir`/draft.json; throws nf::Error naming the file and the rule.
-DraftConfig read_draft_config(const std::string& dir);
+struct DraftFile {
+  std::string path;  // `dir`/draft.json
+  nlohmann::json meta;
+  DraftConfig config;
+};
+// `dir`/draft.json, read once; throws nf::Error naming the file and the rule.
+DraftFile read_draft_file(const std::string& dir);
 // Tokens of the first `n` logits columns when the draft scores a reduced vocabulary:
 // draft.json's token_map prefix (empty when n is the whole vocabulary).
-std::vector<int32_t> head_tokens(const std::string& dir, int64_t n, int64_t vocab);
+std::vector<int32_t> head_tokens(const DraftFile& file, int64_t n, int64_t vocab);
 
 struct Row {
   const float* feature;  // hidden floats

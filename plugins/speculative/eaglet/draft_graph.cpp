@@ -138,7 +138,7 @@ std::vector<int32_t> keep_head_rows(const std::string& dir, int64_t rows, nf::Gr
   const std::vector<int64_t> dims = w.dims();
   if (w.dtype() != NF_DTYPE_FLOAT32 || dims.size() != 2) fail("the draft's LM head is not a float32 matrix");
   const int64_t H = dims[0], V = dims[1];
-  const std::vector<int32_t> tokens = head_tokens(dir, rows, V);
+  const std::vector<int32_t> tokens = head_tokens(read_draft_file(dir), rows, V);
   if (tokens.empty()) return tokens;
   const std::vector<int64_t> kept_dims{H, rows};
   nf::Tensor kept = nf::Tensor::create(NF_DTYPE_FLOAT32, kept_dims);

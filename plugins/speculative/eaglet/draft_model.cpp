@@ -43,14 +43,17 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n, float* y) {
 
 }  // namespace
 
-DraftConfig read_draft_config(const std::string& dir) {
-  const std::string json_path = dir + "/draft.json";
+DraftFile read_draft_file(const std::string& dir) {
+  DraftFile f;
+  f.path = dir + "/draft.json";
+  const std::string& json_path = f.path;
   std::ifstream jf(json_path);
   if (!jf) throw nf::Error("eaglet: no draft at '" + json_path + "' (train one with tools/speculative/train_eaglet.py)");
-  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
+  f.meta = nlohmann::json::parse(jf, nullptr, false);
+  const nlohmann::json& meta = f.meta;
   if (meta.is_discarded() || meta.value("format", "") != "npuforge-eaglet-draft" || meta.value("version", 0) != 1)
     throw nf::Error("eaglet: '" + json_path + "' is not an npuforge-eaglet-draft version 1 file");
-  DraftConfig k;
+  DraftConfig& k = f.config;
   try {
     const auto& c = meta.at("config");
     k.vocab = c.at("vocab_size");
@@ -67,15 +70,13 @@ DraftConfig read_draft_config(const std::string& dir) {
   if (k.vocab <= 0 || k.hidden <= 0 || k.inter <= 0 || k.heads <= 0 || k.kv_heads <= 0 || k.head_dim <= 0 ||
       k.heads % k.kv_heads != 0 || k.head_dim % 2 != 0)
     throw nf::Error("eaglet: '" + json_path + "' has an inconsistent config");
-  return k;
+  return f;
 }
 
-std::vector<int32_t> head_tokens(const std::string& dir, int64_t n, int64_t vocab) {
+std::vector<int32_t> head_tokens(const DraftFile& f, int64_t n, int64_t vocab) {
   if (n <= 0 || n >= vocab) return {};
-  const std::string json_path = dir + "/draft.json";
-  std::ifstream jf(json_path);
-  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
-  const nlohmann::json map = meta.is_object() ? meta.value("token_map", nlohmann::json()) : nlohmann::json();
+  const std::string& json_path = f.path;
+  const nlohmann::json map = f.meta.value("token_map", nlohmann::json());
   if (!map.is_array() || static_cast<int64_t>(map.size()) != vocab)
     throw nf::Error("eaglet: draft_vocab needs the draft's token_map (" + json_path +
                     "; add it with train_eaglet.py --token-map-only)");
@@ -104,22 +105,22 @@ int64_t Draft::macs_per_row() const {
 size_t Draft::weight_bytes_per_pass() const { return static_cast<size_t>(macs_per_row()) * sizeof(float); }
 
 DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
-  cfg_ = read_draft_config(dir);
-  const std::string json_path = dir + "/draft.json", bin_path = dir + "/draft.bin";
-  std::ifstream jf(json_path);
-  const nlohmann::json meta = nlohmann::json::parse(jf, nullptr, false);
+  const DraftFile file = read_draft_file(dir);
+  cfg_ = file.config;
+  const nlohmann::json& meta = file.meta;
+  const std::string bin_path = dir + "/draft.bin";
   std::ifstream bf(bin_path, std::ios::binary);
   if (!bf) throw nf::Error("eaglet: missing '" + bin_path + "' next to draft.json");
   std::string blob((std::istreambuf_iterator<char>(bf)), std::istreambuf_iterator<char>());
   const DraftConfig& k = cfg_;
   auto load = [&](const char* name, std::vector<int64_t> shape) {
     const auto& tensors = meta.value("tensors", nlohmann::json::object());
-    if (!tensors.contains(name)) throw nf::Error("eaglet: '" + json_path + "' has no tensor '" + name + "'");
+    if (!tensors.contains(name)) throw nf::Error("eaglet: '" + file.path + "' has no tensor '" + name + "'");
     const auto& t = tensors[name];
     if (t.value("dtype", "") != "float16" || t.value("shape", std::vector<int64_t>{}) != shape) {
       std::ostringstream want;
       for (int64_t d : shape) want << (want.tellp() > 0 ? "x" : "") << d;
-      throw nf::Error("eaglet: tensor '" + std::string(name) + "' of '" + json_path + "' should be float16 " +
+      throw nf::Error("eaglet: tensor '" + std::string(name) + "' of '" + file.path + "' should be float16 " +
                       want.str() + " (the draft's config)");
     }
     size_t n = 1;
@@ -141,7 +142,7 @@ DraftModel::DraftModel(const std::string& dir, int64_t head_vocab) {
     return nf::kernels::pack_f32(load(name, {out, in}).data(), in, out, true);
   };
   embed_ = load("embed", {k.vocab, H});
-  head_tokens_ = head_tokens(dir, head_vocab, k.vocab);
+  head_tokens_ = head_tokens(file, head_vocab, k.vocab);
   if (!head_tokens_.empty()) {
     std::vector<float> full = load("lm_head", {k.vocab, H}), rows(head_tokens_.size() * static_cast<size_t>(H));
     for (size_t i = 0; i < head_tokens_.size(); ++i)

@@ -9,14 +9,15 @@
 namespace eaglet {
 
 GraphDraft::GraphDraft(nf_runner* target, nf_runner* draft, const std::string& dir) : target_(target), r_(draft) {
-  cfg_ = read_draft_config(dir);
+  const DraftFile file = read_draft_file(dir);
+  cfg_ = file.config;
   head_ = static_cast<int64_t>(nf::host().runner_vocab_size(r_));
   if (head_ <= 0 || head_ > cfg_.vocab) {
     nf::host().runner_release(r_);
     throw nf::Error("eaglet: the draft graph's logits are " + std::to_string(head_) + " wide (a static vocabulary of at most " +
                     std::to_string(cfg_.vocab) + " expected)");
   }
-  head_tokens_ = head_tokens(dir, head_, cfg_.vocab);
+  head_tokens_ = head_tokens(file, head_, cfg_.vocab);
 }
 
 GraphDraft::~GraphDraft() { nf::host().runner_release(r_); }
