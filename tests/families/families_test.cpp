@@ -18,6 +18,7 @@ const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\nconte
 const std::string kSplit = "[[transform]]\nplugin = \"split\"\nnum_splits = 3\n\n";
 const std::string kMha2sha = "[[transform]]\nplugin = \"mha2sha\"\n\n";
 const std::string kMoe = "[[transform]]\nplugin = \"moe\"\n\n";
+const std::string kHidden = "[[transform]]\nplugin = \"hidden_states\"\n\n";
 
 // Every model folder with a golden.json: "llama_gqa", ..., "zoo/phi3", ...
 std::vector<std::string> models() {
@@ -50,6 +51,8 @@ const std::vector<Chain> kChains = {
     {"arcl+split", kArcl + kSplit},
     {"arcl+split+mha2sha", kArcl + kSplit + kMha2sha},
     {"arcl+moe", kArcl + kMoe, true},
+    // eaglet's target output; tied heads multiply by Transpose(embedding) or a folded copy
+    {"hidden_states+arcl", kHidden + kArcl},
     {"arcl+split+mha2sha+moe", kArcl + kSplit + kMha2sha + kMoe, true},
 };
 

@@ -41,15 +41,25 @@ void expose(nf::Graph g, const std::string& output) {
   const nf::Node n = producer.at(head);
   if (n.input_count() != 2) throw nf::Error("hidden_states: the LM head of graph '" + g.name() + "' is not a 2-input MatMul");
   const std::string hidden = n.input(0), weight = n.input(1);
-  nf::ValueType wt, lt, ht;
-  if (!g.value_type(weight, &wt) || wt.dims.size() != 2 || wt.dims[0] <= 0)
+  nf::ValueType lt, ht;
+  // The hidden width: the head input's last axis, else the weight's first; a tied head
+  // multiplies by Transpose(embedding [vocab, hidden]) (torch without constant folding).
+  int64_t width = g.value_type(hidden, &ht) && !ht.dims.empty() ? ht.dims.back() : -1;
+  if (width <= 0) {
+    nf::ValueType wt;
+    std::string w = weight;
+    bool transposed = made_by(w, "Transpose");
+    if (transposed) w = producer.at(w).input(0);
+    if (g.value_type(w, &wt) && wt.dims.size() == 2) width = wt.dims[transposed ? 1 : 0];
+  }
+  if (width <= 0)
     throw nf::Error("hidden_states: the LM head weight '" + weight + "' of graph '" + g.name() +
                     "' needs a static [hidden, vocab] shape");
   if (!g.value_type(kLogits, &lt) || lt.dims.size() != 3)
     throw nf::Error("hidden_states: 'logits' of graph '" + g.name() + "' should be [batch, sequence, vocab]");
   const nf_dtype dtype = g.value_type(hidden, &ht) ? ht.dtype : lt.dtype;  // a Cast after the head changes logits'
   g.add_node("Identity", {hidden}, {output}, "/hidden_states/Identity");
-  g.set_value_type(output, dtype, {lt.dims[0], lt.dims[1], wt.dims[0]}, {lt.dim_params[0], lt.dim_params[1], ""});
+  g.set_value_type(output, dtype, {lt.dims[0], lt.dims[1], width}, {lt.dim_params[0], lt.dim_params[1], ""});
   outputs.push_back(output);
   g.set_outputs(outputs);
 }
