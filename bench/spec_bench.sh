@@ -9,6 +9,15 @@
 #   MODEL=DIR bash bench/spec_bench.sh   # another model folder (model.onnx, config.json): the
 #       decoders whose assets it has (DIR/eaglet, DIR/ssd; lade needs none); prompts from
 #       DIR/heldout.txt with DIR/tokenizer.json, else PROMPTS fixed lists of 32 token ids
+#   DRAFT_VOCAB=N   eaglet's draft_vocab (default 512 with a tokenizer; 0, the whole
+#       vocabulary, without: a token map of the draft's training text cannot cover the
+#       random prompts' continuations)
+#
+# A synthesized model (tools/models/synth_model.py; random weights, greedy text mostly runs
+# of one repeated token) gets an eaglet draft with (about 20 minutes on 2 cores)
+#   /usr/bin/python3 tools/speculative/train_eaglet.py --model-dir DIR --windows 192 \
+#       --steps 300 --lr 2e-4 --ce-weight 0 --init-repeat --fit-confidence
+#   /usr/bin/python3 tools/speculative/export_eaglet_onnx.py --draft DIR/eaglet
 #
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
 # Targets: cpu, htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration) and
@@ -53,8 +62,9 @@ manifest() {
   fi
   if have aries; then printf '\n[targets.aries]\nbackend = "aries"\n'; fi
 }
+DRAFT_VOCAB=${DRAFT_VOCAB:-$($text_prompts && echo 512 || echo 0)}
 eaglet_table=""
-usable eaglet && eaglet_table=$(printf '[speculative]\ndecoder = "eaglet"\ndraft = "%s/eaglet"\ndraft_vocab = 512\n' "$MODEL")
+usable eaglet && eaglet_table=$(printf '[speculative]\ndecoder = "eaglet"\ndraft = "%s/eaglet"\ndraft_vocab = %s\n' "$MODEL" "$DRAFT_VOCAB")
 manifest "$eaglet_table" > "$WORK/manifest.toml"
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
 # ssd's forecast embeddings join the model's embedding table at build: its own package.

@@ -193,6 +193,44 @@ TEST(EagletDynamic, MissingHiddenStatesOrDraftIsAClearError) {
   EXPECT_THROW(eaglet(*m.runner, {1, 2}, 4, &st, {{"n_branch", 2}}), std::runtime_error);
 }
 
+// draft.json's confidence_scale multiplies the draft's logits before the softmax that ranks
+// the tree: a confident draft grows deeper trees (its cumulative probabilities fall slower),
+// output stays plain greedy's; a scale that is not a positive number is refused.
+TEST(EagletDynamic, ConfidenceScaleRanksTheTreeAndStaysLossless) {
+  fs::path dir = fs::temp_directory_path() / ("nf_eaglet_scale_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kDraft + "/draft.bin", dir / "draft.bin");
+  const nlohmann::json meta = nlohmann::json::parse(test::slurp(kDraft + "/draft.json"));
+  auto with_scale = [&](const nlohmann::json& scale) {
+    nlohmann::json m = meta;
+    m["confidence_scale"] = scale;
+    std::ofstream(dir / "draft.json") << m.dump();
+  };
+  Model m = open_dynamic();
+  const auto prompt = heldout_prompts(1, 40)[0];
+  const auto want = plain_greedy(*m.runner, prompt, 48);
+  std::map<double, double> tau;
+  for (double scale : {0.25, 4.0}) {
+    with_scale(scale);
+    host::SpeculativeStats st;
+    EXPECT_EQ(eaglet(*m.runner, prompt, 48, &st, {{"draft", dir.string()}}), want) << "scale " << scale;
+    tau[scale] = st.tau;
+  }
+  EXPECT_GT(tau[4.0], tau[0.25]);
+  for (const nlohmann::json& bad : {nlohmann::json(-1.0), nlohmann::json(0.0), nlohmann::json("high")}) {
+    with_scale(bad);
+    host::SpeculativeStats st;
+    try {
+      eaglet(*m.runner, prompt, 4, &st, {{"draft", dir.string()}});
+      FAIL() << "confidence_scale " << bad.dump() << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find((dir / "draft.json").string()), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   fs::path work = fs::temp_directory_path() / ("nf_eaglet_" + std::to_string(::getpid()));
   fs::remove_all(work);

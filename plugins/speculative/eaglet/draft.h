@@ -21,6 +21,10 @@ namespace eaglet {
 struct DraftConfig {
   int64_t vocab = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float eps = 1e-5f, theta = 10000.f;
+  // draft.json "confidence_scale" (default 1): the draft's logits are multiplied by it before
+  // the softmax whose cumulative probabilities rank the tree's nodes (fitted by the trainer
+  // to the target's greedy token; the order of one node's children does not change).
+  float confidence_scale = 1.f;
 };
 
 struct DraftFile {

@@ -64,11 +64,13 @@ DraftFile read_draft_file(const std::string& dir) {
     k.head_dim = c.at("head_dim");
     k.eps = c.at("rms_norm_eps");
     k.theta = c.at("rope_theta");
+    k.confidence_scale = meta.value("confidence_scale", 1.f);
   } catch (const std::exception& e) {
     throw nf::Error("eaglet: '" + json_path + "' config: " + e.what());
   }
   if (k.vocab <= 0 || k.hidden <= 0 || k.inter <= 0 || k.heads <= 0 || k.kv_heads <= 0 || k.head_dim <= 0 ||
-      k.heads % k.kv_heads != 0 || k.head_dim % 2 != 0)
+      k.heads % k.kv_heads != 0 || k.head_dim % 2 != 0 || !(k.confidence_scale > 0.f) ||
+      !std::isfinite(k.confidence_scale))
     throw nf::Error("eaglet: '" + json_path + "' has an inconsistent config");
   return f;
 }

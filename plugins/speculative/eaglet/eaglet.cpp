@@ -61,19 +61,19 @@ struct Node {
   size_t feature = 0;   // index into features_: the draft's output for the parent's entry
 };
 
-// Log-softmax, then the k best (token, log p) pairs.
-std::vector<std::pair<int32_t, double>> top_k(const float* logits, size_t vocab, int k) {
-  const float mx = *std::max_element(logits, logits + vocab);
+// Log-softmax of logits x scale, then the k best (token, log p) pairs.
+std::vector<std::pair<int32_t, double>> top_k(const float* logits, size_t vocab, int k, double scale) {
+  const double mx = *std::max_element(logits, logits + vocab);
   double sum = 0;
-  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const double lse = static_cast<double>(mx) + std::log(sum);
+  for (size_t i = 0; i < vocab; ++i) sum += std::exp(scale * (logits[i] - mx));
+  const double lse = scale * mx + std::log(sum);
   std::vector<int32_t> idx(vocab);
   std::iota(idx.begin(), idx.end(), 0);
   const size_t kk = std::min(static_cast<size_t>(k), vocab);
   std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(kk), idx.end(),
                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   std::vector<std::pair<int32_t, double>> out;
-  for (size_t i = 0; i < kk; ++i) out.emplace_back(idx[i], static_cast<double>(logits[idx[i]]) - lse);
+  for (size_t i = 0; i < kk; ++i) out.emplace_back(idx[i], scale * logits[idx[i]] - lse);
   return out;
 }
 
@@ -236,7 +236,7 @@ class Eaglet {
     count_draft();
     features_.assign(feats.end() - static_cast<long>(H_), feats.end());  // features_[0]: the root's output
     std::vector<int32_t> frontier;
-    for (auto [col, lp] : top_k(logits.data() + (rows.size() - 1) * head, head, branches_)) {
+    for (auto [col, lp] : top_k(logits.data() + (rows.size() - 1) * head, head, branches_, draft_->config().confidence_scale)) {
       frontier.push_back(static_cast<int32_t>(nodes.size()));
       nodes.push_back({draft_->head_token(col), -1, 1, lp, -1, 0});
     }
@@ -261,7 +261,7 @@ class Eaglet {
         nodes[n].entry = ids[i];
         const size_t feature = features_.size() / H_;
         features_.insert(features_.end(), f.begin() + static_cast<long>(i * H_), f.begin() + static_cast<long>((i + 1) * H_));
-        for (auto [col, lp] : top_k(l.data() + i * head, head, branches_)) {
+        for (auto [col, lp] : top_k(l.data() + i * head, head, branches_, draft_->config().confidence_scale)) {
           next.push_back(static_cast<int32_t>(nodes.size()));
           nodes.push_back({draft_->head_token(col), static_cast<int32_t>(n), nodes[n].depth + 1, nodes[n].logp + lp, -1,
                            feature});
