@@ -563,6 +563,17 @@ nf_status* runner_set_row_input(nf_runner* r, const char* name, const float* dat
   return guarded([&] { r->set_row_input(name, data, n_rows, width); });
 }
 
+nf_status* runner_forward_scratch(nf_runner* r, const int32_t* tokens, const int32_t* parents, size_t n, float* logits) {
+  if (!r || (n && (!tokens || !parents || !logits))) return fail("runner_forward_scratch: null argument", NF_STATUS_INVALID_ARGUMENT);
+  if (!r->keeps_scratch())
+    return fail("this runner keeps no rows between forwards (dynamic-shape graphs or a sliding-window cache)",
+                NF_STATUS_UNSUPPORTED);
+  return guarded([&] { r->forward_scratch(tokens, parents, n, logits); });
+}
+void runner_clear_scratch(nf_runner* r) {
+  if (r) r->clear_scratch();
+}
+
 size_t calibration_batch_count(const nf_calibration* c) { return c->batch_count(); }
 nf_status* calibration_run(nf_calibration* c, nf_model_set* ms, size_t index, const char* const* names, size_t n,
                            nf_tensor** out) {
@@ -671,6 +682,8 @@ nf_host_api make_api() {
   a.runner_open_role = runner_open_role;
   a.runner_release = runner_release;
   a.runner_set_row_input = runner_set_row_input;
+  a.runner_forward_scratch = runner_forward_scratch;
+  a.runner_clear_scratch = runner_clear_scratch;
   return a;
 }
 
@@ -761,4 +774,7 @@ void nf_runner::forward_flags(const int32_t* tokens, const int32_t* parents, con
   for (size_t r = 0; flags && r < n_rows; ++r)
     if (flags[r]) throw std::runtime_error("runner: this runner takes no row flags");
   forward(tokens, parents, n_rows, logits);
+}
+void nf_runner::forward_scratch(const int32_t*, const int32_t*, size_t, float*) {
+  throw std::runtime_error("runner: this runner keeps no rows between forwards");
 }

@@ -56,6 +56,11 @@ struct nf_runner {
   virtual nf_runner* open_role(const char* role);
   // A per-row float input for the next forward; the default runner has none.
   virtual void set_row_input(const char* name, const float* data, size_t n_rows, size_t width);
+  // Rows kept between forwards as scratch (runner_forward_scratch); a runner that cannot
+  // keep them says so and is never asked.
+  virtual bool keeps_scratch() const { return false; }
+  virtual void forward_scratch(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits);
+  virtual void clear_scratch() {}
 };
 
 // Implemented by the host's calibration (host/calibration); reached by quant recipes.

@@ -42,6 +42,13 @@ struct CountingRunner final : nf_runner {
     ++forwards;
     most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(n_rows));
   }
+  bool keeps_scratch() const override { return inner.keeps_scratch(); }
+  void forward_scratch(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override {
+    inner.forward_scratch(tokens, parents, n_rows, logits);
+    ++forwards;
+    most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(n_rows));
+  }
+  void clear_scratch() override { inner.clear_scratch(); }
 
   Runner& inner;
   int64_t forwards = 0, most_rows = 0;

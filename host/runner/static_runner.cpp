@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 
@@ -222,6 +223,12 @@ void StaticRunner::reset() {
   prefix_len_ = 0;
   prefix_k_.clear();
   prefix_v_.clear();
+  clear_scratch();
+}
+
+void StaticRunner::clear_scratch() {
+  scratch_pos_.clear();
+  scratch_parent_.clear();
 }
 
 size_t StaticRunner::pick(int64_t rows, bool partial) const {
@@ -235,8 +242,8 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
   bool short_window = false;
   for (size_t i = 0; i < io_.variants.size(); ++i) {
     const auto& v = io_.variants[i];
-    if (n_past_ + v.ar + prefix_len_ > v.cl) continue;  // the prefix KV takes cache slots
-    if (n_past_ > v.exact_until - prefix_len_) {
+    if (held() + v.ar + prefix_len_ > v.cl) continue;  // the prefix KV takes cache slots
+    if (held() > v.exact_until - prefix_len_) {
       short_window |= v.ar >= rows || partial;
       continue;
     }
@@ -253,19 +260,21 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
                              std::to_string(n_past_) + " tokens: their sliding caches hold fewer than the " +
                              std::to_string(io_.window - 1) + " positions the window needs");
   throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(n_past_) +
-                           " in the cache, " + (prefix_len_ ? std::to_string(prefix_len_) + " prefix KV rows, " : "") +
+                           " in the cache, " + (scratch_pos_.empty() ? "" : std::to_string(scratch_pos_.size()) + " scratch rows, ") +
+                           (prefix_len_ ? std::to_string(prefix_len_) + " prefix KV rows, " : "") +
                            std::to_string(rows) + " more requested)");
 }
 
 size_t StaticRunner::rows_available() const {
   int64_t most = 0;
   for (const auto& v : io_.variants)
-    if (n_past_ + v.ar + prefix_len_ <= v.cl && n_past_ <= v.exact_until - prefix_len_) most = std::max(most, v.ar);
+    if (held() + v.ar + prefix_len_ <= v.cl && held() <= v.exact_until - prefix_len_) most = std::max(most, v.ar);
   return static_cast<size_t>(most);
 }
 
 StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens, std::span<const int32_t> parents,
-                                     std::span<const int64_t> positions, std::span<const uint32_t> flags) {
+                                     std::span<const int64_t> positions, std::span<const uint32_t> flags,
+                                     std::span<const uint8_t> scratch_sees) {
   const StaticIO::Variant& v = io_.variants[vi];
   const int64_t ar = v.ar, rows = static_cast<int64_t>(tokens.size());
   const int64_t kvh = io_.kv_heads, hd = io_.head_dim;
@@ -280,17 +289,24 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   for (int64_t i = 0; i < ar; ++i)
     for (int64_t j = i; j >= 0; j = i < rows ? parents[j] : -1) sees[i * ar + j] = true;
 
-  // Mask over `cols` columns: cache slot c holds position start + c (c < cols - AR - P);
-  // the last P cache slots hold the prefix KV, seen by flagged rows only.
+  // Mask over `cols` columns: cache slot c holds store slot start + c (c < cols - AR - P):
+  // committed positions, then the scratch rows, each seen by its descendants only; the last
+  // P cache slots hold the prefix KV, seen by flagged rows only.
   auto sees_prefix = [&](int64_t i) { return i < rows && !flags.empty() && (flags[i] & NF_ROW_SEES_PREFIX); };
+  const int64_t n_scratch = static_cast<int64_t>(scratch_pos_.size());
+  auto sees_slot = [&](int64_t i, int64_t slot) {
+    if (slot < n_past_) return true;
+    const int64_t s = slot - n_past_;
+    return s < n_scratch && !scratch_sees.empty() && scratch_sees[static_cast<size_t>(i * n_scratch + s)] != 0;
+  };
   auto mask = [&](int64_t cols, bool windowed) {
-    const int64_t slots = cols - ar - prefix_len_, start = std::max<int64_t>(0, n_past_ - slots);
+    const int64_t slots = cols - ar - prefix_len_, start = std::max<int64_t>(0, held() - slots);
     auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, 1, ar, cols}));
     float* m = t->tensor.mutable_as<float>();
     for (int64_t i = 0; i < ar; ++i) {
       float* row = m + i * cols;
       auto near = [&](int64_t q) { return !windowed || q > pos[i] - io_.window; };
-      for (int64_t c = 0; c < slots; ++c) row[c] = i < rows && start + c < n_past_ && near(start + c) ? 0.f : masked;
+      for (int64_t c = 0; c < slots; ++c) row[c] = i < rows && sees_slot(i, start + c) && near(start + c) ? 0.f : masked;
       for (int64_t c = slots; c < slots + prefix_len_; ++c) row[c] = sees_prefix(i) ? 0.f : masked;
       row += prefix_len_;
       for (int64_t j = 0; j < ar; ++j) row[slots + j] = sees[i * ar + j] && near(pos[j]) ? 0.f : masked;
@@ -308,11 +324,11 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     }
     return t;
   };
-  // Layer l's committed rows as a cache input of `len` slots (the last len-P positions,
-  // then the P prefix rows).
+  // Layer l's store as a cache input of `len` slots (the last len-P slots held, then the P
+  // prefix rows).
   auto cache = [&](size_t l, bool key, int64_t len) {
     const int64_t committed = len - prefix_len_;
-    const int64_t start = std::max<int64_t>(0, n_past_ - committed), n = n_past_ - start;
+    const int64_t start = std::max<int64_t>(0, held() - committed), n = held() - start;
     const bool transposed = key && io_.htp;
     std::vector<int64_t> dims = io_.htp ? (key ? std::vector<int64_t>{kvh, 1, hd, len} : std::vector<int64_t>{kvh, 1, len, hd})
                                         : std::vector<int64_t>{1, kvh, len, hd};
@@ -401,9 +417,14 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
 }
 
 void StaticRunner::keep(const Pass& p, std::span<const int32_t> rows) {
+  store(p, rows, n_past_);
+  n_past_ += static_cast<int64_t>(rows.size());
+}
+
+void StaticRunner::store(const Pass& p, std::span<const int32_t> rows, int64_t at) {
   const int64_t ar = io_.variants[p.variant].ar, kvh = io_.kv_heads, hd = io_.head_dim;
   const size_t cap = static_cast<size_t>(max_cl_);
-  if (n_past_ + static_cast<int64_t>(rows.size()) > max_cl_) fail("KV store overflow");
+  if (at + static_cast<int64_t>(rows.size()) > max_cl_) fail("KV store overflow");
   for (size_t l = 0; l < static_cast<size_t>(io_.layers); ++l)
     for (bool key : {true, false}) {
       const float* src = (key ? p.keys : p.values)[l]->tensor.as<float>();
@@ -412,18 +433,18 @@ void StaticRunner::keep(const Pass& p, std::span<const int32_t> rows) {
       for (size_t i = 0; i < rows.size(); ++i) {
         const int64_t r = rows[i];
         for (int64_t h = 0; h < kvh; ++h) {
-          float* d = dst + (static_cast<size_t>(h) * cap + static_cast<size_t>(n_past_) + i) * static_cast<size_t>(hd);
+          float* d = dst + (static_cast<size_t>(h) * cap + static_cast<size_t>(at) + i) * static_cast<size_t>(hd);
           for (int64_t k = 0; k < hd; ++k) d[k] = transposed ? src[(h * hd + k) * ar + r] : src[(h * ar + r) * hd + k];
         }
       }
     }
-  n_past_ += static_cast<int64_t>(rows.size());
 }
 
 std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool all_rows) {
   if (tokens.empty()) throw std::runtime_error("runner: no tokens to run");
   if (!io_.row_inputs.empty())
     fail("graphs with per-row input '" + io_.row_inputs.begin()->first + "' run row calls (runner_forward), not prompts");
+  clear_scratch();
   row_pass_.reset();
   row_parents_.clear();
   std::vector<float> out;
@@ -516,6 +537,7 @@ void StaticRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_
 
 void StaticRunner::forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
                                  float* logits) {
+  clear_scratch();
   if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
   if (n_rows > max_rows())
     throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the largest AR variant (" +
@@ -540,7 +562,51 @@ void StaticRunner::forward_flags(const int32_t* tokens, const int32_t* parents, 
   row_parents_.assign(parents, parents + n_rows);
 }
 
+void StaticRunner::forward_scratch(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) {
+  if (n_rows == 0) throw std::runtime_error("runner: forward with no rows");
+  if (n_rows > max_rows())
+    throw std::runtime_error("runner: " + std::to_string(n_rows) + " rows exceed the largest AR variant (" +
+                             std::to_string(max_ar_) + " rows per pass)");
+  const auto kept = static_cast<int64_t>(scratch_pos_.size());
+  const auto S = static_cast<size_t>(kept);
+  std::vector<int64_t> positions(n_rows);
+  std::vector<int32_t> local(n_rows, -1);        // parent among this call's rows
+  std::vector<uint8_t> sees(n_rows * S, 0);      // row r sees kept scratch row s
+  for (size_t r = 0; r < n_rows; ++r) {
+    const int32_t p = parents[r];
+    if (p < -1 || p >= kept + static_cast<int32_t>(r))
+      throw std::runtime_error("runner: scratch row " + std::to_string(r) + " has parent " + std::to_string(p) +
+                               " (a kept scratch row 0.." + std::to_string(kept - 1) + ", an earlier row of the call " +
+                               std::to_string(kept) + ".." + std::to_string(kept + static_cast<int64_t>(r) - 1) + ", or -1)");
+    if (p < 0) {
+      positions[r] = n_past_;
+    } else if (p < kept) {
+      positions[r] = scratch_pos_[static_cast<size_t>(p)] + 1;
+      for (int32_t s = p; s >= 0; s = scratch_parent_[static_cast<size_t>(s)]) sees[r * S + static_cast<size_t>(s)] = 1;
+    } else {
+      const auto q = static_cast<size_t>(p - kept);
+      local[r] = static_cast<int32_t>(q);
+      positions[r] = positions[q] + 1;
+      std::copy_n(sees.begin() + static_cast<std::ptrdiff_t>(q * S), S, sees.begin() + static_cast<std::ptrdiff_t>(r * S));
+    }
+  }
+  row_pass_.reset();  // nothing of a scratch call is committed
+  row_parents_.clear();
+  row_flags_.assign(n_rows, 0);
+  const size_t vi = pick(static_cast<int64_t>(n_rows), false);
+  Pass pass = run(vi, {tokens, n_rows}, local, positions, {}, sees);
+  row_inputs_.clear();
+  std::memcpy(logits, pass.logits.data(), pass.logits.size() * sizeof(float));
+  extras_ = pass.extras;
+  std::vector<int32_t> all(n_rows);
+  std::iota(all.begin(), all.end(), 0);
+  store(pass, all, held());
+  scratch_pos_.insert(scratch_pos_.end(), positions.begin(), positions.end());
+  scratch_parent_.insert(scratch_parent_.end(), parents, parents + n_rows);
+}
+
 void StaticRunner::commit(const int32_t* rows, size_t n) {
+  clear_scratch();
   if (n == 0) return;
   if (!row_pass_) throw std::runtime_error("runner: commit without a forward to commit from");
   for (size_t i = 0; i < n; ++i) {

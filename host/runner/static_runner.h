@@ -86,6 +86,11 @@ class StaticRunner final : public Runner {
                      float* logits) override;
   nf_tensor* last_output(const char* name) override;
   void set_row_input(const char* name, const float* data, size_t n_rows, size_t width) override;
+  // Scratch rows live in the cache slots after the committed ones (not with sliding windows,
+  // whose short caches shift slots).
+  bool keeps_scratch() const override { return io_.window == 0; }
+  void forward_scratch(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
+  void clear_scratch() override;
 
   // The base graph name of the last pass's variant (for logs and tests).
   const std::string& last_variant() const { return last_variant_; }
@@ -105,10 +110,16 @@ class StaticRunner final : public Runner {
   size_t pick(int64_t rows, bool partial) const;
   // One pass: rows[i] has token, position and parent (-1: sees only the cache; the rows of
   // a chunk chain to each other). Does not commit.
+  // scratch_sees[i * S + s]: row i sees kept scratch row s (S = scratch rows held).
   Pass run(size_t variant, std::span<const int32_t> tokens, std::span<const int32_t> parents,
-           std::span<const int64_t> positions, std::span<const uint32_t> flags = {});
-  // Appends rows `rows` of pass p to the KV store.
+           std::span<const int64_t> positions, std::span<const uint32_t> flags = {},
+           std::span<const uint8_t> scratch_sees = {});
+  // Writes rows `rows` of pass p into the KV store from slot `at` on.
+  void store(const Pass& p, std::span<const int32_t> rows, int64_t at);
+  // Appends rows `rows` of pass p to the committed KV store.
   void keep(const Pass& p, std::span<const int32_t> rows);
+  // Cache slots in use: the committed rows, then the scratch rows.
+  int64_t held() const { return n_past_ + static_cast<int64_t>(scratch_pos_.size()); }
   // After a prefill chunk of `rows` tokens: extra outputs accumulate one row per token.
   void append_extra_rows(Pass& p, size_t rows, bool first_chunk);
 
@@ -126,6 +137,9 @@ class StaticRunner final : public Runner {
   int64_t prefix_len_ = 0;                             // prefix KV rows (NF_ROW_SEES_PREFIX)
   std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
   std::map<std::string, std::vector<float>> row_inputs_;  // for the next forward, by name
+  // Scratch rows (forward_scratch), in cache slots n_past_ .. held()-1: position and parent.
+  std::vector<int64_t> scratch_pos_;
+  std::vector<int32_t> scratch_parent_;
 };
 
 // The runner a model's graphs of `role` need ("": the target; others: metadata "roles",

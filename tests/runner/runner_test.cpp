@@ -239,6 +239,51 @@ TEST_P(StaticSet, CommitThenContinueEqualsPlainDecoding) {
   std::cout << GetParam() << ": commit of a 3-row path, then 10 greedy steps, max |logit diff| " << worst << "\n";
 }
 
+// runner_forward_scratch: a tree grown one depth per call, each row run once and kept as a
+// scratch row, scores as the whole tree in one forward; nothing is committed, a plain forward
+// drops the scratch rows. A sliding-window set cannot keep rows: the host API says
+// NF_STATUS_UNSUPPORTED.
+TEST_P(StaticSet, ScratchRowsScoreAsTheTreeInOnePass) {
+  Model s = static_model(GetParam());
+  Runner& r = *s.runner;
+  const size_t V = r.vocab_size();
+  const auto tokens = random_tokens(4, 31);
+  const std::vector<int32_t> parents{-1, 0, 0, 2};  // depth 0: row 0; 1: rows 1, 2; 2: row 3
+  r.reset();
+  r.append(prompt());
+  std::vector<float> whole(4 * V), got(4 * V);
+  r.forward(tokens.data(), parents.data(), 4, whole.data());
+  const nf_host_api* api = host::host_api();
+  if (!r.keeps_scratch()) {
+    nf_status* st = api->runner_forward_scratch(&r, tokens.data(), parents.data(), 1, got.data());
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(api->status_code(st), NF_STATUS_UNSUPPORTED);
+    api->status_release(st);
+    return;
+  }
+  const size_t n_past = r.n_past();
+  // Parents number the kept rows first, then the call's: the tree's own numbering.
+  ASSERT_EQ(api->runner_forward_scratch(&r, tokens.data(), parents.data(), 1, got.data()), nullptr);
+  ASSERT_EQ(api->runner_forward_scratch(&r, tokens.data() + 1, parents.data() + 1, 2, got.data() + V), nullptr);
+  ASSERT_EQ(api->runner_forward_scratch(&r, tokens.data() + 3, parents.data() + 3, 1, got.data() + 3 * V), nullptr);
+  EXPECT_LT(max_diff(got, whole), 1e-4f);
+  EXPECT_EQ(r.n_past(), n_past);
+  const int32_t past_the_kept = 4;
+  EXPECT_THROW(r.forward_scratch(tokens.data(), &past_the_kept, 1, got.data()), std::runtime_error);
+  const int32_t first = 0;
+  EXPECT_THROW(r.commit(&first, 1), std::runtime_error);  // scratch rows are never committed
+  r.forward(tokens.data(), parents.data(), 4, got.data());
+  EXPECT_EQ(got, whole);
+  // Kept rows take context slots: a full context refuses more.
+  r.reset();
+  r.append(random_tokens(28, 3));
+  ASSERT_EQ(api->runner_forward_scratch(&r, tokens.data(), parents.data(), 3, got.data()), nullptr);
+  EXPECT_EQ(r.rows_available(), 1u);
+  const std::vector<int32_t> deeper{2, 3};
+  EXPECT_THROW(r.forward_scratch(tokens.data() + 2, deeper.data(), 2, got.data()), std::runtime_error);
+  EXPECT_EQ(api->runner_forward_scratch(&r, tokens.data() + 2, deeper.data(), 1, got.data()), nullptr);
+}
+
 INSTANTIATE_TEST_SUITE_P(Sets, StaticSet, ::testing::Values("hf", "htp", "split", "swa"));
 
 // Every way generation ends is a normal stop with its reason: a stop token (kept), the

@@ -23,12 +23,16 @@ GraphDraft::GraphDraft(nf_runner* target, nf_runner* draft, const std::string& d
 GraphDraft::~GraphDraft() { nf::host().runner_release(r_); }
 
 void GraphDraft::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents,
-                         const std::vector<float>& features, std::vector<float>& out_features, std::vector<float>& logits) {
+                         const std::vector<float>& features, std::vector<float>& out_features, std::vector<float>& logits,
+                         bool keep) {
   const size_t n = tokens.size(), H = static_cast<size_t>(cfg_.hidden);
   nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, features.data(), n, H));
   logits.resize(n * static_cast<size_t>(head_));
+  if (keep)
+    nf::check(nf::host().runner_forward_scratch(r_, tokens.data(), parents.data(), n, logits.data()));
+  else
+    nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
   count_pass(n);
-  nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
   nf_tensor* hs = nf::host().runner_last_output(r_, kFeatureOutputInSet);
   if (!hs) throw nf::Error("eaglet: the draft graph returned no '" + std::string(kFeatureOutputInSet) + "'");
   const nf::Tensor t = nf::Tensor::borrow(hs);
@@ -71,8 +75,29 @@ std::vector<int32_t> GraphDraft::run_scratch(std::span<const Row> rows, float* f
     ids.push_back(static_cast<int32_t>(scratch_.size()));
     scratch_.push_back({row.token, row.parent, {row.feature, row.feature + H}});
   }
-  // The runner keeps no uncommitted rows between forwards: the new entries run with their
-  // ancestors, which come out as before (the draft is a function of its inputs).
+  // A runner that keeps scratch rows holds every earlier entry (entry e = its scratch row
+  // e): only the new entries run.
+  if (keeps_scratch_) {
+    std::vector<int32_t> tokens, parents;
+    std::vector<float> in;
+    for (const Row& row : rows) {
+      tokens.push_back(row.token);
+      parents.push_back(row.parent);
+      in.insert(in.end(), row.feature, row.feature + H);
+    }
+    std::vector<float> f, l;
+    try {
+      forward(tokens, parents, in, f, l, true);
+      std::copy(f.begin(), f.end(), features);
+      std::copy(l.begin(), l.end(), logits);
+      return ids;
+    } catch (const nf::Error& e) {
+      if (e.code != NF_STATUS_UNSUPPORTED || scratch_.size() != rows.size()) throw;
+      keeps_scratch_ = false;  // the first call says so: run ancestors again from now on
+    }
+  }
+  // Else the new entries run with their ancestors, which come out as before (the draft is
+  // a function of its inputs).
   std::set<int32_t> needed;
   for (int32_t id : ids)
     for (int32_t e = id; e >= 0 && needed.insert(e).second; e = scratch_[static_cast<size_t>(e)].parent) {
@@ -97,6 +122,11 @@ std::vector<int32_t> GraphDraft::run_scratch(std::span<const Row> rows, float* f
     std::memcpy(logits + i * V, l.data() + r * V, V * sizeof(float));
   }
   return ids;
+}
+
+void GraphDraft::clear_scratch() {
+  scratch_.clear();
+  nf::host().runner_clear_scratch(r_);
 }
 
 void GraphDraft::clear_cache() {

@@ -18,10 +18,11 @@ class GraphDraft final : public Draft {
   GraphDraft& operator=(const GraphDraft&) = delete;
 
   void run_committed(std::span<const Row> rows, float* features, float* logits) override;
-  // Scratch entries persist until clear_scratch; each call runs its new entries with their
-  // ancestors in one forward (the runner keeps no uncommitted rows between forwards).
+  // Scratch entries persist until clear_scratch; each call runs its new entries only, kept
+  // by the runner as scratch rows (runner_forward_scratch), or with their ancestors on a
+  // runner that keeps no rows between forwards.
   std::vector<int32_t> run_scratch(std::span<const Row> rows, float* features, float* logits) override;
-  void clear_scratch() override { scratch_.clear(); }
+  void clear_scratch() override;
   void clear_cache() override;
   int64_t head_size() const override { return head_; }
   const char* where() const override { return "graph"; }
@@ -33,12 +34,13 @@ class GraphDraft final : public Draft {
     std::vector<float> feature;
   };
   void forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& parents, const std::vector<float>& features,
-               std::vector<float>& out_features, std::vector<float>& logits);
+               std::vector<float>& out_features, std::vector<float>& logits, bool keep = false);
 
   nf_runner* target_;
   nf_runner* r_;
   int64_t head_ = 0;
   std::vector<Entry> scratch_;
+  bool keeps_scratch_ = true;  // until the runner says it cannot
 };
 
 }  // namespace eaglet

@@ -356,6 +356,18 @@ typedef struct nf_host_api {
    * goes with the forward's row i. The next forward must have n_rows rows; it consumes
    * them. Fails when the graphs have no such input or its width differs. */
   nf_status* (*runner_set_row_input)(nf_runner* r, const char* name, const float* data, size_t n_rows, size_t width);
+
+  /* ---- appended (check struct_size): scratch rows kept between forwards ----
+   * runner_forward whose rows stay in the runner as scratch rows, so a tree grown one
+   * depth per forward runs each node once: parents number the scratch rows kept since the
+   * last clear first (0 .. S-1), then this call's rows (S + i); a row sees the committed
+   * cache, its ancestors (kept or new) and itself, at position n_past + depth. Scratch rows
+   * take context slots and are never committed: runner_clear_scratch, runner_forward(_flags)
+   * and runner_commit drop them. NF_STATUS_UNSUPPORTED when the runner cannot keep rows
+   * (dynamic-shape graphs, sliding-window caches): run the ancestors again instead. */
+  nf_status* (*runner_forward_scratch)(nf_runner* r, const int32_t* tokens, const int32_t* parents, size_t n_rows,
+                                       float* logits_out);
+  void (*runner_clear_scratch)(nf_runner* r);
 } nf_host_api;
 
 /* ---- plugin tables --------------------------------------------------------------------
@@ -473,7 +485,9 @@ static_assert(offsetof(nf_host_api, checkpoint_load) == 736, "nf_host_api layout
 static_assert(offsetof(nf_host_api, model_set_clone) == 744, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, model_set_import_graph) == 752, "nf_host_api layout");
 static_assert(offsetof(nf_host_api, runner_set_row_input) == 784, "nf_host_api layout");
-static_assert(sizeof(nf_host_api) == 792, "nf_host_api layout: append new members, then update");
+static_assert(offsetof(nf_host_api, runner_forward_scratch) == 792, "nf_host_api layout");
+static_assert(offsetof(nf_host_api, runner_clear_scratch) == 800, "nf_host_api layout");
+static_assert(sizeof(nf_host_api) == 808, "nf_host_api layout: append new members, then update");
 static_assert(offsetof(nf_plugin_descriptor, kind) == 8, "nf_plugin_descriptor layout");
 static_assert(offsetof(nf_plugin_descriptor, api) == 48, "nf_plugin_descriptor layout");
 static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
@@ -490,7 +504,7 @@ static_assert(offsetof(nf_speculative_api, build) == 40, "nf_speculative_api lay
 static_assert(sizeof(nf_speculative_api) == 48, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
-_Static_assert(sizeof(nf_host_api) == 792, "nf_host_api layout");
+_Static_assert(sizeof(nf_host_api) == 808, "nf_host_api layout");
 _Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 #endif
 
