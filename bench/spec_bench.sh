@@ -19,7 +19,8 @@
 #       --steps 300 --lr 2e-4 --ce-weight 0 --init-repeat --fit-confidence
 #   /usr/bin/python3 tools/speculative/export_eaglet_onnx.py --draft DIR/eaglet
 #
-# Package: hidden_states (for eaglet's draft) -> arcl (AR 1/16, CL 256), float weights.
+# Package: hidden_states (for eaglet's draft) -> arcl (AR 1/4/8/16, CL 256: a pass runs on the
+# smallest variant holding its rows: 4-row draft tree depths, catch-ups up to 8), float weights.
 # Targets: cpu, htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration) and
 # aries (aries-rb, W8, no calibration) when those backends are installed. Decoders: every one of lade, ssd, eaglet that is
 # installed; eaglet with the options of the [speculative] table below, ssd on a second
@@ -54,7 +55,7 @@ manifest() {
   echo "config = \"$MODEL/config.json\""
   $text_prompts && echo "tokenizer = \"$MODEL/tokenizer.json\""
   if usable eaglet; then printf '\n[[transform]]\nplugin = "hidden_states"\n'; fi
-  printf '\n[[transform]]\nplugin = "arcl"\narn = [1, 16]\ncontext_length = [256]\n\n'
+  printf '\n[[transform]]\nplugin = "arcl"\narn = [1, 4, 8, 16]\ncontext_length = [256]\n\n'
   printf '%s' "$1"
   printf '\n[targets.cpu]\nbackend = "cpu"\n'
   if have htp; then
@@ -106,7 +107,7 @@ for t in $targets; do
   done < "$WORK/prompts.txt"
 done
 
-package="arcl AR 1/16 CL 256"
+package="arcl AR 1/4/8/16 CL 256"
 usable eaglet && package="hidden_states + $package"
 prompts="held-out prompts"
 $text_prompts || prompts="fixed lists of 32 token ids as prompts"
