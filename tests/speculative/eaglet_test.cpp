@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "api/host_api.h"
+#include "onnx/onnx_io.h"
+#include "pipeline/tied_head.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
@@ -58,8 +60,8 @@ Model open_dynamic(bool plain = false) {
 
 // Builds tiny_llama with hidden_states + arcl (AR 1/16, CL 256) for cpu, eaglet named in
 // [speculative] with the given extra lines; returns the opened package.
-std::unique_ptr<test::OpenPackage> build_package(const fs::path& work, const std::string& speculative_extra = "") {
-  fs::path model = test::model_dir("tiny_llama");
+std::unique_ptr<test::OpenPackage> build_package(const fs::path& work, const std::string& speculative_extra = "",
+                                                 const fs::path& model = test::model_dir("tiny_llama")) {
   return test::build_and_open(
       work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
                 (model / "config.json").string() + "\"\ntokenizer = \"" + (model / "tokenizer.json").string() +
@@ -375,6 +377,46 @@ TEST(EagletPackage, HostileDraftGraphIsAClearError) {
   expect_refused("garbage", "draft.onnx");
   fs::copy_file(test::model_dir("tiny_llama") + "/model.onnx", draft / "draft.onnx", fs::copy_options::overwrite_existing);
   expect_refused("the target as its own draft", "the draft has no input 'target_hidden_states'");
+  fs::remove_all(work);
+}
+
+// A tied target (its LM head the embedding table transposed; the host reads it as
+// Transpose(table)) and a draft whose head holds those numbers: the draft's head becomes a
+// Transpose of the one shared table, not a copy of it, and decoding stays lossless.
+TEST(EagletPackage, TiedTargetsTableIsTheDraftsHead) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_tied_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::create_directories(work / "model");
+  const fs::path tiny = test::model_dir("tiny_llama");
+  // Writes the table's transpose into the head's weight of the ONNX file `from`, at `to`.
+  auto tie = [](const fs::path& from, const fs::path& to) {
+    auto g = onnx_io::load_model(from.string());
+    ir::Node* head = host::lm_head_matmul(*g);
+    ASSERT_NE(head, nullptr) << from;
+    const ir::Node* gather = nullptr;
+    for (const auto& n : g->nodes)
+      if (n->op_type == "Gather" && g->initializers.count(n->inputs[0])) gather = n.get();
+    ASSERT_NE(gather, nullptr) << from;
+    const ir::Tensor& e = g->initializers.at(gather->inputs[0])->tensor;
+    const int64_t V = e.dims[0], H = e.dims[1];
+    ir::Tensor w = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {H, V});
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t h = 0; h < H; ++h) w.mutable_as<float>()[h * V + v] = e.as<float>()[v * H + h];
+    g->initializers[head->inputs[1]] = ir::make_tensor_ref(std::move(w));
+    onnx_io::save_model(*g, to.string());
+  };
+  tie(tiny / "model.onnx", work / "model" / "model.onnx");
+  for (const char* f : {"config.json", "tokenizer.json"}) fs::copy_file(tiny / f, work / "model" / f);
+  fs::copy(kDraft, work / "draft", fs::copy_options::recursive);
+  tie(fs::path(kDraft) / "draft.onnx", work / "draft" / "draft.onnx");
+  if (HasFatalFailure()) return;
+
+  auto p = build_package(work, "draft = \"" + (work / "draft").string() + "\"\n", work / "model");
+  const auto& role = p->pkg.meta.at("metadata").at("roles").at("draft");
+  ASSERT_EQ(role.at("shares").size(), 1u) << role.dump();
+  EXPECT_EQ(role.value("head_is_transposed", ""), role.at("shares")[0]) << role.dump();
+  nlohmann::json options{{"draft", (p->dir / "assets/eaglet/draft").string()}};
+  for (const auto& q : heldout_prompts(2, 24)) expect_lossless(*p->runner, q, 24, options);
   fs::remove_all(work);
 }
 

@@ -7,7 +7,8 @@
 // count), every internal value gets the prefix "eaglet_draft/", and only the IO a runner
 // feeds keeps its name. Its embedding table and LM head are the target's when they hold the
 // same numbers (the draft was trained on the frozen target's; draft.bin keeps float16
-// copies): the draft then reads the target's tensors, one copy in the package.
+// copies): the draft then reads the target's tensors, one copy in the package; a tied
+// target's head is the table transposed, and so becomes the draft's.
 #include "draft_graph.h"
 
 #include <npuforge/decoder_graph.hpp>
@@ -41,6 +42,43 @@ bool same_weights(const nf::Tensor& a, const nf::Tensor& b) {
   for (size_t i = 0; i < n; ++i)
     if (std::fabs(x[i] - y[i]) > std::ldexp(std::fabs(y[i]), -10) + 1e-7f) return false;
   return true;
+}
+
+// w [H, V] holds e [V, H] transposed, to float16 precision.
+bool same_transposed(const nf::Tensor& w, const nf::Tensor& e) {
+  const std::vector<int64_t> wd = w.dims(), ed = e.dims();
+  if (w.dtype() != NF_DTYPE_FLOAT32 || e.dtype() != NF_DTYPE_FLOAT32 || wd.size() != 2 || ed.size() != 2 ||
+      wd[0] != ed[1] || wd[1] != ed[0])
+    return false;
+  const float *x = w.data_as<float>(), *y = e.data_as<float>();
+  const int64_t H = wd[0], V = wd[1];
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t v = 0; v < V; ++v) {
+      const float a = x[h * V + v], b = y[v * H + h];
+      if (std::fabs(a - b) > std::ldexp(std::fabs(b), -10) + 1e-7f) return false;
+    }
+  return true;
+}
+
+// A tied target's LM head is its embedding table transposed. A draft head holding a shared
+// table's numbers transposed becomes a Transpose of that table (as the host ties a target's
+// folded copy), so the package keeps one table. Returns the table, "" when untied.
+std::string tie_head(nf::Graph draft, const std::set<std::string>& shared) {
+  std::optional<nf::Node> head = nf::decoder::head_matmul(draft);
+  if (!head) return "";
+  const std::string w = head->input(1);
+  if (shared.count(w)) return "";
+  const nf::Tensor weight = draft.initializer(w);
+  const std::vector<int64_t> dims = weight.dims();
+  for (const std::string& table : shared) {
+    if (!same_transposed(weight, draft.initializer(table))) continue;
+    draft.remove_initializer(w);
+    draft.add_node("Transpose", {table}, {w}, std::string(kDraftGraph) + "/lm_head/tied_transpose");
+    draft.set_value_type(w, NF_DTYPE_FLOAT32, dims);
+    draft.sort();
+    return table;
+  }
+  return "";
 }
 
 }  // namespace
@@ -115,10 +153,12 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
     }
     draft.rename_values(renames);
     for (const std::string& w : shared) draft.set_initializer(w, target.initializer(w));
+    const std::string tied = head_tokens.empty() ? tie_head(draft, shared) : std::string();
 
     nlohmann::json role{{"graphs", {kDraftGraph}}, {"decoder", "eaglet"}, {"first_layer", first}, {"layers", draft_layers},
                         {"shares", std::vector<std::string>(shared.begin(), shared.end())}};
     if (!head_tokens.empty()) role["head_tokens"] = head_tokens;
+    if (!tied.empty()) role["head_is_transposed"] = tied;
     nlohmann::json all = roles.is_object() ? roles : nlohmann::json::object();
     all[nf::roles::kDraft] = role;
     ms.set_metadata(nf::roles::kMetadataKey, all);
