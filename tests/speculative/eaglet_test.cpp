@@ -292,6 +292,9 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_GE(s["tau"].get<double>(), 1.0);
   EXPECT_GE(s["draft_forwards"].get<int64_t>(), 1);
   EXPECT_EQ(s["decoder"]["draft_runs_on"], "graph");
+  // The runner keeps each depth's rows (scratch rows): a pass runs its new nodes only, at
+  // most the catch-up's draft_len + 1 rows (the prompt is 5 tokens).
+  for (const auto& [rows, passes] : s["decoder"]["draft_pass_rows"].items()) EXPECT_LE(std::stoi(rows), 6) << s.dump();
   EXPECT_GE(s["target_forwards"].get<int64_t>(), 1);
   EXPECT_TRUE(s.contains("acceptance_rate"));
   EXPECT_TRUE(s.contains("wall_seconds"));
@@ -417,6 +420,33 @@ TEST(EagletPackage, TiedTargetsTableIsTheDraftsHead) {
   EXPECT_EQ(role.value("head_is_transposed", ""), role.at("shares")[0]) << role.dump();
   nlohmann::json options{{"draft", (p->dir / "assets/eaglet/draft").string()}};
   for (const auto& q : heldout_prompts(2, 24)) expect_lossless(*p->runner, q, 24, options);
+  fs::remove_all(work);
+}
+
+// A draft graph without static shapes (no arcl) runs on the dynamic runner, which keeps no
+// rows between forwards (runner_forward_scratch: UNSUPPORTED): each tree pass runs its new
+// nodes with their ancestors again, and output stays plain greedy's.
+TEST(EagletPackage, DynamicDraftRunsItsAncestorsAgain) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_dynamic_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::path model = test::model_dir("tiny_llama");
+  auto p = test::build_and_open(
+      work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" + (model / "config.json").string() +
+                "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[speculative]\ndecoder = \"eaglet\"\n\n"
+                "[targets.cpu]\nbackend = \"cpu\"\n");
+  std::vector<std::string> args{"run", p->dir.string(), "--prompt-ids", "450,1536,310,278,1", "--max-new-tokens", "20", "--json"};
+  auto spec_run = test::npuforge(args);
+  ASSERT_EQ(spec_run.exit_code, 0) << spec_run.err;
+  args.insert(args.end(), {"--decoder", "none"});
+  auto plain_run = test::npuforge(args);
+  ASSERT_EQ(plain_run.exit_code, 0) << plain_run.err;
+  auto sj = nlohmann::json::parse(spec_run.out);
+  EXPECT_EQ(sj["tokens"], nlohmann::json::parse(plain_run.out)["tokens"]);
+  const auto& d = sj["stats"]["speculative"]["decoder"];
+  EXPECT_EQ(d["draft_runs_on"], "graph");
+  int most = 0;
+  for (const auto& [rows, passes] : d["draft_pass_rows"].items()) most = std::max(most, std::stoi(rows));
+  EXPECT_GE(most, 8) << d.dump();  // a third depth: 4 new nodes and their 4 ancestors
   fs::remove_all(work);
 }
 
