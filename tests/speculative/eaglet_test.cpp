@@ -97,6 +97,21 @@ void expect_lossless(host::Runner& r, const std::vector<int32_t>& prompt, int n,
   }
 }
 
+// `npuforge run PACKAGE` on a 5-token prompt with the package's decoder, checked token for
+// token against --decoder none; the decoder run's JSON (null when a run failed).
+nlohmann::json run_cli_against_plain(const fs::path& pkg) {
+  std::vector<std::string> args{"run", pkg.string(), "--prompt-ids", "450,1536,310,278,1", "--max-new-tokens", "20", "--json"};
+  auto spec_run = test::npuforge(args);
+  args.insert(args.end(), {"--decoder", "none"});
+  auto plain_run = test::npuforge(args);
+  EXPECT_EQ(spec_run.exit_code, 0) << spec_run.err;
+  EXPECT_EQ(plain_run.exit_code, 0) << plain_run.err;
+  if (spec_run.exit_code != 0 || plain_run.exit_code != 0) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(spec_run.out);
+  EXPECT_EQ(j["tokens"], nlohmann::json::parse(plain_run.out)["tokens"]);
+  return j;
+}
+
 }  // namespace
 
 TEST(EagletDynamic, GreedyEqualsPlainGreedy) {
@@ -280,14 +295,8 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_LE(st.max_rows, 16);
 
   // The CLI: the package's [speculative] entry picks eaglet; --decoder none is plain.
-  std::vector<std::string> args{"run", p->dir.string(), "--prompt-ids", "450,1536,310,278,1", "--max-new-tokens", "20", "--json"};
-  auto spec_run = test::npuforge(args);
-  ASSERT_EQ(spec_run.exit_code, 0) << spec_run.err;
-  args.insert(args.end(), {"--decoder", "none"});
-  auto plain_run = test::npuforge(args);
-  ASSERT_EQ(plain_run.exit_code, 0) << plain_run.err;
-  auto sj = nlohmann::json::parse(spec_run.out), pj = nlohmann::json::parse(plain_run.out);
-  EXPECT_EQ(sj["tokens"], pj["tokens"]);
+  const nlohmann::json sj = run_cli_against_plain(p->dir);
+  ASSERT_TRUE(sj.is_object());
   const auto& s = sj["stats"]["speculative"];
   EXPECT_GE(s["tau"].get<double>(), 1.0);
   EXPECT_GE(s["draft_forwards"].get<int64_t>(), 1);
@@ -434,14 +443,8 @@ TEST(EagletPackage, DynamicDraftRunsItsAncestorsAgain) {
       work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" + (model / "config.json").string() +
                 "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[speculative]\ndecoder = \"eaglet\"\n\n"
                 "[targets.cpu]\nbackend = \"cpu\"\n");
-  std::vector<std::string> args{"run", p->dir.string(), "--prompt-ids", "450,1536,310,278,1", "--max-new-tokens", "20", "--json"};
-  auto spec_run = test::npuforge(args);
-  ASSERT_EQ(spec_run.exit_code, 0) << spec_run.err;
-  args.insert(args.end(), {"--decoder", "none"});
-  auto plain_run = test::npuforge(args);
-  ASSERT_EQ(plain_run.exit_code, 0) << plain_run.err;
-  auto sj = nlohmann::json::parse(spec_run.out);
-  EXPECT_EQ(sj["tokens"], nlohmann::json::parse(plain_run.out)["tokens"]);
+  const nlohmann::json sj = run_cli_against_plain(p->dir);
+  ASSERT_TRUE(sj.is_object());
   const auto& d = sj["stats"]["speculative"]["decoder"];
   EXPECT_EQ(d["draft_runs_on"], "graph");
   int most = 0;
