@@ -34,13 +34,16 @@ int64_t layer_count(const nf::Graph& g) {
   return layers;
 }
 
+// b to float16 precision (draft.bin keeps float16 copies of the target's tensors).
+bool fp16_close(float a, float b) { return std::fabs(a - b) <= std::ldexp(std::fabs(b), -10) + 1e-7f; }
+
 // Same shape and the same numbers to float16 precision (draft.bin's copies of the target's).
 bool same_weights(const nf::Tensor& a, const nf::Tensor& b) {
   if (a.dtype() != NF_DTYPE_FLOAT32 || b.dtype() != NF_DTYPE_FLOAT32 || a.dims() != b.dims()) return false;
   const float *x = a.data_as<float>(), *y = b.data_as<float>();
   const size_t n = a.nbytes() / sizeof(float);
   for (size_t i = 0; i < n; ++i)
-    if (std::fabs(x[i] - y[i]) > std::ldexp(std::fabs(y[i]), -10) + 1e-7f) return false;
+    if (!fp16_close(x[i], y[i])) return false;
   return true;
 }
 
@@ -53,10 +56,8 @@ bool same_transposed(const nf::Tensor& w, const nf::Tensor& e) {
   const float *x = w.data_as<float>(), *y = e.data_as<float>();
   const int64_t H = wd[0], V = wd[1];
   for (int64_t h = 0; h < H; ++h)
-    for (int64_t v = 0; v < V; ++v) {
-      const float a = x[h * V + v], b = y[v * H + h];
-      if (std::fabs(a - b) > std::ldexp(std::fabs(b), -10) + 1e-7f) return false;
-    }
+    for (int64_t v = 0; v < V; ++v)
+      if (!fp16_close(x[h * V + v], y[v * H + h])) return false;
   return true;
 }
 
