@@ -55,6 +55,27 @@ std::string hash_buffer(const ir::Buffer& b, size_t offset, size_t n) {
   return hex128(h);
 }
 
+std::string copy_file_hashed(const fs::path& from, const fs::path& to) {
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error(to.string() + ": cannot write");
+  if (fs::file_size(from) == 0) return hash_bytes("", 0);
+  ir::MappedFile f(from.string());
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t done = 0; done < f.size() && out; done += kPiece) {
+    const size_t piece = std::min(kPiece, f.size() - done);
+    XXH3_128bits_update(state, f.data() + done, piece);
+    out.write(reinterpret_cast<const char*>(f.data() + done), static_cast<std::streamsize>(piece));
+    f.drop_pages(done, piece);
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  if (!out.flush()) throw std::runtime_error(to.string() + ": write failed");
+  ir::check_mapped_files();  // a source truncated while read: not its bytes
+  return hex128(h);
+}
+
 std::string hash_file(const fs::path& p) {
   if (fs::file_size(p) == 0) return hash_bytes("", 0);
   ir::MappedFile f(p.string());  // mapped and hashed piece by piece: never all in memory

@@ -26,6 +26,9 @@ std::string hash_file(const std::filesystem::path& p);
 // Same hash as hash_bytes over the buffer's bytes [offset, offset + n) (n = SIZE_MAX: to the
 // end); a mapping's pages are dropped as it goes.
 std::string hash_buffer(const ir::Buffer& b, size_t offset = 0, size_t n = SIZE_MAX);
+// Copies regular file `from` to `to` (replaced if there) and returns hash_file's hash of the
+// bytes copied: each byte is read once for both.
+std::string copy_file_hashed(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // read_regular_file (common/files.h) with the text cap: a file whose role has no name.
 std::string read_text_file(const std::filesystem::path& p);

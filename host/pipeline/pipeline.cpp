@@ -449,7 +449,8 @@ class BuildSteps {
     std::string artifacts = (staging / "artifacts").string();
     const std::string key = compile_key(use, *backend);
     // What the package says of the model set compiled: its graphs and metadata.
-    std::optional<nlohmann::json> model = cache_.load_compile(key, artifacts);
+    nlohmann::json artifact_hashes = nlohmann::json::object();  // taken as the cache copied them
+    std::optional<nlohmann::json> model = cache_.load_compile(key, artifacts, &artifact_hashes);
     const bool cached = model.has_value();
     if (!cached) {
       // A dynamic-layout decoder is packaged with its LM head also on the last row alone.
@@ -481,7 +482,7 @@ class BuildSteps {
       }
       model = nlohmann::json{{"graphs", graph_specs(*ms)}, {"graph_count", ms->graphs.size()}, {"metadata", nlohmann::json::object()}};
       for (const auto& [k, v] : ms->metadata) (*model)["metadata"][k] = nlohmann::json::parse(v);
-      cache_.store_compile(key, artifacts, *model);
+      cache_.store_compile(key, artifacts, *model, &artifact_hashes);
     }
     double compile_secs = seconds_since(t0);
     const nlohmann::json& metadata = (*model)["metadata"];
@@ -524,7 +525,7 @@ class BuildSteps {
                           {"graphs", (*model)["graph_count"]},
                           {"peak_rss_bytes", peak_rss_bytes()}};
     write_text_file_atomic(staging / "build_report.json", report.dump(2) + "\n");
-    seal_package(staging, meta);
+    seal_package(staging, meta, artifact_hashes);
     if (cached) spdlog::info("{}: {} compile from the stage cache", target, backend->name);
     else spdlog::info("{}: {} compiled in {:.2f}s", target, backend->name, compile_secs);
   }

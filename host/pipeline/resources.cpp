@@ -165,6 +165,7 @@ uint64_t memory_available() {
 }
 
 uint64_t disk_free(const fs::path& path) {
+  if (const char* s = std::getenv("NPUFORGE_DISK_FREE"); s && *s) return std::strtoull(s, nullptr, 10);
   fs::path p = fs::absolute(path);
   while (!p.empty() && !fs::exists(p) && p != p.parent_path()) p = p.parent_path();
   struct statvfs st{};

@@ -42,6 +42,7 @@ std::string why_build_does_not_fit(const BuildNeeds& need, uint64_t memory, uint
 uint64_t memory_available();
 
 // Bytes free to this user on the file system holding `path` (or its nearest existing parent).
+// NPUFORGE_DISK_FREE (bytes) overrides, for every path.
 uint64_t disk_free(const std::filesystem::path& path);
 
 // "12.9 GB", "350 MB"

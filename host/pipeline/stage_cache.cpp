@@ -20,25 +20,28 @@ constexpr const char* kHostVersion = "npuforge 0.1.0";
 // a transform that only rewires the graph, stores no second copy of an 8B model's weights.
 constexpr size_t kBlobBytes = size_t{1} << 20;
 constexpr const char* kBlobs = "blobs";
+// A compile entry's copy of the backend's output folder.
+constexpr const char* kArtifacts = "artifacts";
 
-// {relative path: hash} of an entry's files. A blob's name is the hash of the bytes it was
-// written from (`blobs_by_name`), which spares hashing an 8B model's weights at every store;
-// verify_entry hashes them all.
-nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false) {
+// {relative path: hash} of an entry's files, but those under `skip` (already hashed as they
+// were copied). A blob's name is the hash of the bytes it was written from
+// (`blobs_by_name`), which spares hashing an 8B model's weights at every store; verify_entry
+// hashes them all.
+nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false, const std::string& skip = "") {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel == kEntryDigest) continue;
+    if (rel == kEntryDigest || (!skip.empty() && rel.starts_with(skip))) continue;
     const bool blob = blobs_by_name && e.path().parent_path().filename() == kBlobs && e.path().extension() == ".bin";
     files[rel] = blob ? e.path().stem().string() : hash_file(e.path());
   }
   return files;
 }
 
-// "" when every file of the entry is there with the hash it was stored with; else why not
-// (`bad_file`, when given: the relative path at fault, if one is).
-std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
+// "" when `have` holds exactly the files of the entry's digest, each with the hash it was
+// stored with; else why not (`bad_file`, when given: the relative path at fault, if one is).
+std::string compare_with_digest(const fs::path& dir, const nlohmann::json& have, std::string* bad_file = nullptr) {
   nlohmann::json digest;
   try {
     digest = nlohmann::json::parse(read_regular_file(dir / kEntryDigest, kJsonMax, "cache entry digest"));
@@ -46,7 +49,6 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
     return "it has no readable " + std::string(kEntryDigest);
   }
   if (!digest.is_object() || !digest.contains("files") || !digest["files"].is_object()) return "its digest is malformed";
-  const nlohmann::json have = file_hashes(dir);
   for (const auto& [rel, hash] : digest["files"].items()) {
     if (!have.contains(rel)) return rel + " is missing";
     if (have[rel] != hash) {
@@ -59,23 +61,32 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
   return "";
 }
 
-// Every regular file under `from` copied to the same relative path under `to`. Copies, not
-// links: a package never shares its files with the cache.
-void copy_tree(const fs::path& from, const fs::path& to) {
+std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
+  return compare_with_digest(dir, file_hashes(dir), bad_file);
+}
+
+// Every regular file under `from` copied to the same relative path under `to`; returns
+// {prefix + relative path: hash} of the bytes copied. Copies, not links: a package never
+// shares its files with the cache.
+nlohmann::json copy_tree(const fs::path& from, const fs::path& to, const std::string& prefix = "") {
+  nlohmann::json hashes = nlohmann::json::object();
   fs::create_directories(to);
   for (const auto& e : fs::recursive_directory_iterator(from)) {
     if (!e.is_regular_file()) continue;
     const fs::path rel = fs::relative(e.path(), from);
     fs::create_directories((to / rel).parent_path());
-    fs::copy_file(e.path(), to / rel);
+    hashes[prefix + rel.generic_string()] = copy_file_hashed(e.path(), to / rel);
   }
+  return hashes;
 }
 
-// Seals a written entry with its digest and moves it into place (another build may have
-// stored the same key first: fine, this one goes).
-void seal_entry(TempDir& tmp, const fs::path& final_dir, bool blobs_by_name) {
-  write_text_file_atomic(tmp.path() / kEntryDigest,
-                         nlohmann::json{{"files", file_hashes(tmp.path(), blobs_by_name)}}.dump(1) + "\n");
+// Seals a written entry with its digest (`files`: the hashes of the files under `skip`,
+// taken as they were copied in) and moves it into place (another build may have stored the
+// same key first: fine, this one goes).
+void seal_entry(TempDir& tmp, const fs::path& final_dir, bool blobs_by_name, nlohmann::json files = nlohmann::json::object(),
+                const std::string& skip = "") {
+  files.update(file_hashes(tmp.path(), blobs_by_name, skip));
+  write_text_file_atomic(tmp.path() / kEntryDigest, nlohmann::json{{"files", files}}.dump(1) + "\n");
   std::error_code ec;
   fs::rename(tmp.path(), final_dir, ec);
   if (!ec) tmp.release();
@@ -173,12 +184,27 @@ bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
   }
 }
 
-std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, const fs::path& dest) const {
+std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, const fs::path& dest,
+                                                      nlohmann::json* hashes) const {
   if (!enabled_) return std::nullopt;
   const fs::path dir = root_ / "compiles" / key;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
-  std::string why = verify_entry(dir);
+  auto empty_dest = [&] {
+    for (const auto& f : fs::directory_iterator(dest, ec)) fs::remove_all(f.path(), ec);
+  };
+  // Verified as it is copied: each artifact is read once, for its copy and its hash.
+  nlohmann::json copied;
+  try {
+    copied = copy_tree(dir / kArtifacts, dest, std::string(kArtifacts) + "/");
+  } catch (const std::exception& e) {
+    spdlog::warn("could not take the compiled artifacts from the stage cache: {}", e.what());
+    empty_dest();
+    return std::nullopt;
+  }
+  nlohmann::json have = copied;
+  have.update(file_hashes(dir, false, std::string(kArtifacts) + "/"));
+  std::string why = compare_with_digest(dir, have);
   nlohmann::json model;
   if (why.empty()) {
     try {
@@ -192,27 +218,24 @@ std::optional<nlohmann::json> StageCache::load_compile(const std::string& key, c
     }
   }
   if (!why.empty()) {
+    empty_dest();
     evict(dir, why);
     return std::nullopt;
   }
-  try {
-    copy_tree(dir / "artifacts", dest);
-    return model;
-  } catch (const std::exception& e) {
-    spdlog::warn("could not take the compiled artifacts from the stage cache: {}", e.what());
-    for (const auto& f : fs::directory_iterator(dest, ec)) fs::remove_all(f.path(), ec);
-    return std::nullopt;
-  }
+  if (hashes) *hashes = std::move(copied);
+  return model;
 }
 
-bool StageCache::store_compile(const std::string& key, const fs::path& artifacts, const nlohmann::json& model) const {
+bool StageCache::store_compile(const std::string& key, const fs::path& artifacts, const nlohmann::json& model,
+                               nlohmann::json* hashes) const {
   if (!enabled_) return false;
   try {
     const fs::path compiles = root_ / "compiles";
     TempDir tmp(compiles, ".tmp-");
-    copy_tree(artifacts, tmp.path() / "artifacts");
+    nlohmann::json copied = copy_tree(artifacts, tmp.path() / kArtifacts, std::string(kArtifacts) + "/");
     write_text_file_atomic(tmp.path() / "model.json", model.dump() + "\n");
-    seal_entry(tmp, compiles / key, false);
+    if (hashes) *hashes = copied;
+    seal_entry(tmp, compiles / key, false, std::move(copied), std::string(kArtifacts) + "/");
     return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not store the compile in the stage cache: {}", e.what());

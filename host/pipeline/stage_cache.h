@@ -43,12 +43,16 @@ class StageCache {
   // A compile under `key`, in <root>/compiles/: the backend's output folder (artifacts/)
   // and a description of the model set it compiled (model.json: graph specs, metadata), so
   // a rebuild whose compiles are all cached never loads the model set. load copies the
-  // artifacts into the empty folder `dest` after verifying the entry like a stage entry (a
-  // package never shares its files with the cache) and returns the description; nullopt
-  // when there is no entry or it was damaged (then evicted, with a warning; `dest` left empty).
-  std::optional<nlohmann::json> load_compile(const std::string& key, const std::filesystem::path& dest) const;
+  // artifacts into the empty folder `dest` (a package never shares its files with the
+  // cache), verifying the entry like a stage entry as it copies, and returns the
+  // description; nullopt when there is no entry or it was damaged (then evicted, with a
+  // warning; `dest` left empty). Both give `hashes`: {"artifacts/<path>": hash} of the
+  // artifacts copied, which the package's seal need not take again.
+  std::optional<nlohmann::json> load_compile(const std::string& key, const std::filesystem::path& dest,
+                                             nlohmann::json* hashes = nullptr) const;
   // Stores atomically; a failure only costs a warning (and returns false).
-  bool store_compile(const std::string& key, const std::filesystem::path& artifacts, const nlohmann::json& model) const;
+  bool store_compile(const std::string& key, const std::filesystem::path& artifacts, const nlohmann::json& model,
+                     nlohmann::json* hashes = nullptr) const;
 
  private:
   void evict(const std::filesystem::path& entry, const std::string& why) const;

@@ -185,13 +185,14 @@ std::string why_not_replaceable(const fs::path& dir) {
   return "";
 }
 
-void seal_package(const fs::path& staging, nlohmann::json meta) {
+void seal_package(const fs::path& staging, nlohmann::json meta, const nlohmann::json& known) {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& e : fs::recursive_directory_iterator(staging)) {
     if (!e.is_regular_file()) continue;
     std::string rel = fs::relative(e.path(), staging).generic_string();
     if (rel == "package.json") continue;
-    files[rel] = hash_file(e.path());
+    auto k = known.is_object() ? known.find(rel) : known.end();
+    files[rel] = k != known.end() ? k->get<std::string>() : hash_file(e.path());
   }
   meta["files"] = files;
   meta["digest"] = package_digest(meta);

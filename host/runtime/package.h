@@ -51,8 +51,11 @@ Package open_package(const std::filesystem::path& dir);
 // replaced: `build --out` never deletes anything else.
 std::string why_not_replaceable(const std::filesystem::path& dir);
 
-// Hashes every file under `staging` into meta["files"] and writes package.json.
-void seal_package(const std::filesystem::path& staging, nlohmann::json meta);
+// Hashes every file under `staging` into meta["files"] and writes package.json. `known`
+// ({relative path: hash}) holds the hashes of files taken as they were copied in: those are
+// not read again.
+void seal_package(const std::filesystem::path& staging, nlohmann::json meta,
+                  const nlohmann::json& known = nlohmann::json::object());
 
 struct StagedPackage {
   std::filesystem::path staging;    // sealed, beside final_dir

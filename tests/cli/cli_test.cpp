@@ -220,6 +220,38 @@ TEST(Build, RefusesWhatDoesNotFitBeforeAnyStage) {
   fs::remove_all(dir);
 }
 
+// A stage cache that would fill the disk is not written: the build warns once and makes
+// the same package without it (llama_gqa + arcl: the packages need ~1 MB, the cache ~1 MB
+// more, so 1.5 MB free holds the packages alone).
+TEST(Build, SkipsACacheThatWouldFillTheDisk) {
+  fs::path dir = fresh_dir("cache_disk");
+  auto manifest = write_manifest(dir, "llama_gqa", "[[transform]]\nplugin = \"arcl\"\narn = [1, 8]\ncontext_length = [64]\n");
+  auto build = [&](const std::string& out) {
+    return npuforge({"build", manifest.string(), "--out", (dir / out).string(), "--cache-dir", (dir / "cache").string()});
+  };
+  ::setenv("NPUFORGE_DISK_FREE", "1500000", 1);
+  auto tight = build("tight");
+  ::unsetenv("NPUFORGE_DISK_FREE");
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  EXPECT_NE(tight.err.find("the stage cache would need ~"), std::string::npos) << tight.err;
+  EXPECT_NE(tight.err.find("building without it"), std::string::npos) << tight.err;
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(dir / "cache" / "stages", ec) || !fs::exists(dir / "cache" / "stages"));
+  EXPECT_TRUE(fs::is_empty(dir / "cache" / "compiles", ec) || !fs::exists(dir / "cache" / "compiles"));
+
+  auto roomy = build("roomy");  // the machine's own free space: the cache is written
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(roomy.err.find("building without it"), std::string::npos) << roomy.err;
+  EXPECT_FALSE(fs::is_empty(dir / "cache" / "stages"));
+  auto files = [&](const std::string& out) {  // the sealed files but the report (timings)
+    auto f = nlohmann::json::parse(std::ifstream(dir / out / "cpu" / "package.json"))["files"];
+    f.erase("build_report.json");
+    return f;
+  };
+  EXPECT_EQ(files("tight"), files("roomy"));
+  fs::remove_all(dir);
+}
+
 // Every manifest under examples/ passes `npuforge check`: those that name the bundled
 // model in place, full.toml (a user's Llama-3.2-1B) in a folder laid out as it expects,
 // with the tiny model standing in. A new example must be added here.
