@@ -201,10 +201,16 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   resolve_lengths(o, info.shape);
   auto parts = part_ranges(o, info.shape.layers);
 
-  SimModel sim;
-  sim.shape = info.shape;
+  // The simulator's view of a role's linears at their compiled bits (`keep`: which ones).
+  auto sim_model = [&](const ModelInfo& m, const std::function<bool(const Linear&)>& keep) {
+    SimModel s;
+    s.shape = m.shape;
+    for (const auto& l : m.linears)
+      if (keep(l)) s.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
+    return s;
+  };
+  SimModel sim = sim_model(info, [](const Linear&) { return true; });
   sim.parts = static_cast<int64_t>(parts.size());
-  for (const auto& l : info.linears) sim.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
   // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
   // shape for the simulator.
   std::optional<ModelInfo> draft;
@@ -214,11 +220,8 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
 
   MemoryPlan mem = memory_plan(sim, o, o.llm.max_cache_length);
   if (draft) {  // resident beside the target: its own weights and KV cache (it runs in turn: no more scratch)
-    SimModel draft_sim;
-    draft_sim.shape = draft->shape;
-    for (const auto& l : draft->linears)
-      if (!target_weights.count(l.weight)) draft_sim.linears.push_back({l.kind, l.ffn_down, l.block, l.K, l.N, o.bits.of(l.kind)});
-    MemoryPlan dm = memory_plan(draft_sim, o, o.llm.max_cache_length);
+    const SimModel own = sim_model(*draft, [&](const Linear& l) { return !target_weights.count(l.weight); });
+    MemoryPlan dm = memory_plan(own, o, o.llm.max_cache_length);
     mem.weight_bytes += dm.weight_bytes;
     mem.kv_cache_bytes += dm.kv_cache_bytes;
   }

@@ -74,6 +74,11 @@ class Draft {
     for (const auto& [r, passes] : pass_rows_) rows += static_cast<size_t>(r * passes);
     return rows;
   }
+  size_t passes() const {  // draft forwards so far (a call may take several: a long catch-up)
+    size_t n = 0;
+    for (const auto& [r, passes] : pass_rows_) n += static_cast<size_t>(passes);
+    return n;
+  }
 
  protected:
   void count_pass(size_t rows) { ++pass_rows_[static_cast<int64_t>(rows)]; }

@@ -164,7 +164,7 @@ class Eaglet {
                      {"max_tokens_target_can_evaluate", budget_},
                      {"draft_kv_cache", use_cache_},
                      {"target_forwards", step_.forwards()},
-                     {"draft_forwards", stats_.draft_forwards},
+                     {"draft_forwards", draft_->passes()},
                      {"draft_rows", draft_->rows_run()},
                      {"draft_pass_rows", pass_rows_json()},
                      {"draft_runs_on", draft_->where()},
@@ -233,7 +233,6 @@ class Eaglet {
     std::vector<float> feats(rows.size() * H_), logits(rows.size() * head);
     draft_->run_committed(rows, feats.data(), logits.data());
     pending_.clear();
-    count_draft();
     features_.assign(feats.end() - static_cast<long>(H_), feats.end());  // features_[0]: the root's output
     std::vector<int32_t> frontier;
     for (auto [col, lp] : top_k(logits.data() + (rows.size() - 1) * head, head, branches_, draft_->config().confidence_scale)) {
@@ -254,7 +253,6 @@ class Eaglet {
       }
       std::vector<float> f(xs.size() * H_), l(xs.size() * head);
       std::vector<int32_t> ids = draft_->run_scratch(xs, f.data(), l.data());
-      count_draft();
       std::vector<int32_t> next;
       for (size_t i = 0; i < frontier.size(); ++i) {
         const size_t n = static_cast<size_t>(frontier[i]);
@@ -294,10 +292,8 @@ class Eaglet {
     return kept;
   }
 
-  void count_draft() { ++stats_.draft_forwards; }
-
   struct Counters {
-    size_t draft_forwards = 0, drafted = 0, trimmed_steps = 0;
+    size_t drafted = 0, trimmed_steps = 0;
   };
 
   nf_runner* runner_;
