@@ -86,18 +86,23 @@ def target_features(model, x):
     return f, model.lm_head(f)
 
 
-def draft_loss(draft, model, x, f, noise):
-    """x [B, T] tokens, f [B, T, H] the target's features over x."""
-    logits = model.lm_head(f)
-    emb_next = model.embed_tokens(x[:, 1:]).detach()
+def draft_forward(draft, model, x, f, noise=0.0):
+    """The draft over windows x [B, T] with the target's features f [B, T, H] over them
+    (entry i reads embed(x[i+1]) and f[i], `noise` x its spread added): its features and
+    logits for positions 1..T-1."""
     feat_in = f[:, :-1]
     if noise > 0:
         feat_in = feat_in + noise * torch.randn_like(feat_in) * feat_in.std()
     pos = torch.arange(x.shape[1] - 1)[None].expand(x.shape[0], -1)
-    g = draft(emb_next, feat_in, pos)
-    want_f, want_logits = f[:, 1:], logits[:, 1:]
+    g = draft(model.embed_tokens(x[:, 1:]).detach(), feat_in, pos)
+    return g, model.lm_head(g)
+
+
+def draft_loss(draft, model, x, f, noise):
+    """x [B, T] tokens, f [B, T, H] the target's features over x."""
+    g, pred = draft_forward(draft, model, x, f, noise)
+    want_f, want_logits = f[:, 1:], model.lm_head(f[:, 1:])
     reg = F.smooth_l1_loss(g, want_f)
-    pred = model.lm_head(g)
     ce = -(F.softmax(want_logits, -1) * F.log_softmax(pred, -1)).sum(-1).mean()
     top1 = (pred.argmax(-1) == want_logits.argmax(-1)).float().mean()
     return reg, ce, top1
@@ -157,8 +162,7 @@ def fit_confidence(draft, model, x, f, scales=(1, 1.5, 2, 3, 5, 7, 10, 15, 20, 3
     n = 0
     for i in range(0, len(x), 8):
         xb, fb = x[i:i + 8], f[i:i + 8]
-        pos = torch.arange(xb.shape[1] - 1)[None].expand(xb.shape[0], -1)
-        logits = model.lm_head(draft(model.embed_tokens(xb[:, 1:]), fb[:, :-1], pos)).flatten(0, 1)
+        logits = draft_forward(draft, model, xb, fb)[1].flatten(0, 1)
         want = model.lm_head(fb[:, 1:]).argmax(-1).flatten()
         for k, sc in enumerate(scales):
             ce[k] += F.cross_entropy(logits * sc, want, reduction="sum")

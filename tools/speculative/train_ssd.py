@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Train the ssd assets of tests/models/tiny_llama: forecast embeddings + a KV prefix.
+"""Train ssd assets (forecast embeddings + a KV prefix) for a target model.
 
 Self-speculative decoding (ssd) appends F learned "forecast" token embeddings to the
 vocabulary. After a real token at position i, a chain of forecast rows f_1..f_F at
@@ -13,9 +13,14 @@ row (i, k) at position i+k learns the target's next-token distribution at positi
 (soft cross-entropy), on training-text windows and on the target's own greedy
 continuations of training-text prompts (what a greedy draft must guess).
 
+A model tools/models/synth_model.py synthesized (random weights, no text; `--model-dir`)
+trains on its own greedy continuations of random prompts only, with the chains anchored in
+the continuation (a random prompt token cannot be forecast).
+
 Run with Debian's python (torch 1.13), a few minutes on one or two cores:
-    /usr/bin/python3 tools/speculative/train_ssd.py
-Writes tests/models/tiny_llama/ssd/{assets.json, forecast_embeddings.f32, kv_prefix.f32}.
+    /usr/bin/python3 tools/speculative/train_ssd.py [--model-dir DIR]
+Writes DIR/ssd/{assets.json, forecast_embeddings.f32, kv_prefix.f32} (default DIR:
+tests/models/tiny_llama).
 """
 import argparse
 import hashlib
@@ -96,13 +101,15 @@ class Frozen:
         return self.m.lm_head(self.m.norm(x))
 
 
-def forecast_batch(frozen, ids, n_anchors, n_forecast, embeds, prefix, gen):
-    """Loss and hit counters for forecast chains after `n_anchors` random anchors per sequence."""
+def forecast_batch(frozen, ids, n_anchors, n_forecast, embeds, prefix, gen, first_anchor=0):
+    """Loss and hit counters for forecast chains after `n_anchors` random anchors per sequence
+    (anchors at positions >= first_anchor)."""
     B, T = ids.shape
     teacher, presents = frozen.real_pass(ids)
     P = prefix[0][0].shape[1]
     # Anchor i: chain rows at positions i+1..i+F predict the target at positions i+1..i+F.
-    anchors = torch.stack([torch.randperm(T - n_forecast - 1, generator=gen)[:n_anchors] for _ in range(B)])
+    anchors = torch.stack([torch.randperm(T - n_forecast - 1 - first_anchor, generator=gen)[:n_anchors] + first_anchor
+                           for _ in range(B)])
     R = n_anchors * n_forecast
     anchor_of_row = anchors.repeat_interleave(n_forecast, dim=1)  # [B, R]
     k_of_row = torch.arange(1, n_forecast + 1).repeat(n_anchors)[None].expand(B, R)
@@ -144,20 +151,78 @@ def greedy_continuations(model, prompts, n_new):
     return torch.cat(out, dim=1)
 
 
-def heldout_hits(args, model, frozen, tok, embeds, prefix):
-    """Hit rates on the target's greedy continuations of 64 held-out prompts."""
-    held = torch.tensor(tok.encode(open(os.path.join(MODEL_DIR, "heldout.txt"), encoding="utf-8").read()))
-    hs = torch.arange(0, len(held) - 33, (len(held) - 33) // 64)[:64]
-    hseq = greedy_continuations(model, torch.stack([held[s:s + 32] for s in hs.tolist()]), args.seq - 32)
+def heldout_hits(args, frozen, held, embeds, prefix, first_anchor):
+    """Hit rates on the target's greedy continuations of held-out prompts."""
     with torch.no_grad():
-        _, hit1, hit3 = forecast_batch(frozen, hseq, args.anchors, args.forecast, embeds, prefix,
-                                       torch.Generator().manual_seed(1))
+        _, hit1, hit3 = forecast_batch(frozen, held, args.anchors, args.forecast, embeds, prefix,
+                                       torch.Generator().manual_seed(1), first_anchor)
     hits = {"top1": [round(float(h), 4) for h in hit1], "top3": [round(float(h), 4) for h in hit3]}
     log(f"held-out greedy continuations: {hits}")
     return hits
 
 
-def write_assets(args, cfg, embeds, prefix, chars, train_seconds, held_hits, steps_done=None):
+def continuations(model, prompts, n_new):
+    return torch.cat([greedy_continuations(model, prompts[i:i + 64], n_new) for i in range(0, len(prompts), 64)])
+
+
+class Target:
+    """The frozen target and its training data: `data` (text tokens, or None), `generated`
+    and `held` (greedy continuations of 32-token prompts), `first_anchor` (chains start in
+    the continuation when the prompt is random), `hashes` (the files its weights came from)."""
+
+
+def text_target(args, model_dir, gen):
+    """A trained test model (model.pt, tokenizer.json, heldout.txt) and its training text."""
+    t = Target()
+    state = torch.load(os.path.join(model_dir, "model.pt"))
+    t.cfg = hd.Config(state["config"])
+    t.model = hd.DecoderLM(t.cfg)
+    t.model.load_state_dict(state["model"])
+    t.model.eval()
+    t.hashes = {"model_pt_sha256": sha256(os.path.join(model_dir, "model.pt"))}
+    docs = corpus.load_documents()
+    train_docs, _, _ = corpus.split_documents(docs)
+    tok = bytebpe.Tokenizer.load(os.path.join(model_dir, "tokenizer.json"))
+    eos = tok.specials["<|eos|>"]
+    ids, t.chars = [], 0
+    for d in train_docs:  # a deterministic slice of the training documents
+        if t.chars >= args.train_chars:
+            break
+        ids += tok.encode(d) + [eos]
+        t.chars += len(d)
+    t.data = torch.tensor(ids, dtype=torch.int64)
+    log(f"training text: {t.chars} chars, {len(ids)} tokens")
+    # The target's own greedy continuations: 32-token prompts, seq-32 new tokens.
+    starts = torch.randint(0, len(t.data) - 33, (args.generated,), generator=gen)
+    t.generated = continuations(t.model, torch.stack([t.data[s:s + 32] for s in starts.tolist()]), args.seq - 32)
+    held = torch.tensor(tok.encode(open(os.path.join(model_dir, "heldout.txt"), encoding="utf-8").read()))
+    hs = torch.arange(0, len(held) - 33, (len(held) - 33) // 64)[:64]
+    t.held = continuations(t.model, torch.stack([held[s:s + 32] for s in hs.tolist()]), args.seq - 32)
+    t.first_anchor = 0
+    return t
+
+
+def synth_target(args, model_dir, gen):
+    """A model synth_model.py wrote (random weights, no text): greedy continuations of
+    uniform random prompts, the held-out ones from a later stream of the same generator."""
+    import synth_model
+    t = Target()
+    raw = json.load(open(os.path.join(model_dir, "config.json")))
+    t.model, _ = synth_model.reference_model(raw, model_dir)
+    torch.set_num_threads(args.threads)  # reference_model sets 1
+    t.cfg = t.model.config
+    t.hashes = {f"{f.replace('.', '_')}_sha256": sha256(os.path.join(model_dir, f))
+                for f in sorted(os.listdir(model_dir)) if f.startswith("model.onnx")}
+    t.data, t.chars = None, 0
+    prompts = torch.randint(0, t.cfg.vocab_size, (args.generated + 64, 32), generator=gen)
+    t.generated = continuations(t.model, prompts[:args.generated], args.seq - 32)
+    t.held = continuations(t.model, prompts[args.generated:], args.seq - 32)
+    t.first_anchor = 31  # the last prompt token: its chain forecasts the continuation
+    return t
+
+
+def write_assets(args, t, embeds, prefix, train_seconds, held_hits, steps_done=None):
+    cfg = t.cfg
     H, L = cfg.hidden_size, cfg.num_hidden_layers
     os.makedirs(args.out, exist_ok=True)
     emb_path = os.path.join(args.out, "forecast_embeddings.f32")
@@ -179,12 +244,12 @@ def write_assets(args, cfg, embeds, prefix, chars, train_seconds, held_hits, ste
                           "layout": "[layers][key, value][kv_heads][forecast_prefix][head_dim], keys after RoPE",
                           "layers": L, "kv_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim},
         },
-        "model": {"vocab": cfg.vocab_size, "hidden": H,
-                  "model_pt_sha256": sha256(os.path.join(MODEL_DIR, "model.pt"))},
+        "model": {"vocab": cfg.vocab_size, "hidden": H, **t.hashes},
         "training": {"tool": "tools/speculative/train_ssd.py",
                      "steps": steps_done if steps_done is not None else args.steps,
                      "batch": args.batch, "seq": args.seq, "anchors_per_sequence": args.anchors, "lr": args.lr,
-                     "train_chars": chars, "greedy_continuations": args.generated,
+                     "train_chars": t.chars, "greedy_continuations": args.generated,
+                     "first_anchor": t.first_anchor,
                      "objective": "soft cross-entropy to the frozen target's next-token distribution",
                      "train_seconds": round(train_seconds, 1), "threads": args.threads,
                      "heldout_greedy_hit_rates": held_hits},
@@ -196,6 +261,8 @@ def write_assets(args, cfg, embeds, prefix, chars, train_seconds, held_hits, ste
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", default=MODEL_DIR,
+                    help="the target: a trained test model (model.pt, tokenizer.json) or a synthesized one (model.onnx)")
     ap.add_argument("--forecast", type=int, default=4, help="F: forecast embeddings")
     ap.add_argument("--prefix", type=int, default=16, help="P: KV prefix rows per layer")
     ap.add_argument("--steps", type=int, default=500)
@@ -206,58 +273,42 @@ def main():
     ap.add_argument("--train-chars", type=int, default=1_500_000, help="training text to tokenize")
     ap.add_argument("--generated", type=int, default=256, help="greedy continuations to train on")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=os.path.join(MODEL_DIR, "ssd"))
+    ap.add_argument("--out", default="", help="asset folder (default MODEL_DIR/ssd)")
     ap.add_argument("--save-every", type=int, default=50, help="also write the assets every N steps")
     args = ap.parse_args()
+    model_dir = os.path.abspath(args.model_dir)
+    args.out = args.out or os.path.join(model_dir, "ssd")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(7)
     t_start = time.time()
 
-    state = torch.load(os.path.join(MODEL_DIR, "model.pt"))
-    cfg = hd.Config(state["config"])
-    model = hd.DecoderLM(cfg)
-    model.load_state_dict(state["model"])
+    t = (text_target if os.path.exists(os.path.join(model_dir, "model.pt")) else synth_target)(args, model_dir, gen)
+    model, cfg = t.model, t.cfg
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     frozen = Frozen(model)
+    log(f"greedy continuations: {tuple(t.generated.shape)} in {time.time() - t_start:.0f}s")
 
-    docs = corpus.load_documents()
-    train_docs, _, _ = corpus.split_documents(docs)
-    tok = bytebpe.Tokenizer.load(os.path.join(MODEL_DIR, "tokenizer.json"))
-    eos = tok.specials["<|eos|>"]
-    ids, chars = [], 0
-    for t in train_docs:  # a deterministic slice of the training documents
-        if chars >= args.train_chars:
-            break
-        ids += tok.encode(t) + [eos]
-        chars += len(t)
-    data = torch.tensor(ids, dtype=torch.int64)
-    log(f"training text: {chars} chars, {len(ids)} tokens")
-
-    # The target's own greedy continuations: 32-token prompts, seq-32 new tokens.
-    starts = torch.randint(0, len(data) - 33, (args.generated,), generator=gen)
-    prompts = torch.stack([data[s:s + 32] for s in starts.tolist()])
-    generated = torch.cat([greedy_continuations(model, prompts[i:i + 64], args.seq - 32)
-                           for i in range(0, args.generated, 64)])
-    log(f"greedy continuations: {tuple(generated.shape)} in {time.time() - t_start:.0f}s")
-
-    H, L = cfg.hidden_size, cfg.num_hidden_layers
+    H = cfg.hidden_size
     # Start: forecast embeddings at the mean token embedding; prefix = the target's own KV
     # of P real tokens (prefix tuning converges far better from real activations).
     embeds = (model.embed_tokens.weight.mean(0, keepdim=True).repeat(args.forecast, 1)
               + 0.02 * torch.randn(args.forecast, H, generator=gen)).requires_grad_(True)
-    _, presents = frozen.real_pass(data[:args.prefix][None])
+    first = t.data[:args.prefix] if t.data is not None else t.generated[0, -args.prefix:]
+    _, presents = frozen.real_pass(first[None])
     prefix = [(k[0].clone().requires_grad_(True), v[0].clone().requires_grad_(True)) for k, v in presents]
-    params = [embeds] + [t for kv in prefix for t in kv]
+    params = [embeds] + [p for kv in prefix for p in kv]
     opt = torch.optim.Adam(params, lr=args.lr)
 
     def batch():
+        if t.data is None:
+            return t.generated[torch.randint(0, t.generated.shape[0], (args.batch,), generator=gen)]
         half = args.batch // 2
-        s = torch.randint(0, len(data) - args.seq, (args.batch - half,), generator=gen)
-        real = torch.stack([data[i:i + args.seq] for i in s.tolist()])
-        g = generated[torch.randint(0, generated.shape[0], (half,), generator=gen)]
+        s = torch.randint(0, len(t.data) - args.seq, (args.batch - half,), generator=gen)
+        real = torch.stack([t.data[i:i + args.seq] for i in s.tolist()])
+        g = t.generated[torch.randint(0, t.generated.shape[0], (half,), generator=gen)]
         return torch.cat([real, g])
 
     t0 = time.time()
@@ -266,7 +317,8 @@ def main():
         lr = args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         for pg in opt.param_groups:
             pg["lr"] = lr
-        loss, hit1, hit3 = forecast_batch(frozen, batch(), args.anchors, args.forecast, embeds, prefix, gen)
+        loss, hit1, hit3 = forecast_batch(frozen, batch(), args.anchors, args.forecast, embeds, prefix, gen,
+                                          t.first_anchor)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -276,10 +328,10 @@ def main():
                 f"top1 {[round(float(h), 2) for h in hit1]} top3 {[round(float(h), 2) for h in hit3]} "
                 f"{time.time() - t0:.0f}s")
         if args.save_every and (step + 1) % args.save_every == 0 and step + 1 < args.steps:
-            write_assets(args, cfg, embeds, prefix, chars, time.time() - t0, None, steps_done=step + 1)
+            write_assets(args, t, embeds, prefix, time.time() - t0, None, steps_done=step + 1)
     train_seconds = time.time() - t0
 
-    write_assets(args, cfg, embeds, prefix, chars, train_seconds, heldout_hits(args, model, frozen, tok, embeds, prefix))
+    write_assets(args, t, embeds, prefix, train_seconds, heldout_hits(args, frozen, t.held, embeds, prefix, t.first_anchor))
     log(f"wrote {args.out} in {time.time() - t_start:.0f}s total")
 
 
