@@ -18,6 +18,9 @@
 #   /usr/bin/python3 tools/speculative/train_eaglet.py --model-dir DIR --windows 192 \
 #       --steps 300 --lr 2e-4 --ce-weight 0 --init-repeat --fit-confidence
 #   /usr/bin/python3 tools/speculative/export_eaglet_onnx.py --draft DIR/eaglet
+# and ssd assets with (about 18 minutes)
+#   /usr/bin/python3 tools/speculative/train_ssd.py --model-dir DIR --steps 200 --batch 8 \
+#       --anchors 16 --forecast 2 --generated 192
 #
 # Package: hidden_states (for eaglet's draft) -> arcl (AR 1/4/8/16, CL 256: a pass runs on the
 # smallest variant holding its rows: 4-row draft tree depths, catch-ups up to 8), float weights.

@@ -101,9 +101,10 @@ class Frozen:
         return self.m.lm_head(self.m.norm(x))
 
 
-def forecast_batch(frozen, ids, n_anchors, n_forecast, embeds, prefix, gen, first_anchor=0):
+def forecast_batch(frozen, ids, n_anchors, n_forecast, embeds, prefix, gen, first_anchor=0, greedy=False):
     """Loss and hit counters for forecast chains after `n_anchors` random anchors per sequence
-    (anchors at positions >= first_anchor)."""
+    (anchors at positions >= first_anchor). The loss is the cross entropy to the target's
+    next-token distribution, or with `greedy` to its most likely token."""
     B, T = ids.shape
     teacher, presents = frozen.real_pass(ids)
     P = prefix[0][0].shape[1]
@@ -123,7 +124,10 @@ def forecast_batch(frozen, ids, n_anchors, n_forecast, embeds, prefix, gen, firs
     mask = torch.where(visible, torch.zeros(()), torch.full((), neg))[:, None]
     logits = frozen.forecast_pass(x, positions, [(k, v) for k, v in presents], prefix, mask)
     tgt = torch.gather(teacher, 1, positions[:, :, None].expand(B, R, teacher.shape[-1]))
-    loss = -(F.softmax(tgt, -1) * F.log_softmax(logits, -1)).sum(-1).mean()
+    if greedy:
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.argmax(-1).flatten())
+    else:
+        loss = -(F.softmax(tgt, -1) * F.log_softmax(logits, -1)).sum(-1).mean()
     with torch.no_grad():
         want = tgt.argmax(-1)
         top = logits.topk(3, -1).indices
@@ -250,7 +254,8 @@ def write_assets(args, t, embeds, prefix, train_seconds, held_hits, steps_done=N
                      "batch": args.batch, "seq": args.seq, "anchors_per_sequence": args.anchors, "lr": args.lr,
                      "train_chars": t.chars, "greedy_continuations": args.generated,
                      "first_anchor": t.first_anchor,
-                     "objective": "soft cross-entropy to the frozen target's next-token distribution",
+                     "objective": {"soft": "soft cross-entropy to the frozen target's next-token distribution",
+                                   "greedy": "cross-entropy to the frozen target's greedy token"}[args.objective],
                      "train_seconds": round(train_seconds, 1), "threads": args.threads,
                      "heldout_greedy_hit_rates": held_hits},
     }
@@ -275,6 +280,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="", help="asset folder (default MODEL_DIR/ssd)")
     ap.add_argument("--save-every", type=int, default=50, help="also write the assets every N steps")
+    ap.add_argument("--objective", choices=["soft", "greedy"], default="soft",
+                    help="cross entropy to the target's distribution, or to its greedy token (a random-weight "
+                         "target's distribution is near flat: its top-1 probability is ~3e-4 of 32000 tokens)")
     args = ap.parse_args()
     model_dir = os.path.abspath(args.model_dir)
     args.out = args.out or os.path.join(model_dir, "ssd")
@@ -318,7 +326,7 @@ def main():
         for pg in opt.param_groups:
             pg["lr"] = lr
         loss, hit1, hit3 = forecast_batch(frozen, batch(), args.anchors, args.forecast, embeds, prefix, gen,
-                                          t.first_anchor)
+                                          t.first_anchor, args.objective == "greedy")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
