@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <unordered_set>
 #include <nlohmann/json.hpp>
@@ -281,6 +282,11 @@ nf_status* ms_import_graph(nf_model_set* ms, const char* name, const char* onnx_
     if (m->find(name)) throw std::runtime_error(std::string("model_set_import_graph: graph '") + name + "' exists");
     auto g = onnx_io::load_model(onnx_path);
     g->name = name;
+    auto it = m->metadata.find(kImportedFilesMetadata);
+    nlohmann::json imported = it == m->metadata.end() ? nlohmann::json() : nlohmann::json::parse(it->second, nullptr, false);
+    if (!imported.is_array()) imported = nlohmann::json::array();
+    imported.push_back(std::filesystem::weakly_canonical(onnx_path).string());
+    m->metadata[kImportedFilesMetadata] = imported.dump();
     *out = handle(g.get());
     m->graphs.push_back(std::move(g));
   });

@@ -16,6 +16,11 @@ struct nf_status {
 };
 
 namespace nf::host {
+// Model-set metadata the host keeps of model_set_import_graph: the absolute paths of the
+// .onnx files imported into the set. A package whose compile kept the graphs of the roles
+// (a decoder's draft) does not carry those files among the decoder's assets (pipeline.cpp).
+inline constexpr const char* kImportedFilesMetadata = "imported_files";
+
 // Where a stage keeps its checkpoints (pipeline/checkpoints.h).
 struct CheckpointStore {
   virtual ~CheckpointStore() = default;

@@ -138,6 +138,16 @@ struct TextCalibration::Stream {
   std::unique_ptr<BackendSession> session;
 };
 
+// The draft's session of the last request: kept while the draft's nodes, its weights (by
+// identity) and the values asked stay the same, as they do batch after batch of a recipe.
+struct TextCalibration::DraftRun {
+  std::string graph_key;  // structure and weights
+  std::unique_ptr<ir::ModelSet> set;
+  DecoderIO io;
+  std::vector<std::string> outputs;  // what `session` computes
+  std::unique_ptr<BackendSession> session;
+};
+
 TextCalibration::~TextCalibration() = default;
 
 namespace {
@@ -292,9 +302,19 @@ void TextCalibration::run_segment(const ir::ModelSet& ms, size_t s, BatchState& 
 // Runs the whole graph (one decoder layer) on a session of its own, with float weights.
 std::map<std::string, TensorPtr> TextCalibration::run_draft(const ir::Graph& draft, const std::vector<int32_t>& ids,
                                                              const TensorPtr& features, const std::vector<std::string>& names) {
-  auto set = std::make_unique<ir::ModelSet>();
-  set->graphs.push_back(draft.clone());
-  const DecoderIO io = DecoderIO::from_spec(graph_specs(*set)[0]);
+  std::string graph_key = structure_key(draft);
+  for (const auto& [name, w] : draft.initializers) graph_key += name + '@' + std::to_string(w->id) + ',';
+  if (!draft_ || draft_->graph_key != graph_key) {
+    draft_.reset();  // release the previous session first
+    auto run = std::make_unique<DraftRun>();
+    run->graph_key = std::move(graph_key);
+    run->set = std::make_unique<ir::ModelSet>();
+    run->set->graphs.push_back(draft.clone());
+    run->io = DecoderIO::from_spec(graph_specs(*run->set)[0]);
+    draft_ = std::move(run);
+  }
+  DraftRun& d = *draft_;
+  const DecoderIO& io = d.io;
   const ir::Tensor& f = features->tensor;
   const int64_t T = static_cast<int64_t>(ids.size()) - 1;
   if (io.row_inputs.size() != 1 || f.dtype != NF_DTYPE_FLOAT32 || f.dims.size() != 3 || f.dims[1] < T + 1 ||
@@ -323,11 +343,15 @@ std::map<std::string, TensorPtr> TextCalibration::run_draft(const ir::Graph& dra
     else computed.push_back(name);
   }
   if (computed.empty()) return out;
-  set->graphs[0]->outputs = computed;
-  nlohmann::json options = {{"use_encodings", false}};
-  auto session = BackendSession::open_model_set(backend_, options, *set);
-  ++sessions_opened_;
-  std::vector<TensorPtr> values = session->run(set->graphs[0]->name, inputs, computed);
+  if (!d.session || d.outputs != computed) {
+    d.session.reset();
+    d.set->graphs[0]->outputs = computed;
+    nlohmann::json options = {{"use_encodings", false}};
+    d.session = BackendSession::open_model_set(backend_, options, *d.set);
+    d.outputs = computed;
+    ++sessions_opened_;
+  }
+  std::vector<TensorPtr> values = d.session->run(d.set->graphs[0]->name, inputs, computed);
   for (size_t i = 0; i < computed.size(); ++i) out[computed[i]] = values[i];
   return out;
 }

@@ -53,12 +53,14 @@ class TextCalibration final : public nf_calibration {
   void run(ir::ModelSet& ms, size_t index, const char* const* names, size_t n, nf_tensor** out) override;
   ~TextCalibration() override;
 
-  // How many segment sessions run() opened and how many segment runs it made (for tests).
+  // How many sessions run() opened (segments and drafts) and how many segment runs it made
+  // (for tests).
   size_t sessions_opened() const { return sessions_opened_; }
   size_t segments_run() const { return segments_run_; }
 
  private:
   struct Stream;
+  struct DraftRun;
   void run_segment(const ir::ModelSet& ms, size_t s, BatchState& state, const std::vector<std::string>& wanted,
                    std::map<std::string, TensorPtr>& found);
   // The named values of a draft graph over batch `ids`, on the target's `features`.
@@ -68,6 +70,7 @@ class TextCalibration final : public nf_calibration {
   const PluginInfo& backend_;  // runs the float model ([calibration] backend)
   std::vector<std::vector<int32_t>> batches_;
   std::unique_ptr<Stream> stream_;
+  std::unique_ptr<DraftRun> draft_;
   size_t sessions_opened_ = 0, segments_run_ = 0;
 };
 

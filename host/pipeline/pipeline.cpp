@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "api/host_api.h"
@@ -104,17 +105,38 @@ std::vector<manifest::AssetPath> decoder_assets(const manifest::Manifest& m, con
 }
 
 // Copies the decoder's assets into `package`/assets/<decoder>/ and returns its options with
-// package-relative paths.
+// package-relative paths. Files in `compiled` (the .onnx files its build hook imported as
+// graphs the package holds compiled) stay out.
 nlohmann::json package_decoder_assets(const manifest::Manifest& m, const std::vector<manifest::AssetPath>& assets,
-                                      const fs::path& package) {
+                                      const fs::path& package, const std::set<fs::path>& compiled) {
   nlohmann::json options = m.speculative->options;
   for (const auto& a : assets) {
     fs::path rel = fs::path("assets") / m.speculative->name / fs::path(a.path).filename();
     fs::create_directories(package / rel.parent_path());
-    fs::copy(a.path, package / rel, fs::copy_options::recursive);
+    if (fs::is_directory(a.path)) {
+      fs::create_directories(package / rel);
+      for (const auto& e : fs::recursive_directory_iterator(a.path)) {
+        const fs::path to = package / rel / fs::relative(e.path(), a.path);
+        if (e.is_directory()) fs::create_directories(to);
+        else if (!compiled.count(fs::weakly_canonical(e.path()))) fs::copy(e.path(), to);
+      }
+    } else {
+      fs::copy(a.path, package / rel);
+    }
     options[a.key] = rel.string();
   }
   return options;
+}
+
+// The .onnx files imported into a compiled model set (`metadata`: its model-set metadata)
+// as graphs of a role, which the package holds: with no role left (the backend could not
+// compile them) none.
+std::set<fs::path> compiled_imports(const nlohmann::json& metadata) {
+  std::set<fs::path> files;
+  if (!metadata.contains(roles::kMetadataKey) || !metadata.contains(kImportedFilesMetadata)) return files;
+  for (const auto& f : metadata[kImportedFilesMetadata])
+    if (f.is_string()) files.insert(fs::path(f.get<std::string>()));
+  return files;
 }
 
 // Refuses what cannot fit by the build's estimated peak memory and disk (resources.h),
@@ -513,9 +535,11 @@ class BuildSteps {
     nlohmann::json extra = metadata;
     extra.erase("config");
     extra.erase("source_key");
+    extra.erase(kImportedFilesMetadata);  // the build machine's paths
     meta["metadata"] = extra;
     if (m_.speculative)
-      meta["speculative"] = {{"decoder", m_.speculative->name}, {"options", package_decoder_assets(m_, assets_, staging)}};
+      meta["speculative"] = {{"decoder", m_.speculative->name},
+                             {"options", package_decoder_assets(m_, assets_, staging, compiled_imports(metadata))}};
 
     nlohmann::json report{{"target", target},
                           {"backend", backend->name},

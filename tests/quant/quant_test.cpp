@@ -448,6 +448,60 @@ TEST(Calibration, ServesOneModelSetAfterAnother) {
   }
 }
 
+// A draft's values (a graph of role "draft", run on the target's features) come from one
+// draft session for every batch a recipe asks, not one per request; the values are those
+// of a fresh session.
+TEST(Calibration, OneDraftSessionServesEveryBatch) {
+  auto with_draft = [] {
+    auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+    auto draft = host::load_source_model(kTiny + "/eaglet/draft.onnx", "");
+    draft->graphs[0]->name = "eaglet_draft";
+    ms->graphs.push_back(std::move(draft->graphs[0]));
+    ms->metadata["roles"] = R"({"draft": {"graphs": ["eaglet_draft"]}})";
+    return ms;
+  };
+  auto ms = with_draft();
+  const ir::Graph& d = *ms->graphs[1];
+  std::string value;  // a draft value the target does not hold: its first MatMul's output
+  for (const auto& n : d.nodes)
+    if (n->op_type == "MatMul" && value.empty()) value = n->outputs[0];
+  ASSERT_FALSE(value.empty());
+  ASSERT_FALSE(ms->graphs[0]->producer(value)) << value;
+  std::string features;  // the target's LM head input, which the draft reads
+  for (const auto& n : ms->graphs[0]->nodes)
+    if (n->op_type == "MatMul" && n->outputs[0] == "logits") features = n->inputs[0];
+  ASSERT_FALSE(features.empty());
+
+  auto sessions = [&](const std::vector<std::string>& names, std::vector<std::vector<float>>* values) {
+    auto calibration = tiny_calibration(3, 16);
+    host::TextCalibration& calib = *calibration;
+    for (size_t b = 0; b < calib.batch_count(); ++b) {
+      std::vector<const char*> c;
+      for (const auto& n : names) c.push_back(n.c_str());
+      std::vector<nf_tensor*> out(names.size());
+      calib.run(*ms, b, c.data(), c.size(), out.data());
+      for (nf_tensor* o : out) {
+        auto t = host::adopt_tensor_handle(o);
+        if (values) values->emplace_back(t->tensor.as<float>(), t->tensor.as<float>() + t->tensor.numel());
+      }
+    }
+    return calib.sessions_opened();
+  };
+  const size_t target_only = sessions({features}, nullptr);
+  std::vector<std::vector<float>> asked;
+  EXPECT_EQ(sessions({features, value}, &asked), target_only + 1) << "one draft session for the 3 batches";
+  // Batch 2's draft value from a calibration that asked for it alone (a session of its own).
+  auto calibration = tiny_calibration(3, 16);
+  const char* name[] = {value.c_str(), features.c_str()};
+  nf_tensor* out[2] = {nullptr, nullptr};
+  calibration->run(*ms, 2, name, 2, out);
+  auto fresh = host::adopt_tensor_handle(out[0]);
+  host::adopt_tensor_handle(out[1]);
+  ASSERT_EQ(asked.size(), 6u);
+  EXPECT_EQ(asked[5], std::vector<float>(fresh->tensor.as<float>(), fresh->tensor.as<float>() + fresh->tensor.numel()));
+  EXPECT_NE(asked[5], asked[3]) << "batches differ";
+}
+
 // Asked layer by layer, every batch runs each segment once; a replaced weight reruns only
 // the segments from the one holding it, and the values follow the weight.
 TEST(Calibration, StreamsEachSegmentOncePerBatch) {

@@ -258,7 +258,10 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   auto spec = p->pkg.meta.at("speculative");
   EXPECT_EQ(spec["decoder"], "eaglet");
   EXPECT_EQ(spec["options"]["draft"], "assets/eaglet/eaglet");
-  EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));
+  EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.json"));
+  EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));  // the host's draft, for a package without the graph
+  EXPECT_FALSE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.onnx")) << "compiled into the package's graphs";
+  EXPECT_FALSE(p->pkg.meta["metadata"].contains("imported_files")) << "the build machine's paths";
   nlohmann::json in_package{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
   // The draft is a graph of the package (role "draft") in arcl's variants of the target,
   // its KV cache named after the target's 4 layers, its features fed per row, its embedding
