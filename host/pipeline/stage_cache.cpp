@@ -13,7 +13,8 @@ namespace {
 // Beside the model set in each entry: {"files": {relative path: hash}} of all its files.
 constexpr const char* kEntryDigest = "entry.json";
 // Part of every key: a host that writes model sets differently never reads older entries.
-constexpr const char* kHostVersion = "npuforge 0.1.0";
+// The model-set format's number goes up with each such change (2: metadata imported_files).
+constexpr const char* kHostVersion = "npuforge 0.1.0, model sets 2";
 
 // Weights of at least this size are blobs shared between entries (root/blobs/<hash>.bin,
 // hard-linked into each entry that holds them): a quant stage that only adds encodings, or
