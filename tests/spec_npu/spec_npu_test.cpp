@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "cli/cli_support.h"
 
@@ -182,3 +184,38 @@ void expect_compiled_draft(const std::string& backend) {
 
 TEST(SpecNpu, HtpPackageCompilesTheEagletDraft) { expect_compiled_draft("htp"); }
 TEST(SpecNpu, AriesPackageCompilesTheEagletDraft) { expect_compiled_draft("aries"); }
+
+// A split target's parts are weight groups of their own, and so is the draft beside them: the
+// target's embedding table, which the draft reads, is packed once (in the target's first
+// part) and the draft's graphs take it from there; eaglet stays lossless on the package.
+TEST(SpecNpu, HtpSplitTargetSharesItsTableWithTheDraft) {
+  fs::path dir = test::process_dir("spec_npu") / "htp_split_eaglet";
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.toml")
+      << "[model]\nonnx = \"" << kTiny << "/model.onnx\"\nconfig = \"" << kTiny << "/config.json\"\n\n"
+      << "[[transform]]\nplugin = \"hidden_states\"\n\n"
+      << "[[transform]]\nplugin = \"arcl\"\narn = [1, 16]\ncontext_length = [256]\n\n"
+      << "[[transform]]\nplugin = \"split\"\nnum_splits = 4\n\n"
+      << "[speculative]\ndecoder = \"eaglet\"\ndraft = \"" << kTiny << "/eaglet\"\n\n"
+      << "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n";
+  auto r = test::npuforge({"build", (dir / "manifest.toml").string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path pkg = dir / "out" / "htp";
+  const auto htp = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "htp.json"));
+  uint64_t packed = 0, weights = 0;
+  std::set<std::string> groups;
+  for (const auto& s : htp.at("splits")) {
+    packed += s.at("weight_bytes").get<uint64_t>();
+    groups.insert(s.at("name").get<std::string>());
+  }
+  for (const auto& [name, w] : htp.at("weights").items()) weights += w.at("bytes").get<uint64_t>();
+  EXPECT_EQ(groups, (std::set<std::string>{"1_of_1", "1_of_4", "2_of_4", "3_of_4", "4_of_4"}));  // the draft's, the target's
+  EXPECT_EQ(packed, weights) << "a weight packed in two groups";
+  for (const auto& prompt : kPrompts) {
+    auto plain = run(pkg, prompt, "none");
+    auto j = run(pkg, prompt, "eaglet", true);
+    ASSERT_TRUE(j.contains("stats")) << prompt;
+    EXPECT_EQ(j["tokens"], plain["tokens"]) << "prompt " << prompt;
+    EXPECT_EQ(j["stats"]["speculative"]["decoder"]["draft_runs_on"], "graph");
+  }
+}

@@ -211,6 +211,23 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
     graph_weights[v.graph] =
         packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), &hmx_weights, &lm_head_weights);
   }
+  // Each weight is packed once, in the first group that reads it, target groups before a
+  // role's (a draft reading the target's embedding table or LM head, whose graphs are a group
+  // of their own beside a split target's, takes them from the target's container).
+  std::set<std::string> role_groups;
+  for (const auto& v : variants)
+    if (!v.role.empty()) role_groups.insert(o.weight_sharing ? v.split : v.graph);
+  for (const auto& v : variants)
+    if (v.role.empty()) role_groups.erase(o.weight_sharing ? v.split : v.graph);
+  std::vector<std::string> group_order;
+  for (const auto& [group, graphs] : group_graphs)
+    if (!role_groups.count(group)) group_order.push_back(group);
+  for (const auto& group : role_groups) group_order.push_back(group);
+  std::map<std::string, std::string> owner;  // weight -> its group
+  for (const auto& group : group_order)
+    for (const auto& g : group_graphs[group])
+      for (const auto& name : graph_weights[g]) owner.emplace(name, group);
+
   std::map<std::string, WeightInfo> weights;
   std::map<std::string, std::vector<StoredTensor>> group_tensors;
   // Where each packed weight is (graph, name): fetched again when it is packed, so neither
@@ -220,7 +237,9 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   uint64_t total_weight_bytes = 0;
   for (const auto& [group, graphs] : group_graphs) {
     std::set<std::string> names;
-    for (const auto& g : graphs) names.insert(graph_weights[g].begin(), graph_weights[g].end());
+    for (const auto& g : graphs)
+      for (const auto& name : graph_weights[g])
+        if (owner.at(name) == group) names.insert(name);
     Graph first(host().model_set_find_graph(ms.get(), graphs.front().c_str()));
     uint64_t bytes = 0;
     for (const auto& name : names) {

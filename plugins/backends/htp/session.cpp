@@ -54,6 +54,7 @@ nf_session* open_session(const char* options_json, const std::string& dir) {
   auto s = std::make_unique<Session>();
   check(host().model_set_load((fs::path(dir) / meta.value("model", "model")).string().c_str(), &s->ms));
   ModelSet ms(s->ms);
+  std::map<std::string, Tensor> loaded;  // every weight read, by name
   try {
     for (const auto& split : meta.at("splits")) {
       LoadedContainer c = read_container((fs::path(dir) / split.at("file").get<std::string>()).string());
@@ -62,6 +63,7 @@ nf_session* open_session(const char* options_json, const std::string& dir) {
         Tensor host_t = Tensor::create(NF_DTYPE_FLOAT32, t.dims);
         std::memcpy(host_t.mutable_data(), c.values[i].data(), c.values[i].size() * sizeof(float));
         c.values[i] = {};
+        loaded.emplace(t.name, host_t);
         for (const auto& gname : split.at("graphs")) {
           nf_graph* g = host().model_set_find_graph(s->ms, gname.get<std::string>().c_str());
           if (!g) throw Error("htp: corrupt package: split " + split.at("name").get<std::string>() + " lists graph '" +
@@ -78,12 +80,17 @@ nf_session* open_session(const char* options_json, const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("htp: corrupt package: htp.json: ") + e.what());
   }
-  // Every placeholder must have been filled.
-  for (const Graph& g : ms.graphs())
+  // A weight is packed once: a graph of another group (a draft beside a split target) reads
+  // it from the container that holds it. Every placeholder must be filled.
+  for (Graph g : ms.graphs())
     for (const auto& name : g.initializer_names()) {
       Tensor t = g.initializer(name);
-      if (t && t.nbytes() == 0 && host().tensor_rank(t.get()) == 1)
-        throw Error("htp: corrupt package: weight '" + name + "' of graph '" + g.name() + "' is in no weight container");
+      if (!t || t.nbytes() != 0 || host().tensor_rank(t.get()) != 1) continue;
+      if (auto w = loaded.find(name); w != loaded.end()) {
+        g.set_initializer(name, w->second);
+        continue;
+      }
+      throw Error("htp: corrupt package: weight '" + name + "' of graph '" + g.name() + "' is in no weight container");
     }
   engine::SessionOptions so;
   so.threads = o.threads;
