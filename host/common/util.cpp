@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -36,23 +38,29 @@ std::string hex128(XXH128_hash_t h) {
 std::string hash_bytes(const void* data, size_t n) { return hex128(XXH3_128bits(data, n)); }
 std::string hash_string(const std::string& s) { return hash_bytes(s.data(), s.size()); }
 
-std::string hash_buffer(const ir::Buffer& b, size_t offset, size_t n) {
-  // Piece by piece, dropping each piece's pages once hashed: hashing a mapped multi-GB
-  // weights file must not leave all of it resident in this process.
-  if (offset > b.size()) throw std::runtime_error("hash_buffer: offset past the end");
-  const size_t end = offset + std::min(n, b.size() - offset);
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_128bits_reset(state);
+namespace {
+// hash_bytes' hash of b's bytes [offset, end), piece by piece, dropping each piece's pages
+// once `each` (may be empty) has seen it: hashing a mapped multi-GB weights file must not
+// leave all of it resident in this process.
+std::string hash_pieces(const ir::Buffer& b, size_t offset, size_t end,
+                        const std::function<void(const uint8_t*, size_t)>& each) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  XXH3_128bits_reset(state.get());
   constexpr size_t kPiece = size_t{64} << 20;
   for (size_t done = offset; done < end; done += kPiece) {
     const size_t piece = std::min(kPiece, end - done);
-    XXH3_128bits_update(state, b.data() + done, piece);
+    XXH3_128bits_update(state.get(), b.data() + done, piece);
+    if (each) each(b.data() + done, piece);
     b.drop_pages(done, piece);
   }
-  XXH128_hash_t h = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
-  ir::check_mapped_files();  // a file truncated while hashed read as zeros: not its hash
-  return hex128(h);
+  ir::check_mapped_files();  // a file truncated while read reads as zeros: not its hash
+  return hex128(XXH3_128bits_digest(state.get()));
+}
+}  // namespace
+
+std::string hash_buffer(const ir::Buffer& b, size_t offset, size_t n) {
+  if (offset > b.size()) throw std::runtime_error("hash_buffer: offset past the end");
+  return hash_pieces(b, offset, offset + std::min(n, b.size() - offset), {});
 }
 
 std::string copy_file_hashed(const fs::path& from, const fs::path& to) {
@@ -60,20 +68,12 @@ std::string copy_file_hashed(const fs::path& from, const fs::path& to) {
   if (!out) throw std::runtime_error(to.string() + ": cannot write");
   if (fs::file_size(from) == 0) return hash_bytes("", 0);
   ir::MappedFile f(from.string());
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_128bits_reset(state);
-  constexpr size_t kPiece = size_t{64} << 20;
-  for (size_t done = 0; done < f.size() && out; done += kPiece) {
-    const size_t piece = std::min(kPiece, f.size() - done);
-    XXH3_128bits_update(state, f.data() + done, piece);
-    out.write(reinterpret_cast<const char*>(f.data() + done), static_cast<std::streamsize>(piece));
-    f.drop_pages(done, piece);
-  }
-  const XXH128_hash_t h = XXH3_128bits_digest(state);
-  XXH3_freeState(state);
+  std::string h = hash_pieces(f, 0, f.size(), [&](const uint8_t* p, size_t n) {
+    if (!out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)))
+      throw std::runtime_error(to.string() + ": write failed");
+  });
   if (!out.flush()) throw std::runtime_error(to.string() + ": write failed");
-  ir::check_mapped_files();  // a source truncated while read: not its bytes
-  return hex128(h);
+  return h;
 }
 
 std::string hash_file(const fs::path& p) {

@@ -205,28 +205,23 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   std::map<std::string, std::vector<std::string>> group_graphs;
   std::map<std::string, std::set<std::string>> graph_weights;
   std::set<std::string> hmx_weights, lm_head_weights;
+  std::set<std::string> target_groups;  // groups holding a target graph (the others: a draft's)
   for (const auto& v : variants) {
     std::string group = o.weight_sharing ? v.split : v.graph;
     group_graphs[group].push_back(v.graph);
+    if (v.role.empty()) target_groups.insert(group);
     graph_weights[v.graph] =
         packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), &hmx_weights, &lm_head_weights);
   }
   // Each weight is packed once, in the first group that reads it, target groups before a
   // role's (a draft reading the target's embedding table or LM head, whose graphs are a group
   // of their own beside a split target's, takes them from the target's container).
-  std::set<std::string> role_groups;
-  for (const auto& v : variants)
-    if (!v.role.empty()) role_groups.insert(o.weight_sharing ? v.split : v.graph);
-  for (const auto& v : variants)
-    if (v.role.empty()) role_groups.erase(o.weight_sharing ? v.split : v.graph);
-  std::vector<std::string> group_order;
-  for (const auto& [group, graphs] : group_graphs)
-    if (!role_groups.count(group)) group_order.push_back(group);
-  for (const auto& group : role_groups) group_order.push_back(group);
   std::map<std::string, std::string> owner;  // weight -> its group
-  for (const auto& group : group_order)
-    for (const auto& g : group_graphs[group])
-      for (const auto& name : graph_weights[g]) owner.emplace(name, group);
+  for (bool targets : {true, false})
+    for (const auto& [group, graphs] : group_graphs)
+      if ((target_groups.count(group) > 0) == targets)
+        for (const auto& g : graphs)
+          for (const auto& name : graph_weights[g]) owner.emplace(name, group);
 
   std::map<std::string, WeightInfo> weights;
   std::map<std::string, std::vector<StoredTensor>> group_tensors;
