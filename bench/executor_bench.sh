@@ -11,9 +11,12 @@
 #   bash bench/executor_bench.sh [MODEL]     MODEL default llama-100m (tools/models/configs)
 #   BUILD=build WORK=/work/nf_executor (default)   EXECUTORS="local1 local2 slurm slurm-nodedown"
 #   SHORT=1: arcl only after lpbq (fewer stage-cache entries: at 1B each is ~5 GB of disk)
+#   SEQMSE=1: seqmse on float inputs (inp_symmetry symfp, per block 64, 8 candidates) before
+#     lpbq: a stage that splits, so local2 and slurm run its search in 2 parts side by side
+#     (one job array) and the stage takes their layers (the row's stages count the parts)
 #
 # slurm-nodedown: the slurm build, with the node set down (`scontrol update state=down`) while
-# the lpbq job runs: Slurm requeues that job, the driver waits, the build finishes; the stages
+# the first quant job runs: Slurm requeues that job, the driver waits, the build finishes; the stages
 # run counts each stage once if no finished work was lost.
 #
 # The manifest: lpbq (block 64, 8 x 128 calibration ids), arcl [1,128] x [4096], split (4),
@@ -27,6 +30,7 @@ PY=/usr/bin/python3
 MODEL=${1:-llama-100m}
 EXECUTORS=${EXECUTORS:-"local1 local2 slurm slurm-nodedown"}
 SHORT=${SHORT:-0}
+SEQMSE=${SEQMSE:-0}
 d=$WORK/$MODEL
 mkdir -p "$d"
 if [ ! -f "$d/model.onnx" ]; then
@@ -45,6 +49,7 @@ onnx = "model.onnx"
 ids = "calib_ids.json"
 num_samples = 8
 sequence_length = 128
+$(if [ "$SEQMSE" = 1 ]; then printf '\n[[quant]]\nrecipe = "seqmse"\ninp_symmetry = "symfp"\ngranularity = "per_block"\nblock_size = 64\nnum_candidates = 8\n'; fi)
 
 [[quant]]
 recipe = "lpbq"
@@ -94,7 +99,7 @@ for ex in $EXECUTORS; do
     if [ "$ex" = slurm-nodedown ]; then
       # Down the node once the lpbq job has run for 5 s, and back up (ReturnToService may
       # already have brought it back).
-      until ls "$cache"/builds/*/logs/quant-0-lpbq-*.log >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
+      until ls "$cache"/builds/*/logs/quant-0-*.log >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
       sleep 5
       scontrol update nodename="$(hostname -s)" state=down reason=executor_bench
       sleep 5
@@ -105,6 +110,7 @@ for ex in $EXECUTORS; do
       continue
     fi
     end=$(date +%s.%N)
+    parts=$(grep -c ' (part [0-9]* of [0-9]*): finished' "$d/$ex-$pass.log" || true)
     read -r run cached < <($PY -c 'import json,sys; s=json.load(open(sys.argv[1]))["stages"]; c=sum(x["cached"] for x in s); print(len(s)-c, c)' "$out/htp/build_report.json")
     read -r compiled < <($PY -c 'import json,sys; print(sum(not json.load(open(f"{sys.argv[1]}/{t}/build_report.json"))["compile_cached"] for t in ("cpu", "htp", "aries")))' "$out")
     on_disk=$(du -sbc "$cache/stages" "$cache/blobs" | tail -1 | cut -f1)
@@ -115,8 +121,8 @@ for ex in $EXECUTORS; do
     done
     # run / cached: the quant and transform stages, then the 3 compiles
     awk -v e="$ex" -v p="$pass" -v s="$start" -v t="$end" -v r="$run" -v c="$cached" -v k="$compiled" -v o="$on_disk" -v l="$own_copies" \
-      -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" \
-      'BEGIN {printf "| %s | %s | %.1f | %d + %d compiles | %d + %d compiles | %.2f | %.2f | %s | %s | %s |\n", e, p, t - s, r, k, c, 3 - k, o / 1e9, l / 1e9, a, b, z}'
+      -v a="${shas[0]}" -v b="${shas[1]}" -v z="${shas[2]}" -v n="$parts" \
+      'BEGIN {printf "| %s | %s | %.1f | %d%s + %d compiles | %d + %d compiles | %.2f | %.2f | %s | %s | %s |\n", e, p, t - s, r, n ? " (+ " n " parts)" : "", k, c, 3 - k, o / 1e9, l / 1e9, a, b, z}'
   done
   rm -rf "$cache" "$out"
 done

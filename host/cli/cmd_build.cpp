@@ -1,5 +1,5 @@
 // `npuforge build MANIFEST [--target NAME|all] [--out DIR] [--no-cache] [--skip-resource-check] [--json]
-//  [--executor local|slurm] [--jobs N] [--retries N] [--sbatch-arg ARG]...`, and
+//  [--executor local|slurm] [--jobs N] [--shards N] [--retries N] [--sbatch-arg ARG]...`, and
 // `npuforge build-stage PLAN STAGE`, which a build's executor runs for one stage.
 #include <spdlog/spdlog.h>
 
@@ -60,7 +60,7 @@ void add_build(CLI::App& app) {
   static std::string path, target = "all", out, cache_dir;
   static bool no_cache = false, skip_resource_check = false, json = false;
   static std::string executor;
-  static int jobs = 0, retries = -1;
+  static int jobs = 0, shards = 0, retries = -1;
   static std::vector<std::string> sbatch_args;
   cmd->add_option("manifest", path, "manifest.toml")->required();
   cmd->add_option("--target", target, "A [targets.NAME] of the manifest, or all")->capture_default_str();
@@ -77,6 +77,11 @@ void add_build(CLI::App& app) {
                   "local: stages run at once in their own processes (targets compile side by side); 1 runs them in "
                   "this process. Default: [build] jobs, else 1")
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--shards", shards,
+                  "Parts a quant stage whose recipe splits its work (seqmse with inp_symmetry = \"symfp\") runs in, "
+                  "side by side before the stage (Slurm: one job array). Default: [build] shards, else as many as "
+                  "the executor runs at once (local: --jobs; slurm: the cluster's CPUs)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--retries", retries, "Times a failed stage process or job is started again (default: [build] retries, else 2)")
       ->check(CLI::Range(0, 100));
   cmd->add_option("--sbatch-arg", sbatch_args, "slurm: an argument for every sbatch, e.g. --sbatch-arg=--partition=cpu (repeatable)")
@@ -127,6 +132,7 @@ void add_build(CLI::App& app) {
       host::BuildRequest req;
       req.executor.kind = executor.empty() ? m.build.executor : executor;
       req.executor.jobs = static_cast<size_t>(jobs ? jobs : m.build.jobs);
+      req.executor.shards = static_cast<size_t>(shards ? shards : m.build.shards);
       if (no_cache && (req.executor.kind != "local" || req.executor.jobs > 1))
         throw UserError("--no-cache: the " + req.executor.kind + " executor runs stages in separate processes that "
                         "hand their results on through the stage cache; build with the cache (--cache-dir picks "

@@ -295,7 +295,7 @@ class Parser {
   }
 
   void parse_build(const toml::table& t) {
-    only_keys(t, "[build]", {"executor", "jobs", "retries", "sbatch_args"});
+    only_keys(t, "[build]", {"executor", "jobs", "shards", "retries", "sbatch_args"});
     Manifest::Build b;
     b.where = at(t);
     if (auto e = get_string(t, "executor", "[build]", false, "")) {
@@ -304,6 +304,8 @@ class Parser {
       b.executor = *e;
     }
     b.jobs = get_positive_int(t, "jobs", "[build]", b.jobs);
+    b.shards = get_positive_int(t, "shards", "[build]", b.shards);
+    if (b.shards > 4096) fail(at(key_of(t, "shards")), "'shards' in [build] must be at most 4096, got " + std::to_string(b.shards));
     if (const toml::node* n = t.get("retries")) {
       auto* i = n->as_integer();
       if (!i || i->get() < 0 || i->get() > 100)

@@ -63,10 +63,11 @@ struct Manifest {
   std::vector<std::pair<std::string, PluginUse>> targets;  // target name -> backend use, in file order
   std::optional<PluginUse> speculative;
   std::vector<std::string> plugin_paths;  // absolute
-  // [build]: where the stages run (`build --executor/--jobs/--retries/--sbatch-arg` override it).
+  // [build]: where the stages run (`build --executor/--jobs/--shards/--retries/--sbatch-arg` override it).
   struct Build {
     std::string executor = "local";        // "local" or "slurm"
     int jobs = 1;                          // local: stage processes at once (1: this process)
+    int shards = 0;                        // parts a stage that splits runs in (0: as many as run at once)
     int retries = 2;                       // times a failed stage is started again
     std::vector<std::string> sbatch_args;  // slurm: added to every sbatch (--partition=...)
     Location where;

@@ -80,6 +80,13 @@ class SlurmExecutor final : public Executor {
   std::string name() const override { return "slurm"; }
   bool waits_for_dependencies() const override { return true; }
   size_t capacity() const override { return SIZE_MAX; }
+  // The CPUs the cluster lists (sinfo's total), in stages of --cpus-per-task each.
+  size_t width() const override {
+    CommandOutput out = run_command({"sinfo", "-h", "-o", "%C"});  // allocated/idle/other/total
+    std::smatch m;
+    if (out.code != 0 || !std::regex_search(out.output, m, std::regex(R"(\d+/\d+/\d+/(\d+))"))) return 1;
+    return std::max<size_t>(1, std::stoull(m[1]) / static_cast<size_t>(std::max(1, options_.stage_cpus)));
+  }
 
   std::string submit(const BuildPlan& plan, const PlannedStage& s, const std::vector<std::string>& after) override {
     const fs::path script = write_script(plan, s.id, {&s});
@@ -92,7 +99,9 @@ class SlurmExecutor final : public Executor {
   std::vector<std::string> submit_all(const BuildPlan& plan, const std::vector<const PlannedStage*>& stages,
                                       const std::vector<std::string>& after) override {
     if (stages.size() == 1) return {submit(plan, *stages[0], after)};
-    const std::string name = stages[0]->compile ? "compile" : stages[0]->id;
+    // One array per kind: the targets' compiles, or the parts of one stage.
+    std::string name = stages[0]->compile ? "compile" : stages[0]->id;
+    if (stages[0]->is_shard()) name = name.substr(0, name.rfind("-part-")) + "-parts";
     const fs::path script = write_script(plan, name + "-array", stages);
     uint64_t memory = 0;  // one request for the array: its largest stage's
     for (const PlannedStage* s : stages) memory = std::max(memory, s->memory);

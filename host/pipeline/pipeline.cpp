@@ -426,15 +426,8 @@ class BuildSteps {
     on_stage(s.label);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string options = s.options.dump();
-    // Quant recipes calibrate on the manifest's [calibration] text (null without one).
-    std::unique_ptr<TextCalibration> calibration;
-    if (s.kind == NF_KIND_QUANT) calibration = make_calibration(m_, registry_);
-    // A stage interrupted earlier resumes from the steps it saved (with the stage cache).
-    std::unique_ptr<StageCheckpoints> checkpoints;
-    if (cache_.enabled())
-      checkpoints = std::make_unique<StageCheckpoints>(cache_root_, s.key, [&](const std::string& name) {
-        if (on_checkpoint_) on_checkpoint_(s.label, name);
-      });
+    std::unique_ptr<TextCalibration> calibration = calibration_for(s);
+    std::unique_ptr<StageCheckpoints> checkpoints = checkpoints_for(s);
     call_plugin(
         s.label,
         [&](nf_context* ctx) {
@@ -454,6 +447,40 @@ class BuildSteps {
     const double secs = seconds_since(t0);
     spdlog::info("{}: {} graph(s) in {:.2f}s", s.label, ms->graphs.size(), secs);
     return record(s, secs, false);
+  }
+
+  // How many parts quant stage i runs in when `wanted` could run side by side: 1 unless its
+  // plugin splits its work (nf_quant_api shard_count, apply_shard) with these options.
+  size_t shard_count(size_t i, size_t wanted) const {
+    const ChainStage& s = chain_[i];
+    if (s.kind != NF_KIND_QUANT || wanted < 2 || !s.plugin->quant()->shard_count || !s.plugin->quant()->apply_shard)
+      return 1;
+    size_t count = 1;
+    const std::string options = s.options.dump();
+    throw_if_error(call_plugin_entry([&] { return s.plugin->quant()->shard_count(options.c_str(), wanted, &count); }),
+                   s.label);
+    return std::clamp<size_t>(count, 1, wanted);
+  }
+
+  // Runs part `index` of `count` of quant stage i on `ms` (the output of stage i-1): its
+  // results go to the stage's checkpoints, which the stage takes when it runs.
+  nlohmann::json run_shard(size_t i, ir::ModelSet& ms, size_t index, size_t count) {
+    const ChainStage& s = chain_[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string options = s.options.dump();
+    std::unique_ptr<TextCalibration> calibration = calibration_for(s);
+    std::unique_ptr<StageCheckpoints> checkpoints = checkpoints_for(s);
+    if (!checkpoints) throw std::runtime_error(s.label + ": its parts hand their results on through the stage cache");
+    const std::string label = s.label + " (part " + std::to_string(index + 1) + " of " + std::to_string(count) + ")";
+    call_plugin(
+        label,
+        [&](nf_context* ctx) {
+          return s.plugin->quant()->apply_shard(options.c_str(), handle(&ms), calibration.get(), ctx, index, count);
+        },
+        checkpoints.get());
+    const double secs = seconds_since(t0);
+    spdlog::info("{}: done in {:.2f}s", label, secs);
+    return {{"kind", "part"}, {"stage", s.label}, {"part", index}, {"parts", count}, {"seconds", secs}};
   }
 
   // Compiles the chain's output for one target into `staging` (artifacts, package.json,
@@ -579,6 +606,20 @@ class BuildSteps {
     chain_.push_back({kind, &use, p, label, std::string(kind_name(kind)) + "-" + std::to_string(chain_.size()) + "-" + use.name, "", {}});
   }
 
+  // Quant recipes calibrate on the manifest's [calibration] text (null without one).
+  std::unique_ptr<TextCalibration> calibration_for(const ChainStage& s) const {
+    return s.kind == NF_KIND_QUANT ? make_calibration(m_, registry_) : nullptr;
+  }
+
+  // The stage's checkpoints (with the stage cache): a stage interrupted earlier resumes from
+  // the steps it saved, and takes what its parts found.
+  std::unique_ptr<StageCheckpoints> checkpoints_for(const ChainStage& s) const {
+    if (!cache_.enabled()) return nullptr;
+    return std::make_unique<StageCheckpoints>(cache_root_, s.key, [this, label = s.label](const std::string& name) {
+      if (on_checkpoint_) on_checkpoint_(label, name);
+    });
+  }
+
   static nlohmann::json record(const ChainStage& s, double seconds, bool cached) {
     return {{"kind", kind_name(s.kind)}, {"name", s.plugin->name}, {"version", s.plugin->version}, {"options", s.use->options},
             {"seconds", seconds},         {"cached", cached},       {"key", s.key}};
@@ -661,17 +702,37 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   plan.work_dir = work.path();
   plan.source_key = source_key;
   plan.source_files = stamps;
+  const ExecutorOptions& options = req.executor;
+  auto executor = make_executor(options);
+  // A quant stage whose plugin splits its work runs as parts side by side (one job array),
+  // each part after the stage before, the stage after every part.
+  const size_t wanted = options.shards ? options.shards : executor->width();
   const auto& chain = steps.chain();
+  std::vector<size_t> planned(chain.size());  // chain stage -> its index in plan.stages
   for (size_t i = 0, quant = 0; i < chain.size(); ++i) {
     PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}, need.transform_memory};
     if (chain[i].kind == NF_KIND_QUANT && quant < need.quant_memory.size()) s.memory = need.quant_memory[quant++];
-    if (i) s.deps.push_back(i - 1);
+    if (i) s.deps.push_back(planned[i - 1]);
+    const size_t parts = cache.contains(chain[i].key) ? 1 : steps.shard_count(i, wanted);
+    if (parts > 1) spdlog::info("{}: in {} parts side by side", chain[i].label, parts);
+    std::vector<size_t> part_indices;
+    for (size_t k = 0; parts > 1 && k < parts; ++k) {
+      PlannedStage part = s;
+      part.id = chain[i].id + "-part-" + std::to_string(k);
+      part.label = chain[i].label + " (part " + std::to_string(k + 1) + " of " + std::to_string(parts) + ")";
+      part.shard = k;
+      part.shards = parts;
+      part_indices.push_back(plan.stages.size());
+      plan.stages.push_back(std::move(part));
+    }
+    if (!part_indices.empty()) s.deps = part_indices;
+    planned[i] = plan.stages.size();
     plan.stages.push_back(std::move(s));
   }
   for (size_t t = 0; t < targets.size(); ++t) {
     PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {},
                    need.transform_memory};
-    if (!chain.empty()) s.deps.push_back(chain.size() - 1);
+    if (!chain.empty()) s.deps.push_back(planned.back());
     plan.stages.push_back(std::move(s));
     plan.staging[targets[t].first] = stagings[t]->path();
   }
@@ -681,13 +742,13 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   // verified when the next stage loads it, and made again there if it is damaged).
   for (size_t c = chain.size(); c > 0; --c)
     if (cache.contains(chain[c - 1].key)) {
-      for (size_t i = 0; i < c; ++i) write_stage_result(plan, chain[i].id, steps.cached_record(i));
+      for (const auto& s : plan.stages)
+        if (!s.compile && s.index < c)
+          write_stage_result(plan, s.id, s.is_shard() ? nlohmann::json{{"kind", "part"}, {"cached", true}} : steps.cached_record(s.index));
       spdlog::info("{} of {} stage(s) in the stage cache already", c, chain.size());
       break;
     }
 
-  const ExecutorOptions& options = req.executor;
-  auto executor = make_executor(options);
   spdlog::info("running {} stage(s) on the {} executor; plan, logs and results in {}", plan.stages.size(),
                executor->name(), plan.work_dir.string());
   Progress bar("build (" + executor->name() + ")");
@@ -803,9 +864,9 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   // The keys from this process's plugins, files and options must be the plan's: a plugin
   // library or an asset replaced since then would make another build than the one planned.
   const auto& chain = steps.chain();
-  for (size_t i = 0; i < chain.size(); ++i)
-    if (i >= plan.stages.size() || plan.stages[i].id != chain[i].id || plan.stages[i].key != chain[i].key)
-      throw std::runtime_error("the inputs of stage '" + chain[i].label +
+  for (const auto& s : plan.stages)
+    if (!s.compile && (s.index >= chain.size() || !s.id.starts_with(chain[s.index].id) || s.key != chain[s.index].key))
+      throw std::runtime_error("the inputs of stage '" + s.label +
                                "' (its plugin library, options or files) changed since the build was planned; start "
                                "the build again");
   auto source = [&] {
@@ -818,18 +879,22 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   nlohmann::json result;
   if (!stage.compile && cache.contains(stage.key)) {
     result = steps.cached_record(stage.index);  // run again after it finished: a cache hit
+  } else if (stage.is_shard()) {
+    nlohmann::json records = nlohmann::json::array();
+    auto ms = steps.model_after(stage.index, source, records, no_hook);
+    result = steps.run_shard(stage.index, *ms, stage.shard, stage.shards);
   } else if (!stage.compile) {
     nlohmann::json records = nlohmann::json::array();
     auto ms = steps.model_after(stage.index, source, records, no_hook);
     result = steps.run(stage.index, ms, no_hook);
+    if (steps.checkpoints_loaded()) result["checkpoints_loaded"] = steps.checkpoints_loaded();
   } else {
     // The chain's records as the stages that ran them left them.
     nlohmann::json records = nlohmann::json::array();
     for (const auto& s : chain) {
       nlohmann::json r = read_stage_result(plan, s.id);
       if (r.is_null()) throw std::runtime_error("stage '" + s.label + "' has no result: it has not finished");
-      r.erase("host");
-      r.erase("peak_rss_bytes");
+      for (const char* where : {"host", "peak_rss_bytes", "checkpoints_loaded"}) r.erase(where);
       records.push_back(std::move(r));
     }
     nlohmann::json ignored = nlohmann::json::array();

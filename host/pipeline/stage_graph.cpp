@@ -17,7 +17,8 @@ nlohmann::json BuildPlan::to_json() const {
   nlohmann::json stages_json = nlohmann::json::array();
   for (const auto& s : stages)
     stages_json.push_back({{"id", s.id}, {"label", s.label}, {"compile", s.compile}, {"index", s.index},
-                           {"target", s.target}, {"key", s.key}, {"deps", s.deps}, {"memory", s.memory}});
+                           {"target", s.target}, {"key", s.key}, {"deps", s.deps}, {"memory", s.memory},
+                           {"shard", s.shard}, {"shards", s.shards}});
   nlohmann::json staging_json = nlohmann::json::object();
   for (const auto& [t, dir] : staging) staging_json[t] = dir.string();
   return {{"manifest", manifest.string()}, {"manifest_hash", manifest_hash}, {"target", target},
@@ -40,7 +41,7 @@ BuildPlan BuildPlan::from_json(const nlohmann::json& j) {
   for (const auto& s : j.at("stages"))
     p.stages.push_back({str(s, "id"), str(s, "label"), s.at("compile").get<bool>(), s.at("index").get<size_t>(),
                         str(s, "target"), str(s, "key"), s.at("deps").get<std::vector<size_t>>(),
-                        s.at("memory").get<uint64_t>()});
+                        s.at("memory").get<uint64_t>(), s.at("shard").get<size_t>(), s.at("shards").get<size_t>()});
   for (const auto& [t, dir] : j.at("staging").items()) p.staging[t] = dir.get<std::string>();
   for (size_t i = 0; i < p.stages.size(); ++i)
     for (size_t d : p.stages[i].deps)
@@ -164,10 +165,12 @@ void run_stage_graph(const BuildPlan& plan, Executor& executor, int retries,
       if (st.state == Executor::State::running) continue;
       const PlannedStage& s = plan.stages[i];
       if (st.state == Executor::State::succeeded) {
-        if (!read_stage_result(plan, s.id).is_null()) {
+        if (const nlohmann::json r = read_stage_result(plan, s.id); !r.is_null()) {
           done[i] = true;
           last = s.label + " done";
-          spdlog::info("{}: finished ({} of {})", s.label, count_done(), n);
+          const size_t taken = r.is_object() ? r.value("checkpoints_loaded", size_t{0}) : 0;
+          spdlog::info("{}: finished ({} of {}){}", s.label, count_done(), n,
+                       taken ? "; " + std::to_string(taken) + " step(s) from its parts or an interrupted run" : "");
           continue;
         }
         st = {Executor::State::failed, "it ended without leaving its result"};

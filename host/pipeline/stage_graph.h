@@ -26,6 +26,10 @@ struct PlannedStage {
   std::string key;            // quant/transform: the stage-cache key of its output
   std::vector<size_t> deps;   // stages (indices into BuildPlan::stages) that must finish first
   uint64_t memory = 0;        // its estimated peak (resources.h): what a node must have free, 0: unknown
+  // A part of quant stage `index` (nf_quant_api apply_shard): part `shard` of `shards`. The
+  // parts run side by side before the stage, which then takes their checkpoints.
+  size_t shard = 0, shards = 0;
+  bool is_shard() const { return shards > 0; }
 };
 
 struct BuildPlan {
@@ -36,7 +40,7 @@ struct BuildPlan {
   std::filesystem::path work_dir;       // plan.json, results/, logs/ (in <cache>/builds/)
   std::string source_key;               // the source model's key (its hash is not taken again)
   nlohmann::json source_files;          // [{path, size, mtime_ns}] of the .onnx and its data files
-  std::vector<PlannedStage> stages;     // chain first, in order, then one compile per target
+  std::vector<PlannedStage> stages;     // the chain in order (a split stage after its parts), then one compile per target
   std::map<std::string, std::filesystem::path> staging;  // target -> the folder its package is written in
 
   nlohmann::json to_json() const;
@@ -50,7 +54,7 @@ struct BuildPlan {
 
 // What a finished stage leaves in work_dir/results/<id>.json (written last, atomically): the
 // record package.json keeps for it ({kind, name, version, options, seconds, cached, key}) plus
-// "host" and "peak_rss_bytes".
+// "host", "peak_rss_bytes" and "checkpoints_loaded" (steps it took from checkpoints, when any).
 void write_stage_result(const BuildPlan& plan, const std::string& id, const nlohmann::json& record);
 // The result of a stage, or null when it has none (not run, or failed).
 nlohmann::json read_stage_result(const BuildPlan& plan, const std::string& id);
@@ -71,6 +75,8 @@ class Executor {
   virtual bool waits_for_dependencies() const = 0;
   // How many stages may run at once (submit() is not called with more outstanding).
   virtual size_t capacity() const = 0;
+  // How many stages it runs side by side at most: what a stage that splits is split into.
+  virtual size_t width() const = 0;
   // Starts stage `s` (with `after`: the handles of the stages it must wait for, when
   // waits_for_dependencies). Returns a handle; throws when the stage cannot be started.
   virtual std::string submit(const BuildPlan& plan, const PlannedStage& s, const std::vector<std::string>& after) = 0;
@@ -90,6 +96,7 @@ struct ExecutorOptions {
   int retries = 2;             // attempts of a failed stage after the first
   std::vector<std::string> sbatch_args;  // slurm: given to every sbatch (--partition=..., --account=...)
   int stage_cpus = 1;          // slurm: --cpus-per-task
+  size_t shards = 0;           // parts a stage that splits runs in (0: the executor's width)
   std::filesystem::path program;  // the npuforge executable the stages run (default: this one)
 };
 

@@ -126,6 +126,9 @@ TEST(Abi, FrozenV1PluginsOfEveryKindLoadWithTheirSizes) {
   // `validate` was appended after these were built: absent, so check and build skip it.
   EXPECT_EQ(find(*reg, NF_KIND_TRANSFORM, "v1_tag").transform()->validate, nullptr);
   EXPECT_EQ(find(*reg, NF_KIND_QUANT, "v1_minmax").quant()->validate, nullptr);
+  // And the split entries: a build runs this recipe as one stage under every executor.
+  EXPECT_EQ(find(*reg, NF_KIND_QUANT, "v1_minmax").quant()->shard_count, nullptr);
+  EXPECT_EQ(find(*reg, NF_KIND_QUANT, "v1_minmax").quant()->apply_shard, nullptr);
   // So was the speculative build hook: a build with this decoder has no hook stage.
   EXPECT_EQ(find(*reg, NF_KIND_SPECULATIVE, "v1_greedy").speculative()->build, nullptr);
 }

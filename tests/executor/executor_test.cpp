@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <string>
 
 #include "cli/cli_support.h"
@@ -182,6 +183,59 @@ TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
   EXPECT_FALSE(fs::exists(m.parent_path() / "out" / "cpu"));
 }
 
+// seqmse on float-model inputs (symfp) splits into one part per worker: the parts search
+// their layers side by side, the stage takes every layer from their checkpoints, and the
+// packages are the ones the stage alone makes in one process.
+std::string split_manifest_text(const std::string& symmetry) {
+  return "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\n\n[calibration]\ntext = \"" +
+         kTiny + "/calibration.txt\"\nnum_samples = 2\nsequence_length = 32\n\n[[quant]]\nrecipe = \"seqmse\"\n"
+         "inp_symmetry = \"" + symmetry + "\"\ngranularity = \"per_block\"\nblock_size = 64\nnum_candidates = 8\n\n"
+         "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n"
+         "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n"
+         "[targets.cpu]\nbackend = \"cpu\"\n\n[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n\n"
+         "[targets.aries]\nbackend = \"aries\"\n";
+}
+
+const fs::path& split_reference_out() {
+  static const fs::path out = [] {
+    const fs::path m = write_manifest("split_reference", split_manifest_text("symfp"));
+    auto r = build(m, {"--jobs", "1", "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return m.parent_path() / "out";
+  }();
+  return out;
+}
+
+TEST(LocalExecutor, ASearchThatSplitsRunsInPartsAndMakesTheSamePackages) {
+  const fs::path m = write_manifest("split_local", split_manifest_text("symfp"));
+  auto r = build(m, {"--jobs", "2", "--shards", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("quant seqmse: in 3 parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running 9 stage(s)"), std::string::npos) << r.err;  // 3 parts, 3 chain stages, 3 compiles
+  for (const char* part : {"(part 1 of 3): finished", "(part 2 of 3): finished", "(part 3 of 3): finished"})
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+  // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) all come from the parts.
+  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 9); 17 step(s) from its parts"), std::string::npos) << r.err;
+  expect_same_packages(split_reference_out(), m.parent_path() / "out");
+  EXPECT_FALSE(fs::exists(m.parent_path() / "cache" / "checkpoints") &&
+               !fs::is_empty(m.parent_path() / "cache" / "checkpoints"))
+      << "the finished stage's checkpoints are removed";
+
+  // Again: the stage is cached, so no parts are planned.
+  r = build(m, {"--jobs", "2", "--shards", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("3 of 3 stage(s) in the stage cache already"), std::string::npos) << r.err;
+}
+
+TEST(LocalExecutor, ASearchOnQuantizedInputsIsOneStage) {
+  const fs::path m = write_manifest("split_symqt", split_manifest_text("symqt"));
+  auto r = build(m, {"--jobs", "2", "--shards", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running 6 stage(s)"), std::string::npos) << r.err;
+}
+
 TEST(SlurmExecutor, MakesTheSamePackagesAsOneProcessAndRetriesACrashedJob) {
   if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
   const fs::path m = write_manifest("slurm", manifest_text(crash_once_stage()));
@@ -190,6 +244,20 @@ TEST(SlurmExecutor, MakesTheSamePackagesAsOneProcessAndRetriesACrashedJob) {
   EXPECT_NE(r.err.find("on the slurm executor"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("stage 'transform bad_transform' failed (Slurm job"), std::string::npos) << r.err;
   expect_same_packages(reference_out(), m.parent_path() / "out");
+}
+
+// The parts of a split search go to Slurm as one job array (task handles <job>_<k>).
+TEST(SlurmExecutor, ASearchThatSplitsIsOneJobArray) {
+  if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
+  const fs::path m = write_manifest("split_slurm", split_manifest_text("symfp"));
+  auto r = build(m, {"--executor", "slurm", "--shards", "2", "-v"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch first, second;
+  ASSERT_TRUE(std::regex_search(r.err, first, std::regex(R"(stage quant-0-seqmse-part-0 started \((\d+)_0\))"))) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, second, std::regex(R"(stage quant-0-seqmse-part-1 started \((\d+)_1\))"))) << r.err;
+  EXPECT_EQ(first[1], second[1]) << "one array";
+  EXPECT_NE(r.err.find("17 step(s) from its parts"), std::string::npos) << r.err;
+  expect_same_packages(split_reference_out(), m.parent_path() / "out");
 }
 
 }  // namespace

@@ -298,7 +298,11 @@ TEST(Manifest, BuildTableChoosesTheExecutor) {
   EXPECT_EQ(parse_error(head + "[build]\nretries = -1\n"),
             "manifest.toml:6:1: 'retries' in [build] must be an integer from 0 to 100, got -1");
   EXPECT_EQ(parse_error(head + "[build]\nworkers = 2\n"),
-            "manifest.toml:6:1: unknown key 'workers' in [build] (known: executor, jobs, retries, sbatch_args)");
+            "manifest.toml:6:1: unknown key 'workers' in [build] (known: executor, jobs, shards, retries, sbatch_args)");
+  EXPECT_EQ(parse_manifest_string(head + "[build]\nshards = 16\n", "manifest.toml").build.shards, 16);
+  EXPECT_EQ(parse_manifest_string(head, "manifest.toml").build.shards, 0);
+  EXPECT_EQ(parse_error(head + "[build]\nshards = 5000\n"),
+            "manifest.toml:6:1: 'shards' in [build] must be at most 4096, got 5000");
 }
 
 TEST(Manifest, UnknownKeyInHostTablesSuggests) {

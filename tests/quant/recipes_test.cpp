@@ -902,3 +902,35 @@ TEST(SeqMseRecipe, InterruptedBuildResumesFromItsCheckpoints) {
   for (const auto& [rel, content] : a) EXPECT_TRUE(b.count(rel) && b.at(rel) == content) << rel << " differs";
   fs::remove_all(work);
 }
+
+// seqmse splits into parts only where each layer's search stands alone: symfp captures the
+// float model's inputs; symqt and asym capture each layer on the ones before it, quantized.
+TEST(SeqMseRecipe, OnlyFloatInputSearchesSplitIntoParts) {
+  const host::PluginInfo* p = registry().find(NF_KIND_QUANT, "seqmse");
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(p->quant()->shard_count, nullptr);
+  ASSERT_NE(p->quant()->apply_shard, nullptr);
+  auto count = [&](const std::string& symmetry, size_t wanted) {
+    const std::string options = nlohmann::json{{"inp_symmetry", symmetry}}.dump();
+    size_t n = 0;
+    nf_status* st = p->quant()->shard_count(options.c_str(), wanted, &n);
+    EXPECT_EQ(st, nullptr);
+    return n;
+  };
+  EXPECT_EQ(count("symfp", 8), 8u);
+  EXPECT_EQ(count("symfp", 1), 1u);
+  EXPECT_EQ(count("symqt", 8), 1u);
+  EXPECT_EQ(count("asym", 8), 1u);
+
+  // A part asked of options that do not split is refused, and the model set is untouched.
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  auto calib = calibration(kTiny, 1, 16);
+  const std::string options = nlohmann::json{{"inp_symmetry", "symqt"}}.dump();
+  nf_context ctx{"quant seqmse", {}};
+  nf_status* st = p->quant()->apply_shard(options.c_str(), host::handle(ms.get()), calib.get(), &ctx, 0, 2);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(host::host_api()->status_code(st), NF_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(host::host_api()->status_message(st)).find("do not split"), std::string::npos);
+  host::host_api()->status_release(st);
+  EXPECT_TRUE(ms->encodings.empty());
+}

@@ -163,7 +163,7 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   });
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate};
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate, nullptr, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

@@ -84,7 +84,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
   return NF_TRY(quantize(options_json, handle, calib, ctx));
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr};
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr, nullptr, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

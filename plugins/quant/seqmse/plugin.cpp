@@ -170,74 +170,115 @@ void check_options(const nf::Options& opts) {
                     std::to_string(bw) + ")");
 }
 
-void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
-  nf::ModelSet ms(handle);
-  nf::Context ctx(ctx_handle);
-  nf::Options opts(options_json);
-  const int candidates = opts.get<int>("num_candidates", 20);
-  const std::string symmetry = opts.get<std::string>("inp_symmetry", "symqt");
-  const auto loss = nf::quant::seqmse_loss_from_name(opts.get<std::string>("loss_fn", "mse"));
-  const int bw = opts.get<int>("weight_bw", 4);
-  const bool per_block = opts.get<std::string>("granularity", "per_channel") == "per_block";
-  const int64_t block_size = per_block ? opts.get<int64_t>("block_size", 64) : 0;
-  const int lpbq_dbw = opts.get<int>("lpbq_decompressed_bw", 0);
-  check_options(opts);
-  if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
-  const std::vector<nf::Graph> targets = ms.target_graphs();
-  if (targets.size() != 1)
-    throw nf::Error("seqmse: runs on the source decoder graph, before the transforms (" +
-                    std::to_string(targets.size()) + " graphs in the model set)");
-  const size_t available = nf::host().calibration_batch_count(calib);
-  size_t batches = static_cast<size_t>(opts.get<int64_t>("num_batches", 0));
-  if (batches == 0 || batches > available) {
-    if (batches > available)
-      ctx.warn("num_batches " + std::to_string(batches) + " > the " + std::to_string(available) +
-               " calibration batches: using all of them");
-    batches = available;
+// One stage's search: the options, the groups of layers reading one activation (in
+// execution order) and how each group is searched.
+class Search {
+ public:
+  Search(const nf::Options& opts, nf::ModelSet& ms, nf_calibration* calib)
+      : opts_(opts),
+        ms_(ms),
+        calib_(calib),
+        graph_(source_graph(ms, calib)),
+        plan_(plan_search(opts, ms, false)),
+        calibration_weights_{ms} {
+    candidates_ = opts.get<int>("num_candidates", 20);
+    symmetry_ = opts.get<std::string>("inp_symmetry", "symqt");
+    loss_ = nf::quant::seqmse_loss_from_name(opts.get<std::string>("loss_fn", "mse"));
+    bw_ = opts.get<int>("weight_bw", 4);
+    per_block_ = opts.get<std::string>("granularity", "per_channel") == "per_block";
+    block_size_ = per_block_ ? opts.get<int64_t>("block_size", 64) : 0;
+    lpbq_dbw_ = opts.get<int>("lpbq_decompressed_bw", 0);
+    available_ = nf::host().calibration_batch_count(calib);
+    batches_ = static_cast<size_t>(opts.get<int64_t>("num_batches", 0));
+    if (batches_ > available_) warning_ = "num_batches " + std::to_string(batches_) + " > the " +
+                                          std::to_string(available_) + " calibration batches: using all of them";
+    if (batches_ == 0 || batches_ > available_) batches_ = available_;
+    for (const auto& lw : plan_.weights) {
+      if (!groups_.count(lw.input)) order_.push_back(lw.input);
+      groups_[lw.input].push_back(&lw);
+    }
   }
 
-  const Plan plan = plan_search(opts, ms, false);
-  const auto& weights = plan.weights;
-  const std::string& lm_head = plan.lm_head;
-  auto searched = [&](const LinearWeight& lw) { return plan.searched(lw); };
-  nf::Graph g = targets[0];
+  size_t group_count() const { return order_.size(); }
+  const std::string& warning() const { return warning_; }
 
-  // Groups of layers reading one activation, in execution order.
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const LinearWeight*>> groups;
-  for (const auto& lw : weights) {
-    if (!groups.count(lw.input)) order.push_back(lw.input);
-    groups[lw.input].push_back(&lw);
+  // Group `gi`'s result: from its checkpoint (a shard or an interrupted run of this stage
+  // found it) or searched now and saved as one. `resumed` tells which.
+  GroupResult group(const nf::Context& ctx, size_t gi, bool* resumed) {
+    const std::string step = "group-" + std::to_string(gi);
+    GroupResult result;
+    *resumed = load_group(ctx, step, members(gi), &result);
+    if (!*resumed) {
+      result = search(gi);
+      save_group(ctx, step, members(gi), result);
+    }
+    return result;
   }
 
-  CalibrationWeights calibration_weights{ms};
-  // Captures the input of group `gi` (earlier groups running on their encodings) and
-  // searches its weights.
-  auto search_group = [&](size_t gi) {
-    const auto& members = groups[order[gi]];
+  // Sets the group's encodings: the layers after it see them (symqt, asym).
+  void freeze(size_t gi, const GroupResult& r) {
+    for (size_t i = 0; i < members(gi).size(); ++i) ms_.set_encoding(members(gi)[i]->name, r.encodings[i].view());
+  }
+
+  const std::vector<const LinearWeight*>& members(size_t gi) const { return groups_.at(order_[gi]); }
+  const std::string& input(size_t gi) const { return order_[gi]; }
+
+  // The summary line of a finished search.
+  std::string summary(size_t n_searched, size_t n_int8, double clip_sum, size_t clip_count, double secs) const {
+    char mean_clip[32], per_group[32];
+    std::snprintf(per_group, sizeof per_group, "%.2f", order_.empty() ? 0.0 : secs / static_cast<double>(order_.size()));
+    std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);
+    return std::to_string(n_searched) + " weights searched at W" + std::to_string(bw_) + " " +
+           (per_block_ ? "per block of " + std::to_string(block_size_) : std::string("per channel")) + " (" +
+           (lpbq_dbw_ ? "on the LPBQ grid, " : "") + symmetry_ + ", " + opts_.get<std::string>("loss_fn", "mse") + ", " +
+           std::to_string(candidates_) + " candidates, " + std::to_string(batches_) + " batches; mean clip " + mean_clip +
+           " of absmax) in " + std::to_string(static_cast<int>(secs)) + " s (" + per_group + " s per layer input), " +
+           std::to_string(n_int8) + " kept at int8 per channel" +
+           (plan_.lm_head.empty() ? "" : " (LM head '" + plan_.lm_head + "')");
+  }
+
+  size_t available_batches() const { return available_; }
+  const std::vector<LinearWeight>& weights() const { return plan_.weights; }
+  void calibrate_on_float() { calibration_weights_.set(false); }
+
+ private:
+  // The one decoder graph the search runs on; throws without calibration.
+  static nf::Graph source_graph(nf::ModelSet& ms, nf_calibration* calib) {
+    if (!calib) throw nf::Error("seqmse: needs [calibration] in the manifest (the search scores layers on calibration inputs)");
+    const std::vector<nf::Graph> targets = ms.target_graphs();
+    if (targets.size() != 1)
+      throw nf::Error("seqmse: runs on the source decoder graph, before the transforms (" +
+                      std::to_string(targets.size()) + " graphs in the model set)");
+    return targets[0];
+  }
+
+  // Captures the input of group `gi` (earlier groups running on their encodings unless
+  // symfp) and searches its weights.
+  GroupResult search(size_t gi) {
+    const auto& group = members(gi);
     bool any_search = false;
-    for (auto* lw : members) any_search = any_search || searched(*lw);
+    for (auto* lw : group) any_search = any_search || plan_.searched(*lw);
     std::vector<float> x_q, x_ref;
     int64_t T = 0, T_ref = 0;
-    const int64_t K = members[0]->K;
+    const int64_t K = group[0]->K;
     if (any_search) {
-      if (symmetry == "symfp") {
-        x_q = capture(ms, calib, order[gi], batches, K, &T);
+      if (symmetry_ == "symfp") {
+        x_q = capture(ms_, calib_, order_[gi], batches_, K, &T);
       } else {
-        calibration_weights.set(true);
-        x_q = capture(ms, calib, order[gi], batches, K, &T);
-        if (symmetry == "asym") {
-          calibration_weights.set(false);
-          x_ref = capture(ms, calib, order[gi], batches, K, &T_ref);
-          if (T_ref != T) throw nf::Error("seqmse: float and quantized captures of '" + order[gi] + "' differ in rows");
+        calibration_weights_.set(true);
+        x_q = capture(ms_, calib_, order_[gi], batches_, K, &T);
+        if (symmetry_ == "asym") {
+          calibration_weights_.set(false);
+          x_ref = capture(ms_, calib_, order_[gi], batches_, K, &T_ref);
+          if (T_ref != T) throw nf::Error("seqmse: float and quantized captures of '" + order_[gi] + "' differ in rows");
         }
       }
     }
     GroupResult result;
-    for (auto* lw : members) {
-      const nf::Tensor w = g.initializer(lw->name);
+    for (auto* lw : group) {
+      const nf::Tensor w = graph_.initializer(lw->name);
       nf::quant::EncodingData e;
-      if (!searched(*lw)) {
+      if (!plan_.searched(*lw)) {
         e = nf::quant::symmetric_weight_encoding(*lw, w, 8, true);
       } else {
         nf::quant::SeqMseLayer L;
@@ -245,73 +286,113 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
         L.K = lw->K;
         L.N = lw->N;
         L.nk = lw->nk;
-        L.bw = bw;
-        L.block_size = block_size;
-        L.candidates = candidates;
-        L.loss = loss;
+        L.bw = bw_;
+        L.block_size = block_size_;
+        L.candidates = candidates_;
+        L.loss = loss_;
         L.x_q = x_q.data();
         L.x_ref = x_ref.empty() ? x_q.data() : x_ref.data();
         L.T = T;
-        auto r = lpbq_dbw ? nf::quant::seqmse_search_lpbq(L, lpbq_dbw) : nf::quant::seqmse_search(L);
-        for (int c : r.candidate) result.clip_sum += static_cast<double>(c + 1) / candidates;
+        auto r = lpbq_dbw_ ? nf::quant::seqmse_search_lpbq(L, lpbq_dbw_) : nf::quant::seqmse_search(L);
+        for (int c : r.candidate) result.clip_sum += static_cast<double>(c + 1) / candidates_;
         result.clip_count += r.candidate.size();
-        e.type = per_block ? NF_ENC_PER_BLOCK : NF_ENC_PER_CHANNEL;
-        e.bw = bw;
+        e.type = per_block_ ? NF_ENC_PER_BLOCK : NF_ENC_PER_CHANNEL;
+        e.bw = bw_;
         e.sym = true;
         e.axis = lw->axis();
-        e.block_axis = per_block ? lw->block_axis() : -1;
-        e.block_size = static_cast<int>(block_size);
+        e.block_axis = per_block_ ? lw->block_axis() : -1;
+        e.block_size = static_cast<int>(block_size_);
         e.scale = std::move(r.scale);
-        e.offset.assign(e.scale.size(), -(1 << (bw - 1)));
+        e.offset.assign(e.scale.size(), -(1 << (bw_ - 1)));
         ++result.searched;
       }
       result.encodings.push_back(std::move(e));
     }
     return result;
-  };
+  }
+
+  const nf::Options& opts_;
+  nf::ModelSet& ms_;
+  nf_calibration* calib_;
+  nf::Graph graph_;
+  Plan plan_;
+  CalibrationWeights calibration_weights_;
+  int candidates_ = 20, bw_ = 4, lpbq_dbw_ = 0;
+  std::string symmetry_, warning_;
+  nf::quant::SeqMseLoss loss_{};
+  bool per_block_ = false;
+  int64_t block_size_ = 0;
+  size_t available_ = 0, batches_ = 0;
+  std::vector<std::string> order_;
+  std::map<std::string, std::vector<const LinearWeight*>> groups_;
+};
+
+void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
+  nf::ModelSet ms(handle);
+  nf::Context ctx(ctx_handle);
+  nf::Options opts(options_json);
+  check_options(opts);
+  Search search(opts, ms, calib);
+  if (!search.warning().empty()) ctx.warn(search.warning());
 
   auto t0 = std::chrono::steady_clock::now();
   size_t n_searched = 0, n_int8 = 0, resumed = 0;
   double clip_sum = 0;
   size_t clip_count = 0;
-  for (size_t gi = 0; gi < order.size(); ++gi) {
-    const auto& members = groups[order[gi]];
-    ctx.progress(gi, order.size(), "layer input " + order[gi]);
-    // A group an interrupted run of this stage finished comes from its checkpoint.
-    const std::string step = "group-" + std::to_string(gi);
-    GroupResult result;
-    if (load_group(ctx, step, members, &result)) {
-      ++resumed;
-    } else {
-      result = search_group(gi);
-      save_group(ctx, step, members, result);
-    }
-    for (size_t i = 0; i < members.size(); ++i) ms.set_encoding(members[i]->name, result.encodings[i].view());
+  for (size_t gi = 0; gi < search.group_count(); ++gi) {
+    ctx.progress(gi, search.group_count(), "layer input " + search.input(gi));
+    bool from_checkpoint = false;
+    const GroupResult result = search.group(ctx, gi, &from_checkpoint);
+    resumed += from_checkpoint;
+    search.freeze(gi, result);
     n_searched += result.searched;
-    n_int8 += members.size() - result.searched;
+    n_int8 += search.members(gi).size() - result.searched;
     clip_sum += result.clip_sum;
     clip_count += result.clip_count;
   }
   if (resumed)
-    ctx.info("resumed: " + std::to_string(resumed) + " of " + std::to_string(order.size()) +
-             " layer inputs taken from the checkpoints of an interrupted run");
-  calibration_weights.set(false);
+    ctx.info(std::to_string(resumed) + " of " + std::to_string(search.group_count()) +
+             " layer inputs taken from checkpoints (the stage's shards, or an interrupted run)");
+  search.calibrate_on_float();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char mean_clip[32], per_group[32];
-  std::snprintf(per_group, sizeof per_group, "%.2f", order.empty() ? 0.0 : secs / static_cast<double>(order.size()));
-  std::snprintf(mean_clip, sizeof mean_clip, "%.3f", clip_count ? clip_sum / static_cast<double>(clip_count) : 1.0);
-  ctx.info(std::to_string(n_searched) + " weights searched at W" + std::to_string(bw) + " " +
-           (per_block ? "per block of " + std::to_string(block_size) : std::string("per channel")) + " (" +
-           (lpbq_dbw ? "on the LPBQ grid, " : "") + symmetry + ", " + opts.get<std::string>("loss_fn", "mse") + ", " + std::to_string(candidates) +
-           " candidates, " + std::to_string(batches) + " batches; mean clip " + mean_clip + " of absmax) in " +
-           std::to_string(static_cast<int>(secs)) + " s (" + per_group + " s per layer input), " +
-           std::to_string(n_int8) + " kept at int8 per channel" +
-           (lm_head.empty() ? "" : " (LM head '" + lm_head + "')"));
+  ctx.info(search.summary(n_searched, n_int8, clip_sum, clip_count, secs));
 
-  size_t n = nf::quant::encode_activations(ms, calib, weights, opts.get<int>("activation_bw", 16),
-                                           opts.get<int>("kv_bw", 8), ctx,
+  size_t n = nf::quant::encode_activations(ms, calib, search.weights(), opts.get<int>("activation_bw", 16), opts.get<int>("kv_bw", 8), ctx,
                                            nf::quant::ActivationRange::from(opts), opts.get<int>("logits_bw", 16));
-  ctx.info(std::to_string(n) + " activation/KV encodings from " + std::to_string(available) + " calibration batches");
+  ctx.info(std::to_string(n) + " activation/KV encodings from " + std::to_string(search.available_batches()) +
+           " calibration batches");
+}
+
+// Only symfp splits: its captures are the float model's, so each group's search stands
+// alone. symqt and asym capture every group on the groups before it quantized: a chain.
+size_t shards_for(const nf::Options& opts, size_t wanted) {
+  return opts.get<std::string>("inp_symmetry", "symqt") == "symfp" ? std::max<size_t>(wanted, 1) : 1;
+}
+
+// Part `index` of `count`: the groups [index * G / count, (index + 1) * G / count), each
+// saved as the checkpoint apply then takes.
+void search_shard(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle,
+                  size_t index, size_t count) {
+  nf::ModelSet ms(handle);
+  nf::Context ctx(ctx_handle);
+  nf::Options opts(options_json);
+  check_options(opts);
+  if (shards_for(opts, count) < count || index >= count)
+    throw nf::Error("seqmse: part " + std::to_string(index) + " of " + std::to_string(count) +
+                    ": these options do not split (inp_symmetry symqt and asym search each layer on the ones before it)",
+                    NF_STATUS_INVALID_ARGUMENT);
+  Search search(opts, ms, calib);
+  const size_t G = search.group_count(), first = index * G / count, last = (index + 1) * G / count;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t gi = first; gi < last; ++gi) {
+    ctx.progress(gi - first, last - first, "layer input " + search.input(gi));
+    bool resumed = false;
+    search.group(ctx, gi, &resumed);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ctx.info("part " + std::to_string(index + 1) + " of " + std::to_string(count) + ": layer inputs " +
+           std::to_string(first) + ".." + std::to_string(last) + " of " + std::to_string(G) + " searched in " +
+           std::to_string(static_cast<int>(secs)) + " s");
 }
 
 nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx) {
@@ -327,7 +408,16 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   });
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate};
+nf_status* shard_count(const char* options_json, size_t wanted, size_t* count) {
+  return NF_TRY(*count = shards_for(nf::Options(options_json), wanted));
+}
+
+nf_status* apply_shard(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx,
+                       size_t index, size_t count) {
+  return NF_TRY(search_shard(options_json, handle, calib, ctx, index, count));
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate, shard_count, apply_shard};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

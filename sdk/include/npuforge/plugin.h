@@ -395,6 +395,17 @@ typedef struct nf_quant_api {
   nf_status* (*apply)(const char* options_json, nf_model_set* ms, nf_calibration* calib, nf_context* ctx);
   /* Optional (appended in ABI 1): as nf_transform_api.validate. */
   nf_status* (*validate)(const char* options_json, const nf_model_set* ms, nf_context* ctx);
+  /* Optional (appended in ABI 1, together): apply's work in parts that run side by side,
+   * each in its own process (a job of an array on a cluster), before apply.
+   * shard_count answers into how many independent parts apply's work splits with these
+   * options, at most `wanted` (1: it does not split; then apply runs alone).
+   * apply_shard does part `index` of `count` on the stage's input and saves what it finds as
+   * checkpoints of the stage (nf_host_api checkpoint_save), leaving `ms` as it was; apply,
+   * run once every part finished, loads them and does what is left. The package must be
+   * the one apply alone makes, byte for byte. */
+  nf_status* (*shard_count)(const char* options_json, size_t wanted, size_t* count);
+  nf_status* (*apply_shard)(const char* options_json, nf_model_set* ms, nf_calibration* calib, nf_context* ctx,
+                            size_t index, size_t count);
 } nf_quant_api;
 
 /* Receives a JSON document produced by a plugin (the string is valid only during the call). */
@@ -498,7 +509,9 @@ static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
 static_assert(offsetof(nf_transform_api, validate) == 16, "nf_transform_api layout");
 static_assert(sizeof(nf_transform_api) == 24, "nf_transform_api layout");
 static_assert(offsetof(nf_quant_api, validate) == 16, "nf_quant_api layout");
-static_assert(sizeof(nf_quant_api) == 24, "nf_quant_api layout");
+static_assert(offsetof(nf_quant_api, shard_count) == 24, "nf_quant_api layout");
+static_assert(offsetof(nf_quant_api, apply_shard) == 32, "nf_quant_api layout");
+static_assert(sizeof(nf_quant_api) == 40, "nf_quant_api layout");
 static_assert(offsetof(nf_speculative_api, stats) == 32, "nf_speculative_api layout");
 static_assert(offsetof(nf_speculative_api, build) == 40, "nf_speculative_api layout");
 static_assert(sizeof(nf_speculative_api) == 48, "nf_speculative_api layout");
