@@ -115,6 +115,10 @@ online_down_proj = true"
 $LPBQ"
   row lpbq_seqmse_lpbqgrid "$SEQMSE_LPBQGRID
 $LPBQ"
+  # The same on the float model's inputs: the search a build splits into parts (README).
+  row lpbq_seqmse_lpbqgrid_symfp "$SEQMSE_LPBQGRID
+inp_symmetry = \"symfp\"
+$LPBQ"
   row spinquant_seqmse_lpbq "$SPIN
 $SEQMSE
 $LPBQ"
