@@ -128,14 +128,25 @@ nlohmann::json package_decoder_assets(const manifest::Manifest& m, const std::ve
   return options;
 }
 
-// The .onnx files imported into a compiled model set (`metadata`: its model-set metadata)
-// as graphs of a role, which the package holds: with no role left (the backend could not
-// compile them) none.
+// The asset files a compiled model set (`metadata`: its model-set metadata) makes unneeded:
+// the .onnx files imported as graphs of a role, which the package holds, and the files
+// beside them the role says it replaces (graph_roles.hpp "replaces"). With no role left
+// (the backend could not compile them) none.
 std::set<fs::path> compiled_imports(const nlohmann::json& metadata) {
   std::set<fs::path> files;
   if (!metadata.contains(roles::kMetadataKey) || !metadata.contains(kImportedFilesMetadata)) return files;
+  std::vector<std::string> replaced;
+  for (const auto& [role, entry] : metadata[roles::kMetadataKey].items())
+    if (entry.is_object() && entry.contains("replaces") && entry["replaces"].is_array())
+      for (const auto& name : entry["replaces"])
+        if (name.is_string() && fs::path(name.get<std::string>()).filename() == name.get<std::string>())
+          replaced.push_back(name.get<std::string>());  // a file name, never a path out of the folder
   for (const auto& f : metadata[kImportedFilesMetadata])
-    if (f.is_string()) files.insert(fs::path(f.get<std::string>()));
+    if (f.is_string()) {
+      const fs::path imported(f.get<std::string>());
+      files.insert(imported);
+      for (const auto& name : replaced) files.insert(fs::weakly_canonical(imported.parent_path() / name));
+    }
   return files;
 }
 

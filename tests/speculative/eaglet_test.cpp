@@ -259,8 +259,9 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_EQ(spec["decoder"], "eaglet");
   EXPECT_EQ(spec["options"]["draft"], "assets/eaglet/eaglet");
   EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.json"));
-  EXPECT_TRUE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin"));  // the host's draft, for a package without the graph
   EXPECT_FALSE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.onnx")) << "compiled into the package's graphs";
+  // The host's float draft, for a package without the graph, is not needed either.
+  EXPECT_FALSE(fs::exists(p->dir / "assets/eaglet/eaglet/draft.bin")) << "the package runs the compiled draft";
   EXPECT_FALSE(p->pkg.meta["metadata"].contains("imported_files")) << "the build machine's paths";
   nlohmann::json in_package{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
   // The draft is a graph of the package (role "draft") in arcl's variants of the target,

@@ -157,7 +157,8 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
     const std::string tied = head_tokens.empty() ? tie_head(draft, shared) : std::string();
 
     nlohmann::json role{{"graphs", {kDraftGraph}}, {"decoder", "eaglet"}, {"first_layer", first}, {"layers", draft_layers},
-                        {"shares", std::vector<std::string>(shared.begin(), shared.end())}};
+                        {"shares", std::vector<std::string>(shared.begin(), shared.end())},
+                        {"replaces", {"draft.bin"}}};  // the host's float draft: a compiled package runs the graph
     if (!head_tokens.empty()) role["head_tokens"] = head_tokens;
     if (!tied.empty()) role["head_is_transposed"] = tied;
     nlohmann::json all = roles.is_object() ? roles : nlohmann::json::object();

@@ -2,6 +2,10 @@
 // draft next to the target decoder; model-set metadata "roles" names the graphs that are
 // not the target's:
 //   "roles": {"draft": {"graphs": ["eaglet_draft"], "decoder": "eaglet", ...}}
+// A role may name, under "replaces", files beside the graph file it imported that a package
+// holding the role's graphs compiled does not need (eaglet: ["draft.bin"], the host's float
+// copy of the draft); the build leaves them out of such packages, and keeps them in a
+// package whose backend could not compile the role.
 // Every graph no role lists is the target's. Stages that reshape the target (arcl, split,
 // hidden_states, the single-graph recipes) take target graphs only; the backends compile
 // every graph, and the runner opens a role's graphs with a KV cache of their own.
