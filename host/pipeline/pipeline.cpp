@@ -464,8 +464,9 @@ class BuildSteps {
   // plugin splits its work (nf_quant_api shard_count, apply_shard) with these options.
   size_t shard_count(size_t i, size_t wanted) const {
     const ChainStage& s = chain_[i];
-    if (s.kind != NF_KIND_QUANT || wanted < 2 || !s.plugin->quant()->shard_count || !s.plugin->quant()->apply_shard)
-      return 1;
+    if (s.kind != NF_KIND_QUANT || wanted < 2 || !m_.calibration || !s.plugin->quant()->shard_count ||
+        !s.plugin->quant()->apply_shard)
+      return 1;  // without [calibration] no recipe has work to split
     size_t count = 1;
     const std::string options = s.options.dump();
     throw_if_error(call_plugin_entry([&] { return s.plugin->quant()->shard_count(options.c_str(), wanted, &count); }),

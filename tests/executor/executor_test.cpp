@@ -116,7 +116,9 @@ TEST(LocalExecutor, TwoWorkersMakeTheSamePackagesAsOneProcessAndARerunIsCached) 
   const fs::path m = write_manifest("local2", manifest_text());
   auto r = build(m, {"--jobs", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("running 5 stage(s) on the local, 2 worker(s) executor"), std::string::npos) << r.err;
+  // minmax's calibration runs in 2 parts (one per worker), each over 2 of the 4 batches.
+  EXPECT_NE(r.err.find("running 7 stage(s) on the local, 2 worker(s) executor"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quant minmax: finished (3 of 7); 4 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(reference_out(), m.parent_path() / "out");
   // The plan, results and logs of a finished build go.
   EXPECT_TRUE(fs::is_empty(m.parent_path() / "cache" / "builds"));
@@ -162,9 +164,13 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndItsPlanIsKep
   ASSERT_TRUE(fs::is_regular_file(plan));
   // Each stage carries its own memory estimate (Slurm's --mem): the calibrated one needs more.
   const nlohmann::json stages = read_json(plan)["stages"];
-  ASSERT_EQ(stages.size(), 6u) << stages.dump();  // minmax, arcl, bad_transform, 3 compiles
+  ASSERT_EQ(stages.size(), 8u) << stages.dump();  // minmax's 2 parts, minmax, arcl, bad_transform, 3 compiles
   for (const auto& s : stages) EXPECT_GT(s["memory"].get<uint64_t>(), 0u) << s.dump();
-  EXPECT_GT(stages[0]["memory"].get<uint64_t>(), stages[1]["memory"].get<uint64_t>()) << stages.dump();
+  EXPECT_EQ(stages[0]["id"], "quant-0-minmax-part-0");
+  EXPECT_EQ(stages[2]["id"], "quant-0-minmax");
+  EXPECT_EQ(stages[2]["deps"], nlohmann::json({0, 1})) << "after both parts";
+  EXPECT_EQ(stages[0]["memory"], stages[2]["memory"]) << "a part asks for its stage's memory";
+  EXPECT_GT(stages[2]["memory"].get<uint64_t>(), stages[3]["memory"].get<uint64_t>()) << stages.dump();
   // A stage that finished, run again, is a cache hit.
   auto again = test::npuforge({"build-stage", plan.string(), "quant-0-minmax"});
   EXPECT_EQ(again.exit_code, 0) << again.err;
@@ -211,11 +217,14 @@ TEST(LocalExecutor, ASearchThatSplitsRunsInPartsAndMakesTheSamePackages) {
   auto r = build(m, {"--jobs", "2", "--shards", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("quant seqmse: in 3 parts side by side"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("running 9 stage(s)"), std::string::npos) << r.err;  // 3 parts, 3 chain stages, 3 compiles
-  for (const char* part : {"(part 1 of 3): finished", "(part 2 of 3): finished", "(part 3 of 3): finished"})
+  EXPECT_NE(r.err.find("quant lpbq: in 3 parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running 12 stage(s)"), std::string::npos) << r.err;  // 6 parts, 3 chain stages, 3 compiles
+  for (const char* part : {"seqmse (part 1 of 3): finished", "seqmse (part 3 of 3): finished", "lpbq (part 2 of 3): finished"})
     EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
-  // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) all come from the parts.
-  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 9); 17 step(s) from its parts"), std::string::npos) << r.err;
+  // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) and the activation ranges of both
+  // calibration batches all come from the parts.
+  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 12); 19 step(s) from its parts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quant lpbq: finished (8 of 12); 2 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
   EXPECT_FALSE(fs::exists(m.parent_path() / "cache" / "checkpoints") &&
                !fs::is_empty(m.parent_path() / "cache" / "checkpoints"))
@@ -232,8 +241,9 @@ TEST(LocalExecutor, ASearchOnQuantizedInputsIsOneStage) {
   const fs::path m = write_manifest("split_symqt", split_manifest_text("symqt"));
   auto r = build(m, {"--jobs", "2", "--shards", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err.find("parts side by side"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("running 6 stage(s)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("quant seqmse: in"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quant lpbq: in 3 parts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running 9 stage(s)"), std::string::npos) << r.err;
 }
 
 TEST(SlurmExecutor, MakesTheSamePackagesAsOneProcessAndRetriesACrashedJob) {
@@ -256,7 +266,7 @@ TEST(SlurmExecutor, ASearchThatSplitsIsOneJobArray) {
   ASSERT_TRUE(std::regex_search(r.err, first, std::regex(R"(stage quant-0-seqmse-part-0 started \((\d+)_0\))"))) << r.err;
   ASSERT_TRUE(std::regex_search(r.err, second, std::regex(R"(stage quant-0-seqmse-part-1 started \((\d+)_1\))"))) << r.err;
   EXPECT_EQ(first[1], second[1]) << "one array";
-  EXPECT_NE(r.err.find("17 step(s) from its parts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("19 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
 }
 

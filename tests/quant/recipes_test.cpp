@@ -934,3 +934,44 @@ TEST(SeqMseRecipe, OnlyFloatInputSearchesSplitIntoParts) {
   host::host_api()->status_release(st);
   EXPECT_TRUE(ms->encodings.empty());
 }
+
+// Each calibration batch's activation ranges are a checkpoint of the stage (what a part of a
+// split stage leaves): an lpbq stage interrupted after the first batch's resumes from it and
+// writes the package an uninterrupted build writes.
+TEST(LpbqRecipe, InterruptedCalibrationResumesFromItsBatches) {
+  const fs::path work = fs::temp_directory_path() / ("nf_recipes_batches_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  const std::string toml = "[model]\nonnx = \"" + kTiny + "/model.onnx\"\ntokenizer = \"" + kTiny +
+                           "/tokenizer.json\"\n\n[calibration]\ntext = \"" + kTiny +
+                           "/heldout.txt\"\nnum_samples = 3\nsequence_length = 32\n\n"
+                           "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n[targets.cpu]\nbackend = \"cpu\"\n";
+  auto build = [&](const std::string& out, bool cache, std::function<void(const std::string&, const std::string&)> hook) {
+    auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
+    host::Registry registry;
+    auto errors = host::load_and_validate(m, registry);
+    if (!errors.empty()) throw std::runtime_error(errors[0]);
+    host::BuildRequest req;
+    req.out_dir = work / out;
+    req.use_cache = cache;
+    req.cache_root = work / "cache";
+    req.on_checkpoint = std::move(hook);
+    return host::build(m, registry, req);
+  };
+  const auto reference = build("plain", false, {});
+  std::vector<std::string> saved;
+  EXPECT_THROW(build("resumed", true,
+                     [&](const std::string& stage, const std::string& name) {
+                       EXPECT_EQ(stage, "quant lpbq");
+                       saved.push_back(name);
+                       throw std::runtime_error("interrupted");
+                     }),
+               std::exception);
+  ASSERT_EQ(saved, std::vector<std::string>{"activation-ranges-0"});
+  const auto resumed = build("resumed", true, {});
+  EXPECT_EQ(resumed.checkpoints_loaded, 1u);
+  const auto a = files_under(reference.packages.at(0) / "artifacts"), b = files_under(resumed.packages.at(0) / "artifacts");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [rel, content] : a) EXPECT_TRUE(b.count(rel) && b.at(rel) == content) << rel << " differs";
+  fs::remove_all(work);
+}

@@ -163,7 +163,18 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   });
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate, nullptr, nullptr};
+// The weights' encodings need no calibration; the activations' ranges split by batches.
+nf_status* shard_count(const char*, size_t wanted, size_t* count) { return NF_TRY(*count = std::max<size_t>(wanted, 1)); }
+
+nf_status* apply_shard(const char*, nf_model_set* handle, nf_calibration* calib, nf_context* ctx, size_t index,
+                       size_t count) {
+  return NF_TRY({
+    const nf::ModelSet ms = nf::ModelSet::view(handle);
+    nf::quant::calibrate_activation_part(ms, calib, weights_of(ms, false), nf::Context(ctx), index, count);
+  });
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, validate, shard_count, apply_shard};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

@@ -29,6 +29,12 @@ const char* kSchema = R"json({
   }
 })json";
 
+std::vector<nf::quant::LinearWeight> weights_of(const nf::ModelSet& ms) {
+  auto weights = nf::quant::linear_weights(ms, false, /*every_role=*/true);
+  if (weights.empty()) throw nf::Error("minmax: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  return weights;
+}
+
 void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
   nf::ModelSet ms(handle);
   nf::Context ctx(ctx_handle);
@@ -45,8 +51,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   }
   auto regexes = nf::quant::compile_patterns("minmax", patterns);
 
-  auto weights = nf::quant::linear_weights(ms, false, /*every_role=*/true);
-  if (weights.empty()) throw nf::Error("minmax: no MatMul/Gemm with a constant 2-D float weight in the model set");
+  auto weights = weights_of(ms);
   std::map<int, int> per_bw;
   for (size_t i = 0; i < weights.size(); ++i) {
     const auto& lw = weights[i];
@@ -84,7 +89,18 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_calibration*
   return NF_TRY(quantize(options_json, handle, calib, ctx));
 }
 
-const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr, nullptr, nullptr};
+// The weights' encodings need no calibration; the activations' ranges split by batches.
+nf_status* shard_count(const char*, size_t wanted, size_t* count) { return NF_TRY(*count = std::max<size_t>(wanted, 1)); }
+
+nf_status* apply_shard(const char*, nf_model_set* handle, nf_calibration* calib, nf_context* ctx, size_t index,
+                       size_t count) {
+  return NF_TRY({
+    const nf::ModelSet ms = nf::ModelSet::view(handle);
+    nf::quant::calibrate_activation_part(ms, calib, weights_of(ms), nf::Context(ctx), index, count);
+  });
+}
+
+const nf_quant_api kApi = {NF_ABI_VERSION, sizeof(nf_quant_api), apply, nullptr, shard_count, apply_shard};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION,

@@ -389,6 +389,9 @@ void search_shard(const char* options_json, nf_model_set* handle, nf_calibration
     bool resumed = false;
     search.group(ctx, gi, &resumed);
   }
+  // Its share of the activation ranges the stage calibrates after the search (on the float
+  // model, as symfp's captures).
+  nf::quant::calibrate_activation_part(ms, calib, search.weights(), ctx, index, count);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ctx.info("part " + std::to_string(index + 1) + " of " + std::to_string(count) + ": layer inputs " +
            std::to_string(first) + ".." + std::to_string(last) + " of " + std::to_string(G) + " searched in " +

@@ -14,11 +14,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <regex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace nf::quant {
@@ -282,13 +284,15 @@ struct Histogram {
   double center(int b) const { return range.lo + (b + 0.5) * width(); }
 };
 
-// Runs every calibration batch, handing each named float value to `visit(index, data, n)`.
+// Runs every calibration batch (or those `only` lists), handing each named float value to
+// `visit(index, data, n)` or `visit(index, batch, data, n)`.
 // Values are asked for one decoder layer at a time (kv_layer_of_values), each layer over
 // every batch: the host's calibration streams the graph segment by segment, so it then
 // runs each segment once per batch and hands back one layer's values at a time.
 template <class Visit>
 void for_each_calibration_value(const ModelSet& ms, nf_calibration* calib, const std::vector<std::string>& names,
-                                const Context& ctx, const std::string& what, Visit visit) {
+                                const Context& ctx, const std::string& what, Visit visit,
+                                const std::vector<size_t>* only = nullptr) {
   std::map<int64_t, std::vector<size_t>> by_layer;  // -1: before the first layer's cache
   {
     const auto layer = nf::graph::kv_layer_of_values(nf::graph::GraphView(ms.graph(0)));
@@ -298,39 +302,91 @@ void for_each_calibration_value(const ModelSet& ms, nf_calibration* calib, const
     }
   }
   const size_t batches = host().calibration_batch_count(calib);
-  const size_t steps = by_layer.size() * batches;
+  std::vector<size_t> all;
+  for (size_t b = 0; b < batches && !only; ++b) all.push_back(b);
+  const std::vector<size_t>& run = only ? *only : all;
+  const size_t steps = by_layer.size() * run.size();
   size_t step = 0, group = 0;
   for (const auto& [layer, members] : by_layer) {
     ++group;
     std::vector<const char*> cnames;
     for (size_t i : members) cnames.push_back(names[i].c_str());
-    for (size_t b = 0; b < batches; ++b, ++step) {
-      ctx.progress(step, steps, what + " layer group " + std::to_string(group) + "/" + std::to_string(by_layer.size()) +
-                                    ", batch " + std::to_string(b + 1) + "/" + std::to_string(batches));
+    for (size_t b : run) {
+      ctx.progress(step++, steps, what + " layer group " + std::to_string(group) + "/" + std::to_string(by_layer.size()) +
+                                      ", batch " + std::to_string(b + 1) + "/" + std::to_string(batches));
       std::vector<nf_tensor*> out(members.size(), nullptr);
       check(host().calibration_run(calib, ms.get(), b, cnames.data(), cnames.size(), out.data()));
       std::vector<Tensor> owned;
       for (nf_tensor* t : out) owned.push_back(Tensor::adopt(t));
       for (size_t j = 0; j < members.size(); ++j)
-        if (owned[j].dtype() == NF_DTYPE_FLOAT32)
-          visit(members[j], owned[j].data_as<float>(), owned[j].nbytes() / sizeof(float));
+        if (owned[j].dtype() == NF_DTYPE_FLOAT32) {
+          const float* p = owned[j].data_as<float>();
+          const size_t n = owned[j].nbytes() / sizeof(float);
+          if constexpr (std::is_invocable_v<Visit, size_t, size_t, const float*, size_t>) visit(members[j], b, p, n);
+          else visit(members[j], p, n);
+        }
     }
   }
   ctx.progress(steps, steps, what + " done");
 }
 
-// Min/max of named values over every calibration batch.
+// Min/max of named values over calibration batches [first, last) (clamped to the batches
+// there are), merged. Each batch's ranges are a checkpoint of the stage
+// ("activation-ranges-<batch>"): a batch an interrupted run or a part of this stage
+// calibrated is taken from it, the others run now and are saved. The merge of min and max
+// is exact, so the result does not depend on which batches came from where.
 inline std::map<std::string, Range> calibrate_ranges(const ModelSet& ms, nf_calibration* calib,
-                                                     const std::vector<std::string>& names, const Context& ctx) {
-  std::map<std::string, Range> ranges;
-  for (auto& n : names) ranges[n];
-  for_each_calibration_value(ms, calib, names, ctx, "calibration", [&](size_t i, const float* p, size_t n) {
-    Range& r = ranges[names[i]];
-    for (size_t j = 0; j < n; ++j) {
-      r.lo = std::min(r.lo, p[j]);
-      r.hi = std::max(r.hi, p[j]);
+                                                     const std::vector<std::string>& names, const Context& ctx,
+                                                     size_t first = 0, size_t last = SIZE_MAX) {
+  last = std::min(last, host().calibration_batch_count(calib));
+  std::map<size_t, std::vector<Range>> per_batch;  // batch -> one range per name
+  std::vector<size_t> missing;
+  auto step = [](size_t b) { return "activation-ranges-" + std::to_string(b); };
+  for (size_t b = first; b < last; ++b) {
+    std::vector<uint8_t> bytes;
+    std::vector<Range>& r = per_batch[b];
+    if (ctx.checkpoint_load(step(b), &bytes)) {
+      const nlohmann::json j = nlohmann::json::from_cbor(bytes, true, false);
+      if (j.is_object() && j.value("names", nlohmann::json()) == nlohmann::json(names) && j["lo"].size() == names.size() &&
+          j["hi"].size() == names.size()) {
+        for (size_t i = 0; i < names.size(); ++i)
+          r.push_back({j["lo"][i].is_number() ? j["lo"][i].get<float>() : INFINITY,
+                       j["hi"][i].is_number() ? j["hi"][i].get<float>() : -INFINITY});
+        continue;
+      }
+      ctx.warn("checkpoint " + step(b) + " holds other values; calibrating the batch again");
     }
-  });
+    r.assign(names.size(), Range{});
+    missing.push_back(b);
+  }
+  if (!missing.empty()) {
+    for_each_calibration_value(
+        ms, calib, names, ctx, "calibration",
+        [&](size_t i, size_t b, const float* p, size_t n) {
+          Range& r = per_batch[b][i];
+          for (size_t j = 0; j < n; ++j) {
+            r.lo = std::min(r.lo, p[j]);
+            r.hi = std::max(r.hi, p[j]);
+          }
+        },
+        &missing);
+    for (size_t b : missing) {
+      nlohmann::json lo = nlohmann::json::array(), hi = nlohmann::json::array();
+      for (const Range& r : per_batch[b]) {  // a value no row reached stays null
+        lo.push_back(r.lo <= r.hi ? nlohmann::json(r.lo) : nlohmann::json());
+        hi.push_back(r.lo <= r.hi ? nlohmann::json(r.hi) : nlohmann::json());
+      }
+      ctx.checkpoint_save(step(b), nlohmann::json::to_cbor({{"names", names}, {"lo", lo}, {"hi", hi}}));
+    }
+  }
+  std::map<std::string, Range> ranges;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Range& r = ranges[names[i]];
+    for (const auto& [b, batch] : per_batch) {
+      r.lo = std::min(r.lo, batch[i].lo);
+      r.hi = std::max(r.hi, batch[i].hi);
+    }
+  }
   return ranges;
 }
 
@@ -451,6 +507,51 @@ inline std::set<std::string> per_channel_weights(const ModelSet& ms, const std::
   return names;
 }
 
+// The values encode_activations encodes: the inputs and outputs of every linear layer (of
+// every use of a weight several graphs read: a draft's shared LM head) and every graph's
+// present.N.key|value outputs (`kv`; a draft numbers its cache after the target's).
+struct ActivationValues {
+  std::vector<std::string> names, kv;
+};
+inline ActivationValues activation_values(const ModelSet& ms, const std::vector<LinearWeight>& weights) {
+  ActivationValues v;
+  auto add = [&](const std::string& n) {
+    if (!n.empty() && std::find(v.names.begin(), v.names.end(), n) == v.names.end()) v.names.push_back(n);
+  };
+  for (const auto& lw : weights) {
+    add(lw.input);
+    add(lw.output);
+  }
+  std::set<std::string> weight_names;
+  for (const auto& lw : weights) weight_names.insert(lw.name);
+  for (const Graph& g : ms.graphs())
+    for (const Node& n : g.nodes())
+      if ((n.op_type() == "MatMul" || n.op_type() == "Gemm") && n.input_count() >= 2 && weight_names.count(n.input(1))) {
+        add(n.input(0));
+        add(n.output(0));
+      }
+  for (const Graph& g : ms.graphs())
+    for (const std::string& o : g.outputs())
+      if (decoder::is_present_kv(o) && std::find(v.kv.begin(), v.kv.end(), o) == v.kv.end()) {
+        add(o);
+        v.kv.push_back(o);
+      }
+  return v;
+}
+
+// Part `index` of `count` of a stage whose recipe splits its work (nf_quant_api
+// apply_shard): the min/max ranges of encode_activations' values over that part's share of
+// the calibration batches, left as the stage's checkpoints; encode_activations takes them
+// instead of running those batches again (its first pass: percentile and mse still run
+// their histogram pass over every batch).
+inline void calibrate_activation_part(const ModelSet& ms, nf_calibration* calib, const std::vector<LinearWeight>& weights,
+                                      const Context& ctx, size_t index, size_t count) {
+  if (!calib || count == 0) return;
+  const size_t batches = host().calibration_batch_count(calib);
+  calibrate_ranges(ms, calib, activation_values(ms, weights).names, ctx, index * batches / count,
+                   (index + 1) * batches / count);
+}
+
 // Records activation encodings (inputs and outputs of every linear layer at act_bw, the
 // present.N.key|value outputs at kv_bw, mirrored onto past_key_values.N.*) from calibration,
 // with ranges from `estimator` (a second calibration pass for percentile and mse).
@@ -469,31 +570,9 @@ inline size_t encode_activations(ModelSet& ms, nf_calibration* calib, const std:
     if (rotation_inputs.count(name)) return std::max(act_bw, 16);
     return (logits_bw > 0 && name == logits) ? logits_bw : act_bw;
   };
-  std::vector<std::string> names;
-  auto add = [&](const std::string& n) {
-    if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-  };
-  for (const auto& lw : weights) {
-    add(lw.input);
-    add(lw.output);
-  }
-  // A weight several graphs read (a draft's shared LM head) is listed once: the other uses'
-  // inputs and outputs are encoded too.
-  std::set<std::string> weight_names;
-  for (const auto& lw : weights) weight_names.insert(lw.name);
-  for (const Graph& g : ms.graphs())
-    for (const Node& n : g.nodes())
-      if ((n.op_type() == "MatMul" || n.op_type() == "Gemm") && n.input_count() >= 2 && weight_names.count(n.input(1))) {
-        add(n.input(0));
-        add(n.output(0));
-      }
-  std::vector<std::string> kv;  // every graph's (a draft numbers its cache after the target's)
-  for (const Graph& g : ms.graphs())
-    for (const std::string& o : g.outputs())
-      if (decoder::is_present_kv(o) && std::find(kv.begin(), kv.end(), o) == kv.end()) {
-        add(o);
-        kv.push_back(o);
-      }
+  const ActivationValues values = activation_values(ms, weights);
+  const std::vector<std::string>& names = values.names;
+  const std::vector<std::string>& kv = values.kv;
   auto ranges = calibrate_ranges(ms, calib, names, ctx);
   if (estimator.method != ActivationRange::minmax) {
     std::vector<Histogram> hist(names.size());
