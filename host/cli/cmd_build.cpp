@@ -78,9 +78,10 @@ void add_build(CLI::App& app) {
                   "this process. Default: [build] jobs, else 1")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--shards", shards,
-                  "Parts a quant stage whose recipe splits its work (seqmse with inp_symmetry = \"symfp\") runs in, "
-                  "side by side before the stage (Slurm: one job array). Default: [build] shards, else as many as "
-                  "the executor runs at once (local: --jobs; slurm: the cluster's CPUs)")
+                  "Parts a quant stage whose recipe splits its work runs in, side by side before the stage (Slurm: "
+                  "one job array): lpbq, minmax and seqmse calibrate by batches, seqmse with inp_symmetry = "
+                  "\"symfp\" also searches by layers. Default: [build] shards, else as many as the executor runs "
+                  "at once (local: --jobs; slurm: the cluster's CPUs)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--retries", retries, "Times a failed stage process or job is started again (default: [build] retries, else 2)")
       ->check(CLI::Range(0, 100));

@@ -841,6 +841,24 @@ std::map<std::string, std::string> files_under(const fs::path& dir) {
   return files;
 }
 
+using CheckpointHook = std::function<void(const std::string& stage, const std::string& name)>;
+
+// `toml` (written as <work>/manifest.toml) built in this process into <work>/<out>, with the
+// stage cache <work>/cache or none; `hook` sees every checkpoint saved.
+host::BuildResult build_in_process(const fs::path& work, const std::string& toml, const std::string& out, bool cache,
+                                   CheckpointHook hook) {
+  auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
+  host::Registry registry;
+  auto errors = host::load_and_validate(m, registry);
+  if (!errors.empty()) throw std::runtime_error(errors[0]);
+  host::BuildRequest req;
+  req.out_dir = work / out;
+  req.use_cache = cache;
+  req.cache_root = work / "cache";
+  req.on_checkpoint = std::move(hook);
+  return host::build(m, registry, req);
+}
+
 }  // namespace
 
 // A seqmse stage interrupted after some layer groups resumes from their checkpoints on the
@@ -856,17 +874,8 @@ TEST(SeqMseRecipe, InterruptedBuildResumesFromItsCheckpoints) {
                            "[[quant]]\nrecipe = \"seqmse\"\ngranularity = \"per_block\"\nblock_size = 64\n"
                            "num_candidates = 8\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n"
                            "[targets.cpu]\nbackend = \"cpu\"\n";
-  auto build = [&](const std::string& out, bool cache, std::function<void(const std::string&, const std::string&)> hook) {
-    auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-    host::Registry registry;
-    auto errors = host::load_and_validate(m, registry);
-    if (!errors.empty()) throw std::runtime_error(errors[0]);
-    host::BuildRequest req;
-    req.out_dir = work / out;
-    req.use_cache = cache;
-    req.cache_root = work / "cache";
-    req.on_checkpoint = std::move(hook);
-    return host::build(m, registry, req);
+  auto build = [&](const std::string& out, bool cache, CheckpointHook hook) {
+    return build_in_process(work, toml, out, cache, std::move(hook));
   };
   const auto reference = build("plain", false, {});
   EXPECT_EQ(reference.checkpoints_loaded, 0u);
@@ -946,17 +955,8 @@ TEST(LpbqRecipe, InterruptedCalibrationResumesFromItsBatches) {
                            "/tokenizer.json\"\n\n[calibration]\ntext = \"" + kTiny +
                            "/heldout.txt\"\nnum_samples = 3\nsequence_length = 32\n\n"
                            "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n[targets.cpu]\nbackend = \"cpu\"\n";
-  auto build = [&](const std::string& out, bool cache, std::function<void(const std::string&, const std::string&)> hook) {
-    auto m = manifest::parse_manifest_string(toml, (work / "manifest.toml").string());
-    host::Registry registry;
-    auto errors = host::load_and_validate(m, registry);
-    if (!errors.empty()) throw std::runtime_error(errors[0]);
-    host::BuildRequest req;
-    req.out_dir = work / out;
-    req.use_cache = cache;
-    req.cache_root = work / "cache";
-    req.on_checkpoint = std::move(hook);
-    return host::build(m, registry, req);
+  auto build = [&](const std::string& out, bool cache, CheckpointHook hook) {
+    return build_in_process(work, toml, out, cache, std::move(hook));
   };
   const auto reference = build("plain", false, {});
   std::vector<std::string> saved;
