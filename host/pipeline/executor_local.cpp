@@ -31,7 +31,9 @@ class LocalExecutor final : public Executor {
   std::string name() const override { return "local, " + std::to_string(jobs_) + " worker(s)"; }
   bool waits_for_dependencies() const override { return false; }
   size_t capacity() const override { return jobs_; }
-  size_t width() const override { return jobs_; }
+  // One machine: a stage already runs on all its cores, and each part would hold its own
+  // copy of the stage's input. Parts only when asked for (--shards).
+  size_t width() const override { return 1; }
 
   std::string submit(const BuildPlan& plan, const PlannedStage& s, const std::vector<std::string>&) override {
     const fs::path log = plan.log_dir() / (s.id + ".log");

@@ -75,7 +75,8 @@ class Executor {
   virtual bool waits_for_dependencies() const = 0;
   // How many stages may run at once (submit() is not called with more outstanding).
   virtual size_t capacity() const = 0;
-  // How many stages it runs side by side at most: what a stage that splits is split into.
+  // How many parts a stage that splits is split into by default: the stages it runs side by
+  // side on separate cores (local: 1, one machine's cores serve one stage already).
   virtual size_t width() const = 0;
   // Starts stage `s` (with `after`: the handles of the stages it must wait for, when
   // waits_for_dependencies). Returns a handle; throws when the stage cannot be started.
@@ -96,7 +97,7 @@ struct ExecutorOptions {
   int retries = 2;             // attempts of a failed stage after the first
   std::vector<std::string> sbatch_args;  // slurm: given to every sbatch (--partition=..., --account=...)
   int stage_cpus = 1;          // slurm: --cpus-per-task
-  size_t shards = 0;           // parts a stage that splits runs in (0: the executor's width)
+  size_t shards = 0;           // parts a stage that splits runs in (0: the executor's width())
   std::filesystem::path program;  // the npuforge executable the stages run (default: this one)
 };
 
