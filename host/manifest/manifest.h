@@ -67,7 +67,7 @@ struct Manifest {
   struct Build {
     std::string executor = "local";        // "local" or "slurm"
     int jobs = 1;                          // local: stage processes at once (1: this process)
-    int shards = 0;                        // parts a stage that splits runs in (0: as many as run at once)
+    int shards = 0;                        // parts a stage that splits runs in (0: the executor's default)
     int retries = 2;                       // times a failed stage is started again
     std::vector<std::string> sbatch_args;  // slurm: added to every sbatch (--partition=...)
     Location where;

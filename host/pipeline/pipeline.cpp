@@ -786,6 +786,9 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
       throw std::runtime_error((req.out_dir / t.first).string() + " " + why +
                                "; not replacing it (move it away or choose another --out)");
   const bool in_process = req.executor.kind == "local" && req.executor.jobs <= 1;
+  if (in_process && req.executor.shards > 1)
+    spdlog::warn("{} parts asked for, but the build runs in this process (--jobs 1): its stages run whole",
+                 req.executor.shards);
   if (!in_process && req.executor.kind != "local" && req.executor.kind != "slurm")
     throw std::runtime_error("unknown executor '" + req.executor.kind + "' (executors: local, slurm)");
   auto assets = decoder_assets(m, registry);  // a missing draft fails now, not after the compile
