@@ -36,7 +36,7 @@ constexpr const char* kSchema = R"json({
   "additionalProperties": false,
   "properties": {
     "draft": {"type": "string", "format": "asset", "default": "eaglet",
-              "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py) and draft.onnx (tools/speculative/export_eaglet_onnx.py); relative to the model's folder. The build's first stage adds draft.onnx to the model set as its draft graph, and the folder is copied into packages"},
+              "description": "directory with draft.json + draft.bin (tools/speculative/train_eaglet.py) and draft.onnx (tools/speculative/export_eaglet_onnx.py); relative to the model's folder. The build's first stage adds draft.onnx to the model set as its draft graph, and the folder is copied into packages (but draft.onnx and draft.bin where the package holds the draft compiled)"},
     "draft_vocab": {"type": "integer", "minimum": 0, "maximum": 1048576, "default": 0,
                     "description": "LM head rows the draft scores: the most frequent tokens of its token map (0: the whole vocabulary); a smaller head makes draft passes cheaper, tokens outside it are never drafted. The build cuts the draft graph's head to these rows"},
     "draft_len": {"type": "integer", "minimum": 1, "maximum": 16, "default": 5,
