@@ -12,8 +12,9 @@
 #   BUILD=build WORK=/work/nf_executor (default)   EXECUTORS="local1 local2 slurm slurm-nodedown"
 #   SHORT=1: arcl only after lpbq (fewer stage-cache entries: at 1B each is ~5 GB of disk)
 #   SEQMSE=1: seqmse on float inputs (inp_symmetry symfp, per block 64, 8 candidates) before
-#     lpbq: a stage that splits, so local2 and slurm run its search in 2 parts side by side
-#     (one job array) and the stage takes their layers (the row's stages count the parts)
+#     lpbq: a search that splits by layers. The slurm rows ask for 2 parts (--shards 2, one
+#     per CPU of the one-node cluster; by default Slurm gets one part per node): each quant
+#     stage's parts are one job array, the stage takes their work (the rows count the parts)
 #
 # slurm-nodedown: the slurm build, with the node set down (`scontrol update state=down`) while
 # the first quant job runs: Slurm requeues that job, the driver waits, the build finishes; the stages
@@ -84,7 +85,7 @@ for ex in $EXECUTORS; do
   case $ex in
     local1) args=(--executor local --jobs 1) ;;
     local2) args=(--executor local --jobs 2) ;;
-    slurm | slurm-nodedown) args=(--executor slurm) ;;
+    slurm | slurm-nodedown) args=(--executor slurm --shards 2) ;;  # a part per CPU of the one node
     *) echo "unknown executor $ex" >&2; exit 2 ;;
   esac
   cache=$d/cache-$ex

@@ -80,8 +80,8 @@ void add_build(CLI::App& app) {
   cmd->add_option("--shards", shards,
                   "Parts a quant stage whose recipe splits its work runs in, side by side before the stage (Slurm: "
                   "one job array): lpbq, minmax and seqmse calibrate by batches, seqmse with inp_symmetry = "
-                  "\"symfp\" also searches by layers. Default: [build] shards, else local: 1 (one machine's cores "
-                  "already serve one stage); slurm: the cluster's CPUs over --cpus-per-task")
+                  "\"symfp\" also searches by layers; at most one part per calibration batch. Default: [build] "
+                  "shards, else local: 1 (one machine's cores already serve one stage); slurm: the cluster's nodes")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--retries", retries, "Times a failed stage process or job is started again (default: [build] retries, else 2)")
       ->check(CLI::Range(0, 100));

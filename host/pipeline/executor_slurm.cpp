@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "common/util.h"
 #include "pipeline/executors.h"
@@ -80,12 +82,16 @@ class SlurmExecutor final : public Executor {
   std::string name() const override { return "slurm"; }
   bool waits_for_dependencies() const override { return true; }
   size_t capacity() const override { return SIZE_MAX; }
-  // The CPUs the cluster lists (sinfo's total), in stages of --cpus-per-task each.
+  // The nodes the cluster lists: each part loads the stage's input, so one part a node
+  // (sinfo -N prints a node once per partition it is in).
   size_t width() const override {
-    CommandOutput out = run_command({"sinfo", "-h", "-o", "%C"});  // allocated/idle/other/total
-    std::smatch m;
-    if (out.code != 0 || !std::regex_search(out.output, m, std::regex(R"(\d+/\d+/\d+/(\d+))"))) return 1;
-    return std::max<size_t>(1, std::stoull(m[1]) / static_cast<size_t>(std::max(1, options_.stage_cpus)));
+    CommandOutput out = run_command({"sinfo", "-h", "-N", "-o", "%N"});
+    if (out.code != 0) return 1;
+    std::set<std::string> nodes;
+    std::istringstream lines(out.output);
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) nodes.insert(line);
+    return std::max<size_t>(1, nodes.size());
   }
 
   std::string submit(const BuildPlan& plan, const PlannedStage& s, const std::vector<std::string>& after) override {

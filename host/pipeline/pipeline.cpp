@@ -471,7 +471,9 @@ class BuildSteps {
     const std::string options = s.options.dump();
     throw_if_error(call_plugin_entry([&] { return s.plugin->quant()->shard_count(options.c_str(), wanted, &count); }),
                    s.label);
-    return std::clamp<size_t>(count, 1, wanted);
+    // At most a part per calibration batch: a part without a batch of its own would load
+    // the stage's input to calibrate nothing.
+    return std::clamp<size_t>(count, 1, std::min<size_t>(wanted, static_cast<size_t>(m_.calibration->num_samples)));
   }
 
   // Runs part `index` of `count` of quant stage i on `ms` (the output of stage i-1): its

@@ -75,8 +75,8 @@ class Executor {
   virtual bool waits_for_dependencies() const = 0;
   // How many stages may run at once (submit() is not called with more outstanding).
   virtual size_t capacity() const = 0;
-  // How many parts a stage that splits is split into by default: the stages it runs side by
-  // side on separate cores (local: 1, one machine's cores serve one stage already).
+  // How many parts a stage that splits is split into by default: the machines it spreads
+  // stages over (local: 1, one machine's cores serve one stage already; slurm: its nodes).
   virtual size_t width() const = 0;
   // Starts stage `s` (with `after`: the handles of the stages it must wait for, when
   // waits_for_dependencies). Returns a handle; throws when the stage cannot be started.

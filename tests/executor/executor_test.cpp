@@ -194,7 +194,7 @@ TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
 // packages are the ones the stage alone makes in one process.
 std::string split_manifest_text(const std::string& symmetry) {
   return "[model]\nonnx = \"" + kTiny + "/model.onnx\"\nconfig = \"" + kTiny + "/config.json\"\n\n[calibration]\ntext = \"" +
-         kTiny + "/calibration.txt\"\nnum_samples = 2\nsequence_length = 32\n\n[[quant]]\nrecipe = \"seqmse\"\n"
+         kTiny + "/calibration.txt\"\nnum_samples = 4\nsequence_length = 32\n\n[[quant]]\nrecipe = \"seqmse\"\n"
          "inp_symmetry = \"" + symmetry + "\"\ngranularity = \"per_block\"\nblock_size = 64\nnum_candidates = 8\n\n"
          "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n"
          "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n"
@@ -221,10 +221,10 @@ TEST(LocalExecutor, ASearchThatSplitsRunsInPartsAndMakesTheSamePackages) {
   EXPECT_NE(r.err.find("running 12 stage(s)"), std::string::npos) << r.err;  // 6 parts, 3 chain stages, 3 compiles
   for (const char* part : {"seqmse (part 1 of 3): finished", "seqmse (part 3 of 3): finished", "lpbq (part 2 of 3): finished"})
     EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
-  // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) and the activation ranges of both
-  // calibration batches all come from the parts.
-  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 12); 19 step(s) from its parts"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("quant lpbq: finished (8 of 12); 2 step(s) from its parts"), std::string::npos) << r.err;
+  // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) and the activation ranges of the
+  // 4 calibration batches all come from the parts.
+  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 12); 21 step(s) from its parts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quant lpbq: finished (8 of 12); 4 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
   EXPECT_FALSE(fs::exists(m.parent_path() / "cache" / "checkpoints") &&
                !fs::is_empty(m.parent_path() / "cache" / "checkpoints"))
@@ -235,6 +235,16 @@ TEST(LocalExecutor, ASearchThatSplitsRunsInPartsAndMakesTheSamePackages) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("parts side by side"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("3 of 3 stage(s) in the stage cache already"), std::string::npos) << r.err;
+}
+
+// A part per calibration batch at most: 8 asked of 4 batches make 4.
+TEST(LocalExecutor, NoMorePartsThanCalibrationBatches) {
+  const fs::path m = write_manifest("split_capped", split_manifest_text("symfp"));
+  auto r = build(m, {"--jobs", "2", "--shards", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("quant seqmse: in 4 parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("quant lpbq: in 4 parts side by side"), std::string::npos) << r.err;
+  expect_same_packages(split_reference_out(), m.parent_path() / "out");
 }
 
 TEST(LocalExecutor, ASearchOnQuantizedInputsIsOneStage) {
@@ -266,7 +276,7 @@ TEST(SlurmExecutor, ASearchThatSplitsIsOneJobArray) {
   ASSERT_TRUE(std::regex_search(r.err, first, std::regex(R"(stage quant-0-seqmse-part-0 started \((\d+)_0\))"))) << r.err;
   ASSERT_TRUE(std::regex_search(r.err, second, std::regex(R"(stage quant-0-seqmse-part-1 started \((\d+)_1\))"))) << r.err;
   EXPECT_EQ(first[1], second[1]) << "one array";
-  EXPECT_NE(r.err.find("19 step(s) from its parts"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("21 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
 }
 
