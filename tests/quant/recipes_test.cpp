@@ -17,6 +17,7 @@
 #include <random>
 
 #include "calibration/calibration.h"
+#include "common/util.h"
 #include "cli/cli_support.h"
 #include "manifest/manifest.h"
 #include "manifest/schema.h"
@@ -973,5 +974,29 @@ TEST(LpbqRecipe, InterruptedCalibrationResumesFromItsBatches) {
   const auto a = files_under(reference.packages.at(0) / "artifacts"), b = files_under(resumed.packages.at(0) / "artifacts");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [rel, content] : a) EXPECT_TRUE(b.count(rel) && b.at(rel) == content) << rel << " differs";
+
+  // A checkpoint whose digest holds but whose contents lack the ranges (hostile or from
+  // another version) is calibrated again, not read past its end.
+  saved.clear();
+  fs::remove_all(work / "cache");
+  EXPECT_THROW(build("hostile", true, [&](const std::string&, const std::string& name) {
+                 saved.push_back(name);
+                 throw std::runtime_error("interrupted");
+               }),
+               std::exception);
+  fs::path entry;
+  for (const auto& e : fs::recursive_directory_iterator(work / "cache" / "checkpoints"))
+    if (e.path().filename() == "activation-ranges-0") entry = e.path();
+  ASSERT_FALSE(entry.empty());
+  nlohmann::json j = nlohmann::json::from_cbor(test::slurp(entry / "data"));
+  j.erase("lo");
+  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
+  std::ofstream(entry / "data", std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(cbor.data()), cbor.size());
+  std::ofstream(entry / "digest.json", std::ios::trunc)
+      << nlohmann::json{{"bytes", cbor.size()}, {"hash", host::hash_bytes(cbor.data(), cbor.size())}}.dump() << "\n";
+  const auto redone = build("hostile", true, {});
+  const auto c = files_under(redone.packages.at(0) / "artifacts");
+  ASSERT_EQ(a.size(), c.size());
+  for (const auto& [rel, content] : a) EXPECT_TRUE(c.count(rel) && c.at(rel) == content) << rel << " differs";
   fs::remove_all(work);
 }

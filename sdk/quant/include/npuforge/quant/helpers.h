@@ -347,8 +347,8 @@ inline std::map<std::string, Range> calibrate_ranges(const ModelSet& ms, nf_cali
     std::vector<Range>& r = per_batch[b];
     if (ctx.checkpoint_load(step(b), &bytes)) {
       const nlohmann::json j = nlohmann::json::from_cbor(bytes, true, false);
-      if (j.is_object() && j.value("names", nlohmann::json()) == nlohmann::json(names) && j["lo"].size() == names.size() &&
-          j["hi"].size() == names.size()) {
+      auto column = [&](const char* key) { return j.is_object() && j.contains(key) && j[key].is_array() && j[key].size() == names.size(); };
+      if (column("names") && j["names"] == nlohmann::json(names) && column("lo") && column("hi")) {
         for (size_t i = 0; i < names.size(); ++i)
           r.push_back({j["lo"][i].is_number() ? j["lo"][i].get<float>() : INFINITY,
                        j["hi"][i].is_number() ? j["hi"][i].get<float>() : -INFINITY});
