@@ -174,7 +174,7 @@ void check_options(const nf::Options& opts) {
 // execution order) and how each group is searched.
 class Search {
  public:
-  Search(const nf::Options& opts, nf::ModelSet& ms, nf_calibration* calib)
+  Search(const nf::Options& opts, nf::ModelSet& ms, nf_calibration* calib, const nf::Context& ctx)
       : opts_(opts),
         ms_(ms),
         calib_(calib),
@@ -190,8 +190,9 @@ class Search {
     lpbq_dbw_ = opts.get<int>("lpbq_decompressed_bw", 0);
     available_ = nf::host().calibration_batch_count(calib);
     batches_ = static_cast<size_t>(opts.get<int64_t>("num_batches", 0));
-    if (batches_ > available_) warning_ = "num_batches " + std::to_string(batches_) + " > the " +
-                                          std::to_string(available_) + " calibration batches: using all of them";
+    if (batches_ > available_)
+      ctx.warn("num_batches " + std::to_string(batches_) + " > the " + std::to_string(available_) +
+               " calibration batches: using all of them");
     if (batches_ == 0 || batches_ > available_) batches_ = available_;
     for (const auto& lw : plan_.weights) {
       if (!groups_.count(lw.input)) order_.push_back(lw.input);
@@ -200,7 +201,6 @@ class Search {
   }
 
   size_t group_count() const { return order_.size(); }
-  const std::string& warning() const { return warning_; }
 
   // Group `gi`'s result: from its checkpoint (a shard or an interrupted run of this stage
   // found it) or searched now and saved as one. `resumed` tells which.
@@ -318,7 +318,7 @@ class Search {
   Plan plan_;
   CalibrationWeights calibration_weights_;
   int candidates_ = 20, bw_ = 4, lpbq_dbw_ = 0;
-  std::string symmetry_, warning_;
+  std::string symmetry_;
   nf::quant::SeqMseLoss loss_{};
   bool per_block_ = false;
   int64_t block_size_ = 0;
@@ -332,8 +332,7 @@ void quantize(const char* options_json, nf_model_set* handle, nf_calibration* ca
   nf::Context ctx(ctx_handle);
   nf::Options opts(options_json);
   check_options(opts);
-  Search search(opts, ms, calib);
-  if (!search.warning().empty()) ctx.warn(search.warning());
+  Search search(opts, ms, calib, ctx);
 
   auto t0 = std::chrono::steady_clock::now();
   size_t n_searched = 0, n_int8 = 0, resumed = 0;
@@ -381,7 +380,7 @@ void search_shard(const char* options_json, nf_model_set* handle, nf_calibration
     throw nf::Error("seqmse: part " + std::to_string(index) + " of " + std::to_string(count) +
                     ": these options do not split (inp_symmetry symqt and asym search each layer on the ones before it)",
                     NF_STATUS_INVALID_ARGUMENT);
-  Search search(opts, ms, calib);
+  Search search(opts, ms, calib, ctx);
   const size_t G = search.group_count(), first = index * G / count, last = (index + 1) * G / count;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t gi = first; gi < last; ++gi) {
