@@ -105,9 +105,8 @@ class SlurmExecutor final : public Executor {
   std::vector<std::string> submit_all(const BuildPlan& plan, const std::vector<const PlannedStage*>& stages,
                                       const std::vector<std::string>& after) override {
     if (stages.size() == 1) return {submit(plan, *stages[0], after)};
-    // One array per kind: the targets' compiles, or the parts of one stage.
-    std::string name = stages[0]->compile ? "compile" : stages[0]->id;
-    if (stages[0]->is_shard()) name = name.substr(0, name.rfind("-part-")) + "-parts";
+    // One array per kind: the targets' compiles (and their parts), or the parts of one stage.
+    std::string name = stages[0]->compile ? "compile" : stages[0]->id.substr(0, stages[0]->id.rfind("-part-")) + "-parts";
     const fs::path script = write_script(plan, name + "-array", stages);
     uint64_t memory = 0;  // one request for the array: its largest stage's
     for (const PlannedStage* s : stages) memory = std::max(memory, s->memory);

@@ -497,6 +497,43 @@ class BuildSteps {
     return {{"kind", "part"}, {"stage", s.label}, {"part", index}, {"parts", count}, {"seconds", secs}};
   }
 
+  // How many parts target `use`'s compile runs in when `wanted` could run side by side: 1
+  // unless its backend splits its work (nf_backend_api compile_part_count, compile_part).
+  size_t compile_part_count(const manifest::PluginUse& use, size_t wanted) const {
+    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
+    if (!backend || wanted < 2 || !backend->backend()->compile_part_count || !backend->backend()->compile_part) return 1;
+    size_t count = 1;
+    const std::string options = use.options.dump();
+    throw_if_error(call_plugin_entry([&] { return backend->backend()->compile_part_count(options.c_str(), wanted, &count); }),
+                   "compile " + use.name);
+    return std::clamp<size_t>(count, 1, wanted);
+  }
+
+  // Runs part `index` of `count` of target's compile on the chain's output: what it makes
+  // goes to the compile's checkpoints, which the compile takes when it runs.
+  nlohmann::json run_compile_part(const std::string& target, const manifest::PluginUse& use,
+                                  const ir::ModelSet& chain_output, size_t index, size_t count) {
+    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
+    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string label =
+        "compile " + target + " (part " + std::to_string(index + 1) + " of " + std::to_string(count) + ")";
+    std::unique_ptr<StageCheckpoints> checkpoints = checkpoints_for(compile_key(use, *backend), "compile " + target);
+    if (!checkpoints) throw std::runtime_error(label + ": the parts of a compile hand their results on through the stage cache");
+    const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(chain_output);  // as compile gets it
+    const ir::ModelSet& ms = with_last_row ? *with_last_row : chain_output;
+    const std::string options = use.options.dump();
+    call_plugin(
+        label,
+        [&](nf_context* ctx) {
+          return backend->backend()->compile_part(options.c_str(), handle(&ms), ctx, index, count);
+        },
+        checkpoints.get());
+    const double secs = seconds_since(t0);
+    spdlog::info("{}: done in {:.2f}s", label, secs);
+    return {{"kind", "part"}, {"stage", "compile " + target}, {"part", index}, {"parts", count}, {"seconds", secs}};
+  }
+
   // Compiles the chain's output for one target into `staging` (artifacts, package.json,
   // build_report.json) and seals it. `built` gives the chain's output, loaded only when the
   // compile is not in the cache; `records` are the stages' records.
@@ -521,10 +558,16 @@ class BuildSteps {
       const std::unique_ptr<ir::ModelSet> with_last_row = with_last_row_logits(chain_output);
       const ir::ModelSet* ms = with_last_row ? with_last_row.get() : &chain_output;
       check_graphs(*ms, "before " + label);
+      // What the compile's parts made (nf_backend_api compile_part), and where an interrupted
+      // compile resumes.
+      std::unique_ptr<StageCheckpoints> checkpoints = checkpoints_for(key, label);
       auto compile = [&](const ir::ModelSet& set) {
-        call_plugin(label, [&](nf_context* ctx) {
-          return backend->backend()->compile(options.c_str(), handle(&set), artifacts.c_str(), ctx);
-        });
+        call_plugin(
+            label,
+            [&](nf_context* ctx) {
+              return backend->backend()->compile(options.c_str(), handle(&set), artifacts.c_str(), ctx);
+            },
+            checkpoints.get());
       };
       // A backend that cannot compile the graphs of a role (a draft arcl has not made
       // static) still builds the target's package; the decoder then runs its draft on the host.
@@ -545,7 +588,12 @@ class BuildSteps {
       }
       model = nlohmann::json{{"graphs", graph_specs(*ms)}, {"graph_count", ms->graphs.size()}, {"metadata", nlohmann::json::object()}};
       for (const auto& [k, v] : ms->metadata) (*model)["metadata"][k] = nlohmann::json::parse(v);
-      cache_.store_compile(key, artifacts, *model, &artifact_hashes);
+      const bool stored = cache_.store_compile(key, artifacts, *model, &artifact_hashes);
+      if (checkpoints) {
+        if (checkpoints->loaded()) spdlog::info("{}: {} step(s) from its parts or an interrupted run", label, checkpoints->loaded());
+        checkpoints_loaded_ += checkpoints->loaded();
+        if (stored) checkpoints->remove_all();
+      }
     }
     double compile_secs = seconds_since(t0);
     const nlohmann::json& metadata = (*model)["metadata"];
@@ -599,6 +647,11 @@ class BuildSteps {
   // backend (name, version, library bytes and its data folder <library dir>/<name>/, where
   // htp keeps its chip files and aries its device files), its options and the files they
   // name, and the host program (it adds the last-row head before compiling).
+  std::string compile_key(const manifest::PluginUse& use) const {
+    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
+    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    return compile_key(use, *backend);
+  }
   std::string compile_key(const manifest::PluginUse& use, const PluginInfo& backend) const {
     const fs::path data = fs::path(backend.library).parent_path() / backend.name;
     nlohmann::json inputs{{"options", use.options},
@@ -627,9 +680,10 @@ class BuildSteps {
 
   // The stage's checkpoints (with the stage cache): a stage interrupted earlier resumes from
   // the steps it saved, and takes what its parts found.
-  std::unique_ptr<StageCheckpoints> checkpoints_for(const ChainStage& s) const {
+  std::unique_ptr<StageCheckpoints> checkpoints_for(const ChainStage& s) const { return checkpoints_for(s.key, s.label); }
+  std::unique_ptr<StageCheckpoints> checkpoints_for(const std::string& key, const std::string& label) const {
     if (!cache_.enabled()) return nullptr;
-    return std::make_unique<StageCheckpoints>(cache_root_, s.key, [this, label = s.label](const std::string& name) {
+    return std::make_unique<StageCheckpoints>(cache_root_, key, [this, label](const std::string& name) {
       if (on_checkpoint_) on_checkpoint_(label, name);
     });
   }
@@ -743,10 +797,27 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
     planned[i] = plan.stages.size();
     plan.stages.push_back(std::move(s));
   }
+  // So is a compile whose backend splits its work (its parts, then the compile); the targets
+  // compile side by side already, so they share the parts wanted.
+  const size_t compile_wanted = std::max<size_t>(1, wanted / targets.size());
   for (size_t t = 0; t < targets.size(); ++t) {
     PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {},
                    need.transform_memory};
     if (!chain.empty()) s.deps.push_back(planned.back());
+    const size_t parts =
+        cache.contains_compile(steps.compile_key(targets[t].second)) ? 1 : steps.compile_part_count(targets[t].second, compile_wanted);
+    if (parts > 1) spdlog::info("{}: in {} parts side by side", s.label, parts);
+    std::vector<size_t> part_indices;
+    for (size_t k = 0; parts > 1 && k < parts; ++k) {
+      PlannedStage part = s;
+      part.id = s.id + "-part-" + std::to_string(k);
+      part.label = s.label + " (part " + std::to_string(k + 1) + " of " + std::to_string(parts) + ")";
+      part.shard = k;
+      part.shards = parts;
+      part_indices.push_back(plan.stages.size());
+      plan.stages.push_back(std::move(part));
+    }
+    if (!part_indices.empty()) s.deps = part_indices;
     plan.stages.push_back(std::move(s));
     plan.staging[targets[t].first] = stagings[t]->path();
   }
@@ -896,6 +967,10 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
   nlohmann::json result;
   if (!stage.compile && cache.contains(stage.key)) {
     result = steps.cached_record(stage.index);  // run again after it finished: a cache hit
+  } else if (stage.is_shard() && stage.compile) {
+    nlohmann::json records = nlohmann::json::array();
+    auto ms = steps.model_after(chain.size(), source, records, no_hook);
+    result = steps.run_compile_part(stage.target, targets.at(stage.index).second, *ms, stage.shard, stage.shards);
   } else if (stage.is_shard()) {
     nlohmann::json records = nlohmann::json::array();
     auto ms = steps.model_after(stage.index, source, records, no_hook);
@@ -926,6 +1001,7 @@ void run_planned_stage(const fs::path& plan_path, const std::string& stage_id) {
     for (const auto& e : fs::directory_iterator(staging, ec)) fs::remove_all(e.path());
     steps.compile(stage.target, targets.at(stage.index).second, built, staging, records);
     result = {{"kind", "compile"}, {"target", stage.target}, {"seconds", seconds_since(t0)}};
+    if (steps.checkpoints_loaded()) result["checkpoints_loaded"] = steps.checkpoints_loaded();
   }
   ir::check_mapped_files();
   char host[256] = {};

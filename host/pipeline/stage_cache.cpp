@@ -156,6 +156,11 @@ bool StageCache::contains(const std::string& key) const {
   return enabled_ && fs::is_regular_file(root_ / "stages" / key / kEntryDigest, ec);
 }
 
+bool StageCache::contains_compile(const std::string& key) const {
+  std::error_code ec;
+  return enabled_ && fs::is_regular_file(root_ / "compiles" / key / kEntryDigest, ec);
+}
+
 bool StageCache::store(const std::string& key, const ir::ModelSet& ms) const {
   if (!enabled_) return false;
   try {

@@ -50,6 +50,8 @@ class StageCache {
   // artifacts copied, which the package's seal need not take again.
   std::optional<nlohmann::json> load_compile(const std::string& key, const std::filesystem::path& dest,
                                              nlohmann::json* hashes = nullptr) const;
+  // Whether a compile entry for `key` is there (not verified: load_compile does that).
+  bool contains_compile(const std::string& key) const;
   // Stores atomically; a failure only costs a warning (and returns false).
   bool store_compile(const std::string& key, const std::filesystem::path& artifacts, const nlohmann::json& model,
                      nlohmann::json* hashes = nullptr) const;

@@ -26,8 +26,9 @@ struct PlannedStage {
   std::string key;            // quant/transform: the stage-cache key of its output
   std::vector<size_t> deps;   // stages (indices into BuildPlan::stages) that must finish first
   uint64_t memory = 0;        // its estimated peak (resources.h): what a node must have free, 0: unknown
-  // A part of quant stage `index` (nf_quant_api apply_shard): part `shard` of `shards`. The
-  // parts run side by side before the stage, which then takes their checkpoints.
+  // A part of quant stage `index` (nf_quant_api apply_shard) or of compile `index`
+  // (nf_backend_api compile_part): part `shard` of `shards`. The parts run side by side
+  // before the stage, which then takes their checkpoints.
   size_t shard = 0, shards = 0;
   bool is_shard() const { return shards > 0; }
 };
@@ -40,7 +41,7 @@ struct BuildPlan {
   std::filesystem::path work_dir;       // plan.json, results/, logs/ (in <cache>/builds/)
   std::string source_key;               // the source model's key (its hash is not taken again)
   nlohmann::json source_files;          // [{path, size, mtime_ns}] of the .onnx and its data files
-  std::vector<PlannedStage> stages;     // the chain in order (a split stage after its parts), then one compile per target
+  std::vector<PlannedStage> stages;     // the chain in order, then one compile per target (a split stage after its parts)
   std::map<std::string, std::filesystem::path> staging;  // target -> the folder its package is written in
 
   nlohmann::json to_json() const;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/cli_support.h"
+#include "common/util.h"
 
 namespace fs = std::filesystem;
 using namespace nf;
@@ -60,19 +61,23 @@ std::map<std::string, std::string> package_files(const fs::path& pkg) {
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(test::slurp(p)); }
 
+void expect_same_package(const fs::path& a, const fs::path& b) {
+  const auto fa = package_files(a), fb = package_files(b);
+  ASSERT_FALSE(fa.empty());
+  EXPECT_EQ(fa.size(), fb.size());
+  for (const auto& [rel, bytes] : fa) {
+    auto it = fb.find(rel);
+    ASSERT_NE(it, fb.end()) << rel;
+    EXPECT_TRUE(it->second == bytes) << rel << " differs";
+  }
+  const auto ma = read_json(a / "package.json"), mb = read_json(b / "package.json");
+  for (const char* field : {"graphs", "metadata", "backend", "source"}) EXPECT_EQ(ma[field], mb[field]) << field;
+}
+
 void expect_same_packages(const fs::path& a, const fs::path& b) {
   for (const char* target : {"cpu", "htp", "aries"}) {
     SCOPED_TRACE(target);
-    const auto fa = package_files(a / target), fb = package_files(b / target);
-    ASSERT_FALSE(fa.empty());
-    EXPECT_EQ(fa.size(), fb.size());
-    for (const auto& [rel, bytes] : fa) {
-      auto it = fb.find(rel);
-      ASSERT_NE(it, fb.end()) << rel;
-      EXPECT_TRUE(it->second == bytes) << rel << " differs";
-    }
-    const auto ma = read_json(a / target / "package.json"), mb = read_json(b / target / "package.json");
-    for (const char* field : {"graphs", "metadata", "backend", "source"}) EXPECT_EQ(ma[field], mb[field]) << field;
+    expect_same_package(a / target, b / target);
   }
 }
 
@@ -181,6 +186,60 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndItsPlanIsKep
   EXPECT_NE(stale.err.find("changed since the build was planned"), std::string::npos) << stale.err;
 }
 
+// htp's compile splits (nf_backend_api compile_part): each part packs a share of the weight
+// containers' payloads, and the compile writes them instead of packing them again. The
+// targets share the parts asked for: with three, 2 parts leave each compile whole.
+TEST(LocalExecutor, AnHtpCompileRunsInPartsAndMakesTheSamePackage) {
+  const fs::path m = write_manifest("compile_parts", manifest_text());
+  auto r = build(m, {"--jobs", "2", "--shards", "2", "--target", "htp"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("compile htp: in 2 parts side by side"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("running 7 stage(s)"), std::string::npos) << r.err;  // 2 + 2 parts, minmax, arcl, compile
+  // Every payload of the containers came from the parts.
+  const size_t packed = read_json(m.parent_path() / "out" / "htp" / "artifacts" / "htp.json")["weights"].size();
+  ASSERT_GT(packed, 10u);
+  EXPECT_NE(r.err.find("compile htp: finished (7 of 7); " + std::to_string(packed) + " step(s) from its parts"),
+            std::string::npos)
+      << r.err;
+  expect_same_package(reference_out() / "htp", m.parent_path() / "out" / "htp");
+
+  r = build(m, {"--jobs", "2", "--shards", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("compile htp: in"), std::string::npos) << "the compile is cached\n" << r.err;
+  EXPECT_EQ(r.err.find("compile aries: in"), std::string::npos) << "the targets share 2 parts\n" << r.err;
+  expect_same_packages(reference_out(), m.parent_path() / "out");
+}
+
+// A packed payload whose digest holds but whose size is not the tensor's (hostile, or a
+// part of another version) is packed again, and the package is the one a whole compile makes.
+TEST(LocalExecutor, ACompilePartsPayloadOfTheWrongSizeIsPackedAgain) {
+  const fs::path m = write_manifest("compile_parts_hostile", manifest_text(crash_once_stage()));
+  auto r = build_crashing_once(m, {"--jobs", "2", "--shards", "2", "--retries", "0", "--target", "htp"});
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  const size_t at = r.err.find("its log: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const fs::path plan = fs::path(r.err.substr(at + 9, r.err.find('\n', at) - at - 9)).parent_path().parent_path() / "plan.json";
+  for (const char* stage : {"transform-2-bad_transform", "compile-htp-part-0", "compile-htp-part-1"}) {
+    auto s = test::npuforge({"build-stage", plan.string(), stage});
+    ASSERT_EQ(s.exit_code, 0) << stage << "\n" << s.err;
+  }
+  fs::path entry;
+  for (const auto& e : fs::recursive_directory_iterator(m.parent_path() / "cache" / "checkpoints"))
+    if (e.path().filename().string().starts_with("packed-")) entry = e.path();
+  ASSERT_FALSE(entry.empty());
+  const std::string shorter = test::slurp(entry / "data").substr(1);
+  std::ofstream(entry / "data", std::ios::binary | std::ios::trunc) << shorter;
+  std::ofstream(entry / "digest.json", std::ios::trunc)
+      << nlohmann::json{{"bytes", shorter.size()}, {"hash", host::hash_bytes(shorter.data(), shorter.size())}}.dump() << "\n";
+  auto c = test::npuforge({"build-stage", plan.string(), "compile-htp"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("a compile part left has " + std::to_string(shorter.size()) + " bytes, not " +
+                       std::to_string(shorter.size() + 1) + "; packing it again"),
+            std::string::npos)
+      << c.err;
+  expect_same_package(reference_out() / "htp", read_json(plan)["staging"]["htp"].get<std::string>());
+}
+
 TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
   const fs::path m = write_manifest("no_cache", manifest_text());
   auto r = build(m, {"--jobs", "2", "--no-cache"});
@@ -278,6 +337,19 @@ TEST(SlurmExecutor, ASearchThatSplitsIsOneJobArray) {
   EXPECT_EQ(first[1], second[1]) << "one array";
   EXPECT_NE(r.err.find("21 step(s) from its parts"), std::string::npos) << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
+}
+
+// So do the parts of a compile.
+TEST(SlurmExecutor, ACompileThatSplitsIsOneJobArray) {
+  if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
+  const fs::path m = write_manifest("compile_parts_slurm", manifest_text());
+  auto r = build(m, {"--executor", "slurm", "--shards", "2", "--target", "htp", "-v"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch first, second;
+  ASSERT_TRUE(std::regex_search(r.err, first, std::regex(R"(stage compile-htp-part-0 started \((\d+)_0\))"))) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, second, std::regex(R"(stage compile-htp-part-1 started \((\d+)_1\))"))) << r.err;
+  EXPECT_EQ(first[1], second[1]) << "one array";
+  expect_same_package(reference_out() / "htp", m.parent_path() / "out" / "htp");
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ nf_status* run(nf_session*, const char*, const char* const*, const nf_tensor* co
                nf_tensor**, size_t) {
   return g_host->status_create("cannot run");
 }
-const nf_backend_api backend_api = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, nullptr, nullptr};
+const nf_backend_api backend_api = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, nullptr, nullptr, nullptr, nullptr};
 const nf_plugin_descriptor backend_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND,
                                            "bad_backend", "1.0.0", "Fault test backend", "{}", &backend_api};
 

@@ -90,11 +90,11 @@ nf_status* no_compile(const char*, const nf_model_set*, const char*, nf_context*
 nf_status* no_open(const char*, const char*, nf_context*, nf_session**) { return nullptr; }
 void no_close(nf_session*) {}
 #ifdef NF_TEST_TABLE_TOO_SMALL
-const nf_backend_api backend_api = {NF_ABI_VERSION, 24, no_compile, no_open, no_close, nullptr, nullptr, nullptr};
+const nf_backend_api backend_api = {NF_ABI_VERSION, 24, no_compile, no_open, no_close, nullptr, nullptr, nullptr, nullptr, nullptr};
 #define NF_BACKEND_NAME "tiny_table"
 #else
 const nf_backend_api backend_api = {NF_ABI_VERSION, sizeof(nf_backend_api), no_compile, no_open, no_close,
-                                    nullptr, nullptr, nullptr};
+                                    nullptr, nullptr, nullptr, nullptr, nullptr};
 #define NF_BACKEND_NAME "no_run"
 #endif
 const nf_plugin_descriptor backend_desc = {NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND,

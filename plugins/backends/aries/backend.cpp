@@ -60,7 +60,7 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
   });
 }
 
-const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, estimate, nullptr};
+const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, estimate, nullptr, nullptr, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND, "aries", "0.1.0",

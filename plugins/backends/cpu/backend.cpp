@@ -144,7 +144,7 @@ nf_status* run(nf_session* s, const char* graph, const char* const* input_names,
 }
 
 const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, nullptr,
-                              open_model_set};
+                              open_model_set, nullptr, nullptr};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND, "cpu", kVersion,

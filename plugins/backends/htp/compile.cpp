@@ -1,6 +1,7 @@
 #include "compile.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -179,50 +180,12 @@ void write_json(const fs::path& p, const nlohmann::json& j) {
   if (!f) throw Error("htp: cannot write " + p.string());
 }
 
-}  // namespace
-
-void compile(const char* options_json, const nf_model_set* ms_in, const std::string& out_dir, Context ctx) {
-  HtpOptions o = HtpOptions::parse(Options(options_json).json());
-  const ModelSet ms = ModelSet::view(ms_in);
-  if (ms.graph_count() == 0) throw Error("htp: the model set has no graphs");
-
-  // 1. ops, static shapes, variant names; weight sharing needs one AR when disabled.
+// What compile packs: the variants, the weight groups (one per split, shared by its
+// variants, or one per graph without sharing) and each group's stored tensors.
+struct Packing {
   std::vector<Variant> variants;
-  std::set<int64_t> ars;
-  const nlohmann::json roles = ms.metadata(roles::kMetadataKey);
-  for (const Graph& g : ms.graphs()) {
-    check_ops(g);
-    check_static(g);
-    variants.push_back(parse_variant(g.name()));
-    variants.back().role = roles::role_of(roles, g.name());
-    if (variants.back().role.empty()) ars.insert(variants.back().ar);
-  }
-  if (!o.weight_sharing && ars.size() > 1)
-    throw Error("htp: weight_sharing = false needs a single AR variant (the model set has " + std::to_string(ars.size()) +
-                " AR values; set the arcl transform's arn to one value or keep weight_sharing)");
-
-  // 2. Weight groups: one per split (shared by its variants), or one per graph without sharing.
   std::map<std::string, std::vector<std::string>> group_graphs;
   std::map<std::string, std::set<std::string>> graph_weights;
-  std::set<std::string> hmx_weights, lm_head_weights;
-  std::set<std::string> target_groups;  // groups holding a target graph (the others: a draft's)
-  for (const auto& v : variants) {
-    std::string group = o.weight_sharing ? v.split : v.graph;
-    group_graphs[group].push_back(v.graph);
-    if (v.role.empty()) target_groups.insert(group);
-    graph_weights[v.graph] =
-        packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), &hmx_weights, &lm_head_weights);
-  }
-  // Each weight is packed once, in the first group that reads it, target groups before a
-  // role's (a draft reading the target's embedding table or LM head, whose graphs are a group
-  // of their own beside a split target's, takes them from the target's container).
-  std::map<std::string, std::string> owner;  // weight -> its group
-  for (bool targets : {true, false})
-    for (const auto& [group, graphs] : group_graphs)
-      if ((target_groups.count(group) > 0) == targets)
-        for (const auto& g : graphs)
-          for (const auto& name : graph_weights[g]) owner.emplace(name, group);
-
   std::map<std::string, WeightInfo> weights;
   std::map<std::string, std::vector<StoredTensor>> group_tensors;
   // Where each packed weight is (graph, name): fetched again when it is packed, so neither
@@ -230,34 +193,145 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   std::map<std::string, std::vector<std::pair<Graph, std::string>>> group_sources;
   nlohmann::json splits = nlohmann::json::array();
   uint64_t total_weight_bytes = 0;
-  for (const auto& [group, graphs] : group_graphs) {
+};
+
+Packing plan_packing(const HtpOptions& o, const ModelSet& ms) {
+  Packing p;
+  // 1. ops, static shapes, variant names; weight sharing needs one AR when disabled.
+  std::set<int64_t> ars;
+  const nlohmann::json roles = ms.metadata(roles::kMetadataKey);
+  for (const Graph& g : ms.graphs()) {
+    check_ops(g);
+    check_static(g);
+    p.variants.push_back(parse_variant(g.name()));
+    p.variants.back().role = roles::role_of(roles, g.name());
+    if (p.variants.back().role.empty()) ars.insert(p.variants.back().ar);
+  }
+  if (!o.weight_sharing && ars.size() > 1)
+    throw Error("htp: weight_sharing = false needs a single AR variant (the model set has " + std::to_string(ars.size()) +
+                " AR values; set the arcl transform's arn to one value or keep weight_sharing)");
+
+  // 2. Weight groups.
+  std::set<std::string> hmx_weights, lm_head_weights;
+  std::set<std::string> target_groups;  // groups holding a target graph (the others: a draft's)
+  for (const auto& v : p.variants) {
+    std::string group = o.weight_sharing ? v.split : v.graph;
+    p.group_graphs[group].push_back(v.graph);
+    if (v.role.empty()) target_groups.insert(group);
+    p.graph_weights[v.graph] =
+        packed_weights_of(Graph(host().model_set_find_graph(ms.get(), v.graph.c_str())), &hmx_weights, &lm_head_weights);
+  }
+  // Each weight is packed once, in the first group that reads it, target groups before a
+  // role's (a draft reading the target's embedding table or LM head, whose graphs are a group
+  // of their own beside a split target's, takes them from the target's container).
+  std::map<std::string, std::string> owner;  // weight -> its group
+  for (bool targets : {true, false})
+    for (const auto& [group, graphs] : p.group_graphs)
+      if ((target_groups.count(group) > 0) == targets)
+        for (const auto& g : graphs)
+          for (const auto& name : p.graph_weights[g]) owner.emplace(name, group);
+
+  for (const auto& [group, graphs] : p.group_graphs) {
     std::set<std::string> names;
     for (const auto& g : graphs)
-      for (const auto& name : graph_weights[g])
+      for (const auto& name : p.graph_weights[g])
         if (owner.at(name) == group) names.insert(name);
     Graph first(host().model_set_find_graph(ms.get(), graphs.front().c_str()));
     uint64_t bytes = 0;
     for (const auto& name : names) {
       Graph holder = first;
       for (const auto& g : graphs)
-        if (graph_weights[g].count(name)) {
+        if (p.graph_weights[g].count(name)) {
           holder = Graph(host().model_set_find_graph(ms.get(), g.c_str()));
           break;
         }
       Tensor t = holder.initializer(name);
       WeightInfo info;
       int assumed = !o.assume_weight_bw || !hmx_weights.count(name) ? 0 : lm_head_weights.count(name) ? 8 : o.assume_weight_bw;
-      group_tensors[group].push_back(plan_weight(ms, name, t, o, assumed, &info));
-      group_sources[group].push_back({holder, name});
-      weights[name] = info;
+      p.group_tensors[group].push_back(plan_weight(ms, name, t, o, assumed, &info));
+      p.group_sources[group].push_back({holder, name});
+      p.weights[name] = info;
       bytes += info.bytes;
     }
-    total_weight_bytes += bytes;
-    splits.push_back({{"name", group},
-                      {"file", o.pack_weights ? nlohmann::json("htp/weights_" + group + ".bin") : nlohmann::json()},
-                      {"graphs", graphs},
-                      {"weight_bytes", bytes}});
+    p.total_weight_bytes += bytes;
+    p.splits.push_back({{"name", group},
+                        {"file", o.pack_weights ? nlohmann::json("htp/weights_" + group + ".bin") : nlohmann::json()},
+                        {"graphs", graphs},
+                        {"weight_bytes", bytes}});
   }
+  return p;
+}
+
+// The checkpoint a compile part saves a packed payload under: named by what decides its
+// bytes (the weight, its shape and its grid), so a compile only ever takes the payload of
+// the same tensor stored the same way.
+std::string packed_checkpoint_name(const StoredTensor& t) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
+  };
+  const int storage = static_cast<int>(t.storage);
+  mix(t.name.data(), t.name.size() + 1);
+  mix(t.dims.data(), t.dims.size() * sizeof(int64_t));
+  for (int64_t v : {int64_t{storage}, int64_t{t.axis}, int64_t{t.block_axis}, t.block_size}) mix(&v, sizeof v);
+  mix(t.scales.data(), t.scales.size() * sizeof(float));
+  mix(t.zeros.data(), t.zeros.size() * sizeof(float));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("packed-") + hex;
+}
+
+}  // namespace
+
+size_t compile_part_count(const char* options_json, size_t wanted) {
+  // Packing the weights is the work that splits; an estimate-only package packs none.
+  return HtpOptions::parse(Options(options_json).json()).pack_weights ? std::max<size_t>(wanted, 1) : 1;
+}
+
+void compile_part(const char* options_json, const nf_model_set* ms_in, Context ctx, size_t index, size_t count) {
+  HtpOptions o = HtpOptions::parse(Options(options_json).json());
+  const ModelSet ms = ModelSet::view(ms_in);
+  if (count == 0 || index >= count) throw Error("htp: compile part " + std::to_string(index) + " of " + std::to_string(count));
+  const Packing p = plan_packing(o, ms);
+  if (!o.pack_weights) return;
+  // Contiguous runs of the containers' tensors, in the order compile writes them, of about
+  // equal payload bytes: a tensor goes to the part its middle byte falls in.
+  uint64_t total = 0;
+  for (const auto& [group, tensors] : p.group_tensors)
+    for (const auto& t : tensors) total += t.payload_bytes();
+  std::vector<std::pair<const StoredTensor*, const std::pair<Graph, std::string>*>> mine;
+  uint64_t at = 0;
+  for (const auto& [group, tensors] : p.group_tensors)
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const uint64_t bytes = tensors[i].payload_bytes();
+      const uint64_t middle = at + bytes / 2;
+      at += bytes;
+      if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index)
+        mine.push_back({&tensors[i], &p.group_sources.at(group)[i]});
+    }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const StoredTensor& t = *mine[k].first;
+    ctx.progress(k, mine.size(), "packing " + t.name);
+    Tensor w = mine[k].second->first.initializer(mine[k].second->second);
+    std::vector<uint8_t> payload;
+    payload.reserve(t.payload_bytes());
+    pack_in_passes(t, w.data_as<float>(), [&](const uint8_t* b, size_t n) { payload.insert(payload.end(), b, b + n); },
+                   [&](size_t offset, size_t bytes) { w.drop_pages(offset, bytes); });
+    ctx.checkpoint_save(packed_checkpoint_name(t), payload);
+  }
+  ctx.info("htp: packed " + std::to_string(mine.size()) + " of the weights (part " + std::to_string(index + 1) + " of " +
+           std::to_string(count) + ")");
+}
+
+void compile(const char* options_json, const nf_model_set* ms_in, const std::string& out_dir, Context ctx) {
+  HtpOptions o = HtpOptions::parse(Options(options_json).json());
+  const ModelSet ms = ModelSet::view(ms_in);
+  if (ms.graph_count() == 0) throw Error("htp: the model set has no graphs");
+  Packing p = plan_packing(o, ms);
+  const std::vector<Variant>& variants = p.variants;
+  const nlohmann::json& splits = p.splits;
+  std::map<std::string, WeightInfo>& weights = p.weights;
+  const uint64_t total_weight_bytes = p.total_weight_bytes;
 
   // 3. Summaries for the hardware model, then the chip's limits (VTCM tiles, memory).
   nlohmann::json summaries = nlohmann::json::object();
@@ -293,7 +367,7 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   fs::create_directories(fs::path(out_dir) / "htp");
   fs::create_directories(fs::path(out_dir) / "model");
   {
-    PlaceholderSwap swap(ms, graph_weights);
+    PlaceholderSwap swap(ms, p.graph_weights);
     check(host().model_set_save(ms.get(), (fs::path(out_dir) / "model").string().c_str()));
   }
   size_t done = 0;
@@ -301,16 +375,25 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
     if (!o.pack_weights) break;  // estimate-only package
     std::string group = s["name"];
     ctx.progress(done++, splits.size(), "packing weights of " + group);
-    const auto& sources = group_sources[group];
+    const auto& sources = p.group_sources[group];
+    const auto& tensors = p.group_tensors[group];
     Tensor current;
     write_container((fs::path(out_dir) / s["file"].get<std::string>()).string(), {{"split", group}, {"graphs", s["graphs"]}},
-                    group_tensors[group],
+                    tensors,
                     [&](size_t i) {
                       current = sources[i].first.initializer(sources[i].second);
                       return current.data_as<float>();
                     },
                     [&](size_t) { current = Tensor(); },
-                    [&](size_t, size_t offset, size_t bytes) { current.drop_pages(offset, bytes); });
+                    [&](size_t, size_t offset, size_t bytes) { current.drop_pages(offset, bytes); },
+                    [&](size_t i, std::vector<uint8_t>* bytes) {  // what a compile part packed
+                      if (!ctx.checkpoint_load(packed_checkpoint_name(tensors[i]), bytes)) return false;
+                      if (bytes->size() == tensors[i].payload_bytes()) return true;
+                      ctx.warn("htp: the packed '" + tensors[i].name + "' a compile part left has " +
+                               std::to_string(bytes->size()) + " bytes, not " + std::to_string(tensors[i].payload_bytes()) +
+                               "; packing it again");
+                      return false;
+                    });
   }
   write_json(fs::path(out_dir) / "htp" / "graphs.json", summaries);
   write_json(fs::path(out_dir) / "htp.json", meta);

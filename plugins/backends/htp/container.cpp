@@ -138,9 +138,26 @@ void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out) {
   }
 }
 
+void pack_in_passes(const StoredTensor& t, const float* w, const std::function<void(const uint8_t*, size_t)>& sink,
+                    const std::function<void(size_t, size_t)>& release) {
+  // Passes of 8 Mi values (32 MiB of floats read, at most 16 MiB written): a weight's floats
+  // are never in memory whole. Even-sized, so int4 bytes never straddle two passes.
+  constexpr int64_t kPass = int64_t{8} << 20;
+  std::vector<uint8_t> buf;
+  const int64_t n = t.numel();
+  for (int64_t b = 0; b < n; b += kPass) {
+    const int64_t e = std::min(n, b + kPass);
+    buf.resize(static_cast<size_t>(((e - b) * storage_bits(t.storage) + 7) / 8));
+    quantize_payload(t, w, buf.data(), b, e);
+    sink(buf.data(), buf.size());
+    if (release) release(static_cast<size_t>(b) * 4, static_cast<size_t>(e - b) * 4);
+  }
+}
+
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
                      const std::function<const float*(size_t)>& source, const std::function<void(size_t)>& done,
-                     const std::function<void(size_t, size_t, size_t)>& release) {
+                     const std::function<void(size_t, size_t, size_t)>& release,
+                     const std::function<bool(size_t, std::vector<uint8_t>*)>& packed) {
   uint64_t total = 0;
   auto lay = layout(tensors, &total);
   nlohmann::json table = nlohmann::json::array();
@@ -177,22 +194,23 @@ void write_container(const std::string& path, const nlohmann::json& info, const 
   };
   const uint64_t base = align_up(pos);
   pad_to(base);
-  // Passes of 8 Mi values (32 MiB of floats read, at most 16 MiB written): neither a weight's
-  // floats nor its payload are ever in memory whole. Even-sized, so int4 bytes never straddle.
-  constexpr int64_t kPass = int64_t{8} << 20;
-  std::vector<uint8_t> buf;
+  std::vector<uint8_t> buf;  // a payload a part packed
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    const float* w = source(i);
     pad_to(base + lay[i].data);
-    const int64_t n = t.numel();
-    for (int64_t b = 0; b < n; b += kPass) {
-      const int64_t e = std::min(n, b + kPass);
-      buf.resize(static_cast<size_t>(((e - b) * storage_bits(t.storage) + 7) / 8));
-      quantize_payload(t, w, buf.data(), b, e);
+    if (packed && packed(i, &buf)) {
+      if (buf.size() != t.payload_bytes()) throw Error("htp: packed payload of '" + t.name + "' has the wrong size");
       f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
       pos += buf.size();
-      if (release) release(i, static_cast<size_t>(b) * 4, static_cast<size_t>(e - b) * 4);
+    } else {
+      pack_in_passes(t, source(i),
+                     [&](const uint8_t* bytes, size_t size) {
+                       f.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+                       pos += size;
+                     },
+                     [&](size_t offset, size_t bytes) {
+                       if (release) release(i, offset, bytes);
+                     });
     }
     if (done) done(i);
     pad_to(base + lay[i].scales);

@@ -44,13 +44,22 @@ void quantize_payload(const StoredTensor& t, const float* w, uint8_t* out, int64
 // Reverse: the stored values as floats, exactly on the grid.
 void dequantize_payload(const StoredTensor& t, const uint8_t* in, float* out);
 
+// Quantizes the tensor's floats `w` (numel) onto its grid a pass at a time, handing each
+// pass's stored bytes to `sink` and then, when given, the byte range of the floats it read to
+// `release` (the caller can drop their pages).
+void pack_in_passes(const StoredTensor& t, const float* w, const std::function<void(const uint8_t*, size_t)>& sink,
+                    const std::function<void(size_t byte_offset, size_t bytes)>& release = {});
+
 // Writes a container; `source(i)` returns the float data of tensor i (numel floats).
 // `release(i, byte_offset, bytes)`, when given, is called as each part of those floats has
 // been read (the caller can drop its pages), and `done(i)` once tensor i is written.
+// `packed(i, &bytes)`, when given, may hand tensor i's stored payload packed already (a
+// compile part's); then its floats are not read.
 void write_container(const std::string& path, const nlohmann::json& info, const std::vector<StoredTensor>& tensors,
                      const std::function<const float*(size_t)>& source,
                      const std::function<void(size_t)>& done = {},
-                     const std::function<void(size_t, size_t, size_t)>& release = {});
+                     const std::function<void(size_t, size_t, size_t)>& release = {},
+                     const std::function<bool(size_t, std::vector<uint8_t>*)>& packed = {});
 
 struct LoadedContainer {
   nlohmann::json info;

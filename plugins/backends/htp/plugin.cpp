@@ -18,6 +18,14 @@ nf_status* compile_fn(const char* options_json, const nf_model_set* ms, const ch
   return NF_TRY(compile(options_json, ms, out_dir, Context(ctx)));
 }
 
+nf_status* compile_part_count_fn(const char* options_json, size_t wanted, size_t* count) {
+  return NF_TRY(*count = compile_part_count(options_json, wanted));
+}
+
+nf_status* compile_part_fn(const char* options_json, const nf_model_set* ms, nf_context* ctx, size_t index, size_t count) {
+  return NF_TRY(compile_part(options_json, ms, Context(ctx), index, count));
+}
+
 nf_status* open_fn(const char* options_json, const char* dir, nf_context*, nf_session** out) {
   return NF_TRY(*out = open_session(options_json, dir));
 }
@@ -51,7 +59,7 @@ nf_status* estimate_fn(const char*, const char* dir, const char* workload_json, 
 }
 
 const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile_fn, open_fn, close_fn, run_fn,
-                             estimate_fn, nullptr};
+                             estimate_fn, nullptr, compile_part_count_fn, compile_part_fn};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND, "htp", kVersion,

@@ -430,6 +430,17 @@ typedef struct nf_backend_api {
   /* Optional (NULL if unsupported): a session over an in-memory model set without
    * compiling, for calibration and `npuforge run MODEL.onnx`. `ms` outlives the session. */
   nf_status* (*open_model_set)(const char* options_json, nf_model_set* ms, nf_context* ctx, nf_session** out);
+  /* Optional (appended in ABI 1, together): compile's heavy work in parts that run side by
+   * side, each in its own process (a job of an array on a cluster), before compile.
+   * compile_part_count answers into how many independent parts compile's work splits with
+   * these options, at most `wanted` (1: it does not split; then compile runs alone).
+   * compile_part does part `index` of `count` on the model set compile will get and saves
+   * what it makes as checkpoints of the compile (nf_host_api checkpoint_save); compile, run
+   * once every part finished, loads them instead of making them. The artifacts must be the
+   * ones compile alone makes, byte for byte. */
+  nf_status* (*compile_part_count)(const char* options_json, size_t wanted, size_t* count);
+  nf_status* (*compile_part)(const char* options_json, const nf_model_set* ms, nf_context* ctx, size_t index,
+                             size_t count);
 } nf_backend_api;
 
 /* speculative decoder: one `step` proposes a tree, scores it through the runner, accepts
@@ -505,7 +516,9 @@ static_assert(sizeof(nf_plugin_library) == 24, "nf_plugin_library layout");
 static_assert(offsetof(nf_backend_api, compile) == 8, "nf_backend_api layout");
 static_assert(offsetof(nf_backend_api, estimate) == 40, "nf_backend_api layout");
 static_assert(offsetof(nf_backend_api, open_model_set) == 48, "nf_backend_api layout");
-static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
+static_assert(offsetof(nf_backend_api, compile_part_count) == 56, "nf_backend_api layout");
+static_assert(offsetof(nf_backend_api, compile_part) == 64, "nf_backend_api layout");
+static_assert(sizeof(nf_backend_api) == 72, "nf_backend_api layout");
 static_assert(offsetof(nf_transform_api, validate) == 16, "nf_transform_api layout");
 static_assert(sizeof(nf_transform_api) == 24, "nf_transform_api layout");
 static_assert(offsetof(nf_quant_api, validate) == 16, "nf_quant_api layout");
@@ -518,7 +531,7 @@ static_assert(sizeof(nf_speculative_api) == 48, "nf_speculative_api layout");
 static_assert(offsetof(nf_encoding, num_scales) == 40, "nf_encoding layout");
 #else
 _Static_assert(sizeof(nf_host_api) == 808, "nf_host_api layout");
-_Static_assert(sizeof(nf_backend_api) == 56, "nf_backend_api layout");
+_Static_assert(sizeof(nf_backend_api) == 72, "nf_backend_api layout");
 #endif
 
 #endif /* NPUFORGE_PLUGIN_H */
