@@ -169,7 +169,8 @@ void run_stage_graph(const BuildPlan& plan, Executor& executor, int retries,
           done[i] = true;
           last = s.label + " done";
           const size_t taken = r.is_object() ? r.value("checkpoints_loaded", size_t{0}) : 0;
-          spdlog::info("{}: finished ({} of {}){}", s.label, count_done(), n,
+          const double seconds = r.is_object() && r.contains("seconds") && r["seconds"].is_number() ? r["seconds"].get<double>() : 0;
+          spdlog::info("{}: finished in {:.1f}s ({} of {}){}", s.label, seconds, count_done(), n,
                        taken ? "; " + std::to_string(taken) + " step(s) from its parts or an interrupted run" : "");
           continue;
         }

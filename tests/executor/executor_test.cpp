@@ -186,58 +186,72 @@ TEST(LocalExecutor, AStageThatKeepsFailingFailsTheBuildWithItsLogAndItsPlanIsKep
   EXPECT_NE(stale.err.find("changed since the build was planned"), std::string::npos) << stale.err;
 }
 
-// htp's compile splits (nf_backend_api compile_part): each part packs a share of the weight
-// containers' payloads, and the compile writes them instead of packing them again. The
-// targets share the parts asked for: with three, 2 parts leave each compile whole.
-TEST(LocalExecutor, AnHtpCompileRunsInPartsAndMakesTheSamePackage) {
+// htp's and aries' compiles split (nf_backend_api compile_part): each part packs a share
+// of the weight containers' payloads (htp) or quantizes a share of the linear weights
+// (aries), and the compile takes them instead of making them again. The targets share the
+// parts asked for: 6 for three targets give each compile 2.
+TEST(LocalExecutor, CompilesRunInPartsAndMakeTheSamePackages) {
   const fs::path m = write_manifest("compile_parts", manifest_text());
-  auto r = build(m, {"--jobs", "2", "--shards", "2", "--target", "htp"});
+  auto r = build(m, {"--jobs", "2", "--shards", "6"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("compile htp: in 2 parts side by side"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("running 7 stage(s)"), std::string::npos) << r.err;  // 2 + 2 parts, minmax, arcl, compile
-  // Every payload of the containers came from the parts.
-  const size_t packed = read_json(m.parent_path() / "out" / "htp" / "artifacts" / "htp.json")["weights"].size();
+  EXPECT_NE(r.err.find("compile aries: in 2 parts side by side"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("compile cpu: in"), std::string::npos) << "cpu compiles whole\n" << r.err;
+  // minmax's 4 parts (one a calibration batch), minmax, arcl, 2 + 2 compile parts, 3 compiles
+  EXPECT_NE(r.err.find("running 13 stage(s)"), std::string::npos) << r.err;
+  // Every payload, every quantized weight came from the parts.
+  const fs::path out = m.parent_path() / "out";
+  const size_t packed = read_json(out / "htp" / "artifacts" / "htp.json")["weights"].size();
+  const size_t quantized = read_json(out / "aries" / "artifacts" / "aries.json")["linears"].size();
   ASSERT_GT(packed, 10u);
-  EXPECT_NE(r.err.find("compile htp: finished (7 of 7); " + std::to_string(packed) + " step(s) from its parts"),
-            std::string::npos)
-      << r.err;
-  expect_same_package(reference_out() / "htp", m.parent_path() / "out" / "htp");
+  ASSERT_GT(quantized, 10u);
+  for (const auto& [target, steps] : {std::pair{"htp", packed}, std::pair{"aries", quantized}})
+    EXPECT_TRUE(std::regex_search(r.err, std::regex(std::string("compile ") + target +
+                                                    R"(: finished in [0-9.]+s \(\d+ of 13\); )" + std::to_string(steps) +
+                                                    R"( step\(s\) from its parts)")))
+        << target << "\n" << r.err;
+  expect_same_packages(reference_out(), out);
 
-  r = build(m, {"--jobs", "2", "--shards", "2"});
+  // Again: the compiles are cached, so no parts are planned.
+  r = build(m, {"--jobs", "2", "--shards", "6"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err.find("compile htp: in"), std::string::npos) << "the compile is cached\n" << r.err;
-  EXPECT_EQ(r.err.find("compile aries: in"), std::string::npos) << "the targets share 2 parts\n" << r.err;
-  expect_same_packages(reference_out(), m.parent_path() / "out");
+  EXPECT_EQ(r.err.find("parts side by side"), std::string::npos) << r.err;
+  expect_same_packages(reference_out(), out);
 }
 
-// A packed payload whose digest holds but whose size is not the tensor's (hostile, or a
-// part of another version) is packed again, and the package is the one a whole compile makes.
-TEST(LocalExecutor, ACompilePartsPayloadOfTheWrongSizeIsPackedAgain) {
-  const fs::path m = write_manifest("compile_parts_hostile", manifest_text(crash_once_stage()));
-  auto r = build_crashing_once(m, {"--jobs", "2", "--shards", "2", "--retries", "0", "--target", "htp"});
-  ASSERT_EQ(r.exit_code, 1) << r.err;
-  const size_t at = r.err.find("its log: ");
-  ASSERT_NE(at, std::string::npos) << r.err;
-  const fs::path plan = fs::path(r.err.substr(at + 9, r.err.find('\n', at) - at - 9)).parent_path().parent_path() / "plan.json";
-  for (const char* stage : {"transform-2-bad_transform", "compile-htp-part-0", "compile-htp-part-1"}) {
-    auto s = test::npuforge({"build-stage", plan.string(), stage});
-    ASSERT_EQ(s.exit_code, 0) << stage << "\n" << s.err;
+// A part's result whose digest holds but whose size is not the weight's (hostile, or a part
+// of another version) is made again, and the package is the one a whole compile makes.
+TEST(LocalExecutor, ACompilePartsResultOfTheWrongSizeIsMadeAgain) {
+  for (const std::string target : {"htp", "aries"}) {
+    SCOPED_TRACE(target);
+    const fs::path m = write_manifest("compile_parts_hostile_" + target, manifest_text(crash_once_stage()));
+    auto r = build_crashing_once(m, {"--jobs", "2", "--shards", "2", "--retries", "0", "--target", target});
+    ASSERT_EQ(r.exit_code, 1) << r.err;
+    const size_t at = r.err.find("its log: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const fs::path plan =
+        fs::path(r.err.substr(at + 9, r.err.find('\n', at) - at - 9)).parent_path().parent_path() / "plan.json";
+    for (const std::string& stage : std::vector<std::string>{"transform-2-bad_transform", "compile-" + target + "-part-0",
+                                                             "compile-" + target + "-part-1"}) {
+      auto s = test::npuforge({"build-stage", plan.string(), stage});
+      ASSERT_EQ(s.exit_code, 0) << stage << "\n" << s.err;
+    }
+    fs::path entry;
+    for (const auto& e : fs::recursive_directory_iterator(m.parent_path() / "cache" / "checkpoints"))
+      if (e.path().filename().string().starts_with(target == "htp" ? "packed-" : "quantized-")) entry = e.path();
+    ASSERT_FALSE(entry.empty());
+    const std::string shorter = test::slurp(entry / "data").substr(1);
+    std::ofstream(entry / "data", std::ios::binary | std::ios::trunc) << shorter;
+    std::ofstream(entry / "digest.json", std::ios::trunc)
+        << nlohmann::json{{"bytes", shorter.size()}, {"hash", host::hash_bytes(shorter.data(), shorter.size())}}.dump() << "\n";
+    auto c = test::npuforge({"build-stage", plan.string(), "compile-" + target});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    EXPECT_NE(c.err.find("a compile part left has " + std::to_string(shorter.size()) + " bytes, not " +
+                         std::to_string(shorter.size() + 1) + "; "),
+              std::string::npos)
+        << c.err;
+    expect_same_package(reference_out() / target, read_json(plan)["staging"][target].get<std::string>());
   }
-  fs::path entry;
-  for (const auto& e : fs::recursive_directory_iterator(m.parent_path() / "cache" / "checkpoints"))
-    if (e.path().filename().string().starts_with("packed-")) entry = e.path();
-  ASSERT_FALSE(entry.empty());
-  const std::string shorter = test::slurp(entry / "data").substr(1);
-  std::ofstream(entry / "data", std::ios::binary | std::ios::trunc) << shorter;
-  std::ofstream(entry / "digest.json", std::ios::trunc)
-      << nlohmann::json{{"bytes", shorter.size()}, {"hash", host::hash_bytes(shorter.data(), shorter.size())}}.dump() << "\n";
-  auto c = test::npuforge({"build-stage", plan.string(), "compile-htp"});
-  ASSERT_EQ(c.exit_code, 0) << c.err;
-  EXPECT_NE(c.err.find("a compile part left has " + std::to_string(shorter.size()) + " bytes, not " +
-                       std::to_string(shorter.size() + 1) + "; packing it again"),
-            std::string::npos)
-      << c.err;
-  expect_same_package(reference_out() / "htp", read_json(plan)["staging"]["htp"].get<std::string>());
 }
 
 TEST(LocalExecutor, WorkerProcessesNeedTheStageCache) {
@@ -282,8 +296,10 @@ TEST(LocalExecutor, ASearchThatSplitsRunsInPartsAndMakesTheSamePackages) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
   // tiny_llama's 17 layer inputs (4 layers x 4, the LM head) and the activation ranges of the
   // 4 calibration batches all come from the parts.
-  EXPECT_NE(r.err.find("quant seqmse: finished (4 of 12); 21 step(s) from its parts"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("quant lpbq: finished (8 of 12); 4 step(s) from its parts"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(quant seqmse: finished in [0-9.]+s \(4 of 12\); 21 step\(s\) from its parts)")))
+      << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(quant lpbq: finished in [0-9.]+s \(8 of 12\); 4 step\(s\) from its parts)")))
+      << r.err;
   expect_same_packages(split_reference_out(), m.parent_path() / "out");
   EXPECT_FALSE(fs::exists(m.parent_path() / "cache" / "checkpoints") &&
                !fs::is_empty(m.parent_path() / "cache" / "checkpoints"))
@@ -343,7 +359,7 @@ TEST(SlurmExecutor, ASearchThatSplitsIsOneJobArray) {
 TEST(SlurmExecutor, ACompileThatSplitsIsOneJobArray) {
   if (!slurm_cluster_up()) GTEST_SKIP() << "no Slurm cluster (bash scripts/slurm_cluster.sh start; export SLURM_CONF)";
   const fs::path m = write_manifest("compile_parts_slurm", manifest_text());
-  auto r = build(m, {"--executor", "slurm", "--shards", "2", "--target", "htp", "-v"});
+  auto r = build(m, {"--executor", "slurm", "--shards", "2", "--target", "htp", "-v"});  // 2 parts for one target
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch first, second;
   ASSERT_TRUE(std::regex_search(r.err, first, std::regex(R"(stage compile-htp-part-0 started \((\d+)_0\))"))) << r.err;

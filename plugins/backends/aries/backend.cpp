@@ -14,6 +14,14 @@ nf_status* compile(const char* options_json, const nf_model_set* ms, const char*
   return NF_TRY(compile_package(options_json, ms, out_dir, Context(ctx)));
 }
 
+nf_status* part_count(const char* options_json, size_t wanted, size_t* count) {
+  return NF_TRY(*count = compile_part_count(options_json, wanted));
+}
+
+nf_status* part(const char* options_json, const nf_model_set* ms, nf_context* ctx, size_t index, size_t count) {
+  return NF_TRY(compile_part(options_json, ms, Context(ctx), index, count));
+}
+
 nf_status* open(const char*, const char* dir, nf_context*, nf_session** out) {
   return NF_TRY({
     auto s = std::make_unique<Session>(dir);
@@ -60,7 +68,7 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
   });
 }
 
-const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, estimate, nullptr, nullptr, nullptr};
+const nf_backend_api kApi = {NF_ABI_VERSION, sizeof(nf_backend_api), compile, open, close, run, estimate, nullptr, part_count, part};
 
 const nf_plugin_descriptor kDescriptor = {
     NF_ABI_VERSION, sizeof(nf_plugin_descriptor), NF_KIND_BACKEND, "aries", "0.1.0",

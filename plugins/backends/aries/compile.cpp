@@ -3,6 +3,8 @@
 #include <npuforge/decoder_io.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -143,7 +145,105 @@ void save_graph(const nf_model_set* ms_in, const std::vector<Linear>& ls, const 
   check(host().model_set_save(raw, (dir + "/graph").c_str()));
 }
 
+// The weights compile quantizes, in the order it writes them: the target's linears, then
+// those of a draft the target does not hold (not its shared embedding or head).
+std::vector<Linear> quantized_linears(const ModelInfo& info, const std::optional<ModelInfo>& draft) {
+  std::vector<Linear> ls = info.linears;
+  std::set<std::string> target_weights;
+  for (const auto& l : info.linears) target_weights.insert(l.weight);
+  if (draft)
+    for (const auto& l : draft->linears)
+      if (!target_weights.count(l.weight)) ls.push_back(l);
+  return ls;
+}
+
+// The checkpoint a compile part saves a quantized weight under: named by what decides its
+// values (the weight, its shape and layout, bits, scale search), so a compile only ever
+// takes the values of the same weight quantized the same way.
+std::string quantized_checkpoint_name(const QuantWeight& q, bool search) {
+  uint64_t h = fnv1a64(q.name.data(), q.name.size() + 1, kFnvSeed);
+  for (int64_t v : {q.K, q.N, int64_t{q.bits}, int64_t{q.nk}, int64_t{search}}) h = fnv1a64(&v, sizeof v, h);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("quantized-") + hex;
+}
+
+// Linear `l` at its compiled bits: from a compile part's checkpoint when `ctx` has one of the
+// right size, else quantized here from the model set's floats.
+QuantWeight quantize_linear(const ModelSet& ms, const Linear& l, const AriesOptions& o, Context ctx, bool from_parts) {
+  QuantWeight q;
+  q.name = l.weight;
+  q.kind = kind_name(l.kind);
+  q.block = l.block;
+  q.K = l.K;
+  q.N = l.N;
+  q.nk = l.nk;
+  q.bits = o.bits.of(l.kind);
+  const bool search = o.search_weight_scale.on(l.kind);
+  const size_t values = static_cast<size_t>(q.K * q.N), need = values + static_cast<size_t>(q.N) * sizeof(float);
+  std::vector<uint8_t> saved;
+  if (from_parts && ctx.checkpoint_load(quantized_checkpoint_name(q, search), &saved)) {
+    if (saved.size() == need) {
+      q.q.resize(values);
+      q.scale.resize(static_cast<size_t>(q.N));
+      std::memcpy(q.q.data(), saved.data(), values);
+      std::memcpy(q.scale.data(), saved.data() + values, saved.size() - values);
+      return q;
+    }
+    ctx.warn("aries backend: the quantized '" + l.weight + "' a compile part left has " + std::to_string(saved.size()) +
+             " bytes, not " + std::to_string(need) + "; quantizing it again");
+  }
+  Tensor t;
+  for (const Graph& g : ms.graphs())
+    if (!t) t = g.initializer(l.weight);
+  if (t.dtype() != NF_DTYPE_FLOAT32)
+    throw Error("aries backend: weight '" + l.weight + "' is " + dtype_name(t.dtype()) +
+                "; compile takes float32 weights (or use estimate_only)");
+  quantize_weight(t.data_as<float>(), l.nk, q.bits, search, q, [&](size_t offset, size_t bytes) { t.drop_pages(offset, bytes); });
+  t.drop_pages(0, t.nbytes());  // done with it: a mapped weight's pages go
+  return q;
+}
+
+std::optional<ModelInfo> draft_of(const ModelSet& ms) {
+  if (!ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) return std::nullopt;
+  return inspect(ms, roles::kDraft);
+}
+
 }  // namespace
+
+size_t compile_part_count(const char* options_json, size_t wanted) {
+  // Quantizing the linear weights is the work that splits; an estimate-only package has none.
+  return AriesOptions::resolve(Options(options_json).json()).estimate_only ? 1 : std::max<size_t>(wanted, 1);
+}
+
+void compile_part(const char* options_json, const nf_model_set* ms_in, Context ctx, size_t index, size_t count) {
+  const AriesOptions o = AriesOptions::resolve(Options(options_json).json());
+  if (count == 0 || index >= count)
+    throw Error("aries backend: compile part " + std::to_string(index) + " of " + std::to_string(count));
+  if (o.estimate_only) return;
+  const ModelSet ms = ModelSet::view(ms_in);
+  const std::vector<Linear> ls = quantized_linears(inspect(ms), draft_of(ms));
+  // Contiguous runs of about equal weight counts: a linear goes to the part its middle falls in.
+  uint64_t total = 0;
+  for (const auto& l : ls) total += static_cast<uint64_t>(l.K * l.N);
+  std::vector<const Linear*> mine;
+  uint64_t at = 0;
+  for (const auto& l : ls) {
+    const uint64_t size = static_cast<uint64_t>(l.K * l.N), middle = at + size / 2;
+    at += size;
+    if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index) mine.push_back(&l);
+  }
+  for (size_t k = 0; k < mine.size(); ++k) {
+    ctx.progress(k, mine.size(), "quantizing " + mine[k]->weight);
+    const QuantWeight q = quantize_linear(ms, *mine[k], o, ctx, false);
+    std::vector<uint8_t> bytes(q.q.size() + q.scale.size() * sizeof(float));
+    std::memcpy(bytes.data(), q.q.data(), q.q.size());
+    std::memcpy(bytes.data() + q.q.size(), q.scale.data(), q.scale.size() * sizeof(float));
+    ctx.checkpoint_save(quantized_checkpoint_name(q, o.search_weight_scale.on(mine[k]->kind)), bytes);
+  }
+  ctx.info("aries: quantized " + std::to_string(mine.size()) + " linear weights (part " + std::to_string(index + 1) +
+           " of " + std::to_string(count) + ")");
+}
 
 void quantize_weight(const float* w, bool nk, int bits, bool search, QuantWeight& out,
                      const std::function<void(size_t, size_t)>& release) {
@@ -213,8 +313,7 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
   sim.parts = static_cast<int64_t>(parts.size());
   // A speculative decoder's draft (graphs of role "draft"): its own MXQ part, its own
   // shape for the simulator.
-  std::optional<ModelInfo> draft;
-  if (ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) draft = inspect(ms, roles::kDraft);
+  const std::optional<ModelInfo> draft = draft_of(ms);
   std::set<std::string> target_weights;
   for (const auto& l : info.linears) target_weights.insert(l.weight);
 
@@ -275,24 +374,7 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
         const Linear& l = ls[i];
         if (!in_part(i)) continue;
         ctx.progress(done++, total, "quantizing " + l.weight);
-        Tensor t;
-        for (const Graph& g : ms.graphs())
-          if (!t) t = g.initializer(l.weight);
-        if (t.dtype() != NF_DTYPE_FLOAT32)
-          throw Error("aries backend: weight '" + l.weight + "' is " + dtype_name(t.dtype()) +
-                      "; compile takes float32 weights (or use estimate_only)");
-        QuantWeight q;
-        q.name = l.weight;
-        q.kind = kind_name(l.kind);
-        q.block = l.block;
-        q.K = l.K;
-        q.N = l.N;
-        q.nk = l.nk;
-        q.bits = o.bits.of(l.kind);
-        quantize_weight(t.data_as<float>(), l.nk, q.bits, o.search_weight_scale.on(l.kind), q,
-                        [&](size_t offset, size_t bytes) { t.drop_pages(offset, bytes); });
-        t.drop_pages(0, t.nbytes());  // done with it: a mapped weight's pages go
-        wr.add(q);
+        wr.add(quantize_linear(ms, l, o, ctx, true));
       }
       wr.finish();
     };

@@ -15,6 +15,12 @@ namespace nf::aries {
 
 void compile_package(const char* options_json, const nf_model_set* ms, const std::string& out_dir, Context ctx);
 
+// The compile in parts (nf_backend_api compile_part): each part quantizes a contiguous share
+// of the linear weights and saves each as a checkpoint, which compile takes instead of
+// quantizing it again.
+size_t compile_part_count(const char* options_json, size_t wanted);
+void compile_part(const char* options_json, const nf_model_set* ms, Context ctx, size_t index, size_t count);
+
 // The package's description (aries.json) and what the simulator needs from it.
 struct PackageInfo {
   nlohmann::json meta;

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# compile_parts_bench.sh — a compile whole against the same compile in parts (issue 19,
+# nf_backend_api compile_part), for htp (each part packs a share of the weight containers'
+# payloads) and aries (each part quantizes a share of the linear weights), each part in its
+# own process (a job of an array on a cluster); the compile then takes their results. The
+# chain (lpbq, arcl, split) is built once; each row then removes the cached compiles and
+# builds one target again on the cached chain, so the rows differ only in how the compile
+# runs. Prints one markdown row per build: wall seconds, the compile's seconds and its
+# parts' (the driver's "finished in" lines), the results the compile took from its parts,
+# and the sha256 of the package's artifacts, which must be equal in a target's rows.
+#
+#   bash bench/compile_parts_bench.sh [MODEL]   MODEL default llama-3.2-1b (tools/models/configs)
+#   BUILD=build WORK=/work/nf_executor (default; shares executor_bench.sh's models)
+#   TARGETS="htp aries" (default)
+#   EXECUTORS="local1 local2 local2x2" (default): in this process; 2 worker processes, the
+#     compile whole; 2 worker processes, the compile in 2 parts (--shards 2); also "slurm2"
+#     (the one-node cluster, --shards 2; needs root)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+WORK=${WORK:-/work/nf_executor}
+NF=$BUILD/bin/npuforge
+PY=/usr/bin/python3
+MODEL=${1:-llama-3.2-1b}
+EXECUTORS=${EXECUTORS:-"local1 local2 local2x2"}
+TARGETS=${TARGETS:-"htp aries"}
+d=$WORK/$MODEL
+mkdir -p "$d"
+if [ ! -f "$d/model.onnx" ]; then
+  $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$MODEL.json" "$d" >&2
+fi
+if [ ! -f "$d/calib_ids.json" ]; then
+  vocab=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/config.json")
+  $PY -c 'import json,random,sys; r=random.Random(7); print(json.dumps([r.randrange(int(sys.argv[1])) for _ in range(1024)]))' \
+    "$vocab" > "$d/calib_ids.json"
+fi
+cat > "$d/compile_parts.toml" <<TOML
+[model]
+onnx = "model.onnx"
+
+[calibration]
+ids = "calib_ids.json"
+num_samples = 8
+sequence_length = 128
+
+[[quant]]
+recipe = "lpbq"
+block_size = 64
+
+[[transform]]
+plugin = "arcl"
+arn = [1, 128]
+context_length = [4096]
+
+[[transform]]
+plugin = "split"
+num_splits = 4
+
+[targets.htp]
+backend = "htp"
+chipset = "sm8750"
+
+[targets.aries]
+backend = "aries"
+TOML
+
+if [[ " $EXECUTORS " == *" slurm"* ]]; then
+  bash "$ROOT/scripts/slurm_cluster.sh" running || trap 'bash "$ROOT/scripts/slurm_cluster.sh" stop' EXIT
+  bash "$ROOT/scripts/slurm_cluster.sh" start
+  eval "$(bash "$ROOT/scripts/slurm_cluster.sh" env)"
+fi
+
+cache=$d/cache-compile-parts
+out=$d/out-compile-parts
+rm -rf "$cache" "$out"
+echo "chain: $("$NF" build "$d/compile_parts.toml" --target htp --out "$out" --cache-dir "$cache" -q 2>&1 | tail -1)" >&2
+
+echo "| target | executor | wall s | compile s | parts s | results from parts | sha256 |"
+echo "|---|---|---|---|---|---|---|"
+for t in $TARGETS; do
+for ex in $EXECUTORS; do
+  case $ex in
+    local1) args=(--executor local --jobs 1) ;;
+    local2) args=(--executor local --jobs 2) ;;
+    local2x2) args=(--executor local --jobs 2 --shards 2) ;;
+    slurm2) args=(--executor slurm --shards 2) ;;
+    *) echo "unknown executor $ex" >&2; exit 2 ;;
+  esac
+  rm -rf "$cache/compiles" "$out"
+  start=$(date +%s.%N)
+  log=$d/compile-$t-$ex.log
+  if ! "$NF" build "$d/compile_parts.toml" --target "$t" --out "$out" --cache-dir "$cache" "${args[@]}" > "$log" 2>&1; then
+    echo "| $t | $ex | failed: $(tail -1 "$log") | | | | |"
+    continue
+  fi
+  end=$(date +%s.%N)
+  compile_s=$($PY -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["compile_seconds"])' "$out/$t/build_report.json")
+  # The driver's "<stage>: finished in Ns (k of n)" lines (worker and Slurm builds).
+  parts_s=$(grep -o "compile $t (part [0-9]* of [0-9]*): finished in [0-9.]*s" "$log" | sed 's/.*finished in //; s/s$//' | paste -sd/ - || true)
+  from_parts=$(grep -o '[0-9]* step(s) from its parts' "$log" | tail -1 | cut -d' ' -f1 || true)
+  sha=$(cd "$out/$t" && find artifacts -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)
+  awk -v g="$t" -v e="$ex" -v s="$start" -v z="$end" -v c="$compile_s" -v p="${parts_s:--}" -v f="${from_parts:-0}" -v h="$sha" \
+    'BEGIN {printf "| %s | %s | %.1f | %s | %s | %s | %s |\n", g, e, z - s, c, p, f, h}'
+done
+done
+rm -rf "$cache" "$out"
