@@ -295,17 +295,18 @@ void compile_part(const char* options_json, const nf_model_set* ms_in, Context c
   const Packing p = plan_packing(o, ms);
   if (!o.pack_weights) return;
   // Contiguous runs of the containers' tensors, in the order compile writes them, of about
-  // equal payload bytes: a tensor goes to the part its middle byte falls in.
+  // equal value counts (the work is reading and quantizing each float): a tensor goes to
+  // the part its middle value falls in.
   uint64_t total = 0;
   for (const auto& [group, tensors] : p.group_tensors)
-    for (const auto& t : tensors) total += t.payload_bytes();
+    for (const auto& t : tensors) total += static_cast<uint64_t>(t.numel());
   std::vector<std::pair<const StoredTensor*, const std::pair<Graph, std::string>*>> mine;
   uint64_t at = 0;
   for (const auto& [group, tensors] : p.group_tensors)
     for (size_t i = 0; i < tensors.size(); ++i) {
-      const uint64_t bytes = tensors[i].payload_bytes();
-      const uint64_t middle = at + bytes / 2;
-      at += bytes;
+      const uint64_t values = static_cast<uint64_t>(tensors[i].numel());
+      const uint64_t middle = at + values / 2;
+      at += values;
       if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index)
         mine.push_back({&tensors[i], &p.group_sources.at(group)[i]});
     }
