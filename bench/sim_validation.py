@@ -43,7 +43,9 @@ CHIPS_BUILD = f"{BUILD}/lib/npuforge/plugins/htp/chips"
 DEVICE = f"{ROOT}/plugins/backends/aries/devices/aries-rb.json"
 DEVICE_BUILD = f"{BUILD}/lib/npuforge/plugins/aries/devices/aries-rb.json"  # what the plugin reads
 CONFIGS = f"{ROOT}/tools/models/configs"
-DATA = json.load(open(f"{ROOT}/bench/sim_figures.json"))
+# FIGURES=path: another set of figures and fits in sim_figures.json's layout (a check on
+# figures kept out of the repo); its fits rewrite the chip and device files like ours.
+DATA = json.load(open(os.environ.get("FIGURES") or f"{ROOT}/bench/sim_figures.json"))
 FIGS = DATA["figures"]
 # Models with the same shapes share a package (costs depend on shapes and widths only).
 SAME_SHAPES = {"llama-3.1-8b": "llama-3-8b"}
