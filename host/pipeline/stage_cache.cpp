@@ -1,6 +1,9 @@
 #include "pipeline/stage_cache.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <ctime>
 
 #include "common/util.h"
 #include "onnx/onnx_io.h"
@@ -12,6 +15,15 @@ namespace {
 
 // Beside the model set in each entry: {"files": {relative path: hash}} of all its files.
 constexpr const char* kEntryDigest = "entry.json";
+// Beside the digest once an entry was verified: {"files": {relative path: stamp}}, each file's
+// stat (device, inode, size, modification and change times) as it was when its bytes matched
+// the digest. A later load hashes only the files whose stamp differs, so the stage after its
+// parts, or a rebuild, does not read a 70B model's weights again to verify them. Writing,
+// truncating, replacing or re-linking a file changes its change time, which no user can set:
+// an edited file is always hashed again. What the memo cannot see is storage that changes
+// bytes without a trace (bit rot); a file changed within two seconds of being stamped is not
+// memoized (a file system with coarse times could hide a change in the same tick).
+constexpr const char* kVerifiedMemo = "verified.json";
 // Part of every key: a host that writes model sets differently never reads older entries.
 // The model-set format's number goes up with each such change (2: metadata imported_files).
 constexpr const char* kHostVersion = "npuforge 0.1.0, model sets 2";
@@ -33,7 +45,7 @@ nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false, cons
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel == kEntryDigest || (!skip.empty() && rel.starts_with(skip))) continue;
+    if (rel == kEntryDigest || rel == kVerifiedMemo || (!skip.empty() && rel.starts_with(skip))) continue;
     const bool blob = blobs_by_name && e.path().parent_path().filename() == kBlobs && e.path().extension() == ".bin";
     files[rel] = blob ? e.path().stem().string() : hash_file(e.path());
   }
@@ -62,8 +74,55 @@ std::string compare_with_digest(const fs::path& dir, const nlohmann::json& have,
   return "";
 }
 
+// A file's stamp for the memo: "" when it cannot be stat'ed or was changed too recently to
+// be memoized.
+std::string file_stamp(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return "";
+  timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  if (now.tv_sec - std::max(st.st_mtim.tv_sec, st.st_ctim.tv_sec) < 2) return "";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+         std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+}
+
+// Verifies an entry against its digest, hashing the files the memo does not vouch for, and
+// memoizes what it hashed.
 std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
-  return compare_with_digest(dir, file_hashes(dir), bad_file);
+  nlohmann::json memo = nlohmann::json::object(), digest = nlohmann::json::object();
+  try {  // a missing or unreadable memo vouches for nothing; a bad digest fails below
+    memo = nlohmann::json::parse(read_regular_file(dir / kVerifiedMemo, kJsonMax, "verified memo")).at("files");
+    digest = nlohmann::json::parse(read_regular_file(dir / kEntryDigest, kJsonMax, "cache entry digest")).at("files");
+  } catch (const std::exception&) {
+  }
+  if (!memo.is_object() || !digest.is_object()) memo = digest = nlohmann::json::object();
+  nlohmann::json have = nlohmann::json::object(), stamps = nlohmann::json::object();
+  size_t hashed = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), dir).generic_string();
+    if (rel == kEntryDigest || rel == kVerifiedMemo) continue;
+    const std::string stamp = file_stamp(e.path());  // before reading: a change while hashing shows later
+    if (!stamp.empty()) stamps[rel] = stamp;
+    if (!stamp.empty() && memo.contains(rel) && memo[rel] == stamp && digest.contains(rel)) {
+      have[rel] = digest[rel];
+    } else {
+      have[rel] = hash_file(e.path());
+      ++hashed;
+    }
+  }
+  std::string why = compare_with_digest(dir, have, bad_file);
+  spdlog::debug("stage cache: {} {}, {} of {} file(s) hashed", dir.filename().string(), why.empty() ? "verified" : "damaged",
+                hashed, have.size());
+  if (why.empty() && hashed > 0) {
+    try {
+      write_text_file_atomic(dir / kVerifiedMemo, nlohmann::json{{"files", stamps}}.dump(1) + "\n");
+    } catch (const std::exception& e) {
+      spdlog::debug("stage cache: could not memoize the verification of {} ({})", dir.string(), e.what());
+    }
+  }
+  return why;
 }
 
 // Every regular file under `from` copied to the same relative path under `to`; returns

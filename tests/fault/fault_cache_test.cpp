@@ -3,8 +3,11 @@
 // not the working folder), the plugin's library, and the entry's own files, which are
 // verified on reuse (a damaged entry is evicted and rebuilt, with a warning).
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <regex>
 #include <set>
+#include <thread>
 
 #include "common/util.h"
 #include "fault_support.h"
@@ -201,6 +204,41 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"SharedBlobByteFlipped", [](const fs::path& e) { flip_byte(first_blob(e), 4321); }},
         Damage{"SharedBlobRemoved", [](const fs::path& e) { fs::remove(first_blob(e)); }}),
     [](const ::testing::TestParamInfo<Damage>& info) { return info.param.name; });
+
+// A verified entry is not hashed again on its next load (its files' stats are memoized in
+// verified.json), but a file written since is: the damage is found as without the memo.
+TEST(FaultCache, AVerifiedEntryIsHashedAgainOnlyWhereAFileChanged) {
+  fs::path d = scratch("cache_memo");
+  fs::path m;
+  const fs::path entry = cached_entry(d, &m);
+  ASSERT_FALSE(entry.empty());
+  const nlohmann::json good_package = package_files(d / "out" / "cpu");
+  // Files changed in the last two seconds are not memoized (coarse file-system times).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto load = [&] {
+    fs::remove_all(d / "cache" / "compiles");  // else the rebuild never reads the entry
+    return run({"build", m.string(), "--out", (d / "out").string(), "--cache-dir", (d / "cache").string(), "-v"});
+  };
+  std::smatch counts;
+  const std::regex verified(entry.filename().string() + R"( verified, (\d+) of (\d+) file\(s\) hashed)");
+  auto r = load();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, counts, verified)) << r.err;
+  EXPECT_EQ(counts[1], counts[2]) << "the first load hashes every file";
+  EXPECT_GE(std::stoi(counts[2].str()), 3) << r.err;
+  ASSERT_TRUE(fs::is_regular_file(entry / "verified.json"));
+  r = load();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::regex_search(r.err, counts, verified)) << r.err;
+  EXPECT_EQ(counts[1], "0") << "the memo vouches for every file";
+
+  flip_byte(first_blob(entry), 4321);  // a shared weight, written in place
+  r = load();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("is damaged"), std::string::npos) << r.err;
+  EXPECT_FALSE(stage_report(d / "out")["cached"].get<bool>());
+  EXPECT_EQ(package_files(d / "out" / "cpu"), good_package);
+}
 
 // Two stages that leave the weights as they are (an identity transform twice) store them
 // once: each entry's blobs are hard links of the cache's blobs/. Blobs no entry links any
