@@ -15,6 +15,12 @@
 #   EXECUTORS="local1 local2 local2x2" (default): in this process; 2 worker processes, the
 #     compile whole; 2 worker processes, the compile in 2 parts (--shards 2); also "slurm2"
 #     (the one-node cluster, --shards 2; needs root)
+#   COLD=1 (needs root): then the htp compile after its parts as on another node, whose page
+#     cache does not hold the stage-cache entry: the page cache dropped before the compile
+#     runs alone (`npuforge build-stage`), with the entry's verified.json (the parts verified
+#     it) and without it (the compile verifies the entry again by reading it), twice each.
+#     The plan comes from a build that stops at a stage which dies once (tests/fault's
+#     crash_once plugin, built in BUILD).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -24,6 +30,7 @@ PY=/usr/bin/python3
 MODEL=${1:-llama-3.2-1b}
 EXECUTORS=${EXECUTORS:-"local1 local2 local2x2"}
 TARGETS=${TARGETS:-"htp aries"}
+COLD=${COLD:-0}
 d=$WORK/$MODEL
 mkdir -p "$d"
 if [ ! -f "$d/model.onnx" ]; then
@@ -103,4 +110,32 @@ for ex in $EXECUTORS; do
     'BEGIN {printf "| %s | %s | %.1f | %s | %s | %s | %s |\n", g, e, z - s, c, p, f, h}'
 done
 done
+
+if [ "$COLD" = 1 ]; then
+  # The chain plus a stage that dies once: the failed build leaves its plan to run stages from.
+  sed 's|^\[targets.htp\]|[[transform]]\nplugin = "bad_transform"\n\n[plugins]\npaths = ["'"$BUILD"'/tests/fault/plugins/crash_once"]\n\n[targets.htp]|' \
+    "$d/compile_parts.toml" > "$d/compile_parts_crash.toml"
+  echo x > "$d/crash-marker"
+  NF_FAULT_CRASH_ONCE=$d/crash-marker "$NF" build "$d/compile_parts_crash.toml" --target htp --out "$out" --cache-dir "$cache" \
+    --jobs 2 --shards 2 --retries 0 > "$d/cold.log" 2>&1 && { echo "the crashing build did not fail" >&2; exit 1; }
+  plan=$(grep -o "[^ ]*/logs/" "$d/cold.log" | head -1 | sed 's|/logs/$|/plan.json|')
+  "$NF" build-stage "$plan" transform-3-bad_transform -q
+  entry=$(ls -td "$cache"/stages/*/ | head -1)
+  sleep 3  # a file changed in the last 2 s is not memoized
+  echo
+  echo "| htp compile after its parts, page cache dropped | wall s |"
+  echo "|---|---|"
+  for variant in "with verified.json" "without verified.json" "with verified.json" "without verified.json"; do
+    rm -rf "$cache/compiles"
+    "$NF" build-stage "$plan" compile-htp-part-0 -q
+    "$NF" build-stage "$plan" compile-htp-part-1 -q
+    [ "$variant" = "without verified.json" ] && rm -f "$entry/verified.json"
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    start=$(date +%s.%N)
+    "$NF" build-stage "$plan" compile-htp -q
+    end=$(date +%s.%N)
+    awk -v v="$variant" -v s="$start" -v e="$end" 'BEGIN {printf "| %s | %.1f |\n", v, e - s}'
+  done
+fi
 rm -rf "$cache" "$out"
