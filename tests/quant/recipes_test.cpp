@@ -913,6 +913,55 @@ TEST(SeqMseRecipe, InterruptedBuildResumesFromItsCheckpoints) {
   fs::remove_all(work);
 }
 
+// An lpbq part encodes a share of the weights besides calibrating its batches; apply takes
+// every encoding from the parts and makes what it alone makes. A part's encoding that is
+// another weight's is refused and the weight encoded again.
+TEST(LpbqRecipe, PartsEncodeTheirShareOfTheWeights) {
+  const host::PluginInfo* p = registry().find(NF_KIND_QUANT, "lpbq");
+  ASSERT_NE(p, nullptr);
+  const std::string options = "{}";
+  auto calib = calibration(kTiny, 2, 16);
+  auto reference = host::load_source_model(kTiny + "/model.onnx", "");
+  nf_context plain{"quant lpbq", {}};
+  ASSERT_EQ(p->quant()->apply(options.c_str(), host::handle(reference.get()), calib.get(), &plain), nullptr);
+
+  struct Store : host::CheckpointStore {
+    std::map<std::string, std::string> saved;
+    size_t loaded = 0;
+    void save(const std::string& name, const void* data, size_t bytes) override {
+      saved[name].assign(static_cast<const char*>(data), bytes);
+    }
+    bool load(const std::string& name, std::string* bytes) override {
+      auto it = saved.find(name);
+      if (it == saved.end()) return false;
+      *bytes = it->second;
+      ++loaded;
+      return true;
+    }
+  } store;
+  auto ms = host::load_source_model(kTiny + "/model.onnx", "");
+  nf_context ctx{"quant lpbq", {}, &store};
+  for (size_t k = 0; k < 2; ++k)
+    ASSERT_EQ(p->quant()->apply_shard(options.c_str(), host::handle(ms.get()), calib.get(), &ctx, k, 2), nullptr);
+  EXPECT_TRUE(ms->encodings.empty()) << "a part leaves the model set as it was";
+  std::vector<std::string> weights;
+  for (const auto& [name, bytes] : store.saved)
+    if (name.starts_with("weight-")) weights.push_back(name);
+  ASSERT_GT(weights.size(), 10u);
+  store.saved[weights[0]] = store.saved[weights[1]];  // another weight's encoding
+
+  ASSERT_EQ(p->quant()->apply(options.c_str(), host::handle(ms.get()), calib.get(), &ctx), nullptr);
+  EXPECT_EQ(store.loaded, weights.size() + 2) << "every weight and both batches from the parts";
+  ASSERT_EQ(ms->encodings.size(), reference->encodings.size());
+  for (const auto& [name, want] : reference->encodings) {
+    const ir::Encoding& got = ms->encodings.at(name);
+    EXPECT_EQ(got.view.enc_type, want.view.enc_type) << name;
+    EXPECT_EQ(got.scale, want.scale) << name;
+    EXPECT_EQ(got.offset, want.offset) << name;
+    EXPECT_EQ(got.per_block_int_scale, want.per_block_int_scale) << name;
+  }
+}
+
 // seqmse splits into parts only where each layer's search stands alone: symfp captures the
 // float model's inputs; symqt and asym capture each layer on the ones before it, quantized.
 TEST(SeqMseRecipe, OnlyFloatInputSearchesSplitIntoParts) {

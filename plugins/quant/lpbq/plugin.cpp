@@ -8,6 +8,8 @@
 
 #include "lpbq/lpbq_math.h"
 
+#include <cstdio>
+
 namespace lpbq {
 namespace {
 
@@ -35,9 +37,13 @@ const char* kSchema = R"json({
   }
 })json";
 
+// A weight's encoding and how it was made (the stage's summary counts them).
+enum class Made { lpbq, from_blocks, indivisible, excluded };
+
 struct Planned {
   std::string weight;
   nf::quant::EncodingData enc;
+  Made made = Made::lpbq;
 };
 
 struct Settings {
@@ -73,59 +79,124 @@ std::vector<nf::quant::LinearWeight> weights_of(const nf::ModelSet& ms, bool any
   return weights;
 }
 
+// What the stage encodes and how: the weights, the LM head, the ones kept per channel.
+struct Work {
+  Settings settings;
+  std::vector<nf::quant::LinearWeight> weights;
+  std::string lm_head;
+  std::set<std::string> kept;
+};
+
+Work plan_work(const nf::ModelSet& ms, const nf::Options& opts) {
+  Work w{read_settings(opts), weights_of(ms, false), "", {}};
+  w.lm_head = w.settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, w.weights) : "";
+  w.kept = nf::quant::per_channel_weights(ms, w.weights, w.lm_head, w.settings.excludes);
+  return w;
+}
+
+// Weight `lw`'s encoding from its floats.
+Planned encode_weight(const Work& work, const nf::ModelSet& ms, const nf::quant::LinearWeight& lw) {
+  const Settings& settings = work.settings;
+  const int64_t block_size = settings.block_size;
+  const int bw = settings.bw, dbw = settings.dbw;
+  nf::Tensor w;
+  for (const nf::Graph& g : ms.graphs())
+    if ((w = g.initializer(lw.name))) break;
+  const bool is_excluded = work.kept.count(lw.name) > 0;
+  const bool indivisible = lw.K % block_size != 0;
+  check_divisible(settings, lw, is_excluded);
+  if (is_excluded || indivisible)
+    return {lw.name, nf::quant::symmetric_weight_encoding(lw, w, 8, true), is_excluded ? Made::excluded : Made::indivisible};
+  // A PER_BLOCK encoding of the same blocks (seqmse's per-block search) gives the block
+  // scales; otherwise they come from each block's absmax.
+  const nf_encoding* prior = ms.encoding(lw.name);
+  const bool from_blocks = prior && prior->enc_type == NF_ENC_PER_BLOCK && prior->is_sym && prior->bw == bw &&
+                           prior->block_size == block_size && prior->axis == lw.axis() &&
+                           prior->block_axis == lw.block_axis() &&
+                           prior->num_scales == static_cast<size_t>(lw.N * (lw.K / block_size));
+  auto r = from_blocks ? nf::quant::lpbq_from_block_scales(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw,
+                                                           std::vector<float>(prior->scale, prior->scale + prior->num_scales), false)
+                       : nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw, false);
+  nf::quant::EncodingData e;
+  e.type = NF_ENC_LPBQ;
+  e.bw = dbw;
+  e.compressed_bw = bw;
+  e.sym = true;
+  e.axis = lw.axis();
+  e.block_axis = lw.block_axis();
+  e.block_size = static_cast<int>(block_size);
+  e.scale = std::move(r.channel_scale);
+  e.offset.assign(e.scale.size(), -(1 << (dbw - 1)));
+  e.block_ints = std::move(r.block_ints);
+  return {lw.name, std::move(e), from_blocks ? Made::from_blocks : Made::lpbq};
+}
+
+// A part's encoding of a weight is a checkpoint of the stage (whose key fixes the model, the
+// options and any prior encoding), named by the weight.
+std::string weight_checkpoint(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("weight-") + hex;
+}
+
+void save_weight(const nf::Context& ctx, const Planned& p) {
+  ctx.checkpoint_save(weight_checkpoint(p.weight),
+                      nlohmann::json::to_cbor({{"name", p.weight},
+                                               {"made", static_cast<int>(p.made)},
+                                               {"encoding", nf::quant::encoding_to_json(p.enc)}}));
+}
+
+// The part's encoding of `lw`, when one is there and fits the weight (else a warning, and
+// the stage encodes it).
+bool load_weight(const nf::Context& ctx, const Work& work, const nf::quant::LinearWeight& lw, Planned* p) {
+  std::vector<uint8_t> bytes;
+  if (!ctx.checkpoint_load(weight_checkpoint(lw.name), &bytes)) return false;
+  try {
+    const nlohmann::json j = nlohmann::json::from_cbor(bytes);
+    const int made = j.at("made").get<int>();
+    if (j.at("name").get<std::string>() != lw.name || made < 0 || made > static_cast<int>(Made::excluded))
+      throw std::runtime_error("another weight");
+    *p = {lw.name, nf::quant::encoding_from_json(j.at("encoding")), static_cast<Made>(made)};
+    const bool blocked = p->made == Made::lpbq || p->made == Made::from_blocks;
+    const size_t channels = static_cast<size_t>(lw.N);
+    const size_t blocks = blocked ? static_cast<size_t>(lw.K / work.settings.block_size) * channels : 0;
+    if (p->enc.scale.size() != channels || p->enc.offset.size() != channels || p->enc.block_ints.size() != blocks ||
+        p->enc.type != (blocked ? NF_ENC_LPBQ : NF_ENC_PER_CHANNEL) || p->enc.axis != lw.axis())
+      throw std::runtime_error("not this weight's shape");
+    return true;
+  } catch (const std::exception& e) {
+    ctx.warn("lpbq: checkpoint " + weight_checkpoint(lw.name) + " of weight '" + lw.name + "' holds other values (" +
+             e.what() + "); encoding the weight again");
+    return false;
+  }
+}
+
 void quantize(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle) {
   nf::ModelSet ms(handle);
   nf::Context ctx(ctx_handle);
   nf::Options opts(options_json);
-  const Settings settings = read_settings(opts);
-  const int64_t block_size = settings.block_size;
-  const int bw = settings.bw, dbw = settings.dbw;
-  auto weights = weights_of(ms, false);
-  std::string lm_head = settings.exclude_lm_head ? nf::quant::lm_head_weight(ms, weights) : "";
-  const std::set<std::string> kept = nf::quant::per_channel_weights(ms, weights, lm_head, settings.excludes);
+  const Work work = plan_work(ms, opts);
+  const auto& weights = work.weights;
+  const std::string& lm_head = work.lm_head;
+  const int64_t block_size = work.settings.block_size;
+  const int bw = work.settings.bw, dbw = work.settings.dbw;
 
-  // Plan every encoding first: a weight that cannot be blocked fails the stage before
-  // any encoding is set.
+  // Plan every encoding first (taking those the stage's parts made): a weight that cannot be
+  // blocked fails the stage before any encoding is set.
   std::vector<Planned> plan;
-  size_t n_lpbq = 0, n_from_blocks = 0, n_indivisible = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
-    const auto& lw = weights[i];
-    ctx.progress(i, weights.size(), lw.name);
-    nf::Tensor w;
-    for (const nf::Graph& g : ms.graphs())
-      if ((w = g.initializer(lw.name))) break;
-    const bool is_excluded = kept.count(lw.name) > 0;
-    const bool indivisible = lw.K % block_size != 0;
-    check_divisible(settings, lw, is_excluded);
-    if (is_excluded || indivisible) {
-      n_indivisible += !is_excluded;
-      plan.push_back({lw.name, nf::quant::symmetric_weight_encoding(lw, w, 8, true)});
-      continue;
-    }
-    // A PER_BLOCK encoding of the same blocks (seqmse's per-block search) gives the block
-    // scales; otherwise they come from each block's absmax.
-    const nf_encoding* prior = ms.encoding(lw.name);
-    const bool from_blocks = prior && prior->enc_type == NF_ENC_PER_BLOCK && prior->is_sym &&
-                             prior->bw == bw && prior->block_size == block_size &&
-                             prior->axis == lw.axis() && prior->block_axis == lw.block_axis() &&
-                             prior->num_scales == static_cast<size_t>(lw.N * (lw.K / block_size));
-    auto r = from_blocks ? nf::quant::lpbq_from_block_scales(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw,
-                                                             std::vector<float>(prior->scale, prior->scale + prior->num_scales), false)
-                         : nf::quant::lpbq_quantize(w.data_as<float>(), lw.K, lw.N, lw.nk, block_size, bw, dbw, false);
-    n_from_blocks += from_blocks ? 1 : 0;
-    nf::quant::EncodingData e;
-    e.type = NF_ENC_LPBQ;
-    e.bw = dbw;
-    e.compressed_bw = bw;
-    e.sym = true;
-    e.axis = lw.axis();
-    e.block_axis = lw.block_axis();
-    e.block_size = static_cast<int>(block_size);
-    e.scale = std::move(r.channel_scale);
-    e.offset.assign(e.scale.size(), -(1 << (dbw - 1)));
-    e.block_ints = std::move(r.block_ints);
-    plan.push_back({lw.name, std::move(e)});
-    ++n_lpbq;
+    ctx.progress(i, weights.size(), weights[i].name);
+    Planned p;
+    if (!load_weight(ctx, work, weights[i], &p)) p = encode_weight(work, ms, weights[i]);
+    plan.push_back(std::move(p));
+  }
+  size_t n_lpbq = 0, n_from_blocks = 0, n_indivisible = 0;
+  for (const auto& p : plan) {
+    n_lpbq += p.made == Made::lpbq || p.made == Made::from_blocks;
+    n_from_blocks += p.made == Made::from_blocks;
+    n_indivisible += p.made == Made::indivisible;
   }
   for (const auto& p : plan) ms.set_encoding(p.weight, p.enc.view());
   ctx.info(std::to_string(n_lpbq) + " weights at W" + std::to_string(bw) + " blocks of " +
@@ -163,14 +234,25 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   });
 }
 
-// The weights' encodings need no calibration; the activations' ranges split by batches.
+// A part encodes a contiguous share of the weights (about equal value counts) and
+// calibrates its share of the batches.
 nf_status* shard_count(const char*, size_t wanted, size_t* count) { return NF_TRY(*count = std::max<size_t>(wanted, 1)); }
 
-nf_status* apply_shard(const char*, nf_model_set* handle, nf_calibration* calib, nf_context* ctx, size_t index,
-                       size_t count) {
+nf_status* apply_shard(const char* options_json, nf_model_set* handle, nf_calibration* calib, nf_context* ctx_handle,
+                       size_t index, size_t count) {
   return NF_TRY({
     const nf::ModelSet ms = nf::ModelSet::view(handle);
-    nf::quant::calibrate_activation_part(ms, calib, weights_of(ms, false), nf::Context(ctx), index, count);
+    const nf::Context ctx(ctx_handle);
+    const Work work = plan_work(ms, nf::Options(options_json));
+    uint64_t total = 0, at = 0;
+    for (const auto& lw : work.weights) total += static_cast<uint64_t>(lw.K * lw.N);
+    for (const auto& lw : work.weights) {
+      const uint64_t values = static_cast<uint64_t>(lw.K * lw.N), middle = at + values / 2;
+      at += values;
+      if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index)
+        save_weight(ctx, encode_weight(work, ms, lw));
+    }
+    nf::quant::calibrate_activation_part(ms, calib, work.weights, ctx, index, count);
   });
 }
 
