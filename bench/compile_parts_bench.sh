@@ -32,15 +32,7 @@ EXECUTORS=${EXECUTORS:-"local1 local2 local2x2"}
 TARGETS=${TARGETS:-"htp aries"}
 COLD=${COLD:-0}
 d=$WORK/$MODEL
-mkdir -p "$d"
-if [ ! -f "$d/model.onnx" ]; then
-  $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$MODEL.json" "$d" >&2
-fi
-if [ ! -f "$d/calib_ids.json" ]; then
-  vocab=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$d/config.json")
-  $PY -c 'import json,random,sys; r=random.Random(7); print(json.dumps([r.randrange(int(sys.argv[1])) for _ in range(1024)]))' \
-    "$vocab" > "$d/calib_ids.json"
-fi
+bash "$ROOT/bench/prepare_model.sh" "$MODEL" "$d"
 cat > "$d/compile_parts.toml" <<TOML
 [model]
 onnx = "model.onnx"
