@@ -2,6 +2,7 @@
 
 #include <npuforge/decoder_io.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -183,15 +184,21 @@ QuantWeight quantize_linear(const ModelSet& ms, const Linear& l, const AriesOpti
   const size_t values = static_cast<size_t>(q.K * q.N), need = values + static_cast<size_t>(q.N) * sizeof(float);
   std::vector<uint8_t> saved;
   if (from_parts && ctx.checkpoint_load(quantized_checkpoint_name(q, search), &saved)) {
+    std::string wrong;
     if (saved.size() == need) {
       q.q.resize(values);
       q.scale.resize(static_cast<size_t>(q.N));
       std::memcpy(q.q.data(), saved.data(), values);
       std::memcpy(q.scale.data(), saved.data() + values, saved.size() - values);
-      return q;
+      const int qmax = (1 << (q.bits - 1)) - 1;
+      const bool on_grid = std::all_of(q.q.begin(), q.q.end(), [&](int8_t v) { return v >= -qmax - 1 && v <= qmax; });
+      const bool scales_ok = std::all_of(q.scale.begin(), q.scale.end(), [](float v) { return std::isfinite(v) && v > 0; });
+      if (on_grid && scales_ok) return q;
+      wrong = on_grid ? "a scale that is not a positive number" : "values off its " + std::to_string(q.bits) + "-bit grid";
+    } else {
+      wrong = std::to_string(saved.size()) + " bytes, not " + std::to_string(need);
     }
-    ctx.warn("aries backend: the quantized '" + l.weight + "' a compile part left has " + std::to_string(saved.size()) +
-             " bytes, not " + std::to_string(need) + "; quantizing it again");
+    ctx.warn("aries backend: the quantized '" + l.weight + "' a compile part left has " + wrong + "; quantizing it again");
   }
   Tensor t;
   for (const Graph& g : ms.graphs())
