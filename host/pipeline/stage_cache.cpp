@@ -24,6 +24,9 @@ constexpr const char* kEntryDigest = "entry.json";
 // bytes without a trace (bit rot); a file changed within two seconds of being stamped is not
 // memoized (a file system with coarse times could hide a change in the same tick).
 constexpr const char* kVerifiedMemo = "verified.json";
+// The memo, or one being written beside it (<memo>.tmp<pid>): not part of the entry, so a
+// load that meets another process writing the memo does not take the entry for damaged.
+bool is_memo(const std::string& rel) { return rel.starts_with(kVerifiedMemo); }
 // Part of every key: a host that writes model sets differently never reads older entries.
 // The model-set format's number goes up with each such change (2: metadata imported_files).
 constexpr const char* kHostVersion = "npuforge 0.1.0, model sets 2";
@@ -45,7 +48,7 @@ nlohmann::json file_hashes(const fs::path& dir, bool blobs_by_name = false, cons
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel == kEntryDigest || rel == kVerifiedMemo || (!skip.empty() && rel.starts_with(skip))) continue;
+    if (rel == kEntryDigest || is_memo(rel) || (!skip.empty() && rel.starts_with(skip))) continue;
     const bool blob = blobs_by_name && e.path().parent_path().filename() == kBlobs && e.path().extension() == ".bin";
     files[rel] = blob ? e.path().stem().string() : hash_file(e.path());
   }
@@ -102,7 +105,7 @@ std::string verify_entry(const fs::path& dir, std::string* bad_file = nullptr) {
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel == kEntryDigest || rel == kVerifiedMemo) continue;
+    if (rel == kEntryDigest || is_memo(rel)) continue;
     const std::string stamp = file_stamp(e.path());  // before reading: a change while hashing shows later
     if (!stamp.empty()) stamps[rel] = stamp;
     if (!stamp.empty() && memo.contains(rel) && memo[rel] == stamp && digest.contains(rel)) {

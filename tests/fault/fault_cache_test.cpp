@@ -231,6 +231,15 @@ TEST(FaultCache, AVerifiedEntryIsHashedAgainOnlyWhereAFileChanged) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(std::regex_search(r.err, counts, verified)) << r.err;
   EXPECT_EQ(counts[1], "0") << "the memo vouches for every file";
+  // Another process writing the memo (verified.json.tmp<pid>, renamed into place) while this
+  // one lists the entry: not a file of the entry, so not a damage (it was, and parts evicted
+  // the entry their siblings were loading).
+  write_file(entry / "verified.json.tmp999999", "{}");
+  r = load();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("is damaged"), std::string::npos) << r.err;
+  EXPECT_TRUE(stage_report(d / "out")["cached"].get<bool>());
+  fs::remove(entry / "verified.json.tmp999999");
 
   flip_byte(first_blob(entry), 4321);  // a shared weight, written in place
   r = load();
