@@ -500,8 +500,8 @@ class BuildSteps {
   // How many parts target `use`'s compile runs in when `wanted` could run side by side: 1
   // unless its backend splits its work (nf_backend_api compile_part_count, compile_part).
   size_t compile_part_count(const manifest::PluginUse& use, size_t wanted) const {
-    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
-    if (!backend || wanted < 2 || !backend->backend()->compile_part_count || !backend->backend()->compile_part) return 1;
+    const PluginInfo* backend = &backend_of(use);
+    if (wanted < 2 || !backend->backend()->compile_part_count || !backend->backend()->compile_part) return 1;
     size_t count = 1;
     const std::string options = use.options.dump();
     throw_if_error(call_plugin_entry([&] { return backend->backend()->compile_part_count(options.c_str(), wanted, &count); }),
@@ -513,8 +513,7 @@ class BuildSteps {
   // goes to the compile's checkpoints, which the compile takes when it runs.
   nlohmann::json run_compile_part(const std::string& target, const manifest::PluginUse& use,
                                   const ir::ModelSet& chain_output, size_t index, size_t count) {
-    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
-    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    const PluginInfo* backend = &backend_of(use);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string label =
         "compile " + target + " (part " + std::to_string(index + 1) + " of " + std::to_string(count) + ")";
@@ -540,8 +539,7 @@ class BuildSteps {
   void compile(const std::string& target, const manifest::PluginUse& use,
                const std::function<const ir::ModelSet&()>& built, const fs::path& staging,
                const nlohmann::json& records) {
-    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
-    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    const PluginInfo* backend = &backend_of(use);
     const std::string label = "compile " + target;
     fs::create_directories(staging / "artifacts");
     auto t0 = std::chrono::steady_clock::now();
@@ -647,11 +645,7 @@ class BuildSteps {
   // backend (name, version, library bytes and its data folder <library dir>/<name>/, where
   // htp keeps its chip files and aries its device files), its options and the files they
   // name, and the host program (it adds the last-row head before compiling).
-  std::string compile_key(const manifest::PluginUse& use) const {
-    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
-    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
-    return compile_key(use, *backend);
-  }
+  std::string compile_key(const manifest::PluginUse& use) const { return compile_key(use, backend_of(use)); }
   std::string compile_key(const manifest::PluginUse& use, const PluginInfo& backend) const {
     const fs::path data = fs::path(backend.library).parent_path() / backend.name;
     nlohmann::json inputs{{"options", use.options},
@@ -666,6 +660,12 @@ class BuildSteps {
   nlohmann::json cached_record(size_t i) const { return record(chain_[i], 0, true); }
 
  private:
+  const PluginInfo& backend_of(const manifest::PluginUse& use) const {
+    const PluginInfo* backend = registry_.find(NF_KIND_BACKEND, use.name);
+    if (!backend) throw std::runtime_error("no backend plugin named '" + use.name + "'");
+    return *backend;
+  }
+
   void add(nf_plugin_kind kind, const manifest::PluginUse& use) {
     const PluginInfo* p = registry_.find(kind, use.name);
     if (!p) throw std::runtime_error(std::string("no ") + kind_name(kind) + " plugin named '" + use.name + "'");
@@ -775,25 +775,29 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
   // A quant stage whose plugin splits its work runs as parts side by side (one job array),
   // each part after the stage before, the stage after every part.
   const size_t wanted = options.shards ? options.shards : executor->width();
+  // Plans stage `s`'s parts (none when `parts` is 1) before it, which then waits on them.
+  auto add_parts = [&](PlannedStage& s, size_t parts) {
+    if (parts < 2) return;
+    spdlog::info("{}: in {} parts side by side", s.label, parts);
+    std::vector<size_t> part_indices;
+    for (size_t k = 0; k < parts; ++k) {
+      PlannedStage part = s;
+      part.id = s.id + "-part-" + std::to_string(k);
+      part.label = s.label + " (part " + std::to_string(k + 1) + " of " + std::to_string(parts) + ")";
+      part.shard = k;
+      part.shards = parts;
+      part_indices.push_back(plan.stages.size());
+      plan.stages.push_back(std::move(part));
+    }
+    s.deps = part_indices;
+  };
   const auto& chain = steps.chain();
   std::vector<size_t> planned(chain.size());  // chain stage -> its index in plan.stages
   for (size_t i = 0, quant = 0; i < chain.size(); ++i) {
     PlannedStage s{chain[i].id, chain[i].label, false, i, "", chain[i].key, {}, need.transform_memory};
     if (chain[i].kind == NF_KIND_QUANT && quant < need.quant_memory.size()) s.memory = need.quant_memory[quant++];
     if (i) s.deps.push_back(planned[i - 1]);
-    const size_t parts = cache.contains(chain[i].key) ? 1 : steps.shard_count(i, wanted);
-    if (parts > 1) spdlog::info("{}: in {} parts side by side", chain[i].label, parts);
-    std::vector<size_t> part_indices;
-    for (size_t k = 0; parts > 1 && k < parts; ++k) {
-      PlannedStage part = s;
-      part.id = chain[i].id + "-part-" + std::to_string(k);
-      part.label = chain[i].label + " (part " + std::to_string(k + 1) + " of " + std::to_string(parts) + ")";
-      part.shard = k;
-      part.shards = parts;
-      part_indices.push_back(plan.stages.size());
-      plan.stages.push_back(std::move(part));
-    }
-    if (!part_indices.empty()) s.deps = part_indices;
+    add_parts(s, cache.contains(chain[i].key) ? 1 : steps.shard_count(i, wanted));
     planned[i] = plan.stages.size();
     plan.stages.push_back(std::move(s));
   }
@@ -804,20 +808,9 @@ void run_elsewhere(const manifest::Manifest& m, const BuildRequest& req, const B
     PlannedStage s{"compile-" + targets[t].first, "compile " + targets[t].first, true, t, targets[t].first, "", {},
                    need.transform_memory};
     if (!chain.empty()) s.deps.push_back(planned.back());
-    const size_t parts =
-        cache.contains_compile(steps.compile_key(targets[t].second)) ? 1 : steps.compile_part_count(targets[t].second, compile_wanted);
-    if (parts > 1) spdlog::info("{}: in {} parts side by side", s.label, parts);
-    std::vector<size_t> part_indices;
-    for (size_t k = 0; parts > 1 && k < parts; ++k) {
-      PlannedStage part = s;
-      part.id = s.id + "-part-" + std::to_string(k);
-      part.label = s.label + " (part " + std::to_string(k + 1) + " of " + std::to_string(parts) + ")";
-      part.shard = k;
-      part.shards = parts;
-      part_indices.push_back(plan.stages.size());
-      plan.stages.push_back(std::move(part));
-    }
-    if (!part_indices.empty()) s.deps = part_indices;
+    add_parts(s, cache.contains_compile(steps.compile_key(targets[t].second))
+                     ? 1
+                     : steps.compile_part_count(targets[t].second, compile_wanted));
     plan.stages.push_back(std::move(s));
     plan.staging[targets[t].first] = stagings[t]->path();
   }

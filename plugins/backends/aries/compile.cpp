@@ -1,10 +1,10 @@
 #include "compile.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/parts.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -162,11 +162,10 @@ std::vector<Linear> quantized_linears(const ModelInfo& info, const std::optional
 // values (the weight, its shape and layout, bits, scale search), so a compile only ever
 // takes the values of the same weight quantized the same way.
 std::string quantized_checkpoint_name(const QuantWeight& q, bool search) {
-  uint64_t h = fnv1a64(q.name.data(), q.name.size() + 1, kFnvSeed);
-  for (int64_t v : {q.K, q.N, int64_t{q.bits}, int64_t{q.nk}, int64_t{search}}) h = fnv1a64(&v, sizeof v, h);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("quantized-") + hex;
+  CheckpointName name("quantized-");
+  name.add(q.name);
+  for (int64_t v : {q.K, q.N, int64_t{q.bits}, int64_t{q.nk}, int64_t{search}}) name.add(v);
+  return name.str();
 }
 
 // Linear `l` at its compiled bits: from a compile part's checkpoint when `ctx` has one of the
@@ -230,16 +229,11 @@ void compile_part(const char* options_json, const nf_model_set* ms_in, Context c
   if (o.estimate_only) return;
   const ModelSet ms = ModelSet::view(ms_in);
   const std::vector<Linear> ls = quantized_linears(inspect(ms), draft_of(ms));
-  // Contiguous runs of about equal weight counts: a linear goes to the part its middle falls in.
-  uint64_t total = 0;
-  for (const auto& l : ls) total += static_cast<uint64_t>(l.K * l.N);
+  // A share of the linears by weight count.
+  std::vector<uint64_t> sizes;
+  for (const auto& l : ls) sizes.push_back(static_cast<uint64_t>(l.K * l.N));
   std::vector<const Linear*> mine;
-  uint64_t at = 0;
-  for (const auto& l : ls) {
-    const uint64_t size = static_cast<uint64_t>(l.K * l.N), middle = at + size / 2;
-    at += size;
-    if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index) mine.push_back(&l);
-  }
+  for (size_t i : part_share(sizes, index, count)) mine.push_back(&ls[i]);
   for (size_t k = 0; k < mine.size(); ++k) {
     ctx.progress(k, mine.size(), "quantizing " + mine[k]->weight);
     const QuantWeight q = quantize_linear(ms, *mine[k], o, ctx, false);

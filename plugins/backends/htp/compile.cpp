@@ -1,7 +1,8 @@
 #include "compile.h"
 
+#include <npuforge/parts.hpp>
+
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -266,19 +267,10 @@ Packing plan_packing(const HtpOptions& o, const ModelSet& ms) {
 // bytes (the weight, its shape and its grid), so a compile only ever takes the payload of
 // the same tensor stored the same way.
 std::string packed_checkpoint_name(const StoredTensor& t) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&](const void* data, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
-  };
-  const int storage = static_cast<int>(t.storage);
-  mix(t.name.data(), t.name.size() + 1);
-  mix(t.dims.data(), t.dims.size() * sizeof(int64_t));
-  for (int64_t v : {int64_t{storage}, int64_t{t.axis}, int64_t{t.block_axis}, t.block_size}) mix(&v, sizeof v);
-  mix(t.scales.data(), t.scales.size() * sizeof(float));
-  mix(t.zeros.data(), t.zeros.size() * sizeof(float));
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("packed-") + hex;
+  CheckpointName name("packed-");
+  name.add(t.name).add(t.dims.data(), t.dims.size() * sizeof(int64_t));
+  for (int64_t v : {int64_t{static_cast<int>(t.storage)}, int64_t{t.axis}, int64_t{t.block_axis}, t.block_size}) name.add(v);
+  return name.add(t.scales.data(), t.scales.size() * sizeof(float)).add(t.zeros.data(), t.zeros.size() * sizeof(float)).str();
 }
 
 }  // namespace
@@ -294,22 +286,16 @@ void compile_part(const char* options_json, const nf_model_set* ms_in, Context c
   if (count == 0 || index >= count) throw Error("htp: compile part " + std::to_string(index) + " of " + std::to_string(count));
   const Packing p = plan_packing(o, ms);
   if (!o.pack_weights) return;
-  // Contiguous runs of the containers' tensors, in the order compile writes them, of about
-  // equal value counts (the work is reading and quantizing each float): a tensor goes to
-  // the part its middle value falls in.
-  uint64_t total = 0;
-  for (const auto& [group, tensors] : p.group_tensors)
-    for (const auto& t : tensors) total += static_cast<uint64_t>(t.numel());
-  std::vector<std::pair<const StoredTensor*, const std::pair<Graph, std::string>*>> mine;
-  uint64_t at = 0;
+  // A share of the containers' tensors, in the order compile writes them, by value count
+  // (the work is reading and quantizing each float).
+  std::vector<std::pair<const StoredTensor*, const std::pair<Graph, std::string>*>> all, mine;
+  std::vector<uint64_t> values;
   for (const auto& [group, tensors] : p.group_tensors)
     for (size_t i = 0; i < tensors.size(); ++i) {
-      const uint64_t values = static_cast<uint64_t>(tensors[i].numel());
-      const uint64_t middle = at + values / 2;
-      at += values;
-      if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index)
-        mine.push_back({&tensors[i], &p.group_sources.at(group)[i]});
+      all.push_back({&tensors[i], &p.group_sources.at(group)[i]});
+      values.push_back(static_cast<uint64_t>(tensors[i].numel()));
     }
+  for (size_t i : part_share(values, index, count)) mine.push_back(all[i]);
   for (size_t k = 0; k < mine.size(); ++k) {
     const StoredTensor& t = *mine[k].first;
     ctx.progress(k, mine.size(), "packing " + t.name);

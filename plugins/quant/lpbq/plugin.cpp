@@ -3,12 +3,11 @@
 // per-channel scale, so the NPU runs an ordinary W8 per-channel kernel. Excluded weights
 // (by default the LM head) get int8 per-channel; activations and the KV cache get
 // calibrated min/max encodings (16 / 8 bits). The formula is in lpbq_math.h.
+#include <npuforge/parts.hpp>
 #include <npuforge/plugin.hpp>
 #include <npuforge/quant/helpers.h>
 
 #include "lpbq/lpbq_math.h"
-
-#include <cstdio>
 
 namespace lpbq {
 namespace {
@@ -134,11 +133,7 @@ Planned encode_weight(const Work& work, const nf::ModelSet& ms, const nf::quant:
 // A part's encoding of a weight is a checkpoint of the stage (whose key fixes the model, the
 // options and any prior encoding), named by the weight.
 std::string weight_checkpoint(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("weight-") + hex;
+  return nf::CheckpointName("weight-").add(name.data(), name.size()).str();
 }
 
 void save_weight(const nf::Context& ctx, const Planned& p) {
@@ -244,14 +239,9 @@ nf_status* apply_shard(const char* options_json, nf_model_set* handle, nf_calibr
     const nf::ModelSet ms = nf::ModelSet::view(handle);
     const nf::Context ctx(ctx_handle);
     const Work work = plan_work(ms, nf::Options(options_json));
-    uint64_t total = 0, at = 0;
-    for (const auto& lw : work.weights) total += static_cast<uint64_t>(lw.K * lw.N);
-    for (const auto& lw : work.weights) {
-      const uint64_t values = static_cast<uint64_t>(lw.K * lw.N), middle = at + values / 2;
-      at += values;
-      if (std::min<uint64_t>(count - 1, middle * count / std::max<uint64_t>(total, 1)) == index)
-        save_weight(ctx, encode_weight(work, ms, lw));
-    }
+    std::vector<uint64_t> values;
+    for (const auto& lw : work.weights) values.push_back(static_cast<uint64_t>(lw.K * lw.N));
+    for (size_t i : nf::part_share(values, index, count)) save_weight(ctx, encode_weight(work, ms, work.weights[i]));
     nf::quant::calibrate_activation_part(ms, calib, work.weights, ctx, index, count);
   });
 }
