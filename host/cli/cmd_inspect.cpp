@@ -82,6 +82,10 @@ std::string format_package(const std::filesystem::path& dir, const nlohmann::jso
   o << "Static variants (kv_layout " << io.value("kv_layout", "hf") << ", " << io.value("layers", 0) << " layers";
   if (io.contains("split")) o << ", " << io["split"].value("num_splits", 1) << " parts each";
   o << ")\n";
+  // Graph state a speculative decoder's build hook added (graph_roles.hpp kv_prefix).
+  if (io.contains("kv_prefix_rows"))
+    o << "  KV prefix: " << io["kv_prefix_rows"].dump() << " rows per layer in every graph, seen by flagged rows only ("
+      << io["kv_prefix_rows"].dump() << " of each CL's slots)\n";
   for (const auto& v : io.value("variants", nlohmann::json::array())) {
     std::string head = v.value("graph", "?") + "  AR " + std::to_string(v.value("ar", 0)) + ", CL " +
                        std::to_string(v.value("cl", 0));

@@ -1,6 +1,7 @@
 #include "runner/runner.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/graph_roles.hpp>
 
 #include <cstring>
 #include <numeric>
@@ -143,8 +144,10 @@ void DynamicRunner::reset() {
   row_paths_.clear();
   row_pass_.clear();
   row_flags_.clear();
-  prefix_k_.clear();
-  prefix_v_.clear();
+  if (!graph_prefix_) {
+    prefix_k_.clear();
+    prefix_v_.clear();
+  }
 }
 
 DynamicRunner::Pass DynamicRunner::run(std::span<const int32_t> tokens, bool all_rows, std::span<const int32_t> rows) {
@@ -330,7 +333,8 @@ void check_row_flags(const int32_t* parents, const uint32_t* flags, size_t n_row
     if (flags[r] & ~NF_ROW_SEES_PREFIX)
       throw std::runtime_error("runner: row " + std::to_string(r) + " has unknown flags " + std::to_string(flags[r]));
     if ((flags[r] & NF_ROW_SEES_PREFIX) && prefix_rows == 0)
-      throw std::runtime_error("runner: row " + std::to_string(r) + " is flagged to see the prefix KV, but none is set");
+      throw std::runtime_error("runner: row " + std::to_string(r) +
+                               " is flagged to see the prefix KV, but the graphs hold none (role kv_prefix) and none is set");
     if (parents[r] >= 0 && parents[r] < static_cast<int32_t>(r) && flags[parents[r]] && !flags[r])
       throw std::runtime_error("runner: row " + std::to_string(r) + " is plain under flagged row " +
                                std::to_string(parents[r]) + " (a flagged row's children must be flagged)");
@@ -340,6 +344,8 @@ void check_row_flags(const int32_t* parents, const uint32_t* flags, size_t n_row
 // Prefix KV as [1, kv_heads, n, head_dim] per layer, from [layers][kv_heads][n][head_dim].
 void DynamicRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                                   const float* values) {
+  if (graph_prefix_)
+    throw std::runtime_error("runner: the model's graphs hold their own KV prefix (role kv_prefix); the host cannot set one");
   if (n > 0 && (layers != io_.past_keys.size() || static_cast<int64_t>(kv_heads) != io_.kv_heads ||
                 static_cast<int64_t>(head_dim) != io_.head_dim))
     throw std::runtime_error("runner: prefix KV is [" + std::to_string(layers) + " layers, " + std::to_string(kv_heads) +
@@ -358,6 +364,26 @@ void DynamicRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size
       std::copy(src, src + per_layer, t->tensor.mutable_as<float>());
       (key ? prefix_k_ : prefix_v_).push_back(std::move(t));
     }
+}
+
+void DynamicRunner::hold_graph_prefix(const std::string& graph, int64_t rows) {
+  if (io_.position_ids.empty())
+    throw std::runtime_error("runner: graph '" + io_.graph + "' has no position_ids input; prefix KV rows need explicit positions");
+  std::vector<std::string> names;
+  for (size_t l = 0; l < io_.past_keys.size(); ++l)
+    for (bool key : {true, false}) names.push_back(roles::kv_prefix_output(static_cast<int64_t>(l), key));
+  std::vector<TensorPtr> out = session_.run(graph, {}, names);
+  const std::vector<int64_t> want{1, io_.kv_heads, rows, io_.head_dim};
+  prefix_k_.clear();
+  prefix_v_.clear();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i]->tensor.dtype != NF_DTYPE_FLOAT32 || out[i]->tensor.dims != want)
+      throw std::runtime_error("runner: KV prefix graph '" + graph + "' output " + names[i] +
+                               " is not float32 [1, " + std::to_string(io_.kv_heads) + ", " + std::to_string(rows) +
+                               ", " + std::to_string(io_.head_dim) + "]");
+    (i % 2 ? prefix_v_ : prefix_k_).push_back(out[i]);
+  }
+  graph_prefix_ = true;
 }
 
 void DynamicRunner::forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,

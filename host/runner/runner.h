@@ -76,6 +76,9 @@ class DynamicRunner final : public Runner {
   // first, its flagged tail then runs after [prefix | committed | plain rows].
   void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                      const float* values) override;
+  // The KV prefix of the model's graph of role kv_prefix (graph_roles.hpp), run once on the
+  // session: kept across reset; the host cannot replace it.
+  void hold_graph_prefix(const std::string& graph, int64_t rows);
   void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
                      float* logits) override;
   void set_row_input(const char* name, const float* data, size_t n_rows, size_t width) override;
@@ -110,6 +113,7 @@ class DynamicRunner final : public Runner {
   std::vector<std::shared_ptr<Pass>> row_pass_;
   std::vector<uint32_t> row_flags_;             // last row call's flags (empty: none)
   std::vector<TensorPtr> prefix_k_, prefix_v_;  // per layer [1, kv_heads, P, head_dim]
+  bool graph_prefix_ = false;                   // prefix_k_/v_ came from the graphs
   std::vector<std::vector<float>> row_inputs_;  // per io_.row_inputs, for the next forward
 };
 

@@ -56,6 +56,10 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
   s.head_dim = int_field(io, "head_dim");
   if (io.contains("vocab") && io["vocab"].is_number_integer()) s.vocab = io["vocab"];
   if (io.contains("sliding_window") && io["sliding_window"].is_number_integer()) s.window = io["sliding_window"];
+  if (io.contains("kv_prefix_rows")) {
+    if (!io["kv_prefix_rows"].is_number_unsigned()) fail("metadata io 'kv_prefix_rows' must be a non-negative integer");
+    s.prefix_rows = io["kv_prefix_rows"];
+  }
   s.sliding.assign(static_cast<size_t>(s.layers), false);
   if (s.window > 0)
     for (const auto& l : io.value("sliding_layers", nlohmann::json::array())) {
@@ -75,8 +79,8 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
     v.ar = vj.at("ar").get<int64_t>();
     v.cl = vj.at("cl").get<int64_t>();
     if (vj.contains("scl") && vj["scl"].is_number_integer()) v.scl = vj["scl"];
-    if (v.ar <= 0 || v.cl <= v.ar || (v.scl && v.scl <= v.ar))
-      fail("variant '" + v.name + "': needs 0 < AR < CL (and AR < SCL)");
+    if (v.ar <= 0 || v.cl <= v.ar + s.prefix_rows || (v.scl && v.scl <= v.ar + s.prefix_rows))
+      fail("variant '" + v.name + "': needs 0 < AR and AR + kv_prefix_rows < CL (and < SCL)");
     int64_t splits = vj.contains("splits") && vj["splits"].is_number_integer() ? vj["splits"].get<int64_t>() : 1;
     // The split transform lists each variant's parts in run order; without that list the
     // parts follow the naming convention {graph}_{i}_of_{n}.
@@ -172,11 +176,13 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
                                           : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
       std::vector<int64_t> want_v = s.htp ? std::vector<int64_t>{s.kv_heads, 1, len, s.head_dim}
                                           : std::vector<int64_t>{1, s.kv_heads, len, s.head_dim};
-      bool full = len == v.cl - v.ar, window = v.scl && len == v.scl - v.ar;
+      const int64_t P = s.prefix_rows;  // the graph holds those columns itself
+      bool full = len == v.cl - v.ar - P, window = v.scl && len == v.scl - v.ar - P;
       if (kd != want_k || vd != want_v || !(full || window))
         fail("variant '" + v.name + "': " + s.past_key(l) + " " + dims_str(kd) + " / value " + dims_str(vd) +
-             " do not match kv_layout " + kv + " with " + std::to_string(v.cl - v.ar) +
-             (v.scl ? " or " + std::to_string(v.scl - v.ar) : std::string()) + " cache slots");
+             " do not match kv_layout " + kv + " with " + std::to_string(v.cl - v.ar - P) +
+             (v.scl ? " or " + std::to_string(v.scl - v.ar - P) : std::string()) + " cache slots" +
+             (P ? " (" + std::to_string(P) + " KV prefix rows in the graph)" : std::string()));
       if (window && !full && !s.sliding[static_cast<size_t>(l)])
         fail("variant '" + v.name + "': layer " + std::to_string(l) + " has a sliding cache but is not in sliding_layers");
       v.cache_len.push_back(len);
@@ -211,6 +217,12 @@ StaticRunner::StaticRunner(BackendSession& session, StaticIO io) : session_(sess
   reset();
 }
 
+void StaticRunner::clear_prefix() {
+  prefix_len_ = io_.prefix_rows;  // the graphs' own prefix stays
+  prefix_k_.clear();
+  prefix_v_.clear();
+}
+
 void StaticRunner::reset() {
   n_past_ = 0;
   size_t per_layer = static_cast<size_t>(io_.kv_heads * max_cl_ * io_.head_dim);
@@ -220,9 +232,7 @@ void StaticRunner::reset() {
   row_pass_.reset();
   row_parents_.clear();
   row_flags_.clear();
-  prefix_len_ = 0;
-  prefix_k_.clear();
-  prefix_v_.clear();
+  clear_prefix();
   clear_scratch();
 }
 
@@ -325,9 +335,10 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     return t;
   };
   // Layer l's store as a cache input of `len` slots (the last len-P slots held, then the P
-  // prefix rows).
+  // prefix rows the host gave; a graph holding its prefix takes `len` held slots).
+  const int64_t host_prefix = static_cast<int64_t>(prefix_k_.empty() ? 0 : prefix_len_);
   auto cache = [&](size_t l, bool key, int64_t len) {
-    const int64_t committed = len - prefix_len_;
+    const int64_t committed = len - host_prefix;
     const int64_t start = std::max<int64_t>(0, held() - committed), n = held() - start;
     const bool transposed = key && io_.htp;
     std::vector<int64_t> dims = io_.htp ? (key ? std::vector<int64_t>{kvh, 1, hd, len} : std::vector<int64_t>{kvh, 1, len, hd})
@@ -343,10 +354,10 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         else
           std::memcpy(dst + (h * len + c) * hd, s, static_cast<size_t>(hd) * sizeof(float));
       }
-    const float* pre = prefix_len_ ? (key ? prefix_k_ : prefix_v_)[l].data() : nullptr;  // [kvh][P][hd]
+    const float* pre = host_prefix ? (key ? prefix_k_ : prefix_v_)[l].data() : nullptr;  // [kvh][P][hd]
     for (int64_t h = 0; h < kvh; ++h)
-      for (int64_t c = 0; c < prefix_len_; ++c) {
-        const float* s = pre + (h * prefix_len_ + c) * hd;
+      for (int64_t c = 0; c < host_prefix; ++c) {
+        const float* s = pre + (h * host_prefix + c) * hd;
         if (transposed)
           for (int64_t d = 0; d < hd; ++d) dst[(h * hd + d) * len + committed + c] = s[d];
         else
@@ -519,6 +530,9 @@ void StaticRunner::set_row_input(const char* name, const float* data, size_t n_r
 
 void StaticRunner::set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                                  const float* values) {
+  if (io_.prefix_rows)
+    throw std::runtime_error("runner: the graphs hold their own KV prefix (" + std::to_string(io_.prefix_rows) +
+                             " rows, io kv_prefix_rows); a prefix given by the host has no slots");
   if (n > 0 && (static_cast<int64_t>(layers) != io_.layers || static_cast<int64_t>(kv_heads) != io_.kv_heads ||
                 static_cast<int64_t>(head_dim) != io_.head_dim))
     throw std::runtime_error("runner: prefix KV is [" + std::to_string(layers) + " layers, " + std::to_string(kv_heads) +
@@ -636,13 +650,30 @@ std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::jso
   const nlohmann::json& owner = role.empty() ? metadata : roles[role];
   const std::string what = role.empty() ? std::string() : " of role '" + role + "'";
   std::unique_ptr<Runner> r;
-  if (owner.is_object() && owner.contains("io") && owner["io"].is_object() && owner["io"].value("layout", "") == "static")
+  // The KV prefix role (graph_roles.hpp): arcl built it into static graphs; a dynamic
+  // runner runs its graph.
+  const nlohmann::json prefix = role.empty() && roles.is_object() ? roles.value(roles::kKvPrefix, nlohmann::json()) : nlohmann::json();
+  if (owner.is_object() && owner.contains("io") && owner["io"].is_object() && owner["io"].value("layout", "") == "static") {
+    if (!prefix.is_null())
+      throw std::runtime_error("the static graphs leave out the KV prefix of role kv_prefix (arcl builds it into them)");
     r = std::make_unique<StaticRunner>(session, StaticIO::parse(owner["io"], specs));
-  else if (specs.size() != 1)
+  } else if (specs.size() != 1) {
     throw std::runtime_error(std::to_string(specs.size()) + " graphs" + what +
                              " but no static-layout metadata (io.layout \"static\"); the dynamic runner needs exactly one graph");
-  else
-    r = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(specs[0]));
+  } else {
+    auto dynamic = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(specs[0]));
+    if (!prefix.is_null()) {
+      const nlohmann::json graphs = prefix.is_object() ? prefix.value("graphs", nlohmann::json()) : nlohmann::json();
+      if (!graphs.is_array() || graphs.size() != 1 || !graphs[0].is_string() || !prefix.contains("rows") ||
+          !prefix["rows"].is_number_unsigned() || prefix["rows"].get<int64_t>() == 0)
+        throw std::runtime_error("metadata roles.kv_prefix needs one graph and a positive integer 'rows'");
+      bool held = false;
+      for (const auto& g : graph_specs) held |= g.value("name", "") == graphs[0];
+      if (!held) throw std::runtime_error("metadata roles.kv_prefix names graph " + graphs[0].dump() + ", which the model lacks");
+      dynamic->hold_graph_prefix(graphs[0], prefix["rows"]);
+    }
+    r = std::move(dynamic);
+  }
   // Extra embedding rows (e.g. ssd's forecast tokens) the build appended to the graphs.
   if (role.empty() && metadata.is_object() && metadata.contains("extra_embeddings")) {
     const auto& e = metadata["extra_embeddings"];

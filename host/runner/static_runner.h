@@ -44,6 +44,9 @@ struct StaticIO {
   std::map<std::string, int64_t> row_inputs;  // per-row float inputs (a draft's features) -> width
   int64_t window = 0;  // sliding_window; 0: none
   std::vector<bool> sliding;
+  // KV prefix rows the graphs hold (io "kv_prefix_rows", graph_roles.hpp kv_prefix): between
+  // each cache input's slots and the new rows, P columns of every mask; 0: none.
+  int64_t prefix_rows = 0;
   std::vector<Variant> variants;
 
   // Cache IO names of the graphs' layer l (0 = their first).
@@ -80,6 +83,7 @@ class StaticRunner final : public Runner {
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
   void commit(const int32_t* rows, size_t n) override;
   // The prefix KV takes the last P slots of every cache input (and P of the context).
+  // Refused when the graphs hold their own prefix (StaticIO::prefix_rows).
   void set_prefix_kv(size_t layers, size_t kv_heads, size_t n, size_t head_dim, const float* keys,
                      const float* values) override;
   void forward_flags(const int32_t* tokens, const int32_t* parents, const uint32_t* flags, size_t n_rows,
@@ -134,6 +138,8 @@ class StaticRunner final : public Runner {
   std::shared_ptr<Pass> row_pass_;
   std::vector<int32_t> row_parents_;
   std::vector<uint32_t> row_flags_;                    // last row call's flags
+  // KV prefix: the graphs' own rows (io_.prefix_rows) or rows the host gave (prefix_k_/v_).
+  void clear_prefix();  // back to the graphs' own prefix (or none)
   int64_t prefix_len_ = 0;                             // prefix KV rows (NF_ROW_SEES_PREFIX)
   std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
   std::map<std::string, std::vector<float>> row_inputs_;  // for the next forward, by name

@@ -207,8 +207,33 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad file entry"},
         MetaEdit{"FileEntryAbsolute", [](nlohmann::json& m) { m["files"]["/dev/zero"] = "0"; }, "bad file entry"},
         MetaEdit{"FilesNotAnObject", [](nlohmann::json& m) { m["files"] = "all of them"; },
-                 "'files' is not an object"}),
+                 "'files' is not an object"},
+        MetaEdit{"KvPrefixRoleNamesNoGraph",
+                 [](nlohmann::json& m) {
+                   m["metadata"]["roles"] = {{"kv_prefix", {{"graphs", {"nope"}}, {"rows", 16}}}};
+                 },
+                 "roles.kv_prefix names graph \"nope\", which the model lacks"},
+        MetaEdit{"KvPrefixRowsNotPositive",
+                 [](nlohmann::json& m) {
+                   m["metadata"]["roles"] = {{"kv_prefix", {{"graphs", {"nope"}}, {"rows", 0}}}};
+                 },
+                 "roles.kv_prefix needs one graph and a positive integer 'rows'"}),
     [](const ::testing::TestParamInfo<MetaEdit>& info) { return info.param.name; });
+
+// A static package whose io claims another KV prefix row count than its graphs hold (their
+// cache inputs are CL - AR - 16 slots): refused at open, not run with a shifted mask.
+TEST(FaultInput, KvPrefixRowsOtherThanTheGraphsHold) {
+  fs::path d = scratch("kv_prefix_rows");
+  auto m = tiny_manifest(d, "", "\n[[transform]]\nplugin = \"arcl\"\narn = [1, 8]\ncontext_length = [64]\n\n"
+                                "[speculative]\ndecoder = \"ssd\"\n");
+  auto b = run({"build", m.string(), "--out", (d / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  for (const nlohmann::json& rows : {nlohmann::json(8), nlohmann::json(-16)}) {
+    edit_meta(d / "out" / "cpu", [&](nlohmann::json& meta) { meta["metadata"]["io"]["kv_prefix_rows"] = rows; });
+    auto r = run({"run", (d / "out" / "cpu").string(), "--prompt-ids", "1,2", "--max-new-tokens", "2"}, {}, 60);
+    expect_one_error_line(r, rows == 8 ? "(8 KV prefix rows in the graph)" : "'kv_prefix_rows' must be a non-negative integer");
+  }
+}
 
 // package.json is sealed too: an edit without a new digest is refused, by run and inspect.
 TEST(FaultInput, EditedPackageJsonIsRefused) {

@@ -29,14 +29,15 @@ const fs::path kAssets = kModel / "ssd";
 using test::heldout_prompts;
 using test::plugin;
 
-// tiny_llama's model.onnx on the cpu backend; with_forecast: the ssd assets' embedding rows appended.
+// tiny_llama's model.onnx on the cpu backend; with_forecast: ssd's build hook ran (the assets'
+// embedding rows appended and, unless `prefix` is 0, the KV prefix as a graph of role kv_prefix).
 struct Dynamic {
   std::unique_ptr<ir::ModelSet> ms;
   std::unique_ptr<host::BackendSession> session;
   std::unique_ptr<host::Runner> runner;
 };
 
-Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel) {
+Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel, int prefix = 16) {
   Dynamic m;
   nlohmann::json options = nlohmann::json::object();
   const auto& cpu = plugin(NF_KIND_BACKEND, "cpu");
@@ -45,11 +46,12 @@ Dynamic open_dynamic(bool with_forecast, const fs::path& model = kModel) {
   nlohmann::json meta = nlohmann::json::object();
   if (with_forecast) {
     // ssd's build hook, as the build's first stage runs it.
-    const std::string assets = nlohmann::json{{"assets", kAssets.string()}}.dump();
+    const std::string assets = nlohmann::json{{"assets", kAssets.string()}, {"forecast_prefix", prefix}}.dump();
     nf_context ctx{"speculative ssd", {}};
     host::throw_if_error(plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(assets.c_str(), host::handle(m.ms.get()), &ctx),
                          "ssd build");
-    meta["extra_embeddings"] = nlohmann::json::parse(m.ms->metadata.at("extra_embeddings"));
+    for (const char* key : {"extra_embeddings", "roles"})
+      if (m.ms->metadata.count(key)) meta[key] = nlohmann::json::parse(m.ms->metadata.at(key));
   }
   m.session = host::BackendSession::open_model_set(cpu, options, *m.ms);
   m.runner = host::make_runner(*m.session, host::graph_specs(*m.ms), meta);
@@ -63,12 +65,17 @@ std::unique_ptr<Static> build_package(const std::string& toml, const fs::path& w
   return test::build_and_open(work, toml);
 }
 
-// An arcl package of tiny_llama (AR 1 and `ar`, CL 256) with [speculative] ssd and its assets.
-std::unique_ptr<Static> build_static(int ar, const fs::path& work) {
+// An arcl package of tiny_llama (AR 1 and `ar`, CL 256) with [speculative] ssd and its assets;
+// `prefix` 0 leaves the KV prefix out of the graphs; `arcl_extra` (options) and `after` (more
+// [[transform]] tables) change the graphs.
+std::unique_ptr<Static> build_static(int ar, const fs::path& work, int prefix = 16, const std::string& arcl_extra = "",
+                                     const std::string& after = "") {
   std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
                      (kModel / "config.json").string() + "\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, " +
-                     std::to_string(ar) + "]\ncontext_length = [256]\n\n[targets.cpu]\nbackend = \"cpu\"\n\n"
-                     "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\n";
+                     std::to_string(ar) + "]\ncontext_length = [256]\n" + arcl_extra + "\n" + after +
+                     "\n[targets.cpu]\nbackend = \"cpu\"\n\n"
+                     "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\nforecast_prefix = " +
+                     std::to_string(prefix) + "\n";
   return build_package(toml, work);
 }
 
@@ -210,6 +217,7 @@ TEST(SsdDynamic, ErrorsAreClear) {
     auto refused = [&](const std::string& key, const nlohmann::json& value) {
       nlohmann::json meta = nlohmann::json::parse(std::ifstream(kAssets / "assets.json"));
       meta["extra_embeddings"][key] = value;
+      if (key == "rows" && value.is_number_integer() && value.get<int>() > 0) meta["ssd"]["forecast_token_count"] = value;
       std::ofstream(bad / "assets.json") << meta.dump();
       const std::string options = nlohmann::json{{"assets", bad.string()}}.dump();
       try {
@@ -222,8 +230,23 @@ TEST(SsdDynamic, ErrorsAreClear) {
     };
     EXPECT_NE(refused("rows", 5).find("needs exactly 5 x 256 float32 values"), std::string::npos) << refused("rows", 5);
     EXPECT_NE(refused("first_id", 1000).find("assets of another model?"), std::string::npos) << refused("first_id", 1000);
-    EXPECT_NE(refused("rows", -1).find("rows and hidden (unsigned integers)"), std::string::npos) << refused("rows", -1);
+    EXPECT_NE(refused("rows", -1).find("needs a positive integer 'rows'"), std::string::npos) << refused("rows", -1);
     EXPECT_EQ(ms->metadata.count("extra_embeddings"), 0u) << "a refused hook left the model set changed";
+    // A KV prefix of another geometry (as many floats: 8 kv heads of 16), refused before any change.
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(kAssets / "assets.json"));
+    meta["ssd"]["kv_prefix"]["kv_heads"] = 8;
+    meta["ssd"]["kv_prefix"]["head_dim"] = 16;
+    std::ofstream(bad / "assets.json") << meta.dump();
+    const std::string options = nlohmann::json{{"assets", bad.string()}}.dump();
+    try {
+      host::throw_if_error(
+          plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(options.c_str(), host::handle(ms.get()), &ctx), "ssd build");
+      ADD_FAILURE() << "a KV prefix of another geometry was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the model's cache is [4, 4, 32]"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ms->metadata.count("extra_embeddings"), 0u) << "a refused hook left the model set changed";
+    EXPECT_EQ(ms->graphs.size(), 1u);
     fs::remove_all(bad);
   }
   Dynamic m = open_dynamic(true);
@@ -241,57 +264,144 @@ TEST(SsdDynamic, ErrorsAreClear) {
   EXPECT_NE(message(*m.runner, o).find("brnaches"), std::string::npos) << message(*m.runner, o);
 }
 
-// Runner contract: flagged rows see the prefix KV, plain rows never do (their logits do not
-// change when a prefix is set); flagged rows cannot be committed; plain under flagged is refused.
+// Runner contract: flagged rows see the prefix KV, plain rows never do (their logits are those
+// of the same rows unflagged); flagged rows cannot be committed; plain under flagged is refused.
+// The prefix is the model's graph state (role kv_prefix): the dynamic runner runs its graph,
+// arcl built the rows into the static package's graphs, and both score the same. A prefix the
+// host gives (runner_set_prefix_kv) serves a model without one; a model with one refuses it.
 TEST(SsdRunner, PrefixRowsAndFlags) {
-  Dynamic m = open_dynamic(true);
-  host::Runner& r = *m.runner;
   const size_t V = 2048;
   std::vector<int32_t> tokens{450, 1536, 2048, 2049, 310}, parents{-1, 0, 1, 2, 0};
   std::vector<uint32_t> flags{0, 0, 1, 1, 0};
-  r.reset();
-  r.append(std::vector<int32_t>{1, 5, 9});
-  std::vector<float> before(tokens.size() * V), with(tokens.size() * V), plain_rows(tokens.size() * V);
-  r.forward_flags(tokens.data(), parents.data(), nullptr, tokens.size(), before.data());
-  std::vector<float> kv(4 * 4 * 3 * 32);
+  std::vector<float> kv(4 * 4 * 3 * 32);  // a host-given 3-row prefix
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.05f * static_cast<float>((i * 7919) % 97) - 2.f;
-  r.set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data());
-  r.forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), with.data());
-  for (size_t row : {0u, 1u, 4u})
-    for (size_t v = 0; v < V; ++v) ASSERT_NEAR(with[row * V + v], before[row * V + v], 1e-4f) << "plain row " << row;
-  float moved = 0;
-  for (size_t v = 0; v < V; ++v) moved = std::max(moved, std::abs(with[2 * V + v] - before[2 * V + v]));
-  EXPECT_GT(moved, 1e-2f) << "a flagged row must see the prefix";
+  // The rows after the prompt {1, 5, 9}, flagged as `f` (null: none), with the host's prefix
+  // when `host_prefix`.
+  auto score = [&](host::Runner& r, const uint32_t* f, bool host_prefix = false) {
+    std::vector<float> out(tokens.size() * V);
+    r.reset();
+    r.append(std::vector<int32_t>{1, 5, 9});
+    if (host_prefix) r.set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data());
+    r.forward_flags(tokens.data(), parents.data(), f, tokens.size(), out.data());
+    return out;
+  };
+  auto expect_seen = [&](const std::vector<float>& before, const std::vector<float>& with, const std::string& what) {
+    for (size_t row : {0u, 1u, 4u})
+      for (size_t v = 0; v < V; ++v) ASSERT_NEAR(with[row * V + v], before[row * V + v], 1e-4f) << what << ": plain row " << row;
+    float moved = 0;
+    for (size_t v = 0; v < V; ++v) moved = std::max(moved, std::abs(with[2 * V + v] - before[2 * V + v]));
+    EXPECT_GT(moved, 1e-2f) << what << ": a flagged row must see the prefix";
+  };
+  auto relative = [](const std::vector<float>& a, const std::vector<float>& b) {
+    float diff = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, std::abs(a[i] - b[i]));
+      scale = std::max(scale, std::abs(b[i]));
+    }
+    return diff / scale;
+  };
 
-  // The static runner scores the same rows the same way.
+  Dynamic graph = open_dynamic(true);              // prefix from the kv_prefix graph
+  Dynamic none = open_dynamic(true, kModel, 0);    // no prefix in the model
+  const auto before = score(*graph.runner, nullptr);
+  const auto with_graph = score(*graph.runner, flags.data());  // reset() keeps the graph's prefix
+  expect_seen(before, with_graph, "graph prefix");
+  const auto with_host = score(*none.runner, flags.data(), true);
+  expect_seen(before, with_host, "host prefix");
+  EXPECT_GT(relative(with_host, with_graph), 1e-3f) << "the trained prefix and the host's differ";
+
   fs::path work = work_dir("runner");
   auto s = build_static(32, work);
   ASSERT_NE(dynamic_cast<host::StaticRunner*>(s->runner.get()), nullptr);
+  const nlohmann::json& meta = s->pkg.meta.at("metadata");
+  EXPECT_EQ(meta.at("io").at("kv_prefix_rows"), 16);
+  EXPECT_FALSE(meta.value("roles", nlohmann::json::object()).contains("kv_prefix")) << "arcl drops the role";
+  for (const auto& v : meta.at("io").at("variants"))  // 16 of CL's slots are the graph's, not the cache's
+    for (const auto& g : s->pkg.meta.at("graphs"))
+      if (g.at("name") == v.at("graph"))
+        for (const auto& in : g.at("inputs"))
+          if (in.at("name") == "past_key_values.0.value") {
+            EXPECT_EQ(in.at("shape")[2], 256 - v.at("ar").get<int>() - 16) << g.dump();
+          }
   host::Runner& sr = *s->runner;
   EXPECT_EQ(sr.input_vocab_size(), 2048u + 4u);
-  sr.append(std::vector<int32_t>{1, 5, 9});
-  sr.set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data());
-  std::vector<float> st(tokens.size() * V);
-  sr.forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), st.data());
-  float diff = 0, scale = 0;
-  for (size_t i = 0; i < st.size(); ++i) {
-    diff = std::max(diff, std::abs(st[i] - with[i]));
-    scale = std::max(scale, std::abs(with[i]));
-  }
-  EXPECT_LT(diff / scale, 1e-4f) << "static vs dynamic flagged rows";
+  EXPECT_LT(relative(score(sr, flags.data()), with_graph), 1e-4f) << "static vs dynamic, graph prefix";
+  // Through the htp cache layout, one head a graph (mha2sha) and 4 parts (split): the same rows.
+  auto sha = build_static(32, work_dir("runner_sha"), 16, "kv_layout = \"htp\"\n",
+                          "[[transform]]\nplugin = \"mha2sha\"\n\n[[transform]]\nplugin = \"split\"\nnum_splits = 4\n");
+  EXPECT_LT(relative(score(*sha->runner, flags.data()), with_graph), 1e-4f) << "mha2sha + split vs dynamic, graph prefix";
+  auto bare = build_static(32, work_dir("runner_bare"), 0);
+  EXPECT_FALSE(bare->pkg.meta.at("metadata").at("io").contains("kv_prefix_rows"));
+  EXPECT_LT(relative(score(*bare->runner, flags.data(), true), with_host), 1e-4f) << "static vs dynamic, host prefix";
 
-  for (host::Runner* run : {&r, &sr}) {
+  for (host::Runner* run : {graph.runner.get(), &sr}) {
+    std::vector<float> out(tokens.size() * V);
+    score(*run, flags.data());
     int32_t path[] = {0, 1, 2};
     EXPECT_THROW(run->commit(path, 3), std::runtime_error);  // row 2 is flagged
     std::vector<uint32_t> bad{0, 1, 0};
     std::vector<int32_t> t3{450, 2048, 310}, p3{-1, 0, 1};
-    EXPECT_THROW(run->forward_flags(t3.data(), p3.data(), bad.data(), 3, st.data()), std::runtime_error);
-    run->set_prefix_kv(0, 0, 0, 0, nullptr, nullptr);
-    EXPECT_THROW(run->forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), st.data()),
-                 std::runtime_error);  // flagged rows, but no prefix
+    EXPECT_THROW(run->forward_flags(t3.data(), p3.data(), bad.data(), 3, out.data()), std::runtime_error);
+    EXPECT_THROW(run->set_prefix_kv(4, 4, 3, 32, kv.data(), kv.data()), std::runtime_error);  // the graphs hold one
+  }
+  for (host::Runner* run : {none.runner.get(), bare->runner.get()}) {
+    std::vector<float> out(tokens.size() * V);
+    run->reset();
+    run->append(std::vector<int32_t>{1, 5, 9});
+    try {
+      run->forward_flags(tokens.data(), parents.data(), flags.data(), tokens.size(), out.data());
+      ADD_FAILURE() << "flagged rows without a prefix were scored";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the graphs hold none"), std::string::npos) << e.what();
+    }
     EXPECT_THROW(run->set_prefix_kv(4, 2, 3, 32, kv.data(), kv.data()), std::runtime_error);  // wrong shape
   }
   fs::remove_all(work);
+  for (const char* w : {"runner_sha", "runner_bare"}) fs::remove_all(work_dir(w));
+}
+
+// arcl builds the kv_prefix role into each static variant (one Concat of cache slots, prefix
+// rows and new rows per K and V) and drops the role's graph; a prefix that leaves no cache
+// slot, or a role whose row count is not its graph's, is refused before anything changes.
+TEST(SsdArcl, PrefixRoleBecomesPartOfTheStaticGraphs) {
+  auto hooked = [] {
+    auto ms = host::load_source_model((kModel / "model.onnx").string(), "");
+    const std::string options = nlohmann::json{{"assets", kAssets.string()}}.dump();
+    nf_context ctx{"speculative ssd", {}};
+    host::throw_if_error(plugin(NF_KIND_SPECULATIVE, "ssd").speculative()->build(options.c_str(), host::handle(ms.get()), &ctx),
+                         "ssd build");
+    return ms;
+  };
+  {
+    auto ms = hooked();
+    ASSERT_EQ(ms->graphs.size(), 2u);
+    ASSERT_EQ(test::apply_transform(*ms, "arcl", {{"arn", {1, 8}}, {"context_length", 64}}).error, "");
+    EXPECT_EQ(nlohmann::json::parse(ms->metadata.at("io")).at("kv_prefix_rows"), 16);
+    EXPECT_FALSE(nlohmann::json::parse(ms->metadata.at("roles")).contains("kv_prefix"));
+    ASSERT_EQ(ms->graphs.size(), 2u);  // ar1_cl64, ar8_cl64: the prefix graph is gone
+    for (const auto& g : ms->graphs) {
+      int concats = 0;
+      for (const auto& n : g->nodes)
+        if (n->op_type == "Concat" && n->inputs.size() == 3 && g->initializers.count(n->inputs[1])) ++concats;
+      EXPECT_EQ(concats, 2 * 4) << g->name << ": one per K and V of each layer, the prefix between past and new";
+      EXPECT_EQ(g->initializers.at("kv_prefix.3.value")->tensor.dims, (std::vector<int64_t>{1, 4, 16, 32}));
+    }
+  }
+  {
+    auto ms = hooked();
+    const std::string e = test::apply_transform(*ms, "arcl", {{"arn", {1, 48}}, {"context_length", 64}}).error;
+    EXPECT_NE(e.find("16 KV prefix rows (role kv_prefix) and AR 48 leave no cache slot in CL 64"), std::string::npos) << e;
+    EXPECT_EQ(ms->graphs.size(), 2u);
+  }
+  {
+    auto ms = hooked();
+    nlohmann::json roles = nlohmann::json::parse(ms->metadata.at("roles"));
+    roles["kv_prefix"]["rows"] = 8;
+    ms->metadata["roles"] = roles.dump();
+    const std::string e = test::apply_transform(*ms, "arcl", {{"arn", {1, 8}}, {"context_length", 64}}).error;
+    EXPECT_NE(e.find("KV prefix kv_prefix.0.key is not float32 [1, 4, 8, 32]"), std::string::npos) << e;
+    EXPECT_EQ(ms->graphs.size(), 2u);
+  }
 }
 
 // arcl packages: the build carries the assets; ssd and lade give plain greedy's tokens;
@@ -351,9 +461,9 @@ TEST(SsdStatic, RowsStayWithinTheArVariant) {
 }
 
 // Decoding until the context is full: near its end the trees shrink to the rows that still
-// fit (AR 32, then 8, then 1 of a CL 64 package; ssd's 16 prefix KV slots count, until ssd
-// gives them back), and the output equals plain greedy's to the last token plain greedy can
-// make. The manifest (in a temp folder) leaves ssd's assets at their default: the build must
+// fit (AR 32, then 8, then 1 of a CL 64 package whose graphs hold ssd's 16 prefix KV rows: 48
+// slots for the sequence, plain decoding's too), and the output equals plain greedy's to the
+// last token plain greedy can make. The manifest (in a temp folder) leaves ssd's assets at their default: the build must
 // find them beside the model, not beside the manifest.
 TEST(SsdStatic, DecodersFillTheContextLikePlainGreedy) {
   fs::path work = work_dir("cl64");
@@ -364,7 +474,10 @@ TEST(SsdStatic, DecodersFillTheContextLikePlainGreedy) {
   EXPECT_EQ(s->pkg.meta.at("metadata").at("extra_embeddings").at("rows"), 4);
   host::Runner& r = *s->runner;
   ASSERT_EQ(r.max_rows(), 32u);
-  const size_t cl = 64;
+  const size_t cl = 64 - 16;  // the KV prefix's slots are the graphs'
+  EXPECT_EQ(s->pkg.meta.at("metadata").at("io").at("kv_prefix_rows"), 16);
+  auto inspect = test::npuforge({"inspect", s->dir.string()});
+  EXPECT_NE(inspect.out.find("KV prefix: 16 rows per layer in every graph"), std::string::npos) << inspect.out;
   auto prompts = heldout_prompts(1, 20);
   prompts.push_back({1});
   prompts.push_back(std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + 9));

@@ -1,6 +1,6 @@
-// The ssd assets a package carries (tools/speculative/train_ssd.py writes them): the
-// forecast embeddings live in the graphs' embedding table (the build appended them), the
-// KV prefix is read here and handed to the runner.
+// The ssd assets (tools/speculative/train_ssd.py writes them); the build hook puts both into
+// the model's graphs: the forecast embeddings into the embedding table, the KV prefix as
+// graph state (role kv_prefix).
 #pragma once
 
 #include <npuforge/plugin.hpp>
@@ -29,5 +29,11 @@ Assets load_assets(const std::string& dir);
 // package's recipes quantize them with the table, and records metadata extra_embeddings
 // {rows, first_id, decoder}. Token ids first_id.. then embed the forecast rows.
 void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms);
+
+// The build hook, second part: the assets' KV prefix as a graph of role kv_prefix
+// (graph_roles.hpp). check_kv_prefix, run before anything changes, refuses a prefix whose
+// geometry is not the model's (metadata config) or a model set that has one.
+void check_kv_prefix(const Assets& a, const std::string& dir, const nf::ModelSet& ms);
+void add_kv_prefix_graph(const Assets& a, nf::ModelSet ms);
 
 }  // namespace ssd

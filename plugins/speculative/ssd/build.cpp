@@ -1,7 +1,9 @@
 // ssd's build hook: the forecast embeddings become rows of the model's token embedding
 // table, so the package holds them (quantized with the table by the manifest's recipes) and
-// the device embeds forecast tokens like any other token.
+// the device embeds forecast tokens like any other token; the KV prefix becomes graph state
+// (role kv_prefix, graph_roles.hpp), which arcl builds into every static graph.
 #include <npuforge/decoder_graph.hpp>
+#include <npuforge/graph_roles.hpp>
 
 #include <cstring>
 #include <fstream>
@@ -79,6 +81,53 @@ void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
     if (nf::ValueType t; !shared && g.value_type(site.table, &t)) g.set_value_type(site.table, NF_DTYPE_FLOAT32, grown_dims);
   }
   ms.set_metadata("extra_embeddings", {{"rows", rows}, {"first_id", first_id}, {"decoder", "ssd"}});
+}
+
+void check_kv_prefix(const Assets& a, const std::string& dir, const nf::ModelSet& ms) {
+  const nlohmann::json config = ms.metadata("config");
+  // The model's KV geometry, as arcl and the runners read it from config.json.
+  if (config.is_object() && config.contains("num_hidden_layers") && config["num_hidden_layers"].is_number_integer()) {
+    const int64_t heads = config.value("num_attention_heads", int64_t{0});
+    const int64_t kv_heads = config.value("num_key_value_heads", heads);
+    const int64_t head_dim = config.contains("head_dim") && config["head_dim"].is_number_integer()
+                                 ? config["head_dim"].get<int64_t>()
+                                 : (heads > 0 ? config.value("hidden_size", int64_t{0}) / heads : 0);
+    const int64_t layers = config["num_hidden_layers"].get<int64_t>();
+    if (layers != static_cast<int64_t>(a.layers) || kv_heads != static_cast<int64_t>(a.kv_heads) ||
+        head_dim != static_cast<int64_t>(a.head_dim))
+      fail(dir + "/assets.json", "the KV prefix is [" + std::to_string(a.layers) + " layers, " +
+                                     std::to_string(a.kv_heads) + " kv heads, head_dim " + std::to_string(a.head_dim) +
+                                     "], the model's cache is [" + std::to_string(layers) + ", " +
+                                     std::to_string(kv_heads) + ", " + std::to_string(head_dim) + "] (assets of another model?)");
+  }
+  const nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
+  if (roles.is_object() && roles.contains(nf::roles::kKvPrefix))
+    throw nf::Error("ssd: the model set already has a KV prefix (role kv_prefix)");
+}
+
+void add_kv_prefix_graph(const Assets& a, nf::ModelSet ms) {
+  const std::string name = "ssd_kv_prefix";
+  nf::Graph g = ms.add_graph(name);
+  const int64_t P = a.prefix, kvh = static_cast<int64_t>(a.kv_heads), hd = static_cast<int64_t>(a.head_dim);
+  const std::vector<int64_t> dims{1, kvh, P, hd};
+  const size_t per_layer = a.kv_heads * static_cast<size_t>(P) * a.head_dim;
+  std::vector<std::string> outputs;
+  for (size_t l = 0; l < a.layers; ++l)
+    for (bool key : {true, false}) {
+      nf::Tensor t = nf::Tensor::create(NF_DTYPE_FLOAT32, dims);
+      std::memcpy(t.mutable_data(), (key ? a.keys : a.values).data() + l * per_layer, per_layer * sizeof(float));
+      const std::string out = nf::roles::kv_prefix_output(static_cast<int64_t>(l), key);
+      const std::string init = "ssd." + out;
+      g.set_initializer(init, t);
+      g.add_node("Identity", {init}, {out}, "/ssd/" + out);
+      g.set_value_type(out, NF_DTYPE_FLOAT32, dims);
+      outputs.push_back(out);
+    }
+  g.set_outputs(outputs);
+  nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
+  if (!roles.is_object()) roles = nlohmann::json::object();
+  roles[nf::roles::kKvPrefix] = {{"graphs", {name}}, {"decoder", "ssd"}, {"rows", P}};
+  ms.set_metadata(nf::roles::kMetadataKey, roles);
 }
 
 }  // namespace ssd

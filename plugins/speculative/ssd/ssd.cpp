@@ -2,9 +2,10 @@
 //
 // The target drafts for itself. F forecast embeddings are appended to the vocabulary (the
 // build put them in the embedding table: token ids vocab..vocab+F-1) and a learned KV
-// prefix is seen only by forecast rows (NF_ROW_SEES_PREFIX), so plain rows keep the
-// target's exact numbers. Under a real token at position p, a chain of D forecast rows at
-// p+1..p+D predicts the tokens at p+2..p+D+1.
+// prefix, graph state the build added beside them (role kv_prefix), is seen only by forecast
+// rows (NF_ROW_SEES_PREFIX), so plain rows keep the target's exact numbers. Under a real
+// token at position p, a chain of D forecast rows at p+1..p+D predicts the tokens at
+// p+2..p+D+1.
 //
 // One step is one runner_forward_flags over:
 //   tree rows: row 0 = the current token (drawn from the target, not yet in the cache),
@@ -18,10 +19,9 @@
 //
 // Near the end of the context (runner_rows_available) a step's tree shrinks the way the
 // constructor fits it to the runner (widest deepest level first, then depth), down to the
-// root alone; when fewer than 4 rows fit beside the KV prefix, the prefix is dropped so its
-// slots go back to the sequence (forecast rows then run without it: worse drafts, same
-// tokens). The last token of a full context is returned without a forward, as in plain
-// decoding.
+// root alone. The prefix's slots belong to the graphs (a static package's caches are P slots
+// shorter), so plain decoding on the same package has the same context. The last token of a
+// full context is returned without a forward, as in plain decoding.
 #include <npuforge/speculative.hpp>
 
 #include <algorithm>
@@ -38,11 +38,11 @@ constexpr const char* kSchema = R"json({
   "additionalProperties": false,
   "properties": {
     "assets": {"type": "string", "format": "asset", "default": "ssd",
-               "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build's first stage (the decoder's build hook) appends the forecast embeddings to the model's embedding table, and the folder is copied into the package"},
+               "description": "folder of the trained assets (assets.json, forecast embeddings, KV prefix; made by tools/speculative/train_ssd.py), relative to the manifest; the default is the model's folder's ssd/. The build's first stage (the decoder's build hook) appends the forecast embeddings to the model's embedding table and adds the KV prefix as graph state (arcl builds it into every static graph), and the folder is copied into the package"},
     "forecast_token_count": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1,
                              "description": "D: forecast rows chained under each tree node = draft depth (at most the trained count)"},
     "forecast_prefix": {"type": "integer", "minimum": 0, "maximum": 4096, "default": 16,
-                        "description": "KV prefix rows forecast rows attend to: the trained count, or 0 to run without the prefix"},
+                        "description": "KV prefix rows forecast rows attend to: the trained count, or 0 for none (a build with 0 leaves the prefix out of the graphs; a run with 0 does not show it to the forecast rows)"},
     "branches": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 16},
                  "minItems": 1, "maxItems": 16, "default": [15],
                  "description": "top-k per draft level (a Cartesian tree); levels past the list take 1"}
@@ -52,9 +52,15 @@ constexpr const char* kSchema = R"json({
 class Ssd {
  public:
   static constexpr const char* kName = "ssd";
-  // The build hook: the forecast embeddings go into the model's embedding table.
+  // The build hook: the forecast embeddings go into the model's embedding table, the KV
+  // prefix into a graph of role kv_prefix.
   static void build(const nf::Options& o, nf::ModelSet ms, const nf::Context&) {
-    ssd::append_forecast_embeddings(assets_dir(o), ms);
+    const std::string dir = assets_dir(o);
+    const ssd::Assets a = ssd::load_assets(dir);
+    const bool prefix = checked_prefix(o, a) > 0;
+    if (prefix) ssd::check_kv_prefix(a, dir, ms);  // a refusal leaves the model set as it was
+    ssd::append_forecast_embeddings(dir, ms);
+    if (prefix) ssd::add_kv_prefix_graph(a, ms);
   }
   static std::string assets_dir(const nf::Options& o) {
     std::string dir = o.get<std::string>("assets", "");
@@ -63,18 +69,24 @@ class Ssd {
     return dir;
   }
 
+  // forecast_prefix: the assets' trained row count or 0.
+  static int checked_prefix(const nf::Options& o, const ssd::Assets& a) {
+    const int prefix = o.get<int>("forecast_prefix", 16);
+    if (prefix != 0 && prefix != a.prefix)
+      throw nf::Error("ssd: forecast_prefix " + std::to_string(prefix) + " does not match the assets' " +
+                      std::to_string(a.prefix) + " trained KV prefix rows (use " + std::to_string(a.prefix) + " or 0)");
+    return prefix;
+  }
+
   Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
-      : runner_(runner), step_(kName, runner) {
+      : step_(kName, runner) {
     ssd::Assets a = ssd::load_assets(assets_dir(o));
     depth_ = o.get<int>("forecast_token_count", 1);
-    const int prefix = o.get<int>("forecast_prefix", 16);
+    prefix_rows_ = checked_prefix(o, a);
     widths_ = o.get<std::vector<int>>("branches", {15});
     if (depth_ > a.forecast_tokens)
       throw nf::Error("ssd: forecast_token_count " + std::to_string(depth_) + " exceeds the " +
                       std::to_string(a.forecast_tokens) + " forecast embeddings the assets trained");
-    if (prefix != 0 && prefix != a.prefix)
-      throw nf::Error("ssd: forecast_prefix " + std::to_string(prefix) + " does not match the assets' " +
-                      std::to_string(a.prefix) + " trained KV prefix rows (use " + std::to_string(a.prefix) + " or 0)");
     if (static_cast<int>(widths_.size()) > depth_)
       throw nf::Error("ssd: branches has " + std::to_string(widths_.size()) + " levels but forecast_token_count is " +
                       std::to_string(depth_) + " (one forecast row per draft level)");
@@ -90,33 +102,10 @@ class Ssd {
       throw nf::Error("ssd: the model's graphs have no forecast embeddings (they embed " +
                       std::to_string(h.runner_input_vocab_size(runner)) +
                       " token ids): build the package with [speculative] decoder = \"ssd\" and assets = DIR");
-    if (prefix > 0) {
-      nf::check(h.runner_set_prefix_kv(runner, a.layers, a.kv_heads, static_cast<size_t>(a.prefix), a.head_dim,
-                                       a.keys.data(), a.values.data()));
-      prefix_rows_ = a.prefix;
-    }
     fit_rows(h.runner_max_rows(runner), ctx);
   }
 
-  ~Ssd() {
-    // Give the context slots back to plain decoding.
-    if (prefix_rows_ > 0) {
-      nf_status* st = nf::host().runner_set_prefix_kv(runner_, 0, 0, 0, 0, nullptr, nullptr);
-      if (st) nf::host().status_release(st);
-    }
-  }
-
   size_t step(float* last_logits, int32_t (*sample)(void*, const float*), void* user, int32_t* out, size_t max_out) {
-    // Fewer rows than the smallest step beside the KV prefix: its slots go back to the sequence
-    // before this step takes its room.
-    const nf_host_api& h = nf::host();
-    if (prefix_rows_ > 0 && h.runner_rows_available(runner_) < kMinRows) {
-      nf::check(h.runner_set_prefix_kv(runner_, 0, 0, 0, 0, nullptr, nullptr));
-      nf::Context(nullptr).warn("ssd: " + std::to_string(h.runner_n_past(runner_)) +
-                                " tokens in the context leave fewer than " + std::to_string(kMinRows) +
-                                " rows beside the KV prefix; forecast rows run without it from here");
-      prefix_rows_ = 0;
-    }
     if (!step_.begin(last_logits, sample, user, out, max_out)) return 1;
 
     // This step's shape: the configured tree, trimmed to the rows the context still takes.
@@ -251,7 +240,6 @@ class Ssd {
     size_t drafted = 0, trimmed_steps = 0;
   };
 
-  nf_runner* runner_;
   nf::SpeculativeStep step_;
   int depth_ = 2;
   std::vector<int> widths_;
@@ -266,7 +254,7 @@ const nf_plugin_descriptor kSsd = {NF_ABI_VERSION,
                                    sizeof(nf_plugin_descriptor),
                                    NF_KIND_SPECULATIVE,
                                    "ssd",
-                                   "0.1.0",
+                                   "0.2.0",
                                    "self-speculative decoding: learned forecast tokens draft the next tree in the verifying pass",
                                    kSchema,
                                    &nf::SpeculativeTable<Ssd>::api};

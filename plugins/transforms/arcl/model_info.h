@@ -30,6 +30,8 @@ struct ModelInfo {
   std::string present_value(int64_t l) const { return nf::decoder::present_value(first_layer + l); }
   // Inputs fed per row beside the decoder's (a draft's target_hidden_states): name -> width.
   std::vector<std::pair<std::string, int64_t>> row_inputs;
+  // KV prefix rows the static graphs hold (role kv_prefix): each cache is that much shorter.
+  int64_t prefix_rows = 0;
 };
 
 // Reads the optimum-layout IO of `source` and the HF config (may be null). Throws nf::Error.

@@ -2,6 +2,7 @@
 // variant, sharing the source's weights. See README.md for the graph contract.
 #include <npuforge/plugin.hpp>
 
+#include "kv_prefix.h"
 #include "model_info.h"
 #include "static_variant.h"
 #include "variants.h"
@@ -28,22 +29,27 @@ nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const
                     {"sliding_layers", info.sliding_layers},
                     {"variants", vs}};
   if (info.first_layer != 0) io["first_layer"] = info.first_layer;
+  if (info.prefix_rows) io["kv_prefix_rows"] = info.prefix_rows;
   return io;
 }
 
 // Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
 // the runner's io metadata for them.
+// `kv_prefix`: the target's variants hold the model set's KV prefix (role kv_prefix).
 nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann::json& config, const std::string& prefix,
-                             const ArclOptions& opts, nf::Context& ctx) {
+                             const ArclOptions& opts, nf::Context& ctx, bool kv_prefix = false) {
   const std::string source_name = source.name();
   ModelInfo info = read_model_info(source, config);
+  const std::optional<KvPrefix> rows = kv_prefix ? read_kv_prefix(ms, info) : std::nullopt;
+  if (rows) info.prefix_rows = rows->rows;
   std::vector<Variant> variants = plan_variants(opts, info, ctx);
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant& v = variants[i];
     ctx.progress(i, variants.size(), prefix + v.graph_name());
     nf::Graph g = ms.add_graph(prefix + v.graph_name(), &source);
-    build_static_variant(g, v, info, opts.kv_layout);
+    build_static_variant(g, v, info, opts.kv_layout, rows ? &*rows : nullptr);
   }
+  if (rows) drop_kv_prefix_role(ms, *rows);
   ctx.progress(variants.size(), variants.size(), "done");
   ms.remove_graph(source_name);
   return io_metadata(info, opts, variants, prefix);
@@ -58,8 +64,8 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (targets.size() != 1)
       throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(targets.size()) +
                       " (run arcl before split)");
+    ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx, /*kv_prefix=*/true));
     nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
-    ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx));
     // A graph of another role (a draft) gets the same variants, named after it, and its own io.
     if (!roles.is_object()) return nullptr;
     for (auto& [role, entry] : roles.items()) {
@@ -86,7 +92,11 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
     const nf::ModelSet ms = nf::ModelSet::view(handle);
     ArclOptions opts = parse_options(nf::Options(options_json));
     const std::vector<nf::Graph> targets = ms.target_graphs();
-    if (targets.size() == 1) plan_variants(opts, read_model_info(targets[0], ms.metadata("config")), nf::Context(ctx_handle));
+    if (targets.size() == 1) {
+      ModelInfo info = read_model_info(targets[0], ms.metadata("config"));
+      info.prefix_rows = kv_prefix_rows(ms);
+      plan_variants(opts, info, nf::Context(ctx_handle));
+    }
   });
 }
 
@@ -97,7 +107,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_TRANSFORM,
     "arcl",
-    "0.1.0",
+    "0.2.0",
     "static AR/CL variants of a decoder: fixed KV cache buffers, explicit attention mask, folded shapes",
     options_schema(),
     &kApi,

@@ -5,6 +5,7 @@
 #include <npuforge/graph/make_static.h>
 #include <npuforge/graph/unique_names.h>
 #include <npuforge/graph/value_types.h>
+#include <npuforge/graph_roles.hpp>
 
 #include <set>
 
@@ -83,10 +84,11 @@ void check_unused(const nf::Graph& g, const std::string& value, const std::strin
 }  // namespace
 
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer) {
-  return (uses_sliding_cache(v, info, layer) ? *v.scl : v.cl) - v.ar;
+  return (uses_sliding_cache(v, info, layer) ? *v.scl : v.cl) - v.ar - info.prefix_rows;
 }
 
-void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout) {
+void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout,
+                          const KvPrefix* prefix) {
   const std::string what = "arcl: graph " + g.name();
   const bool htp = kv_layout == "htp";
   const std::vector<std::string> source_inputs = g.inputs();
@@ -111,6 +113,11 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
     kv.rewrite(sites[l].key, info.past_key(l), info.present_key(l), true);
     kv.rewrite(sites[l].value, info.past_value(l), info.present_value(l), false);
   }
+  if (prefix)
+    for (int64_t l = 0; l < info.layers; ++l) {
+      insert_kv_prefix(g, sites[l].key, prefix->keys[l], nf::roles::kv_prefix_output(l, true));
+      insert_kv_prefix(g, sites[l].value, prefix->values[l], nf::roles::kv_prefix_output(l, false));
+    }
 
   // Inputs: ids, positions, masks, then the caches in layer order.
   using nf::decoder::kInputIds;

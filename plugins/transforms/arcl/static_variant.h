@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "kv_prefix.h"
 #include "model_info.h"
 #include "variants.h"
 
@@ -18,7 +19,9 @@ using nf::decoder::kSlidingAttentionMask;
 // Cache slots a layer's past input holds in variant `v`.
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer);
 
-// `g` is a fresh copy of the source graph (renamed to v.graph_name()). Throws nf::Error.
-void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout);
+// `g` is a fresh copy of the source graph (renamed to v.graph_name()); `prefix` (may be
+// null): KV prefix rows built into every layer's attention. Throws nf::Error.
+void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, const std::string& kv_layout,
+                          const KvPrefix* prefix = nullptr);
 
 }  // namespace arcl

@@ -106,6 +106,10 @@ std::vector<Variant> plan_variants(const ArclOptions& opts, const ModelInfo& inf
   if (max_ar >= min_cl)
     throw nf::Error("arcl: every 'arn' value must be smaller than every 'context_length' value (AR " +
                     std::to_string(max_ar) + " >= CL " + std::to_string(min_cl) + ")");
+  // The KV prefix takes P slots of every cache: at least one must be left.
+  if (info.prefix_rows > 0 && max_ar + info.prefix_rows >= min_cl)
+    throw nf::Error("arcl: the model's " + std::to_string(info.prefix_rows) + " KV prefix rows (role kv_prefix) and AR " +
+                    std::to_string(max_ar) + " leave no cache slot in CL " + std::to_string(min_cl));
 
   // Sliding context lengths: only for sliding-window models.
   std::vector<std::optional<int64_t>> scls{std::nullopt};
@@ -141,9 +145,11 @@ std::vector<Variant> plan_variants(const ArclOptions& opts, const ModelInfo& inf
     if (!values.empty()) {
       scls.clear();
       for (int64_t v : values) {
-        if (max_ar >= v)
-          throw nf::Error("arcl: every 'arn' value must be smaller than 'sliding_context_length' (AR " +
-                          std::to_string(max_ar) + " >= SCL " + std::to_string(v) + ")");
+        if (max_ar + info.prefix_rows >= v)
+          throw nf::Error("arcl: every 'arn' value" + std::string(info.prefix_rows ? " plus the KV prefix rows" : "") +
+                          " must be smaller than 'sliding_context_length' (AR " + std::to_string(max_ar) +
+                          (info.prefix_rows ? " + " + std::to_string(info.prefix_rows) : std::string()) + " >= SCL " +
+                          std::to_string(v) + ")");
         if (v - max_ar < window - 1)
           ctx.warn("arcl: with AR " + std::to_string(max_ar) + " and SCL " + std::to_string(v) + " the sliding cache (" +
                    std::to_string(v - max_ar) + " slots) is shorter than the window minus one (" +

@@ -200,12 +200,17 @@ std::string through_repeat_kv(const GraphView& view, std::string v, bool expect_
 }
 
 std::optional<PastCache> past_of(const GraphView& view, const nf::Node& concat, std::string* new_rows) {
-  if (concat.op_type() != "Concat" || concat.input_count() != 2 || normalize_axis(concat.attr_int("axis", 0), 4) != 2)
-    return std::nullopt;
-  for (size_t i = 0; i < 2; ++i) {
+  if (concat.op_type() != "Concat" || normalize_axis(concat.attr_int("axis", 0), 4) != 2) return std::nullopt;
+  // Concat(past, prefix, new): the prefix a constant of the graph.
+  const bool with_prefix = concat.input_count() == 3 && view.is_initializer(concat.input(1));
+  if (concat.input_count() != 2 && !with_prefix) return std::nullopt;
+  const size_t last = concat.input_count() - 1;
+  for (size_t i : {size_t{0}, last}) {
+    if (with_prefix && i != 0) break;  // the prefix follows the past rows
     std::string past = concat.input(i);
     PastCache pc;
     pc.past_first = i == 0;
+    if (with_prefix) pc.prefix = concat.input(1);
     pc.perm = {0, 1, 2, 3};
     if (!view.is_input(past)) {
       auto t = view.producer(past);
@@ -215,7 +220,7 @@ std::optional<PastCache> past_of(const GraphView& view, const nf::Node& concat, 
     }
     pc.input = past;
     pc.input_dims = static_dims(view.graph(), past, "KV cache input");
-    *new_rows = concat.input(1 - i);
+    *new_rows = concat.input(last - i);
     return pc;
   }
   return std::nullopt;

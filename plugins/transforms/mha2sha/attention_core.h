@@ -34,12 +34,14 @@ struct HeadBranch {
   int64_t heads = 0, head_dim = 0, rows = 0;
 };
 
-// The cache a K or V branch is appended to: Concat(past, new) along the rows.
+// The cache a K or V branch is appended to: Concat(past, new) along the rows, or
+// Concat(past, prefix, new) with a constant KV prefix between them (arcl's kv_prefix rows).
 struct PastCache {
   std::string input;   // the graph input
   Dims perm;           // hf view [1, n_kv, T, head_dim] = Transpose(input, perm); identity if none
   bool past_first = true;
   Dims input_dims;
+  std::string prefix;  // initializer [1, n_kv, P, head_dim], or ""
 };
 
 struct AttentionCore {

@@ -89,6 +89,29 @@ std::vector<std::string> split_past(GraphEditor& ed, const PastCache& past, cons
   return pieces;
 }
 
+// The constant KV prefix [1, n_kv, P, head_dim] cut per KV head into constants of the graph:
+// [1, 1, head_dim, P] for keys (K^T), [1, 1, P, head_dim] for values.
+std::vector<std::string> split_prefix(GraphEditor& ed, const std::string& prefix, bool is_key) {
+  nf::Graph g = ed.graph();
+  const nf::Tensor t = g.initializer(prefix);
+  const Dims d = t.dims();
+  if (t.dtype() != NF_DTYPE_FLOAT32 || d.size() != 4 || d[0] != 1)
+    throw nf::Error("mha2sha: graph " + g.name() + ": KV prefix '" + prefix + "' is not float32 [1, n_kv, P, head_dim]");
+  const int64_t P = d[2], hd = d[3];
+  const auto* src = static_cast<const float*>(t.data());
+  std::vector<std::string> pieces;
+  for (int64_t h = 0; h < d[1]; ++h) {
+    nf::Tensor piece = nf::Tensor::create(NF_DTYPE_FLOAT32, is_key ? Dims{1, 1, hd, P} : Dims{1, 1, P, hd});
+    auto* dst = static_cast<float*>(piece.mutable_data());
+    const float* head = src + h * P * hd;
+    for (int64_t r = 0; r < P; ++r)
+      for (int64_t c = 0; c < hd; ++c) dst[is_key ? c * P + r : r * hd + c] = head[r * hd + c];
+    pieces.push_back(ed.fresh(prefix + tag(h)));
+    g.set_initializer(pieces.back(), piece);
+  }
+  return pieces;
+}
+
 std::string concat(GraphEditor& ed, const std::vector<std::string>& parts, int64_t axis, const std::string& out,
                    const std::string& label) {
   if (parts.size() == 1) {
@@ -149,10 +172,15 @@ void rewrite_core(const GraphView& view, const AttentionCore& c, GraphEditor& ed
         nf::graph::set_value_type(g, past->input, type->dtype, apply_perm(past->input_dims, input_perm));
       }
       std::vector<std::string> pieces = split_past(ed, *past, input_perm, kv_heads, is_key ? kSwapLast : kIdentity);
+      std::vector<std::string> prefix = past->prefix.empty() ? std::vector<std::string>{} : split_prefix(ed, past->prefix, is_key);
+      if (!prefix.empty() && static_cast<int64_t>(prefix.size()) != kv_heads)
+        throw nf::Error("mha2sha: graph " + g.name() + ": KV prefix '" + past->prefix + "' does not hold " +
+                        std::to_string(kv_heads) + " KV heads");
       for (int64_t h = 0; h < kv_heads; ++h) {
         std::string& mine = is_key ? k_t[h] : v_all[h];
         std::vector<std::string> parts = past->past_first ? std::vector<std::string>{pieces[h], mine}
                                                           : std::vector<std::string>{mine, pieces[h]};
+        if (!prefix.empty()) parts.insert(parts.begin() + 1, prefix[h]);  // past, prefix, new
         std::string label = past->input + tag(h);
         mine = concat(ed, parts, is_key ? 3 : 2, ed.fresh(label + ".all"), label);
       }

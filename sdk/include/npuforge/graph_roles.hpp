@@ -12,6 +12,7 @@
 // Header-only over nlohmann::json.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -19,6 +20,19 @@ namespace nf::roles {
 
 inline constexpr const char* kMetadataKey = "roles";
 inline constexpr const char* kDraft = "draft";
+
+// The KV prefix role (ssd's trained prefix; graph state): one graph without inputs whose
+// outputs kv_prefix.N.key and kv_prefix.N.value ([1, kv_heads, P, head_dim] each, keys after
+// RoPE) are P extra KV rows per layer that only rows flagged NF_ROW_SEES_PREFIX attend to.
+// The role entry says "rows": P. arcl builds the rows into every static variant (a constant
+// between the cache slots and the new rows: each cache input is P slots shorter; io
+// "kv_prefix_rows": P) and drops the role; a dynamic runner runs the graph once and keeps
+// its outputs. Either way the rows come from the model's graphs, quantized and compiled with
+// them, not from a file beside the package.
+inline constexpr const char* kKvPrefix = "kv_prefix";
+inline std::string kv_prefix_output(int64_t layer, bool key) {
+  return "kv_prefix." + std::to_string(layer) + (key ? ".key" : ".value");
+}
 
 // The role of graph `name` under metadata "roles" (`roles` may be null): "" for the target.
 inline std::string role_of(const nlohmann::json& roles, const std::string& name) {

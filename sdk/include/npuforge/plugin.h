@@ -290,7 +290,8 @@ typedef struct nf_host_api {
   /* Extra KV rows (e.g. a learned prefix) that only rows flagged NF_ROW_SEES_PREFIX attend
    * to: keys and values float32 [layers][kv_heads][n][head_dim], keys as the cache holds
    * them (after RoPE). Copied; n = 0 removes them. They take n slots of a static context.
-   * Fails when the shape is not the model's cache shape. */
+   * Fails when the shape is not the model's cache shape, and on a model whose graphs hold
+   * their own prefix (graph state: graph_roles.hpp kv_prefix), which flagged rows see. */
   nf_status* (*runner_set_prefix_kv)(nf_runner* r, size_t layers, size_t kv_heads, size_t n, size_t head_dim,
                                      const float* keys, const float* values);
   /* runner_forward with per-row flags (NULL: all zero). Flagged rows are scratch rows: a
