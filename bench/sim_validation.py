@@ -12,16 +12,18 @@ x CL 4096 -> htp, one target per chip with a figure for that model; weights cost
 Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
 KV cache at 8 bits for the genie exports (AIMET's LLM recipe, facts.md) and at the
 activations' 16 bits for the qnn_context_binary ones, whose own encodings do not say:
-`kv_bits` per figure in sim_figures.json), timed with `npuforge estimate`. The fits write the chip
-files (plugins/backends/htp/chips/, and the build's copy the plugin reads):
+`kv_bits` per figure in sim_figures.json), timed with `npuforge estimate`. The fits, stated
+as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the chip files
+(plugins/backends/htp/chips/, and the build's copy the plugin reads); ours:
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
             the HVX rate on 1B TTFT
-  sm8850    a16w8, per-op and HVX = sm8750's x 1.37 (published NPU speed-up); npu_gb_per_s
+  sm8850    a16w8 on its 3B TTFT, HVX (per-op following it) on its 1B TTFT; npu_gb_per_s
             on its 1B decode
   sc8380xp  a16w8 on its 3B TTFT (per-op, HVX scaled by the same ratio); npu_gb_per_s on
             its 3B decode
   sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
+A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
 aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip buffer),
 written to plugins/backends/aries/devices/aries-rb.json; predictions with aries_sim predict
 from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
@@ -240,39 +242,98 @@ def derive_from_sm8750():
     save_chip("sm8550", j)
 
 
+def fit_vector_rate(chip, model):
+    """A chip's HVX rate on a TTFT figure, its per-op cost following the HVX ratio to sm8750
+    (dispatch and vector work share the NPU's scalar/vector clock); on sm8750 itself the
+    per-op cost is the decode pair's."""
+    rate = fit_rate(chip, model, scale_overheads=False, key="hvx_bytes_per_s")
+    if chip != "sm8750":
+        ref, j = load_chip("sm8750"), load_chip(chip)
+        put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") * get(ref, "hvx_bytes_per_s") / rate)
+        save_chip(chip, j)
+        fit_rate(chip, model, scale_overheads=False, key="hvx_bytes_per_s")
+    return rate
+
+
+# The fits sim_figures.json can state, by the parameters a group fits:
+#   npu_gb_per_s + per_op_us        two decode figures (smaller model first): fit_decode_pair
+#   a16w8 + hvx_bytes_per_s         two TTFT figures: the HMX rate on the first, HVX on the
+#                                   second (per-op follows HVX off sm8750), alternated
+#   a16w8                           one TTFT figure: the NPU speed (per-op and HVX follow)
+#   npu_gb_per_s                    one decode figure
+# sm8750's groups run first (every other chip is derived from it by SPEED), then each
+# chip's rate groups, then its bandwidth groups (decode depends little on the rates).
+DECODE_PAIR = {"dram.npu_gb_per_s", "overheads.per_op_us"}
+RATES = {"hmx_macs_per_s.a16w8", "hvx_bytes_per_s"}
+SPEED_ONLY = {"hmx_macs_per_s.a16w8"}
+BANDWIDTH = {"dram.npu_gb_per_s"}
+
+
+def fit_group(g, subst):
+    chip, params = g["chip"], set(g["params"])
+    models = [subst.get((chip, m, k), m) for m, k in g["figures"]]
+    if params == DECODE_PAIR and len(models) == 2:
+        fit_decode_pair(chip, *models)
+    elif params == RATES and len(models) == 2:
+        for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
+            fit_rate(chip, models[0], scale_overheads=False)
+            fit_vector_rate(chip, models[1])
+    elif params == SPEED_ONLY and len(models) == 1:
+        fit_rate(chip, models[0], scale_overheads=True)
+    elif params == BANDWIDTH and len(models) == 1:
+        fit_bw(chip, models[0])
+    else:
+        raise SystemExit(f"sim_figures.json: no fit of {sorted(params)} on {len(models)} figure(s) ({chip})")
+
+
 def fit_htp(subst=None, only=None):
-    """All htp fits in dependency order; subst = {(chip, model, metric): other model} for
-    leave-one-out, which refits `only` that chip (the others do not change its figures)."""
+    """All htp fits of sim_figures.json's "fits", in dependency order; subst = {(chip, model,
+    metric): other model} for leave-one-out, which refits `only` that chip (the others do
+    not change its figures)."""
     s = subst or {}
-    D, T = "decode_tokens_per_s", "ttft_ms"
-    pick = lambda chip, model, metric: s.get((chip, model, metric), model)
-    todo = lambda chip: only in (None, chip)
-    if todo("sm8750"):
+    groups = [g for g in DATA["fits"] if g["chip"] != "aries-rb"]
+    of = lambda chip, kinds: [g for g in groups if g["chip"] == chip and set(g["params"]) in kinds]
+    if only in (None, "sm8750"):
         for _ in range(3):  # decode barely depends on the rates, TTFT on all: a few rounds
-            fit_decode_pair("sm8750", pick("sm8750", "Llama-3.2-1B-Instruct", D), pick("sm8750", "Llama-v3-8B-Instruct", D))
-            for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
-                fit_rate("sm8750", pick("sm8750", "Llama-3.2-3B-Instruct", T), scale_overheads=False)
-                fit_rate("sm8750", pick("sm8750", "Llama-3.2-1B-Instruct", T), scale_overheads=False, key="hvx_bytes_per_s")
+            for g in of("sm8750", [DECODE_PAIR, RATES, SPEED_ONLY, BANDWIDTH]):
+                fit_group(g, s)
     if only is None:
         derive_from_sm8750()
-    if todo("sc8380xp"):
+    for chip in sorted({g["chip"] for g in groups} - {"sm8750"}):
+        if only not in (None, chip):
+            continue
         for _ in range(2):
-            fit_rate("sc8380xp", pick("sc8380xp", "Llama-3.2-3B-Instruct", T), scale_overheads=True)
-            fit_bw("sc8380xp", pick("sc8380xp", "Llama-3.2-3B-Instruct", D))
-    if only is None:
-        derive_from_sm8750()
-    if todo("sm8850"):
-        fit_bw("sm8850", pick("sm8850", "Llama-3.2-1B-Instruct", D))
-    if todo("sm8650"):
-        fit_bw("sm8650", pick("sm8650", "Phi-3.5-Mini-Instruct", D))
+            for g in of(chip, [RATES, SPEED_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]):
+                fit_group(g, s)
 
 
 # ---------------------------------------------------------------- aries
-def fit_aries(small="llama-3.2-1b", big="llama-3.1-8b", small_model="Llama-3.2-1B-Instruct", big_model="Llama-3.1-8B-Instruct"):
+def aries_fit_models():
+    """The models of sim_figures.json's aries fits: bandwidth and MAC efficiency on one
+    model's decode and TTFT, the on-chip buffer on another's TTFT."""
+    small = big = None
+    for g in DATA["fits"]:
+        if g["chip"] != "aries-rb":
+            continue
+        if set(g["params"]) == {"dram_bandwidth_bytes_per_s", "mac_efficiency"}:
+            small = g["figures"][0][0]
+        elif set(g["params"]) == {"onchip_buffer_bytes"}:
+            big = g["figures"][0][0]
+        else:
+            raise SystemExit(f"sim_figures.json: no aries fit of {sorted(g['params'])}")
+    if not small or not big:
+        raise SystemExit("sim_figures.json: the aries fits need a bandwidth + mac_efficiency group and an onchip_buffer_bytes group")
+    return small, big
+
+
+def fit_aries(small_model=None, big_model=None):
+    dflt_small, dflt_big = aries_fit_models()
+    small_model, big_model = small_model or dflt_small, big_model or dflt_big
     fd, ft = fig("aries-rb", small_model, "decode_tokens_per_s"), fig("aries-rb", small_model, "ttft_ms")
     fb = fig("aries-rb", big_model, "ttft_ms")
-    out = subprocess.run([SIM, "fit", DEVICE, f"{CONFIGS}/{small}.json", str(fd["published"]), str(ft["published"]), "240", "245",
-                          f"{CONFIGS}/{big}.json", str(fb["published"])], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([SIM, "fit", DEVICE, f"{CONFIGS}/{fd['config']}.json", str(fd["published"]), str(ft["published"]),
+                          "240", "245", f"{CONFIGS}/{fb['config']}.json", str(fb["published"])],
+                         check=True, capture_output=True, text=True).stdout
     vals = dict(re.findall(r"^(\w+) ([0-9.e+]+)$", out, re.M))
     text = open(DEVICE).read()
     for k in ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes"):
@@ -320,11 +381,10 @@ def main():
                 continue
             log(f"leave-one-out: {g['chip']} {model} {metric} (refit on {sub})")
             if g["chip"] == "aries-rb":
-                cfg = {m["model"]: m["config"] for m in FIGS if m["sim"] == "aries"}
                 if "onchip_buffer_bytes" in g["params"]:
-                    fit_aries(big=cfg[sub], big_model=sub)
+                    fit_aries(big_model=sub)
                 else:
-                    fit_aries(small=cfg[sub], small_model=sub)
+                    fit_aries(small_model=sub)
             else:
                 fit_htp({(g["chip"], model, metric): sub}, only=g["chip"])
             p = predict(f)

@@ -32,7 +32,7 @@ nlohmann::json read_assets_json(const std::string& dir) {
   return j;
 }
 
-Assets load_assets(const std::string& dir) {
+Assets load_assets(const std::string& dir, bool kv_rows) {
   const std::string file = dir + "/assets.json";
   const nlohmann::json j = read_assets_json(dir);
   const auto& s = j["ssd"];
@@ -49,6 +49,7 @@ Assets load_assets(const std::string& dir) {
   a.kv_heads = positive(kv, "kv_heads", file);
   a.head_dim = positive(kv, "head_dim", file);
   if (!kv.contains("file") || !kv["file"].is_string()) fail(file, "ssd.kv_prefix needs a 'file'");
+  if (!kv_rows) return a;
 
   // [layers][key, value][kv_heads][P][head_dim] -> keys and values [layers][kv_heads][P][head_dim]
   const std::string data = dir + "/" + kv["file"].get<std::string>();

@@ -16,13 +16,14 @@ struct Assets {
   int64_t first_id = 0;           // the model's vocab: the first forecast token id
   int prefix = 0;                 // P trained KV prefix rows per layer
   size_t layers = 0, kv_heads = 0, head_dim = 0;
-  std::vector<float> keys, values;  // each [layers][kv_heads][P][head_dim]
+  std::vector<float> keys, values;  // each [layers][kv_heads][P][head_dim] (load_assets with kv_rows)
 };
 
 // DIR/assets.json, checked to be ssd's; throws nf::Error with one line naming the file.
 nlohmann::json read_assets_json(const std::string& dir);
-// Reads DIR/assets.json and the KV prefix; throws nf::Error with one line naming the file.
-Assets load_assets(const std::string& dir);
+// Reads DIR/assets.json and, with `kv_rows`, the KV prefix (the build hook's; a run needs only
+// the counts). Throws nf::Error with one line naming the file.
+Assets load_assets(const std::string& dir, bool kv_rows = true);
 
 // The build hook: appends the assets' forecast embeddings (extra_embeddings) to the token
 // embedding table of every graph (the Gather of an initializer by input_ids), so the

@@ -80,7 +80,7 @@ class Ssd {
 
   Ssd(const nf::Options& o, nf_runner* runner, const int32_t* /*prompt*/, size_t /*n_prompt*/, nf::Context ctx)
       : step_(kName, runner) {
-    ssd::Assets a = ssd::load_assets(assets_dir(o));
+    const ssd::Assets a = ssd::load_assets(assets_dir(o), /*kv_rows=*/false);  // the graphs hold the prefix
     depth_ = o.get<int>("forecast_token_count", 1);
     prefix_rows_ = checked_prefix(o, a);
     widths_ = o.get<std::vector<int>>("branches", {15});
