@@ -267,7 +267,8 @@ TEST(SsdDynamic, ErrorsAreClear) {
 // Runner contract: flagged rows see the prefix KV, plain rows never do (their logits are those
 // of the same rows unflagged); flagged rows cannot be committed; plain under flagged is refused.
 // The prefix is the model's graph state (role kv_prefix): the dynamic runner runs its graph,
-// arcl built the rows into the static package's graphs, and both score the same. A prefix the
+// arcl built the rows into the static package's graphs (mha2sha cut them per head, spinquant's
+// R2 turned the values), and all score the same. A prefix the
 // host gives (runner_set_prefix_kv) serves a model without one; a model with one refuses it.
 TEST(SsdRunner, PrefixRowsAndFlags) {
   const size_t V = 2048;
@@ -330,6 +331,10 @@ TEST(SsdRunner, PrefixRowsAndFlags) {
   auto sha = build_static(32, work_dir("runner_sha"), 16, "kv_layout = \"htp\"\n",
                           "[[transform]]\nplugin = \"mha2sha\"\n\n[[transform]]\nplugin = \"split\"\nnum_splits = 4\n");
   EXPECT_LT(relative(score(*sha->runner, flags.data()), with_graph), 1e-4f) << "mha2sha + split vs dynamic, graph prefix";
+  // SpinQuant's R2 turns each head's values, the prefix's with them: the same function.
+  auto spin = build_static(32, work_dir("runner_spin"), 16, "",
+                           "[[quant]]\nrecipe = \"spinquant\"\nr2 = true\nseed = 3\n");
+  EXPECT_LT(relative(score(*spin->runner, flags.data()), with_graph), 1e-3f) << "spinquant r2 vs dynamic, graph prefix";
   auto bare = build_static(32, work_dir("runner_bare"), 0);
   EXPECT_FALSE(bare->pkg.meta.at("metadata").at("io").contains("kv_prefix_rows"));
   EXPECT_LT(relative(score(*bare->runner, flags.data(), true), with_host), 1e-4f) << "static vs dynamic, host prefix";
@@ -357,7 +362,7 @@ TEST(SsdRunner, PrefixRowsAndFlags) {
     EXPECT_THROW(run->set_prefix_kv(4, 2, 3, 32, kv.data(), kv.data()), std::runtime_error);  // wrong shape
   }
   fs::remove_all(work);
-  for (const char* w : {"runner_sha", "runner_bare"}) fs::remove_all(work_dir(w));
+  for (const char* w : {"runner_sha", "runner_spin", "runner_bare"}) fs::remove_all(work_dir(w));
 }
 
 // arcl builds the kv_prefix role into each static variant (one Concat of cache slots, prefix

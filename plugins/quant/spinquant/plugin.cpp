@@ -17,6 +17,7 @@
 #include <set>
 
 #include "spinquant/graph_walk.h"
+#include "spinquant/kv_prefix.h"
 #include "spinquant/online.h"
 #include "spinquant/residual.h"
 #include "spinquant/rotate.h"
@@ -124,7 +125,9 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   const std::string rotations = opts.get<std::string>("rotations", "");
   std::optional<LearnedRotations> learned;
   if (!rotations.empty()) learned = load_rotations(rotations);
-  if (ms.graph_count() != 1)
+  // Beside the decoder only a KV prefix (graph state; its values turn with R2) may be there.
+  const std::optional<nf::Graph> prefix = kv_prefix_graph(ms);
+  if (ms.graph_count() != 1 + (prefix ? 1 : 0))
     throw nf::Error(ms.target_graphs().size() == 1
                         ? "spinquant: the model set holds a draft graph, which reads the target's hidden states and shares "
                           "its embedding and LM head; rotating them would leave the draft out of step"
@@ -132,7 +135,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
                               std::to_string(ms.graph_count()) + " graphs in the model set)");
   if (nf::host().model_set_encoding_count(ms.get()) != 0)
     throw nf::Error("spinquant: the model set already has encodings; list spinquant before the other [[quant]] recipes");
-  nf::Graph g = ms.graph(0);
+  nf::Graph g = ms.target_graphs().at(0);
   nlohmann::json config = ms.metadata("config");
 
   auto gv = std::make_unique<GraphView>(g);
@@ -227,13 +230,15 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     ms.set_metadata("online_rotations", record);
   }
   edits.apply(g, ctx);
+  if (r2 && prefix) rotate_prefix_values(*prefix, r2_rotations, n_heads);
   ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
            (learned ? "; learned rotations from " + learned->path : std::string()) +
            (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections") +
            (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
                      " readers and " + std::to_string(n_writers) + " writers of the residual stream"
                : std::string()) +
-           (r2 ? "; R2 on " + std::to_string(n_heads) + " attention blocks" : std::string()) +
+           (r2 ? "; R2 on " + std::to_string(n_heads) + " attention blocks" + (prefix ? " and the KV prefix's values" : "")
+               : std::string()) +
            (untied ? "; LM head untied from the embedding" : ""));
 }
 
