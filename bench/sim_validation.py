@@ -17,7 +17,7 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
 (plugins/backends/htp/chips/, and the build's copy the plugin reads); ours:
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
             the HVX rate on 1B TTFT
-  sm8850    a16w8 on its 3B TTFT, HVX (per-op following it) on its 1B TTFT; npu_gb_per_s
+  sm8850    a16w8, per-op and HVX = sm8750's x 1.37 (published NPU speed-up); npu_gb_per_s
             on its 1B decode
   sc8380xp  a16w8 on its 3B TTFT (per-op, HVX scaled by the same ratio); npu_gb_per_s on
             its 3B decode
@@ -237,28 +237,18 @@ def derive_from_sm8750():
     ref = load_chip("sm8750")
     for c, ratio in SPEED.items():
         set_speed(c, get(ref, "hmx_macs_per_s.a16w8") * ratio)
+
+
+def share_v73_bandwidth():
     j = load_chip("sm8550")  # same NPU generation (v73) as the X Elite
     put(j, "dram.npu_gb_per_s", get(load_chip("sc8380xp"), "dram.npu_gb_per_s"))
     save_chip("sm8550", j)
 
 
-def fit_vector_rate(chip, model):
-    """A chip's HVX rate on a TTFT figure, its per-op cost following the HVX ratio to sm8750
-    (dispatch and vector work share the NPU's scalar/vector clock); on sm8750 itself the
-    per-op cost is the decode pair's."""
-    rate = fit_rate(chip, model, scale_overheads=False, key="hvx_bytes_per_s")
-    if chip != "sm8750":
-        ref, j = load_chip("sm8750"), load_chip(chip)
-        put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") * get(ref, "hvx_bytes_per_s") / rate)
-        save_chip(chip, j)
-        fit_rate(chip, model, scale_overheads=False, key="hvx_bytes_per_s")
-    return rate
-
-
 # The fits sim_figures.json can state, by the parameters a group fits:
 #   npu_gb_per_s + per_op_us        two decode figures (smaller model first): fit_decode_pair
 #   a16w8 + hvx_bytes_per_s         two TTFT figures: the HMX rate on the first, HVX on the
-#                                   second (per-op follows HVX off sm8750), alternated
+#                                   second, alternated
 #   a16w8                           one TTFT figure: the NPU speed (per-op and HVX follow)
 #   npu_gb_per_s                    one decode figure
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
@@ -277,7 +267,7 @@ def fit_group(g, subst):
     elif params == RATES and len(models) == 2:
         for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
             fit_rate(chip, models[0], scale_overheads=False)
-            fit_vector_rate(chip, models[1])
+            fit_rate(chip, models[1], scale_overheads=False, key="hvx_bytes_per_s")
     elif params == SPEED_ONLY and len(models) == 1:
         fit_rate(chip, models[0], scale_overheads=True)
     elif params == BANDWIDTH and len(models) == 1:
@@ -305,6 +295,8 @@ def fit_htp(subst=None, only=None):
         for _ in range(2):
             for g in of(chip, [RATES, SPEED_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]):
                 fit_group(g, s)
+    if only is None:
+        share_v73_bandwidth()
 
 
 # ---------------------------------------------------------------- aries
