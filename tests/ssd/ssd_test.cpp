@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "manifest/manifest.h"
+#include "onnx/onnx_io.h"
 #include "manifest/schema.h"
 #include "pipeline/pipeline.h"
 #include "runner/generate.h"
@@ -445,6 +446,40 @@ TEST(SsdStatic, PackageCarriesAssetsAndDecodersAreLossless) {
   std::printf("tiny_llama held-out tau (ssd defaults, arcl AR 32 package): %.3f over %lld tokens\n", tau,
               static_cast<long long>(tokens));
   EXPECT_GE(tau, 1.5);
+  fs::remove_all(work);
+}
+
+// htp stores the KV prefix on the cache's grid (a Concat takes its inputs at its output's
+// encoding): with 8-bit activations every prefix value in the package is a code of the
+// past_key_values encoding, moved from the trained float rows, and ssd still gives plain
+// greedy's tokens.
+TEST(SsdStatic, HtpStoresThePrefixOnTheCachesGrid) {
+  if (!test::plugin_built("htp")) GTEST_SKIP() << "htp plugin not built";
+  fs::path work = work_dir("htp_grid");
+  const std::string toml = "[model]\nonnx = \"" + (kModel / "model.onnx").string() + "\"\nconfig = \"" +
+                           (kModel / "config.json").string() + "\"\n\n[calibration]\ntext = \"" +
+                           (kModel / "heldout.txt").string() + "\"\nnum_samples = 2\nsequence_length = 32\n\n"
+                           "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 8\n\n"
+                           "[[transform]]\nplugin = \"arcl\"\narn = [1, 32]\ncontext_length = [256]\n\n"
+                           "[speculative]\ndecoder = \"ssd\"\nassets = \"" + kAssets.string() + "\"\n\n"
+                           "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n";
+  auto s = build_package(toml, work);
+  ASSERT_EQ(s->pkg.backend(), "htp");
+  auto ms = onnx_io::load_model_set((s->dir / "artifacts" / "model").string());
+  const ir::Encoding& enc = ms->encodings.at("past_key_values.0.key");
+  ASSERT_EQ(enc.view.bw, 8);
+  const ir::Tensor& rows = ms->graphs[0]->initializers.at("kv_prefix.0.key")->tensor;
+  std::vector<float> trained(static_cast<size_t>(rows.numel()));  // layer 0's keys lead kv_prefix.f32
+  std::ifstream(kAssets / "kv_prefix.f32", std::ios::binary).read(reinterpret_cast<char*>(trained.data()),
+                                                                   static_cast<std::streamsize>(trained.size() * sizeof(float)));
+  float moved = 0;
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    const double q = rows.as<float>()[i] / enc.view.scale[0];
+    ASSERT_NEAR(q, std::nearbyint(q), 1e-3) << "value " << i << " is not on the cache's grid";
+    moved = std::max(moved, std::abs(rows.as<float>()[i] - trained[static_cast<size_t>(i)]));
+  }
+  EXPECT_GT(moved, 0.f) << "the stored prefix is the trained float rows";
+  expect_lossless(*s->runner, "ssd", package_ssd_options(*s), heldout_prompts(1, 24)[0], 24);
   fs::remove_all(work);
 }
 

@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include "cache_constants.h"
 #include "container.h"
 #include "estimate.h"
 #include "graph_summary.h"
@@ -147,21 +148,18 @@ StoredTensor plan_weight(ModelSet ms, const std::string& name, const Tensor& t, 
   return s;
 }
 
-// Swaps packed weights for empty placeholders while the graphs are saved (the container
-// holds them), restoring the model set afterwards even on error.
-class PlaceholderSwap {
+// Swaps initializers for what the package stores while the graphs are saved (empty
+// placeholders for packed weights, the container holds them; cache constants on the cache's
+// grid), restoring the model set afterwards even on error.
+class InitializerSwap {
  public:
-  PlaceholderSwap(ModelSet ms, const std::map<std::string, std::set<std::string>>& by_graph) {
-    for (const auto& [graph, names] : by_graph) {
-      Graph g(host().model_set_find_graph(ms.get(), graph.c_str()));
-      for (const auto& n : names) {
-        saved_.push_back({g, n, g.initializer(n)});
-        std::vector<int64_t> dims{0};
-        g.set_initializer(n, Tensor::create(NF_DTYPE_FLOAT32, dims));
-      }
+  explicit InitializerSwap(std::vector<ConstantOnGrid> swaps) {
+    for (auto& s : swaps) {
+      saved_.push_back({s.graph, s.name, s.graph.initializer(s.name)});
+      s.graph.set_initializer(s.name, s.rounded);
     }
   }
-  ~PlaceholderSwap() {
+  ~InitializerSwap() {
     for (auto& s : saved_)
       if (nf_status* st = host().graph_set_initializer(s.g.get(), s.name.c_str(), s.t.get())) host().status_release(st);
   }
@@ -174,6 +172,18 @@ class PlaceholderSwap {
   };
   std::vector<Saved> saved_;
 };
+
+std::vector<ConstantOnGrid> placeholders(ModelSet ms, const std::map<std::string, std::set<std::string>>& by_graph) {
+  std::vector<ConstantOnGrid> out;
+  for (const auto& [graph, names] : by_graph) {
+    Graph g(host().model_set_find_graph(ms.get(), graph.c_str()));
+    for (const auto& n : names) {
+      std::vector<int64_t> dims{0};
+      out.push_back({g, n, Tensor::create(NF_DTYPE_FLOAT32, dims)});
+    }
+  }
+  return out;
+}
 
 void write_json(const fs::path& p, const nlohmann::json& j) {
   std::ofstream f(p);
@@ -354,7 +364,8 @@ void compile(const char* options_json, const nf_model_set* ms_in, const std::str
   fs::create_directories(fs::path(out_dir) / "htp");
   fs::create_directories(fs::path(out_dir) / "model");
   {
-    PlaceholderSwap swap(ms, p.graph_weights);
+    InitializerSwap packed(placeholders(ms, p.graph_weights));
+    InitializerSwap on_grid(cache_constants_on_grid(ms));
     check(host().model_set_save(ms.get(), (fs::path(out_dir) / "model").string().c_str()));
   }
   size_t done = 0;
