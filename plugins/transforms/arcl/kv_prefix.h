@@ -1,8 +1,7 @@
 // The KV prefix a speculative decoder's build hook put in the model set as graph state (role
 // kv_prefix, sdk graph_roles.hpp: ssd's trained prefix): arcl builds its rows into every
 // static target graph, between the cache slots and the new rows, so the package holds them
-// (compiled with the graph, stored as its other constants) and each cache input is P slots
-// shorter.
+// (compiled with the graph) and each cache input is P slots shorter.
 #pragma once
 
 #include <npuforge/plugin.hpp>

@@ -27,8 +27,8 @@ inline constexpr const char* kDraft = "draft";
 // The role entry says "rows": P. arcl builds the rows into every static variant (a constant
 // between the cache slots and the new rows: each cache input is P slots shorter; io
 // "kv_prefix_rows": P) and drops the role; a dynamic runner runs the graph once and keeps
-// its outputs. Either way the rows come from the model's graphs, compiled with them (stored
-// as their other constants), not from a file beside the package.
+// its outputs. Either way the rows come from the model's graphs, compiled with them (htp
+// stores them on the grid of the cache they join), not from a file beside the package.
 inline constexpr const char* kKvPrefix = "kv_prefix";
 inline std::string kv_prefix_output(int64_t layer, bool key) {
   return "kv_prefix." + std::to_string(layer) + (key ? ".key" : ".value");
