@@ -652,9 +652,9 @@ std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::jso
   std::unique_ptr<Runner> r;
   // The KV prefix role (graph_roles.hpp): arcl built it into static graphs; a dynamic
   // runner runs its graph.
-  const nlohmann::json prefix = role.empty() && roles.is_object() ? roles.value(roles::kKvPrefix, nlohmann::json()) : nlohmann::json();
+  const std::optional<roles::KvPrefixRole> prefix = role.empty() ? roles::kv_prefix_role(roles) : std::nullopt;
   if (owner.is_object() && owner.contains("io") && owner["io"].is_object() && owner["io"].value("layout", "") == "static") {
-    if (!prefix.is_null())
+    if (prefix)
       throw std::runtime_error("the static graphs leave out the KV prefix of role kv_prefix (arcl builds it into them)");
     r = std::make_unique<StaticRunner>(session, StaticIO::parse(owner["io"], specs));
   } else if (specs.size() != 1) {
@@ -662,15 +662,11 @@ std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::jso
                              " but no static-layout metadata (io.layout \"static\"); the dynamic runner needs exactly one graph");
   } else {
     auto dynamic = std::make_unique<DynamicRunner>(session, DecoderIO::from_spec(specs[0]));
-    if (!prefix.is_null()) {
-      const nlohmann::json graphs = prefix.is_object() ? prefix.value("graphs", nlohmann::json()) : nlohmann::json();
-      if (!graphs.is_array() || graphs.size() != 1 || !graphs[0].is_string() || !prefix.contains("rows") ||
-          !prefix["rows"].is_number_unsigned() || prefix["rows"].get<int64_t>() == 0)
-        throw std::runtime_error("metadata roles.kv_prefix needs one graph and a positive integer 'rows'");
+    if (prefix) {
       bool held = false;
-      for (const auto& g : graph_specs) held |= g.value("name", "") == graphs[0];
-      if (!held) throw std::runtime_error("metadata roles.kv_prefix names graph " + graphs[0].dump() + ", which the model lacks");
-      dynamic->hold_graph_prefix(graphs[0], prefix["rows"]);
+      for (const auto& g : graph_specs) held |= g.value("name", "") == prefix->graph;
+      if (!held) throw std::runtime_error("metadata roles.kv_prefix names graph \"" + prefix->graph + "\", which the model lacks");
+      dynamic->hold_graph_prefix(prefix->graph, prefix->rows);
     }
     r = std::move(dynamic);
   }

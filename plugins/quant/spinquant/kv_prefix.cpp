@@ -1,5 +1,6 @@
 #include "kv_prefix.h"
 
+#include <npuforge/decoder_graph.hpp>
 #include <npuforge/graph_roles.hpp>
 
 #include "graph_walk.h"
@@ -7,21 +8,17 @@
 namespace spinquant {
 
 std::optional<nf::Graph> kv_prefix_graph(const nf::ModelSet& ms) {
-  const nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
-  if (!roles.is_object() || !roles.contains(nf::roles::kKvPrefix)) return std::nullopt;
-  const nlohmann::json graphs = roles[nf::roles::kKvPrefix].value("graphs", nlohmann::json::array());
-  if (graphs.size() != 1 || !graphs[0].is_string()) throw nf::Error("spinquant: metadata roles.kv_prefix needs one graph");
-  nf_graph* g = nf::host().model_set_find_graph(ms.get(), graphs[0].get<std::string>().c_str());
-  if (!g) throw nf::Error("spinquant: role kv_prefix names graph " + graphs[0].dump() + ", which the model set lacks");
+  const auto role = nf::roles::kv_prefix_role(ms.metadata(nf::roles::kMetadataKey));
+  if (!role) return std::nullopt;
+  nf_graph* g = nf::host().model_set_find_graph(ms.get(), role->graph.c_str());
+  if (!g) throw nf::Error("spinquant: role kv_prefix names graph '" + role->graph + "', which the model set lacks");
   return nf::Graph(g);
 }
 
 void rotate_prefix_values(nf::Graph prefix, const std::deque<Rotation>& rotations, size_t layers) {
   for (size_t l = 0; l < layers; ++l) {
     const std::string out = nf::roles::kv_prefix_output(static_cast<int64_t>(l), false);
-    std::string init;
-    for (const nf::Node& n : prefix.nodes())
-      if (n.op_type() == "Identity" && n.output(0) == out) init = n.input(0);
+    const std::string init = nf::decoder::initializer_of_output(prefix, out);
     const nf::Tensor t = init.empty() ? nf::Tensor() : prefix.initializer(init);
     const std::vector<int64_t> dims = t ? t.dims() : std::vector<int64_t>{};
     const Rotation& R = rotations[rotations.size() == 1 ? 0 : l];

@@ -56,7 +56,7 @@ class Ssd {
   // prefix into a graph of role kv_prefix.
   static void build(const nf::Options& o, nf::ModelSet ms, const nf::Context&) {
     const std::string dir = assets_dir(o);
-    const ssd::Assets a = ssd::load_assets(dir);
+    const ssd::Assets a = ssd::load_assets(dir, /*kv_rows=*/o.get<int>("forecast_prefix", 16) > 0);
     const bool prefix = checked_prefix(o, a) > 0;
     if (prefix) ssd::check_kv_prefix(a, dir, ms);  // a refusal leaves the model set as it was
     ssd::append_forecast_embeddings(dir, ms);

@@ -1,44 +1,34 @@
 #include "kv_prefix.h"
 
+#include <npuforge/decoder_graph.hpp>
 #include <npuforge/graph_roles.hpp>
 
 namespace arcl {
 
 int64_t kv_prefix_rows(const nf::ModelSet& ms) {
-  const nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
-  if (!roles.is_object() || !roles.contains(nf::roles::kKvPrefix)) return 0;
-  const nlohmann::json& role = roles[nf::roles::kKvPrefix];
-  if (!role.is_object() || !role.contains("rows") || !role["rows"].is_number_unsigned() || role["rows"].get<int64_t>() <= 0 ||
-      !role.contains("graphs") || !role["graphs"].is_array() || role["graphs"].size() != 1 || !role["graphs"][0].is_string())
-    throw nf::Error("arcl: metadata roles.kv_prefix needs one graph and a positive integer 'rows'");
-  return role["rows"].get<int64_t>();
+  const auto role = nf::roles::kv_prefix_role(ms.metadata(nf::roles::kMetadataKey));
+  return role ? role->rows : 0;
 }
 
 std::optional<KvPrefix> read_kv_prefix(const nf::ModelSet& ms, const ModelInfo& info) {
-  const int64_t rows = kv_prefix_rows(ms);
-  if (rows == 0) return std::nullopt;
+  const auto role = nf::roles::kv_prefix_role(ms.metadata(nf::roles::kMetadataKey));
+  if (!role) return std::nullopt;
   KvPrefix p;
-  p.rows = rows;
-  p.graph = ms.metadata(nf::roles::kMetadataKey)[nf::roles::kKvPrefix]["graphs"][0];
+  p.rows = role->rows;
+  p.graph = role->graph;
   nf_graph* handle = nf::host().model_set_find_graph(ms.get(), p.graph.c_str());
   if (!handle) throw nf::Error("arcl: role kv_prefix names graph '" + p.graph + "', which the model set lacks");
   const nf::Graph g(handle);
-  // Each output is a constant: an initializer, directly or through Identity.
-  auto constant = [&](const std::string& out) {
-    for (const nf::Node& n : g.nodes())
-      if (n.output_count() == 1 && n.output(0) == out && n.op_type() == "Identity") return g.initializer(n.input(0));
-    for (const std::string& name : g.initializer_names())
-      if (name == out) return g.initializer(name);
-    throw nf::Error("arcl: KV prefix graph '" + p.graph + "' has no constant output " + out);
-  };
-  const std::vector<int64_t> dims{1, info.kv_heads, rows, info.head_dim};
+  const std::vector<int64_t> dims{1, info.kv_heads, p.rows, info.head_dim};
   for (int64_t l = 0; l < info.layers; ++l)
     for (bool key : {true, false}) {
       const std::string out = nf::roles::kv_prefix_output(l, key);
-      nf::Tensor t = constant(out);
+      const std::string init = nf::decoder::initializer_of_output(g, out);
+      if (init.empty()) throw nf::Error("arcl: KV prefix graph '" + p.graph + "' has no constant output " + out);
+      nf::Tensor t = g.initializer(init);
       if (t.dtype() != NF_DTYPE_FLOAT32 || t.dims() != dims)
         throw nf::Error("arcl: KV prefix " + out + " is not float32 [1, " + std::to_string(info.kv_heads) + ", " +
-                        std::to_string(rows) + ", " + std::to_string(info.head_dim) + "] (the model's KV geometry)");
+                        std::to_string(p.rows) + ", " + std::to_string(info.head_dim) + "] (the model's KV geometry)");
       (key ? p.keys : p.values).push_back(std::move(t));
     }
   return p;

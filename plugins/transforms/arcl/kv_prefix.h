@@ -19,7 +19,7 @@ struct KvPrefix {
   std::vector<nf::Tensor> keys, values;  // per layer [1, kv_heads, P, head_dim]
 };
 
-// P from metadata roles.kv_prefix.rows; 0 without the role. Throws nf::Error when malformed.
+// P from metadata roles.kv_prefix.rows; 0 without the role. Throws when malformed.
 int64_t kv_prefix_rows(const nf::ModelSet& ms);
 
 // The role's rows, read from its graph (each output a constant) and checked against the

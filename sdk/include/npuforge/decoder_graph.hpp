@@ -51,4 +51,14 @@ inline std::optional<Node> head_matmul(const Graph& g) {
   return head;
 }
 
+// The initializer graph output `out` is: itself, or the input of the Identity that writes it
+// (a kv_prefix graph's outputs, graph_roles.hpp); "" when it is not a constant.
+inline std::string initializer_of_output(const Graph& g, const std::string& out) {
+  if (g.initializer(out)) return out;
+  for (const Node& n : g.nodes())
+    if (n.op_type() == "Identity" && n.output_count() == 1 && n.output(0) == out && g.initializer(n.input(0)))
+      return n.input(0);
+  return "";
+}
+
 }  // namespace nf::decoder

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace nf::roles {
@@ -32,6 +34,20 @@ inline constexpr const char* kDraft = "draft";
 inline constexpr const char* kKvPrefix = "kv_prefix";
 inline std::string kv_prefix_output(int64_t layer, bool key) {
   return "kv_prefix." + std::to_string(layer) + (key ? ".key" : ".value");
+}
+struct KvPrefixRole {
+  std::string graph;
+  int64_t rows = 0;
+};
+// The kv_prefix entry of metadata "roles" (`roles` may be null); nullopt without one.
+// Throws std::runtime_error when it is not one graph and a positive integer "rows".
+inline std::optional<KvPrefixRole> kv_prefix_role(const nlohmann::json& roles) {
+  if (!roles.is_object() || !roles.contains(kKvPrefix)) return std::nullopt;
+  const nlohmann::json& r = roles[kKvPrefix];
+  if (!r.is_object() || !r.contains("rows") || !r["rows"].is_number_unsigned() || r["rows"].get<int64_t>() <= 0 ||
+      !r.contains("graphs") || !r["graphs"].is_array() || r["graphs"].size() != 1 || !r["graphs"][0].is_string())
+    throw std::runtime_error("metadata roles.kv_prefix needs one graph and a positive integer 'rows'");
+  return KvPrefixRole{r["graphs"][0].get<std::string>(), r["rows"].get<int64_t>()};
 }
 
 // The role of graph `name` under metadata "roles" (`roles` may be null): "" for the target.
