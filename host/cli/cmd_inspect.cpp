@@ -64,6 +64,9 @@ std::string format_package(const std::filesystem::path& dir, const nlohmann::jso
   auto role_sections = [&] {
     for (const auto& [role, entry] : roles.items()) {
       o << "Graphs of role " << role << " (" << entry.value("decoder", "?") << ")\n";
+      if (const auto tree = roles::draft_tree_of(entry); tree && role == roles::kDraftTree)
+        o << "  the draft's " << tree->depth << "-deep loop, " << tree->branches << " branches, " << tree->nodes()
+          << " nodes: one graph a step; AR = catch-up rows, CL = their context\n";
       std::map<std::string, std::string> shapes;
       for (const auto& v : entry.value("io", nlohmann::json::object()).value("variants", nlohmann::json::array()))
         shapes[v.value("graph", "")] = "  AR " + std::to_string(v.value("ar", 0)) + ", CL " + std::to_string(v.value("cl", 0));

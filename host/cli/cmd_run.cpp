@@ -45,7 +45,8 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 // compiled graph that holds them at the context length (workload "pass_rows"; a backend
 // that does not gets the estimate of a prompt of that many rows). A decoder whose draft
 // model the package holds (graphs of role "draft") has each pass priced as a call of its
-// compiled graph (workload "role": "draft" with pass_rows). A draft that runs outside the
+// compiled graph (workload "role": "draft" with pass_rows), and each call of its depth loop
+// as one graph (role "draft_tree", the decoder's draft_tree_calls) as a call of that graph. A draft that runs outside the
 // package reports it in its stats (sdk/docs/abi.md: draft_forwards, draft_rows,
 // draft_linears), and the backend prices each draft pass from those matrices (workload
 // "graph_pass") plus a graph launch of its own; what one launch per decoder step would give
@@ -93,23 +94,31 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
       // the average rows.
       const double passes = static_cast<double>(s.draft_forwards);
       nlohmann::json by_rows = s.decoder.value("draft_pass_rows", nlohmann::json());
-      if (!by_rows.is_object() || by_rows.empty()) {
+      const nlohmann::json tree_calls = s.decoder.value("draft_tree_calls", nlohmann::json());
+      const bool tree = tree_calls.is_object() && !tree_calls.empty();
+      if ((!by_rows.is_object() || by_rows.empty()) && !tree) {
         const double rows = s.decoder.value("draft_rows", 0.0) / passes;
         by_rows = {{std::to_string(static_cast<int64_t>(std::ceil(std::max(1.0, rows)))), s.draft_forwards}};
       }
-      std::set<int64_t> graph_rows;
-      for (const auto& [rows, count] : by_rows.items()) {
-        const int64_t r = std::stoll(rows);
-        if (r < 1 || !count.is_number_unsigned()) throw std::runtime_error("the decoder's draft_pass_rows is malformed");
-        nlohmann::json d = estimate({{"role", "draft"}, {"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", r}});
-        draft_ms += count.get<double>() * d.at("pass").at("ms").get<double>();
-        graph_rows.insert(d["pass"].value("graph_rows", r));
-      }
+      // Each call of role `role`'s graphs by its rows ({"rows": calls}), noted as `what`.
+      auto price = [&](const char* role, const nlohmann::json& calls, const std::string& what) {
+        if (!calls.is_object() || calls.empty()) return;
+        std::set<int64_t> graph_rows;
+        for (const auto& [rows, count] : calls.items()) {
+          const int64_t r = std::stoll(rows);
+          if (r < 1 || !count.is_number_unsigned()) throw std::runtime_error("the decoder's " + what + " counts are malformed");
+          nlohmann::json d = estimate({{"role", role}, {"prompt_len", 1}, {"context_len", context_len}, {"pass_rows", r}});
+          draft_ms += count.get<double>() * d.at("pass").at("ms").get<double>();
+          graph_rows.insert(d["pass"].value("graph_rows", r));
+        }
+        std::string variants;
+        for (int64_t g : graph_rows) variants += (variants.empty() ? "" : "/") + std::to_string(g);
+        notes.push_back(what + ": calls of the package's " + role + " graph holding each call's rows (" + variants +
+                        "-row variants) at context " + std::to_string(context_len) + " (backend estimate, role " + role + ")");
+      };
+      price("draft", by_rows, "draft passes");
+      price("draft_tree", tree_calls, "draft trees (the depth loop as one graph a step)");
       draft_pass_ms = draft_ms / passes;
-      std::string variants;
-      for (int64_t g : graph_rows) variants += (variants.empty() ? "" : "/") + std::to_string(g);
-      notes.push_back("draft passes: calls of the package's draft graph holding each pass's rows (" + variants +
-                      "-row variants) at context " + std::to_string(context_len) + " (backend estimate, role draft)");
     } else if (s.draft_forwards > 0) {
       const double draft_rows = s.decoder.value("draft_rows", 0.0);
       if (draft_rows <= 0 || !s.decoder.contains("draft_linears"))

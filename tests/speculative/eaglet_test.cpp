@@ -313,7 +313,7 @@ TEST(EagletPackage, ArclPackageIsLosslessAndCarriesTheDraft) {
   EXPECT_TRUE(s.contains("wall_seconds"));
   auto inspect = test::npuforge({"inspect", p->dir.string()});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
-  EXPECT_NE(inspect.out.find("(target 2, draft 2)"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("(target 2, draft 2, draft_tree 2)"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("Graphs of role draft (eaglet)\n  eaglet_draft_ar1_cl256  AR 1, CL 256"), std::string::npos)
       << inspect.out;
   auto text = test::npuforge({"run", p->dir.string(), "--prompt-ids", "450,1536", "--max-new-tokens", "8", "--stats"});
@@ -476,5 +476,64 @@ TEST(EagletPackage, DraftVocabCutsTheDraftGraphsHead) {
   }
   nlohmann::json options{{"draft", (p->dir / "assets/eaglet/eaglet").string()}, {"draft_vocab", 512}};
   for (const auto& q : heldout_prompts(2, 24)) expect_lossless(*p->runner, q, 24, options);
+  fs::remove_all(work);
+}
+
+// The draft's depth loop as one graph (role draft_tree, built by arcl): the package holds one
+// tree graph per AR at CL 256 - (5-1) x 4, a step launches it once, and it drafts the tree the
+// per-depth launches draft (the same tree: the same verified and accepted counts), lossless.
+TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_tree_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  auto p = build_package(work);
+  const auto& roles = p->pkg.meta.at("metadata").at("roles");
+  ASSERT_TRUE(roles.contains("draft_tree")) << roles.dump();
+  const auto& tree = roles.at("draft_tree");
+  EXPECT_EQ(tree.at("graphs"), nlohmann::json({"eaglet_draft_tree_ar1_cl240", "eaglet_draft_tree_ar16_cl240"}));
+  EXPECT_EQ(tree.at("tree").at("depth"), 5);
+  EXPECT_EQ(tree.at("tree").at("branches"), 4);
+  EXPECT_EQ(tree.at("io").at("variants").at(1).at("cl"), 240);
+  for (const auto& g : p->pkg.meta.at("graphs"))
+    if (g.at("name") == "eaglet_draft_tree_ar16_cl240") {
+      std::map<std::string, nlohmann::json> outputs;
+      for (const auto& out : g.at("outputs")) outputs[out.at("name").get<std::string>()] = out.value("shape", nlohmann::json());
+      EXPECT_EQ(outputs["tree_tokens"], nlohmann::json({1, 4 + 4 * 16})) << g.dump();
+      EXPECT_EQ(outputs["present.4.key"], nlohmann::json({1, 4, 16, 32})) << "the catch-up rows, committed by the runner";
+    }
+
+  host::Runner& r = *p->runner;
+  nlohmann::json options{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
+  nlohmann::json per_depth = options;
+  per_depth["draft_loop_graph"] = false;
+  int64_t accepted = 0, accepted_per_depth = 0;
+  for (const auto& prompt : heldout_prompts(3, 24, 3)) {
+    auto want = plain_greedy(r, prompt, 40);
+    host::SpeculativeStats one, each;
+    EXPECT_EQ(eaglet(r, prompt, 40, &one, options), want);
+    EXPECT_EQ(eaglet(r, prompt, 40, &each, per_depth), want);
+    EXPECT_EQ(one.decoder["draft_loop"], "one graph a step");
+    EXPECT_EQ(each.decoder["draft_loop"], "one launch per depth");
+    int64_t calls = 0;
+    for (const auto& [rows, n] : one.decoder["draft_tree_calls"].items()) calls += n.get<int64_t>();
+    EXPECT_EQ(calls, one.draft_forwards) << one.decoder.dump();
+    EXPECT_TRUE(one.decoder["draft_pass_rows"].empty()) << one.decoder.dump();
+    EXPECT_EQ(one.draft_forwards, one.target_forwards + 1) << "one launch a step (the first two: the 24-token prompt's entries)";
+    EXPECT_GT(each.draft_forwards, 3 * each.target_forwards);
+    EXPECT_EQ(one.target_forwards, each.target_forwards) << "the same trees";
+    accepted += one.decoder["accepted_draft_tokens"].get<int64_t>();
+    accepted_per_depth += each.decoder["accepted_draft_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(accepted, accepted_per_depth);
+
+  // A package built for another tree: one clear error, not a wrong tree.
+  nlohmann::json other = options;
+  other["draft_len"] = 3;
+  host::SpeculativeStats st;
+  try {
+    eaglet(r, heldout_prompts(1, 8)[0], 8, &st, other);
+    ADD_FAILURE() << "a draft_len the tree graph was not built for was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("built for other draft_len / n_branches"), std::string::npos) << e.what();
+  }
   fs::remove_all(work);
 }

@@ -56,6 +56,10 @@ nf_status* estimate(const char*, const char* dir, const char* workload_json, nf_
       if (!roles.contains(role))
         throw Error("aries backend: estimate: the package has no graphs of role '" + role + "'", NF_STATUS_NOT_FOUND);
       model = sim_model(p.meta, roles[role].at("model"), roles[role].at("linears"));
+      if (roles[role].contains("tree")) {
+        model.tree_depth = roles[role]["tree"].at("depth");
+        model.tree_branches = roles[role]["tree"].at("branches");
+      }
     }
     Workload w;
     w.prompt_len = wl.value("prompt_len", int64_t{0});

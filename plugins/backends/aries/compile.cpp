@@ -210,9 +210,9 @@ QuantWeight quantize_linear(const ModelSet& ms, const Linear& l, const AriesOpti
   return q;
 }
 
-std::optional<ModelInfo> draft_of(const ModelSet& ms) {
-  if (!ms.metadata(roles::kMetadataKey).contains(roles::kDraft)) return std::nullopt;
-  return inspect(ms, roles::kDraft);
+std::optional<ModelInfo> draft_of(const ModelSet& ms, const char* role = roles::kDraft) {
+  if (!ms.metadata(roles::kMetadataKey).contains(role)) return std::nullopt;
+  return inspect(ms, role);
 }
 
 }  // namespace
@@ -364,6 +364,14 @@ void compile_package(const char* options_json, const nf_model_set* ms_in, const 
                                  {"linears", linears_json(draft->linears, o, one_part)},
                                  {"file", o.estimate_only ? "" : "draft.mxq"},
                                  {"weight_bytes", bytes}};
+    // Its depth loop as one graph reads the same weights (draft.mxq).
+    if (const std::optional<ModelInfo> tree = draft_of(ms, roles::kDraftTree)) {
+      const std::optional<roles::DraftTree> t = roles::draft_tree_of(ms.metadata(roles::kMetadataKey)[roles::kDraftTree]);
+      if (!t) throw Error("aries backend: metadata roles.draft_tree has no 'tree'");
+      roles_json[roles::kDraftTree] = {{"model", tree->shape.to_json()},
+                                       {"linears", linears_json(tree->linears, o, one_part)},
+                                       {"tree", {{"depth", t->depth}, {"branches", t->branches}}}};
+    }
   }
 
   if (!o.estimate_only) {

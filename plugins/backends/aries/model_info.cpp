@@ -198,15 +198,16 @@ ModelInfo inspect(ModelSet ms, const std::string& role) {
 
 void check_compilable(ModelSet ms) {
   // What the ARIES compiler model lowers: linear algebra, element-wise math, normalisation,
-  // softmax and data movement with static shapes. No data-dependent ops (TopK, Scatter*,
-  // NonZero, loops).
+  // softmax and data movement with static shapes. No data-dependent shapes (Scatter*,
+  // NonZero, loops); TopK with a constant k (a draft tree's expansion) lowers to k rounds of
+  // max-and-mask on the vector unit (priced so: simulator.cpp).
   static const std::set<std::string> kOps = {
       "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf", "Tanh",
-      "Sigmoid", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "ReduceMean",
+      "Sigmoid", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "LogSoftmax", "ReduceMean",
       "ReduceSum", "ReduceMax", "LayerNormalization", "Reshape", "Transpose", "Concat", "Slice", "Split",
       "Squeeze", "Unsqueeze", "Gather", "Expand", "Tile", "Where", "Cast", "Constant", "ConstantOfShape",
       "Shape", "Identity", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Not",
-      "Range", "Flatten", "Trilu"};
+      "Range", "Flatten", "Trilu", "TopK"};
   for (const Graph& g : ms.graphs()) {
     for (const auto& in : g.inputs()) {
       ValueType t;

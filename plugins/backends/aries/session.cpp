@@ -19,7 +19,8 @@ Session::Session(const std::string& dir) {
   std::vector<std::string> files;
   for (const auto& part : info.meta.at("parts")) files.push_back(part.at("file"));
   if (info.meta.contains("roles"))
-    for (const auto& r : info.meta["roles"]) files.push_back(r.at("file"));
+    for (const auto& r : info.meta["roles"])
+      if (r.contains("file")) files.push_back(r["file"]);  // a draft tree reads the draft's
   for (const std::string& name : files) {
     MxqFile file = MxqFile::read(dir + "/" + name);
     for (size_t i = 0; i < file.header.at("tensors").size(); ++i) {

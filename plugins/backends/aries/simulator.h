@@ -32,6 +32,9 @@ struct SimModel {
   int64_t parts = 1;
   bool activations_calibrated = true;
   bool estimate_only = false;
+  // A draft's depth loop as one graph (role draft_tree): after the catch-up pass, depth - 1
+  // passes of `branches` rows in the same invocation, top-k on the vector unit. 0: none.
+  int64_t tree_depth = 0, tree_branches = 0;
 };
 
 struct Workload {

@@ -11,12 +11,12 @@ const std::set<std::string> kHmx = {"MatMul", "Gemm", "Conv"};
 // strided DMA): they cost no compute of their own.
 const std::set<std::string> kMove = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Concat", "Expand", "Slice",
                                      "Identity", "Flatten", "Split", "Cast", "Constant"};
-// HVX: vector units (elementwise, reductions, softmax, normalization).
+// HVX: vector units (elementwise, reductions, softmax, normalization, top-k selection).
 const std::set<std::string> kHvx = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp",
                                     "Log", "Sin", "Cos", "Erf", "Sigmoid", "Tanh", "Relu", "Clip", "Max", "Min",
-                                    "ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "LayerNormalization", "Where",
+                                    "ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "LogSoftmax", "LayerNormalization", "Where",
                                     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Not",
-                                    "GatherElements", "CumSum", "QuantizeLinear", "DequantizeLinear"};
+                                    "GatherElements", "CumSum", "QuantizeLinear", "DequantizeLinear", "TopK"};
 
 std::string kind_of(const Node& n) {
   std::string op(n.op_type());

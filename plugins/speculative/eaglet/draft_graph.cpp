@@ -84,7 +84,7 @@ std::string tie_head(nf::Graph draft, const std::set<std::string>& shared) {
 
 }  // namespace
 
-void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet ms) {
+void add_draft_graph(const std::string& dir, int64_t draft_vocab, const TreeShape& tree, nf::ModelSet ms) {
   namespace fs = std::filesystem;
   const std::string onnx = dir + "/draft.onnx";
   if (!fs::is_regular_file(onnx))
@@ -161,6 +161,10 @@ void add_draft_graph(const std::string& dir, int64_t draft_vocab, nf::ModelSet m
                         {"replaces", {"draft.bin"}}};  // the host's float draft: a compiled package runs the graph
     if (!head_tokens.empty()) role["head_tokens"] = head_tokens;
     if (!tied.empty()) role["head_is_transposed"] = tied;
+    if (tree.depth > 0)  // arcl builds the depth loop into one graph a step (graph_roles.hpp draft_tree)
+      role["tree"] = {{"depth", tree.depth}, {"branches", tree.branches},
+                      {"logit_scale", read_draft_file(dir).config.confidence_scale},
+                      {"feature_input", kFeatureInput}, {"feature_output", kFeatureOutputInSet}};
     nlohmann::json all = roles.is_object() ? roles : nlohmann::json::object();
     all[nf::roles::kDraft] = role;
     ms.set_metadata(nf::roles::kMetadataKey, all);

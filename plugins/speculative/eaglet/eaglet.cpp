@@ -28,6 +28,7 @@
 #include "draft_graph.h"
 #include "draft_model.h"
 #include "graph_draft.h"
+#include "tree_draft.h"
 
 namespace {
 
@@ -46,7 +47,9 @@ constexpr const char* kSchema = R"json({
     "max_tokens_target_can_evaluate": {"type": "integer", "minimum": 1, "maximum": 1024, "default": 32,
                                        "description": "rows of one target forward (root + drafted tokens); trimmed to the runner's largest AR variant with a warning"},
     "draft_kv_cache": {"type": "boolean", "default": true,
-                       "description": "keep the draft's KV cache of the accepted text across steps; false: the draft sees only the current root and its tree"}
+                       "description": "keep the draft's KV cache of the accepted text across steps; false: the draft sees only the current root and its tree"},
+    "draft_loop_graph": {"type": "boolean", "default": true,
+                         "description": "build the draft's depth loop into one static graph a step (role draft_tree: draft_len passes, top-k inside; arcl makes it beside the draft's variants); false: one draft graph launch per depth"}
   }
 })json";
 
@@ -87,6 +90,10 @@ class Eaglet {
     use_cache_ = o.get<bool>("draft_kv_cache", true);
     const eaglet::DraftConfig& c = draft_->config();
     H_ = static_cast<size_t>(c.hidden);
+    nf_runner* tree = nullptr;
+    if (o.get<bool>("draft_loop_graph", true) &&
+        nf::host().runner_open_role(runner, nf::roles::kDraftTree, &tree) == nullptr)  // else the package has none
+      tree_ = std::make_unique<eaglet::TreeDraft>(runner, tree, c.hidden, draft_len_, branches_);
     if (static_cast<size_t>(c.vocab) != step_.vocab())
       throw nf::Error("eaglet: the draft's vocabulary is " + std::to_string(c.vocab) + ", the target's " +
                       std::to_string(step_.vocab()) + " (a draft is trained for one target)");
@@ -155,7 +162,9 @@ class Eaglet {
 
   // The build hook: the draft graph joins the model set, so the package holds it.
   static void build(const nf::Options& o, nf::ModelSet ms, const nf::Context&) {
-    eaglet::add_draft_graph(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0), ms);
+    eaglet::TreeShape tree;
+    if (o.get<bool>("draft_loop_graph", true)) tree = {o.get<int64_t>("draft_len", 5), o.get<int64_t>("n_branches", 4)};
+    eaglet::add_draft_graph(o.get<std::string>("draft", "eaglet"), o.get<int64_t>("draft_vocab", 0), tree, ms);
   }
 
   std::string stats() const {
@@ -164,7 +173,9 @@ class Eaglet {
                      {"max_tokens_target_can_evaluate", budget_},
                      {"draft_kv_cache", use_cache_},
                      {"target_forwards", step_.forwards()},
-                     {"draft_forwards", draft_->passes()},
+                     {"draft_forwards", draft_->passes() + tree_calls()},
+                     {"draft_loop", tree_ ? "one graph a step" : "one launch per depth"},
+                     {"draft_tree_calls", tree_calls_json()},
                      {"draft_rows", draft_->rows_run()},
                      {"draft_pass_rows", pass_rows_json()},
                      {"draft_runs_on", draft_->where()},
@@ -192,6 +203,19 @@ class Eaglet {
     ctx.warn("the model holds no draft graph (a package built before the draft was a graph, or for a backend that "
              "does not compile it): the draft runs on the host in float32");
     return std::make_unique<eaglet::DraftModel>(dir, o.get<int64_t>("draft_vocab", 0));
+  }
+  // Calls of the draft tree graph: {"rows": calls, ...} (the stats contract's draft_tree_calls).
+  nlohmann::json tree_calls_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    if (tree_)
+      for (const auto& [rows, calls] : tree_->calls()) j[std::to_string(rows)] = calls;
+    return j;
+  }
+  size_t tree_calls() const {
+    size_t n = 0;
+    if (tree_)
+      for (const auto& [rows, calls] : tree_->calls()) n += static_cast<size_t>(calls);
+    return n;
   }
   // {"rows": passes, ...}: the stats contract's draft_pass_rows.
   nlohmann::json pass_rows_json() const {
@@ -223,12 +247,16 @@ class Eaglet {
 
   // Fills `nodes` with the drafted tree under the current token.
   void draft_tree(int32_t cur, int64_t P, std::vector<Node>& nodes) {
-    if (!use_cache_) draft_->clear_cache();
-    draft_->clear_scratch();
     // Catch-up entries and the root entry, committed to the draft's cache in order.
     std::vector<eaglet::Row> rows;
     for (const Entry& e : pending_) rows.push_back({e.feature.data(), e.token, e.position, -1});
     rows.push_back({last_feature_.data(), cur, P - 1, -1});
+    if (tree_) {
+      draft_with_graph(rows, nodes);
+      return;
+    }
+    if (!use_cache_) draft_->clear_cache();
+    draft_->clear_scratch();
     const size_t head = static_cast<size_t>(draft_->head_size());
     std::vector<float> feats(rows.size() * H_), logits(rows.size() * head);
     draft_->run_committed(rows, feats.data(), logits.data());
@@ -269,6 +297,16 @@ class Eaglet {
     }
   }
 
+  // The whole tree in one call of the tree graph (none near the context's end, where the
+  // tree's rows do not fit: the step then verifies the root alone).
+  void draft_with_graph(const std::vector<eaglet::Row>& rows, std::vector<Node>& nodes) {
+    if (!use_cache_) tree_->clear_cache();
+    std::vector<eaglet::TreeNode> tree;
+    tree_->draft(rows, tree);
+    pending_.clear();
+    for (const eaglet::TreeNode& t : tree) nodes.push_back({t.token, t.parent, t.depth, t.logp, -1, 0});
+  }
+
   // The budget - 1 likeliest nodes, closed under parents, ordered by depth.
   std::vector<int32_t> rerank(const std::vector<Node>& nodes, size_t budget) const {
     std::vector<int32_t> order(nodes.size());
@@ -299,6 +337,7 @@ class Eaglet {
   nf_runner* runner_;
   nf::SpeculativeStep step_;
   std::unique_ptr<eaglet::Draft> draft_;
+  std::unique_ptr<eaglet::TreeDraft> tree_;  // the depth loop as one graph, when the package has it
   int draft_len_ = 5, branches_ = 4;
   bool use_cache_ = true;
   size_t H_ = 0, budget_ = 1;

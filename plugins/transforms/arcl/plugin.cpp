@@ -2,6 +2,7 @@
 // variant, sharing the source's weights. See README.md for the graph contract.
 #include <npuforge/plugin.hpp>
 
+#include "draft_tree.h"
 #include "kv_prefix.h"
 #include "model_info.h"
 #include "static_variant.h"
@@ -36,13 +37,27 @@ nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const
 // Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
 // the runner's io metadata for them.
 // `kv_prefix`: the target's variants hold the model set's KV prefix (role kv_prefix).
+// `tree` (a draft's role entry asks for its depth loop as one graph): the tree graphs are
+// added too, named prefix + "tree_" + ..., their io variants in `tree_io`.
 nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann::json& config, const std::string& prefix,
-                             const ArclOptions& opts, nf::Context& ctx, bool kv_prefix = false) {
+                             const ArclOptions& opts, nf::Context& ctx, bool kv_prefix = false,
+                             const nlohmann::json& role = nullptr, nlohmann::json* tree_io = nullptr) {
   const std::string source_name = source.name();
   ModelInfo info = read_model_info(source, config);
   const std::optional<KvPrefix> rows = kv_prefix ? read_kv_prefix(ms, info) : std::nullopt;
   if (rows) info.prefix_rows = rows->rows;
   std::vector<Variant> variants = plan_variants(opts, info, ctx);
+  if (tree_io) {
+    std::optional<nf::roles::DraftTree> tree;
+    try {
+      tree = nf::roles::draft_tree_of(role);
+    } catch (const std::runtime_error& e) {
+      throw nf::Error("arcl: " + std::string(e.what()));
+    }
+    const std::vector<int64_t> head_tokens = role.value("head_tokens", std::vector<int64_t>{});
+    *tree_io = tree ? make_draft_trees(ms, source, info, variants, opts.kv_layout, *tree, head_tokens, prefix + "tree_", ctx)
+                    : nlohmann::json::array();
+  }
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant& v = variants[i];
     ctx.progress(i, variants.size(), prefix + v.graph_name());
@@ -68,6 +83,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
     // A graph of another role (a draft) gets the same variants, named after it, and its own io.
     if (!roles.is_object()) return nullptr;
+    nlohmann::json trees = nlohmann::json::object();  // role draft_tree, when a draft asks for it
     for (auto& [role, entry] : roles.items()) {
       const nlohmann::json graphs = entry.value("graphs", nlohmann::json::array());
       if (graphs.size() != 1 || !graphs[0].is_string())
@@ -76,11 +92,21 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
       const std::string name = graphs[0];
       nf_graph* source = nf::host().model_set_find_graph(ms.get(), name.c_str());
       if (!source) throw nf::Error("arcl: role '" + role + "' names graph '" + name + "', which the model set lacks");
-      entry["io"] = make_variants(ms, nf::Graph(source), entry.value("config", nlohmann::json()), name + "_", opts, ctx);
-      nlohmann::json names = nlohmann::json::array();
-      for (const auto& v : entry["io"]["variants"]) names.push_back(v["graph"]);
-      entry["graphs"] = names;
+      nlohmann::json tree_io;
+      entry["io"] = make_variants(ms, nf::Graph(source), entry.value("config", nlohmann::json()), name + "_", opts, ctx, false,
+                                  entry, &tree_io);
+      auto graph_names = [](const nlohmann::json& io) {
+        nlohmann::json names = nlohmann::json::array();
+        for (const auto& v : io["variants"]) names.push_back(v["graph"]);
+        return names;
+      };
+      entry["graphs"] = graph_names(entry["io"]);
+      if (tree_io.empty()) continue;
+      nlohmann::json io = entry["io"];
+      io["variants"] = tree_io;
+      trees = {{"graphs", graph_names(io)}, {"decoder", entry.value("decoder", "")}, {"tree", entry["tree"]}, {"io", io}};
     }
+    if (!trees.empty()) roles[nf::roles::kDraftTree] = trees;
     ms.set_metadata(nf::roles::kMetadataKey, roles);
   });
 }

@@ -1,5 +1,6 @@
 #include "graph_edit.h"
 
+#include <npuforge/graph/copy_node.h>
 #include <npuforge/graph/value_types.h>
 
 #include <cstring>
@@ -43,23 +44,11 @@ nf::Node GraphEditor::add(const std::string& op, const std::vector<std::string>&
 
 nf::Node GraphEditor::clone(const nf::Node& src, const std::vector<std::string>& inputs,
                             const std::vector<std::string>& outputs, const std::string& label) {
-  nf::Node n = g_.add_node(std::string(src.op_type()), inputs, outputs, names_.make(prefix_ + label),
-                           std::string(src.domain()));
-  const nf_host_api& h = nf::host();
-  for (size_t i = 0; i < h.node_attr_count(src.get()); ++i) {
-    const char* a = h.node_attr_name(src.get(), i);
-    switch (h.node_attr_type(src.get(), a)) {
-      case NF_ATTR_INT: n.set_attr(a, src.attr_int(a, 0)); break;
-      case NF_ATTR_FLOAT: n.set_attr(a, src.attr_float(a, 0.f)); break;
-      case NF_ATTR_STRING: n.set_attr(a, src.attr_string(a, "")); break;
-      case NF_ATTR_INTS: n.set_attr(a, src.attr_ints(a)); break;
-      case NF_ATTR_FLOATS: n.set_attr(a, src.attr_floats(a)); break;
-      case NF_ATTR_TENSOR: n.set_attr(a, src.attr_tensor(a)); break;
-      default:
-        throw nf::Error("mha2sha: cannot copy attribute '" + std::string(a) + "' of node '" + std::string(src.name()) + "'");
-    }
+  try {
+    return nf::graph::copy_node(g_, src, inputs, outputs, names_.make(prefix_ + label));
+  } catch (const nf::Error& e) {
+    throw nf::Error("mha2sha: " + std::string(e.what()));
   }
-  return n;
 }
 
 std::string GraphEditor::reshape(const std::string& value, const Dims& from, const Dims& to, const std::string& label) {

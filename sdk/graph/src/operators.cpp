@@ -250,6 +250,8 @@ void op_reduce(const OpNode& n, const Ins& in, Outs& out) {
   }
   out[0] = k::reduce(R, x, axes, n.attr_int("keepdims", 1) != 0);
 }
+// Softmax and LogSoftmax.
+template <bool Log>
 void op_softmax(const OpNode& n, const Ins& in, Outs& out) {
   const k::Tensor& x = need(n, in, 0);
   if (n.opset() < 13) {  // old semantics: coerce to 2-D at axis
@@ -257,10 +259,10 @@ void op_softmax(const OpNode& n, const Ins& in, Outs& out) {
     if (a < 0) a += static_cast<int64_t>(x.rank());
     int64_t outer = 1;
     for (int64_t i = 0; i < a; ++i) outer *= x.dim(i);
-    out[0] = k::softmax(x.reshaped({outer, outer ? x.numel() / outer : 0}), 1).reshaped(x.dims());
+    out[0] = k::softmax(x.reshaped({outer, outer ? x.numel() / outer : 0}), 1, Log).reshaped(x.dims());
     return;
   }
-  out[0] = k::softmax(x, n.attr_int("axis", -1));
+  out[0] = k::softmax(x, n.attr_int("axis", -1), Log);
 }
 void op_layer_norm(const OpNode& n, const Ins& in, Outs& out) {
   k::LayerNormResult r = k::layer_norm(need(n, in, 0), need(n, in, 1), opt(in, 2), n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f));
@@ -345,6 +347,7 @@ const Operator kOperators[] = {
     {"Less", op_binary<B::Less>, s::comparison},
     {"LessOrEqual", op_binary<B::LessOrEqual>, s::comparison},
     {"Log", op_unary<U::Log>, s::same_as_input},
+    {"LogSoftmax", op_softmax<true>, s::same_as_input},
     {"MatMul", op_matmul, s::matmul},
     {"Max", op_variadic<B::Max>, s::arithmetic},
     {"Min", op_variadic<B::Min>, s::arithmetic},
@@ -372,7 +375,7 @@ const Operator kOperators[] = {
     {"Sign", op_unary<U::Sign>, s::same_as_input},
     {"Sin", op_unary<U::Sin>, s::same_as_input},
     {"Slice", op_slice, s::slice},
-    {"Softmax", op_softmax, s::same_as_input},
+    {"Softmax", op_softmax<false>, s::same_as_input},
     {"Split", op_split, s::split},
     {"Sqrt", op_unary<U::Sqrt>, s::same_as_input},
     {"Squeeze", op_squeeze, s::squeeze},

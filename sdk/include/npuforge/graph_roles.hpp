@@ -50,6 +50,46 @@ inline std::optional<KvPrefixRole> kv_prefix_role(const nlohmann::json& roles) {
   return KvPrefixRole{r["graphs"][0].get<std::string>(), r["rows"].get<int64_t>()};
 }
 
+// The draft's depth loop as one graph (role "draft_tree"). A draft role entry that asks for it
+//   "tree": {"depth": D, "branches": B, "logit_scale": s,
+//            "feature_input": "...", "feature_output": "..."}
+// gets, from arcl, one graph per AR variant R of the draft: the catch-up pass of R rows (the
+// accepted entries and the root, last real row flagged by the per-row input tree_root = 1)
+// at context CL - (D-1)B, then D-1 passes of B rows at context CL, each reading the catch-up
+// rows and its ancestors' rows as cache. Expansion, inside the graph: the root's B likeliest
+// tokens are depth 1; each pass scores the B nodes of one depth and its B likeliest children
+// each; the B likeliest of those children (by cumulative log probability of
+// softmax(s x logits)) are the next pass's rows. Outputs beside the catch-up pass's own:
+// tree_tokens (int64, vocabulary ids), tree_parents (int64, an earlier node, -1 the root) and
+// tree_logp (float32, cumulative from the root), each [1, N], N = B + (D-1) B^2, nodes by depth.
+// The role entry repeats "tree" and has the runner's "io" (layout static).
+inline constexpr const char* kDraftTree = "draft_tree";
+inline constexpr const char* kTreeRoot = "tree_root";
+inline constexpr const char* kTreeTokens = "tree_tokens";
+inline constexpr const char* kTreeParents = "tree_parents";
+inline constexpr const char* kTreeLogp = "tree_logp";
+struct DraftTree {
+  int64_t depth = 0, branches = 0;
+  float logit_scale = 1.f;
+  std::string feature_input, feature_output;
+  int64_t nodes() const { return branches + (depth - 1) * branches * branches; }
+};
+// The "tree" of a role entry; nullopt without one. Throws std::runtime_error when malformed.
+inline std::optional<DraftTree> draft_tree_of(const nlohmann::json& entry) {
+  if (!entry.is_object() || !entry.contains("tree")) return std::nullopt;
+  const nlohmann::json& t = entry["tree"];
+  auto positive = [&](const char* k) { return t.contains(k) && t[k].is_number_unsigned() && t[k].get<int64_t>() > 0; };
+  auto text = [&](const char* k) { return t.contains(k) && t[k].is_string() && !t[k].get<std::string>().empty(); };
+  if (!t.is_object() || !positive("depth") || !positive("branches") || !text("feature_input") || !text("feature_output") ||
+      (t.contains("logit_scale") && (!t["logit_scale"].is_number() || !(t["logit_scale"].get<double>() > 0))))
+    throw std::runtime_error("a role's 'tree' needs positive integers 'depth' and 'branches', 'feature_input' and "
+                             "'feature_output' names, and a positive 'logit_scale'");
+  DraftTree r{t["depth"].get<int64_t>(), t["branches"].get<int64_t>(), t.value("logit_scale", 1.f),
+              t["feature_input"].get<std::string>(), t["feature_output"].get<std::string>()};
+  if (r.depth > 16 || r.branches > 16) throw std::runtime_error("a role's 'tree' is at most 16 deep and 16 wide");
+  return r;
+}
+
 // The role of graph `name` under metadata "roles" (`roles` may be null): "" for the target.
 inline std::string role_of(const nlohmann::json& roles, const std::string& name) {
   if (!roles.is_object()) return "";

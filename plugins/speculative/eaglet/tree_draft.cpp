@@ -1,0 +1,84 @@
+#include "tree_draft.h"
+
+#include <npuforge/graph_roles.hpp>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "draft_graph.h"
+
+namespace eaglet {
+namespace {
+
+// Output `name` of the last call as `n` values of T (int64 or float32).
+template <class T>
+std::vector<T> read_output(nf_runner* r, const char* name, size_t n) {
+  nf_tensor* t = nf::host().runner_last_output(r, name);
+  if (!t) throw nf::Error("eaglet: the draft tree graph returned no '" + std::string(name) + "'");
+  const nf::Tensor out = nf::Tensor::borrow(t);
+  const nf_dtype want = std::is_same_v<T, float> ? NF_DTYPE_FLOAT32 : NF_DTYPE_INT64;
+  if (out.dtype() != want || out.nbytes() != n * sizeof(T))
+    throw nf::Error("eaglet: the draft tree graph's '" + std::string(name) + "' is not " + std::to_string(n) +
+                    " nodes: the package's draft loop graph was built for other draft_len / n_branches (run with the build's, "
+                    "or with draft_loop_graph = false)");
+  return {out.data_as<T>(), out.data_as<T>() + n};
+}
+
+}  // namespace
+
+TreeDraft::TreeDraft(nf_runner* target, nf_runner* tree, int64_t hidden, int depth, int branches)
+    : target_(target), r_(tree), hidden_(static_cast<size_t>(hidden)), depth_(depth), branches_(branches) {}
+
+TreeDraft::~TreeDraft() { nf::host().runner_release(r_); }
+
+void TreeDraft::clear_cache() {
+  nf_runner* fresh = nullptr;  // no reset in the runner API: a fresh runner has an empty cache
+  nf::check(nf::host().runner_open_role(target_, nf::roles::kDraftTree, &fresh));
+  nf::host().runner_release(r_);
+  r_ = fresh;
+}
+
+bool TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
+  nodes.clear();
+  const size_t B = static_cast<size_t>(branches_), N = B + static_cast<size_t>(depth_ - 1) * B * B;
+  // A catch-up longer than one call (the prompt's entries) goes in chunks; the last holds the root.
+  for (size_t done = 0; done < rows.size();) {
+    const size_t n = std::min(rows.size() - done, nf::host().runner_rows_available(r_));
+    if (n == 0) return false;
+    const bool last = done + n == rows.size();
+    std::vector<int32_t> tokens, parents, commit;
+    std::vector<float> features, root(n, 0.f);
+    for (size_t i = 0; i < n; ++i) {
+      const Row& row = rows[done + i];
+      tokens.push_back(row.token);
+      parents.push_back(static_cast<int32_t>(i) - 1);  // a chain
+      commit.push_back(static_cast<int32_t>(i));
+      features.insert(features.end(), row.feature, row.feature + hidden_);
+    }
+    if (last) root.back() = 1.f;
+    nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, features.data(), n, hidden_));
+    nf::check(nf::host().runner_set_row_input(r_, nf::roles::kTreeRoot, root.data(), n, 1));
+    std::vector<float> logits(n * nf::host().runner_vocab_size(r_));
+    nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
+    ++calls_[static_cast<int64_t>(n)];
+    if (last) {
+      const std::vector<int64_t> token = read_output<int64_t>(r_, nf::roles::kTreeTokens, N),
+                                 parent = read_output<int64_t>(r_, nf::roles::kTreeParents, N);
+      const std::vector<float> logp = read_output<float>(r_, nf::roles::kTreeLogp, N);
+      const int64_t vocab = static_cast<int64_t>(nf::host().runner_vocab_size(target_));
+      for (size_t i = 0; i < N; ++i) {
+        if (parent[i] < -1 || parent[i] >= static_cast<int64_t>(i) || token[i] < 0 || token[i] >= vocab)
+          throw nf::Error("eaglet: the draft tree graph's node " + std::to_string(i) + " is token " + std::to_string(token[i]) +
+                          " under node " + std::to_string(parent[i]) + " (a token of the vocabulary under an earlier node or -1 expected)");
+        const int d = parent[i] < 0 ? 1 : nodes[static_cast<size_t>(parent[i])].depth + 1;
+        nodes.push_back({static_cast<int32_t>(token[i]), static_cast<int32_t>(parent[i]), d, static_cast<double>(logp[i])});
+      }
+    }
+    nf::check(nf::host().runner_commit(r_, commit.data(), n));
+    done += n;
+  }
+  return true;
+}
+
+}  // namespace eaglet
