@@ -26,9 +26,11 @@
 # smallest variant holding its rows: 4-row draft tree depths, catch-ups up to 8), float weights.
 # Targets: cpu, htp (sm8750; assume_activation_bw 16 / assume_kv_bw 8, no calibration) and
 # aries (aries-rb, W8, no calibration) when those backends are installed. Decoders: every one of lade, ssd, eaglet that is
-# installed; eaglet with the options of the [speculative] table below, ssd on a second
-# package built with [speculative] decoder = "ssd" (its forecast embeddings are baked into
-# the model), lade with its defaults.
+# installed; eaglet with the options of the [speculative] table below (its depth loop one graph
+# a step, role draft_tree) and again as "eaglet per depth" on a package built with
+# draft_loop_graph = false (one draft launch per depth), ssd on a package built with
+# [speculative] decoder = "ssd" (its forecast embeddings are baked into the model), lade with
+# its defaults.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -71,6 +73,10 @@ eaglet_table=""
 usable eaglet && eaglet_table=$(printf '[speculative]\ndecoder = "eaglet"\ndraft = "%s/eaglet"\ndraft_vocab = %s\n' "$MODEL" "$DRAFT_VOCAB")
 manifest "$eaglet_table" > "$WORK/manifest.toml"
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
+if usable eaglet; then
+  manifest "$eaglet_table$(printf 'draft_loop_graph = false\n')" > "$WORK/manifest_per_depth.toml"
+  "$NF" build "$WORK/manifest_per_depth.toml" --out "$WORK/out_per_depth" -q
+fi
 # ssd's forecast embeddings join the model's embedding table at build: its own package.
 if usable ssd; then
   manifest "$(printf '[speculative]\ndecoder = "ssd"\nassets = "%s/ssd"\n' "$MODEL")" > "$WORK/manifest_ssd.toml"
@@ -94,14 +100,16 @@ $text_prompts || prompt_flag=--prompt-ids
 
 decoders=""
 for d in lade ssd eaglet; do usable "$d" && decoders="$decoders $d"; done
+usable eaglet && decoders="$decoders eaglet_per_depth"
 : > "$WORK/runs.jsonl"
 for t in $targets; do
   while IFS= read -r prompt; do
     for d in $decoders; do
       pkg=$WORK/out/$t
       [ "$d" = ssd ] && pkg=$WORK/out_ssd/$t
+      [ "$d" = eaglet_per_depth ] && pkg=$WORK/out_per_depth/$t
       plain=$("$NF" run "$pkg" "$prompt_flag" "$prompt" --max-new-tokens "$NEW" --decoder none --json)
-      if out=$("$NF" run "$pkg" "$prompt_flag" "$prompt" --max-new-tokens "$NEW" --decoder "$d" --json 2> "$WORK/err.txt"); then
+      if out=$("$NF" run "$pkg" "$prompt_flag" "$prompt" --max-new-tokens "$NEW" --decoder "${d%_per_depth}" --json 2> "$WORK/err.txt"); then
         /usr/bin/python3 -c 'import json,sys; p=json.loads(sys.argv[1]); s=json.loads(sys.argv[2]); print(json.dumps({"target":sys.argv[3],"decoder":sys.argv[4],"same_as_plain":p["tokens"]==s["tokens"],"stats":s["stats"]}))' "$plain" "$out" "$t" "$d" >> "$WORK/runs.jsonl"
       else
         /usr/bin/python3 -c 'import json,sys; print(json.dumps({"target":sys.argv[1],"decoder":sys.argv[2],"error":open(sys.argv[3]).read().strip().splitlines()[-1:]}))' "$t" "$d" "$WORK/err.txt" >> "$WORK/runs.jsonl"
@@ -118,13 +126,13 @@ $text_prompts || prompts="fixed lists of 32 token ids as prompts"
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 print(f"{sys.argv[4]}, {sys.argv[2]} {sys.argv[5]}, {sys.argv[3]} new tokens each, greedy; package {sys.argv[6]}\n")
-print("| target | decoder | tau | acceptance | target fwd | draft fwd | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | draft runs as | if the draft loop were one graph |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| target | decoder | tau | acceptance | target fwd | draft launches | max rows | same as greedy | wall s | simulated decode ms plain / with | simulated speedup | draft share | draft runs as |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
     rs = [r for r in runs if (r["target"], r["decoder"]) == key]
     bad = [r for r in rs if "error" in r]
     if bad:
-        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | | | |")
+        print(f"| {key[0]} | {key[1]} | error: {' '.join(bad[0]['error'])} | | | | | | | | | | |")
         continue
     sp = [r["stats"]["speculative"] for r in rs]
     new = sum(r["stats"]["new_tokens"] for r in rs)
@@ -138,17 +146,13 @@ for key in dict.fromkeys((r["target"], r["decoder"]) for r in runs):
         p, w = sum(x["plain_decode_ms"] for x in sim), sum(x["speculative_decode_ms"] for x in sim)
         simtxt, speed = f"{p:.2f} / {w:.2f}", f"{p / w:.2f}x"
         share = f"{100 * sum(x.get('draft_ms', 0) for x in sim) / w:.0f}%"
-        # A draft outside the package: above, every draft pass is a graph launch of its own (as
-        # the decoder runs it); here its depth loop is one graph, one launch per decoder step
-        # (not built). A compiled draft's passes are calls of its graph, launch included.
-        if all(x.get("draft_launch_ms", 0) > 0 and x["draft_pass_ms"] > 0 for x in sim):
-            w2 = sum(x["speculative_decode_ms"] - (s["draft_forwards"] - s["steps"]) * x["draft_launch_ms"] for x, s in zip(sim, sp))
-            launch = f"{p / w2:.2f}x"
-        else:
-            launch = "-"
     else:
-        simtxt, speed, share, launch = "n/a", "n/a", "n/a", "n/a"
-    where = {s.get("decoder", {}).get("draft_runs_on", "-") for s in sp}
-    where = {"graph": "package graph", "host": "host fp32"}.get(where.pop(), "-") if len(where) == 1 else "mixed"
-    print(f"| {key[0]} | {key[1]} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {share} | {where} | {launch} |")
+        simtxt, speed, share = "n/a", "n/a", "n/a"
+    where = {(s.get("decoder", {}).get("draft_runs_on", "-"), s.get("decoder", {}).get("draft_loop", "")) for s in sp}
+    if len(where) == 1:
+        on, loop = where.pop()
+        where = {"graph": "package graph", "host": "host fp32"}.get(on, "-") + (", " + loop if on == "graph" and loop else "")
+    else:
+        where = "mixed"
+    print(f"| {key[0]} | {key[1].replace('_', ' ')} | {new / tf:.2f} | {acc:.2f} | {tf} | {df} | {max(s['max_rows'] for s in sp)} | {same}/{len(rs)} | {wall:.1f} | {simtxt} | {speed} | {share} | {where} |")
 PY

@@ -49,8 +49,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 // as one graph (role "draft_tree", the decoder's draft_tree_calls) as a call of that graph. A draft that runs outside the
 // package reports it in its stats (sdk/docs/abi.md: draft_forwards, draft_rows,
 // draft_linears), and the backend prices each draft pass from those matrices (workload
-// "graph_pass") plus a graph launch of its own; what one launch per decoder step would give
-// (the draft's depth loop as one graph, which no package holds) is reported beside.
+// "graph_pass") plus a graph launch of its own.
 nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& s, int64_t context_len) {
   const host::PluginInfo* backend = model.registry.find(NF_KIND_BACKEND, model.package->backend());
   if (!backend || !backend->backend()->estimate) return nullptr;
@@ -133,8 +132,6 @@ nlohmann::json simulated_decode(OpenModel& model, const host::SpeculativeStats& 
       notes.push_back("a draft pass: the draft's linears at the average " + std::to_string(draft_rows / passes).substr(0, 5) +
                       " rows, weights " + pass.value("weights_stored_as", std::string("?")) +
                       " (backend graph_pass), and a graph launch of its own");
-      const double one_graph = target_ms + passes * draft_pass_ms + static_cast<double>(s.steps) * launch_ms;
-      r["speedup_if_draft_loop_is_one_graph"] = plain / one_graph;
     }
     const double spec = target_ms + draft_ms;
     r.update({{"context_len", context_len},

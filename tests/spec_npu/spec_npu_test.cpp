@@ -129,9 +129,10 @@ TEST(SpecNpu, AriesStatsReportSimulatedDecode) { expect_simulated_decode("aries"
 
 // A package built with [speculative] eaglet holds the draft as graphs of role "draft" (arcl's
 // variants of it, quantized W8A16 like the target by the manifest's minmax on calibration
-// runs of the draft over the target's features), compiled by the backend, and the decoder runs them
-// on the backend session: lossless, priced as calls of the compiled draft graph, and the
-// target's own price is the one of a package without the draft.
+// runs of the draft over the target's features), compiled by the backend with its depth loop as
+// one graph (role draft_tree), and the decoder runs them on the backend session: lossless,
+// one launch a step priced as a call of the compiled tree graph, and the target's own price is
+// the one of a package without the draft.
 void expect_compiled_draft(const std::string& backend) {
   fs::path pkg = package(backend, "eaglet");
   ASSERT_TRUE(fs::is_regular_file(pkg / "package.json")) << pkg;
@@ -169,10 +170,15 @@ void expect_compiled_draft(const std::string& backend) {
     const auto& spec = j["stats"]["speculative"];
     EXPECT_EQ(spec["decoder"]["draft_runs_on"], "graph");
     EXPECT_GE(spec["tau"].get<double>(), 1.0);
-    EXPECT_NE(spec["simulated"]["notes"].dump().find("draft graph"), std::string::npos) << spec["simulated"].dump();
-    int64_t passes = 0;  // priced pass by pass: every draft pass counted under its rows
-    for (const auto& [rows, n] : spec["decoder"]["draft_pass_rows"].items()) passes += n.get<int64_t>();
-    EXPECT_EQ(passes, spec["draft_forwards"].get<int64_t>()) << spec["decoder"].dump();
+    // The depth loop is one graph a step (role draft_tree), priced call by call: every launch
+    // counted under its rows.
+    EXPECT_NE(spec["simulated"]["notes"].dump().find("draft_tree graph"), std::string::npos) << spec["simulated"].dump();
+    EXPECT_EQ(spec["decoder"]["draft_loop"], "one graph a step");
+    int64_t launches = 0;
+    for (const char* calls : {"draft_pass_rows", "draft_tree_calls"})
+      for (const auto& [rows, n] : spec["decoder"][calls].items()) launches += n.get<int64_t>();
+    EXPECT_EQ(launches, spec["draft_forwards"].get<int64_t>()) << spec["decoder"].dump();
+    EXPECT_EQ(spec["draft_forwards"], spec["target_forwards"]) << "one launch a step";
   }
   auto decode_ms = [](const fs::path& p) {
     auto r = test::npuforge({"estimate", p.string(), "--prompt-len", "16", "--context-len", "128", "--json"});

@@ -61,12 +61,13 @@ Model open_dynamic(bool plain = false) {
 // Builds tiny_llama with hidden_states + arcl (AR 1/16, CL 256) for cpu, eaglet named in
 // [speculative] with the given extra lines; returns the opened package.
 std::unique_ptr<test::OpenPackage> build_package(const fs::path& work, const std::string& speculative_extra = "",
-                                                 const fs::path& model = test::model_dir("tiny_llama")) {
+                                                 const fs::path& model = test::model_dir("tiny_llama"),
+                                                 const std::string& arcl_extra = "") {
   return test::build_and_open(
       work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\nconfig = \"" +
                 (model / "config.json").string() + "\"\ntokenizer = \"" + (model / "tokenizer.json").string() +
                 "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[[transform]]\nplugin = \"arcl\"\n"
-                "arn = [1, 16]\ncontext_length = [256]\n\n[speculative]\ndecoder = \"eaglet\"\n" +
+                "arn = [1, 16]\ncontext_length = [256]\n" + arcl_extra + "\n[speculative]\ndecoder = \"eaglet\"\n" +
                 speculative_extra + "\n[targets.cpu]\nbackend = \"cpu\"\n");
 }
 
@@ -482,10 +483,10 @@ TEST(EagletPackage, DraftVocabCutsTheDraftGraphsHead) {
 // The draft's depth loop as one graph (role draft_tree, built by arcl): the package holds one
 // tree graph per AR at CL 256 - (5-1) x 4, a step launches it once, and it drafts the tree the
 // per-depth launches draft (the same tree: the same verified and accepted counts), lossless.
-TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) {
-  fs::path work = fs::temp_directory_path() / ("nf_eaglet_tree_" + std::to_string(::getpid()));
+void expect_one_graph_a_step(const std::string& kv_layout) {
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_tree_" + kv_layout + std::to_string(::getpid()));
   fs::remove_all(work);
-  auto p = build_package(work);
+  auto p = build_package(work, "", test::model_dir("tiny_llama"), "kv_layout = \"" + kv_layout + "\"\n");
   const auto& roles = p->pkg.meta.at("metadata").at("roles");
   ASSERT_TRUE(roles.contains("draft_tree")) << roles.dump();
   const auto& tree = roles.at("draft_tree");
@@ -498,7 +499,8 @@ TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) {
       std::map<std::string, nlohmann::json> outputs;
       for (const auto& out : g.at("outputs")) outputs[out.at("name").get<std::string>()] = out.value("shape", nlohmann::json());
       EXPECT_EQ(outputs["tree_tokens"], nlohmann::json({1, 4 + 4 * 16})) << g.dump();
-      EXPECT_EQ(outputs["present.4.key"], nlohmann::json({1, 4, 16, 32})) << "the catch-up rows, committed by the runner";
+      EXPECT_EQ(outputs["present.4.key"], kv_layout == "htp" ? nlohmann::json({4, 1, 32, 16}) : nlohmann::json({1, 4, 16, 32}))
+          << "the catch-up rows, committed by the runner";
     }
 
   host::Runner& r = *p->runner;
@@ -536,4 +538,36 @@ TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) {
     EXPECT_NE(std::string(e.what()).find("built for other draft_len / n_branches"), std::string::npos) << e.what();
   }
   fs::remove_all(work);
+}
+TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) { expect_one_graph_a_step("hf"); }
+TEST(EagletPackage, TheDraftLoopIsOneGraphAStepInTheHtpKvLayout) { expect_one_graph_a_step("htp"); }
+
+// A draft role whose tree request is malformed (a third-party decoder's hook): arcl refuses it
+// with one line naming the rule, before building anything.
+TEST(EagletPackage, ArclRefusesAMalformedTreeRequest) {
+  for (const char* bad : {R"({"depth": 0, "branches": 4})", R"({"depth": 5, "branches": 4, "feature_input": "x"})",
+                          R"({"depth": 5, "branches": 40, "feature_input": "x", "feature_output": "y"})"}) {
+    auto ms = host::load_source_model(test::model_dir("tiny_llama") + "/model.onnx", "");
+    nf_context ctx{"test", {}};
+    host::throw_if_error(plugin(NF_KIND_TRANSFORM, "hidden_states").transform()->apply("{}", host::handle(ms.get()), &ctx),
+                         "hidden_states");
+    const std::string options = nlohmann::json{{"draft", kDraft}}.dump();
+    host::throw_if_error(plugin(NF_KIND_SPECULATIVE, "eaglet").speculative()->build(options.c_str(), host::handle(ms.get()), &ctx),
+                         "eaglet build");
+    nlohmann::json roles = nlohmann::json::parse(ms->metadata.at("roles"));
+    ASSERT_TRUE(roles["draft"].contains("tree")) << roles.dump();
+    roles["draft"]["tree"] = nlohmann::json::parse(bad);
+    ms->metadata["roles"] = roles.dump();
+    const size_t graphs = ms->graphs.size();
+    try {
+      host::throw_if_error(plugin(NF_KIND_TRANSFORM, "arcl").transform()->apply(R"({"arn": [1, 16], "context_length": [256]})",
+                                                                                  host::handle(ms.get()), &ctx),
+                           "arcl");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("a role's 'tree'"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+    }
+    EXPECT_EQ(ms->graphs.size(), graphs) << "nothing built before the refusal";
+  }
 }

@@ -71,12 +71,22 @@ bool has_kv_inputs(ModelSet ms) {
 nlohmann::json activation_table(ModelSet ms, const AriesOptions& o, const std::vector<Linear>& linears, size_t* missing) {
   std::map<std::string, bool> wide;  // tensor -> needs 16 bits
   auto mark = [&](const std::string& t, bool w) { wide[t] = wide[t] || w; };
+  std::map<std::string, bool> by_weight;
   for (const auto& l : linears) {
     bool w = (l.ffn_down && o.act16("ffn_down")) || (l.kind != Kind::other && o.act16(kind_name(l.kind)));
     mark(l.input, w);
     mark(l.output, w);
+    by_weight[l.weight] = w;
   }
   for (const Graph& g : ms.graphs()) {
+    // Another node multiplying by a linear's weight (a draft tree's copy of a pass) runs on
+    // that linear's grids: its own values, encoded by the copy, are in the table too.
+    for (const Node& n : g.nodes())
+      if (n.op_type() == "MatMul" || n.op_type() == "Gemm")
+        if (auto it = by_weight.find(n.input(1)); it != by_weight.end() && !wide.count(n.input(0))) {
+          mark(n.input(0), it->second);
+          mark(n.output(0), it->second);
+        }
     for (const auto& n : g.outputs())
       if (nf::decoder::is_present_kv(n)) mark(n, o.act16("kv_cache"));
     for (const auto& n : g.inputs())

@@ -37,8 +37,17 @@ nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const
 // Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
 // the runner's io metadata for them.
 // `kv_prefix`: the target's variants hold the model set's KV prefix (role kv_prefix).
-// `tree` (a draft's role entry asks for its depth loop as one graph): the tree graphs are
-// added too, named prefix + "tree_" + ..., their io variants in `tree_io`.
+// A role entry's "tree" (graph_roles.hpp draft_tree); throws nf::Error when malformed.
+std::optional<nf::roles::DraftTree> draft_tree_request(const nlohmann::json& role) {
+  try {
+    return nf::roles::draft_tree_of(role);
+  } catch (const std::runtime_error& e) {
+    throw nf::Error("arcl: " + std::string(e.what()));
+  }
+}
+
+// `tree_io`: when `role` (its entry) asks for the draft's depth loop as one graph, the tree
+// graphs are added too, named prefix + "tree_" + ..., and their io variants go there.
 nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann::json& config, const std::string& prefix,
                              const ArclOptions& opts, nf::Context& ctx, bool kv_prefix = false,
                              const nlohmann::json& role = nullptr, nlohmann::json* tree_io = nullptr) {
@@ -48,12 +57,7 @@ nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann:
   if (rows) info.prefix_rows = rows->rows;
   std::vector<Variant> variants = plan_variants(opts, info, ctx);
   if (tree_io) {
-    std::optional<nf::roles::DraftTree> tree;
-    try {
-      tree = nf::roles::draft_tree_of(role);
-    } catch (const std::runtime_error& e) {
-      throw nf::Error("arcl: " + std::string(e.what()));
-    }
+    const std::optional<nf::roles::DraftTree> tree = draft_tree_request(role);
     const std::vector<int64_t> head_tokens = role.value("head_tokens", std::vector<int64_t>{});
     *tree_io = tree ? make_draft_trees(ms, source, info, variants, opts.kv_layout, *tree, head_tokens, prefix + "tree_", ctx)
                     : nlohmann::json::array();
@@ -79,8 +83,10 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (targets.size() != 1)
       throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(targets.size()) +
                       " (run arcl before split)");
-    ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx, /*kv_prefix=*/true));
     nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
+    if (roles.is_object())  // a malformed tree request is refused before anything changes
+      for (const auto& [role, entry] : roles.items()) draft_tree_request(entry);
+    ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx, /*kv_prefix=*/true));
     // A graph of another role (a draft) gets the same variants, named after it, and its own io.
     if (!roles.is_object()) return nullptr;
     nlohmann::json trees = nlohmann::json::object();  // role draft_tree, when a draft asks for it
