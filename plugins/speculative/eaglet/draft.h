@@ -45,6 +45,22 @@ struct Row {
   int32_t parent;  // scratch rows: the parent's scratch entry, -1 = only the committed entries
 };
 
+// Rows as one chain (each sees the ones before it), as a runner call takes them.
+struct Chain {
+  std::vector<int32_t> tokens, parents, rows;  // rows 0 .. n-1: what a commit keeps
+  std::vector<float> features;                 // n x hidden
+};
+inline Chain chain_of(std::span<const Row> rows, size_t hidden) {
+  Chain c;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    c.tokens.push_back(rows[i].token);
+    c.parents.push_back(static_cast<int32_t>(i) - 1);
+    c.rows.push_back(static_cast<int32_t>(i));
+    c.features.insert(c.features.end(), rows[i].feature, rows[i].feature + hidden);
+  }
+  return c;
+}
+
 class Draft {
  public:
   virtual ~Draft() = default;

@@ -6,7 +6,8 @@
 //     token): its output predicts the current token's children.
 //  2. Dynamic tree: for draft_len - 1 more draft passes, the n_branches most likely nodes
 //     of the newest depth (by cumulative draft probability) are expanded, each into its
-//     n_branches most likely children.
+//     n_branches most likely children. A package built with draft_loop_graph holds steps 1
+//     and 2 as one graph (role draft_tree, tree_draft.h): one launch a step.
 //  3. Rerank every drafted node by cumulative probability and keep the best ones that fit
 //     the target's budget (max_tokens_target_can_evaluate, at most the runner's rows);
 //     the kept set is closed under parents because a child is never likelier than its parent.

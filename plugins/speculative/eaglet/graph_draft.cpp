@@ -48,18 +48,10 @@ void GraphDraft::run_committed(std::span<const Row> rows, float* features, float
   for (size_t done = 0; done < rows.size();) {
     const size_t n = std::min(rows.size() - done, nf::host().runner_rows_available(r_));
     if (n == 0) throw nf::Error("eaglet: the draft's context is full");
-    std::vector<int32_t> tokens, parents, commit;
-    std::vector<float> in;
-    for (size_t i = 0; i < n; ++i) {
-      const Row& row = rows[done + i];
-      tokens.push_back(row.token);
-      parents.push_back(static_cast<int32_t>(i) - 1);  // a chain
-      commit.push_back(static_cast<int32_t>(i));
-      in.insert(in.end(), row.feature, row.feature + H);
-    }
+    const Chain c = chain_of(rows.subspan(done, n), H);
     std::vector<float> f, l;
-    forward(tokens, parents, in, f, l);
-    nf::check(nf::host().runner_commit(r_, commit.data(), n));
+    forward(c.tokens, c.parents, c.features, f, l);
+    nf::check(nf::host().runner_commit(r_, c.rows.data(), n));
     std::copy(f.begin(), f.end(), features + done * H);
     std::copy(l.begin(), l.end(), logits + done * V);
     done += n;

@@ -47,20 +47,13 @@ bool TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
     const size_t n = std::min(rows.size() - done, nf::host().runner_rows_available(r_));
     if (n == 0) return false;
     const bool last = done + n == rows.size();
-    std::vector<int32_t> tokens, parents, commit;
-    std::vector<float> features, root(n, 0.f);
-    for (size_t i = 0; i < n; ++i) {
-      const Row& row = rows[done + i];
-      tokens.push_back(row.token);
-      parents.push_back(static_cast<int32_t>(i) - 1);  // a chain
-      commit.push_back(static_cast<int32_t>(i));
-      features.insert(features.end(), row.feature, row.feature + hidden_);
-    }
+    const Chain c = chain_of(rows.subspan(done, n), hidden_);
+    std::vector<float> root(n, 0.f);
     if (last) root.back() = 1.f;
-    nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, features.data(), n, hidden_));
+    nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, c.features.data(), n, hidden_));
     nf::check(nf::host().runner_set_row_input(r_, nf::roles::kTreeRoot, root.data(), n, 1));
     std::vector<float> logits(n * nf::host().runner_vocab_size(r_));
-    nf::check(nf::host().runner_forward(r_, tokens.data(), parents.data(), n, logits.data()));
+    nf::check(nf::host().runner_forward(r_, c.tokens.data(), c.parents.data(), n, logits.data()));
     ++calls_[static_cast<int64_t>(n)];
     if (last) {
       const std::vector<int64_t> token = read_output<int64_t>(r_, nf::roles::kTreeTokens, N),
@@ -75,7 +68,7 @@ bool TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
         nodes.push_back({static_cast<int32_t>(token[i]), static_cast<int32_t>(parent[i]), d, static_cast<double>(logp[i])});
       }
     }
-    nf::check(nf::host().runner_commit(r_, commit.data(), n));
+    nf::check(nf::host().runner_commit(r_, c.rows.data(), n));
     done += n;
   }
   return true;

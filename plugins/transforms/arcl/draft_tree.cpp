@@ -28,7 +28,6 @@ namespace arcl {
 namespace {
 
 using Dims = std::vector<int64_t>;
-constexpr float kMaskValue = -65504.f;  // io mask_value
 
 bool same_tensor(const nf::Tensor& a, const nf::Tensor& b) {
   if (a.dtype() != b.dtype() || a.dims() != b.dims() || a.nbytes() != b.nbytes()) return false;
@@ -49,7 +48,12 @@ class Builder {
     g_.set_initializer(name, t);
     return name;
   }
-  std::string ints(const std::vector<int64_t>& v) { return constant(NF_DTYPE_INT64, {static_cast<int64_t>(v.size())}, v, "i64"); }
+  // An int64 vector constant (shapes, axes, k), one per distinct content.
+  std::string ints(const std::vector<int64_t>& v) {
+    auto it = ints_.find(v);
+    if (it == ints_.end()) it = ints_.emplace(v, constant(NF_DTYPE_INT64, {static_cast<int64_t>(v.size())}, v, "i64")).first;
+    return it->second;
+  }
   std::string scalar(float v) { return constant(NF_DTYPE_FLOAT32, {}, std::vector<float>{v}, "f32"); }
   // One node with one output (named after `base`).
   std::string op(const std::string& type, const std::vector<std::string>& in, const std::string& base,
@@ -123,6 +127,7 @@ class Builder {
   nf::Graph g_;
   nf::graph::UniqueNames names_;
   std::map<std::string, std::string> shared_;  // a pass constant -> the graph's
+  std::map<std::vector<int64_t>, std::string> ints_;
 };
 
 struct Shapes {

@@ -21,7 +21,7 @@ nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const
                   {"scl", v.scl ? nlohmann::json(*v.scl) : nlohmann::json(nullptr)}});
   nlohmann::json io{{"layout", "static"},
                     {"kv_layout", opts.kv_layout},
-                    {"mask_value", -65504},
+                    {"mask_value", static_cast<int64_t>(kMaskValue)},
                     {"layers", info.layers},
                     {"kv_heads", info.kv_heads},
                     {"head_dim", info.head_dim},

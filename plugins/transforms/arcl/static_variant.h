@@ -16,6 +16,9 @@ namespace arcl {
 using nf::decoder::kAttentionMask;
 using nf::decoder::kSlidingAttentionMask;
 
+// What the additive masks hold where a row must not look (io "mask_value": float16's lowest).
+inline constexpr float kMaskValue = -65504.f;
+
 // Cache slots a layer's past input holds in variant `v`.
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer);
 
