@@ -74,7 +74,7 @@ usable eaglet && eaglet_table=$(printf '[speculative]\ndecoder = "eaglet"\ndraft
 manifest "$eaglet_table" > "$WORK/manifest.toml"
 "$NF" build "$WORK/manifest.toml" --out "$WORK/out" -q
 if usable eaglet; then
-  manifest "$eaglet_table$(printf 'draft_loop_graph = false\n')" > "$WORK/manifest_per_depth.toml"
+  manifest "$eaglet_table"$'\n'"draft_loop_graph = false"$'\n' > "$WORK/manifest_per_depth.toml"
   "$NF" build "$WORK/manifest_per_depth.toml" --out "$WORK/out_per_depth" -q
 fi
 # ssd's forecast embeddings join the model's embedding table at build: its own package.

@@ -83,10 +83,10 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (targets.size() != 1)
       throw nf::Error("arcl: expects a model set with one source graph, got " + std::to_string(targets.size()) +
                       " (run arcl before split)");
-    nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);
-    if (roles.is_object())  // a malformed tree request is refused before anything changes
-      for (const auto& [role, entry] : roles.items()) draft_tree_request(entry);
+    if (const nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey); roles.is_object())
+      for (const auto& [role, entry] : roles.items()) draft_tree_request(entry);  // refused before anything changes
     ms.set_metadata("io", make_variants(ms, targets[0], ms.metadata("config"), "", opts, ctx, /*kv_prefix=*/true));
+    nlohmann::json roles = ms.metadata(nf::roles::kMetadataKey);  // without kv_prefix: the target's variants hold it
     // A graph of another role (a draft) gets the same variants, named after it, and its own io.
     if (!roles.is_object()) return nullptr;
     nlohmann::json trees = nlohmann::json::object();  // role draft_tree, when a draft asks for it
