@@ -44,15 +44,18 @@ class Runner : public nf_runner {
   void set_extra_input_tokens(size_t n) { extra_input_tokens_ = n; }
   size_t input_vocab_size() const override { return vocab_size() + extra_input_tokens_; }
 
-  // The graphs open_role looks in (make_runner sets them on a target's runner).
-  void set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata);
+  // The graphs open_role looks in and this runner's role ("": the target), set by make_runner.
+  void set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata, std::string role);
   // A runner over the graphs of another role (metadata "roles"), or null when there are none.
+  // A role whose entry says "shares_cache_of": this runner's role reads and writes this
+  // runner's KV cache (a draft's tree graph and the draft).
   nf_runner* open_role(const char* role) override;
 
  protected:
   size_t extra_input_tokens_ = 0;
   BackendSession* model_session_ = nullptr;
   nlohmann::json model_specs_, model_metadata_;
+  std::string role_;
 };
 
 // Runner over the dynamic KV layout of HF exports: past key/values grow by concatenation.

@@ -224,16 +224,39 @@ void StaticRunner::clear_prefix() {
 }
 
 void StaticRunner::reset() {
-  n_past_ = 0;
-  size_t per_layer = static_cast<size_t>(io_.kv_heads * max_cl_ * io_.head_dim);
-  keys_.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
-  values_.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
+  // A shared cache empties for every runner sharing it.
+  kv_->n_past = 0;
+  kv_->capacity = std::max(kv_->capacity, max_cl_);
+  size_t per_layer = static_cast<size_t>(io_.kv_heads * kv_->capacity * io_.head_dim);
+  kv_->keys.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
+  kv_->values.assign(static_cast<size_t>(io_.layers), std::vector<float>(per_layer, 0.f));
   extras_.clear();
   row_pass_.reset();
   row_parents_.clear();
   row_flags_.clear();
   clear_prefix();
   clear_scratch();
+}
+
+void StaticRunner::share_cache(StaticRunner& other) {
+  if (other.io_.layers != io_.layers || other.io_.first_layer != io_.first_layer || other.io_.kv_heads != io_.kv_heads ||
+      other.io_.head_dim != io_.head_dim || other.io_.window || io_.window || other.io_.prefix_rows || io_.prefix_rows)
+    fail("graphs that share a KV cache must have the same layers and KV geometry (and no sliding window or prefix)");
+  if (other.kv_->capacity < max_cl_) {  // grow the shared store to hold this runner's context
+    const int64_t old_cap = other.kv_->capacity, kvh = io_.kv_heads, hd = io_.head_dim;
+    for (auto* part : {&other.kv_->keys, &other.kv_->values})
+      for (std::vector<float>& layer : *part) {
+        std::vector<float> grown(static_cast<size_t>(kvh * max_cl_ * hd), 0.f);
+        for (int64_t h = 0; h < kvh; ++h)
+          std::copy_n(layer.begin() + h * old_cap * hd, old_cap * hd, grown.begin() + h * max_cl_ * hd);
+        layer = std::move(grown);
+      }
+    other.kv_->capacity = max_cl_;
+  }
+  kv_ = other.kv_;
+  clear_scratch();
+  row_pass_.reset();
+  row_parents_.clear();
 }
 
 void StaticRunner::clear_scratch() {
@@ -267,9 +290,9 @@ size_t StaticRunner::pick(int64_t rows, bool partial) const {
   if (partial && part != none) return part;
   if (short_window)
     throw std::runtime_error("runner: no variant runs " + std::to_string(rows) + " rows exactly after " +
-                             std::to_string(n_past_) + " tokens: their sliding caches hold fewer than the " +
+                             std::to_string(kv_->n_past) + " tokens: their sliding caches hold fewer than the " +
                              std::to_string(io_.window - 1) + " positions the window needs");
-  throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(n_past_) +
+  throw std::runtime_error("runner: context full: " + std::to_string(max_cl_) + " tokens (" + std::to_string(kv_->n_past) +
                            " in the cache, " + (scratch_pos_.empty() ? "" : std::to_string(scratch_pos_.size()) + " scratch rows, ") +
                            (prefix_len_ ? std::to_string(prefix_len_) + " prefix KV rows, " : "") +
                            std::to_string(rows) + " more requested)");
@@ -288,12 +311,12 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   const StaticIO::Variant& v = io_.variants[vi];
   const int64_t ar = v.ar, rows = static_cast<int64_t>(tokens.size());
   const int64_t kvh = io_.kv_heads, hd = io_.head_dim;
-  const size_t cap = static_cast<size_t>(max_cl_);
+  const size_t cap = static_cast<size_t>(kv_->capacity);
   const float masked = io_.mask_value;
 
   // Padding rows sit after the real ones at the next positions; they see only themselves.
   std::vector<int64_t> pos(static_cast<size_t>(ar));
-  for (int64_t i = 0; i < ar; ++i) pos[i] = i < rows ? positions[i] : n_past_ + i;
+  for (int64_t i = 0; i < ar; ++i) pos[i] = i < rows ? positions[i] : kv_->n_past + i;
   // sees[i * ar + j]: new row j is row i or one of its ancestors.
   std::vector<bool> sees(static_cast<size_t>(ar * ar), false);
   for (int64_t i = 0; i < ar; ++i)
@@ -305,8 +328,8 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
   auto sees_prefix = [&](int64_t i) { return i < rows && !flags.empty() && (flags[i] & NF_ROW_SEES_PREFIX); };
   const int64_t n_scratch = static_cast<int64_t>(scratch_pos_.size());
   auto sees_slot = [&](int64_t i, int64_t slot) {
-    if (slot < n_past_) return true;
-    const int64_t s = slot - n_past_;
+    if (slot < kv_->n_past) return true;
+    const int64_t s = slot - kv_->n_past;
     return s < n_scratch && !scratch_sees.empty() && scratch_sees[static_cast<size_t>(i * n_scratch + s)] != 0;
   };
   auto mask = [&](int64_t cols, bool windowed) {
@@ -345,7 +368,7 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
                                         : std::vector<int64_t>{1, kvh, len, hd};
     auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_FLOAT32, dims));
     float* dst = t->tensor.mutable_as<float>();
-    const float* src = (key ? keys_ : values_)[l].data();
+    const float* src = (key ? kv_->keys : kv_->values)[l].data();
     for (int64_t h = 0; h < kvh; ++h)
       for (int64_t c = 0; c < n; ++c) {
         const float* s = src + (static_cast<size_t>(h) * cap + static_cast<size_t>(start + c)) * static_cast<size_t>(hd);
@@ -428,18 +451,18 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
 }
 
 void StaticRunner::keep(const Pass& p, std::span<const int32_t> rows) {
-  store(p, rows, n_past_);
-  n_past_ += static_cast<int64_t>(rows.size());
+  store(p, rows, kv_->n_past);
+  kv_->n_past += static_cast<int64_t>(rows.size());
 }
 
 void StaticRunner::store(const Pass& p, std::span<const int32_t> rows, int64_t at) {
   const int64_t ar = io_.variants[p.variant].ar, kvh = io_.kv_heads, hd = io_.head_dim;
-  const size_t cap = static_cast<size_t>(max_cl_);
-  if (at + static_cast<int64_t>(rows.size()) > max_cl_) fail("KV store overflow");
+  const size_t cap = static_cast<size_t>(kv_->capacity);
+  if (at + static_cast<int64_t>(rows.size()) > kv_->capacity) fail("KV store overflow");
   for (size_t l = 0; l < static_cast<size_t>(io_.layers); ++l)
     for (bool key : {true, false}) {
       const float* src = (key ? p.keys : p.values)[l]->tensor.as<float>();
-      float* dst = (key ? keys_ : values_)[l].data();
+      float* dst = (key ? kv_->keys : kv_->values)[l].data();
       const bool transposed = key && io_.htp;  // [n_kv, 1, head_dim, AR]
       for (size_t i = 0; i < rows.size(); ++i) {
         const int64_t r = rows[i];
@@ -468,7 +491,7 @@ std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool al
     for (size_t i = 0; i < take; ++i) {
       parents[i] = static_cast<int32_t>(i) - 1;  // a chunk is causal: each row sees the previous
       rows[i] = static_cast<int32_t>(i);
-      positions[i] = n_past_ + static_cast<int64_t>(i);
+      positions[i] = kv_->n_past + static_cast<int64_t>(i);
     }
     Pass p = run(vi, tokens.subspan(done, take), parents, positions);
     keep(p, rows);
@@ -562,7 +585,7 @@ void StaticRunner::forward_flags(const int32_t* tokens, const int32_t* parents, 
     if (p >= static_cast<int32_t>(r) || p < -1)
       throw std::runtime_error("runner: row " + std::to_string(r) + " has parent " + std::to_string(p) +
                                " (a parent must be an earlier row or -1)");
-    positions[r] = p < 0 ? n_past_ : positions[static_cast<size_t>(p)] + 1;  // n_past + depth
+    positions[r] = p < 0 ? kv_->n_past : positions[static_cast<size_t>(p)] + 1;  // n_past + depth
   }
   check_row_flags(parents, flags, n_rows, static_cast<size_t>(prefix_len_));
   row_flags_.assign(n_rows, 0);
@@ -593,7 +616,7 @@ void StaticRunner::forward_scratch(const int32_t* tokens, const int32_t* parents
                                " (a kept scratch row 0.." + std::to_string(kept - 1) + ", an earlier row of the call " +
                                std::to_string(kept) + ".." + std::to_string(kept + static_cast<int64_t>(r) - 1) + ", or -1)");
     if (p < 0) {
-      positions[r] = n_past_;
+      positions[r] = kv_->n_past;
     } else if (p < kept) {
       positions[r] = scratch_pos_[static_cast<size_t>(p)] + 1;
       for (int32_t s = p; s >= 0; s = scratch_parent_[static_cast<size_t>(s)]) sees[r * S + static_cast<size_t>(s)] = 1;
@@ -677,21 +700,30 @@ std::unique_ptr<Runner> make_runner(BackendSession& session, const nlohmann::jso
       throw std::runtime_error("metadata extra_embeddings needs an unsigned integer 'rows'");
     r->set_extra_input_tokens(e["rows"].get<size_t>());
   }
-  if (role.empty()) r->set_model(session, graph_specs, metadata);
+  r->set_model(session, graph_specs, metadata, role);
   return r;
 }
 
-void Runner::set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata) {
+void Runner::set_model(BackendSession& session, nlohmann::json graph_specs, nlohmann::json metadata, std::string role) {
   model_session_ = &session;
   model_specs_ = std::move(graph_specs);
   model_metadata_ = std::move(metadata);
+  role_ = std::move(role);
 }
 
 nf_runner* Runner::open_role(const char* role) {
   if (!model_session_ || !role || !*role || !model_metadata_.is_object()) return nullptr;
   const auto& roles = model_metadata_.value(roles::kMetadataKey, nlohmann::json());
   if (!roles.is_object() || !roles.contains(role)) return nullptr;
-  return make_runner(*model_session_, model_specs_, model_metadata_, role).release();
+  std::unique_ptr<Runner> r = make_runner(*model_session_, model_specs_, model_metadata_, role);
+  if (!role_.empty() && roles[role].is_object() && roles[role].value("shares_cache_of", "") == role_) {
+    auto *mine = dynamic_cast<StaticRunner*>(this), *theirs = dynamic_cast<StaticRunner*>(r.get());
+    if (!mine || !theirs)
+      throw std::runtime_error("role '" + std::string(role) + "' shares the KV cache of role '" + role_ +
+                               "', but their graphs are not both static (arcl)");
+    theirs->share_cache(*mine);
+  }
+  return r.release();
 }
 
 }  // namespace nf::host

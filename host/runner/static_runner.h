@@ -77,7 +77,7 @@ class StaticRunner final : public Runner {
 
   size_t vocab_size() const override { return static_cast<size_t>(io_.vocab); }
   size_t max_rows() const override { return static_cast<size_t>(max_ar_); }
-  size_t n_past() const override { return static_cast<size_t>(n_past_); }
+  size_t n_past() const override { return static_cast<size_t>(kv_->n_past); }
   // The largest AR variant that fits after n_past (and the prefix KV), as pick() decides.
   size_t rows_available() const override;
   void forward(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
@@ -96,6 +96,11 @@ class StaticRunner final : public Runner {
   void forward_scratch(const int32_t* tokens, const int32_t* parents, size_t n_rows, float* logits) override;
   void clear_scratch() override;
 
+  // From now on this runner reads and writes `other`'s KV cache (graphs of two roles over the
+  // same layers: a draft and its tree graph, metadata roles.<role>.shares_cache_of): what one
+  // commits the other sees. Throws when the layers or their geometry differ.
+  void share_cache(StaticRunner& other);
+
   // The base graph name of the last pass's variant (for logs and tests).
   const std::string& last_variant() const { return last_variant_; }
   int64_t context_length() const { return max_cl_; }
@@ -108,7 +113,7 @@ class StaticRunner final : public Runner {
     std::vector<TensorPtr> keys, values;  // per layer: this pass's AR new rows
     std::map<std::string, TensorPtr> extras;
   };
-  // The variant for a pass of `rows` rows after n_past_: the smallest AR >= rows that fits
+  // The variant for a pass of `rows` rows after n_past: the smallest AR >= rows that fits
   // (n_past + AR <= CL, and exact for the window), then the smallest CL; with `partial`,
   // else the largest fitting AR.
   size_t pick(int64_t rows, bool partial) const;
@@ -123,15 +128,22 @@ class StaticRunner final : public Runner {
   // Appends rows `rows` of pass p to the committed KV store.
   void keep(const Pass& p, std::span<const int32_t> rows);
   // Cache slots in use: the committed rows, then the scratch rows.
-  int64_t held() const { return n_past_ + static_cast<int64_t>(scratch_pos_.size()); }
+  int64_t held() const { return kv_->n_past + static_cast<int64_t>(scratch_pos_.size()); }
   // After a prefill chunk of `rows` tokens: extra outputs accumulate one row per token.
   void append_extra_rows(Pass& p, size_t rows, bool first_chunk);
+
+  // The committed rows, per layer [n_kv][capacity][head_dim]; shared by runners whose graphs
+  // share their cache (share_cache).
+  struct KvStore {
+    int64_t capacity = 0, n_past = 0;
+    std::vector<std::vector<float>> keys, values;
+  };
 
   BackendSession& session_;
   StaticIO io_;
   int64_t max_ar_ = 0, max_cl_ = 0;
-  int64_t n_past_ = 0, passes_ = 0;
-  std::vector<std::vector<float>> keys_, values_;  // per layer [n_kv][max_cl][head_dim]
+  int64_t passes_ = 0;
+  std::shared_ptr<KvStore> kv_ = std::make_shared<KvStore>();
   std::map<std::string, TensorPtr> extras_;
   std::string last_variant_;
   // Last row call: its pass and each row's parent.
@@ -143,7 +155,7 @@ class StaticRunner final : public Runner {
   int64_t prefix_len_ = 0;                             // prefix KV rows (NF_ROW_SEES_PREFIX)
   std::vector<std::vector<float>> prefix_k_, prefix_v_;  // per layer [n_kv][P][head_dim]
   std::map<std::string, std::vector<float>> row_inputs_;  // for the next forward, by name
-  // Scratch rows (forward_scratch), in cache slots n_past_ .. held()-1: position and parent.
+  // Scratch rows (forward_scratch), in cache slots n_past .. held()-1: position and parent.
   std::vector<int64_t> scratch_pos_;
   std::vector<int32_t> scratch_parent_;
 };

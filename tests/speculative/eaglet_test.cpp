@@ -481,8 +481,9 @@ TEST(EagletPackage, DraftVocabCutsTheDraftGraphsHead) {
 }
 
 // The draft's depth loop as one graph (role draft_tree, built by arcl): the package holds one
-// tree graph per AR at CL 256 - (5-1) x 4, a step launches it once, and it drafts the tree the
-// per-depth launches draft (the same tree: the same verified and accepted counts), lossless.
+// tree graph per AR at CL 256 - (5-1) x 4, sharing the draft's KV cache; a step launches it
+// once, and it drafts the tree the per-depth launches draft (the same tree: the same verified
+// and accepted counts), lossless.
 void expect_one_graph_a_step(const std::string& kv_layout) {
   fs::path work = fs::temp_directory_path() / ("nf_eaglet_tree_" + kv_layout + std::to_string(::getpid()));
   fs::remove_all(work);
@@ -517,9 +518,11 @@ void expect_one_graph_a_step(const std::string& kv_layout) {
     EXPECT_EQ(each.decoder["draft_loop"], "one launch per depth");
     int64_t calls = 0;
     for (const auto& [rows, n] : one.decoder["draft_tree_calls"].items()) calls += n.get<int64_t>();
-    EXPECT_EQ(calls, one.draft_forwards) << one.decoder.dump();
-    EXPECT_TRUE(one.decoder["draft_pass_rows"].empty()) << one.decoder.dump();
-    EXPECT_EQ(one.draft_forwards, one.target_forwards + 1) << "one launch a step (the first two: the 24-token prompt's entries)";
+    EXPECT_EQ(calls, one.target_forwards) << "one tree launch a step: " << one.decoder.dump();
+    // The 24-token prompt's 24 entries at the first step: 8 through the draft's own 16-row
+    // graph, into the cache the tree graph shares, the last 16 with the tree.
+    EXPECT_EQ(one.decoder["draft_pass_rows"], nlohmann::json({{"8", 1}})) << one.decoder.dump();
+    EXPECT_EQ(one.draft_forwards, calls + 1);
     EXPECT_GT(each.draft_forwards, 3 * each.target_forwards);
     EXPECT_EQ(one.target_forwards, each.target_forwards) << "the same trees";
     accepted += one.decoder["accepted_draft_tokens"].get<int64_t>();
@@ -540,6 +543,34 @@ void expect_one_graph_a_step(const std::string& kv_layout) {
   fs::remove_all(work);
 }
 TEST(EagletPackage, TheDraftLoopIsOneGraphAStep) { expect_one_graph_a_step("hf"); }
+
+// Near the context's end the tree's rows no longer fit (its graphs hold CL 64 - 16): the step
+// drafts depth by depth on the draft's graphs, over the cache the two share, as deep as the
+// draft's context allows, and the output equals plain greedy's to the last token.
+TEST(EagletPackage, TheDraftLoopGraphHandsTheContextsEndToTheDraft) {
+  fs::path model = test::model_dir("tiny_llama");
+  fs::path work = fs::temp_directory_path() / ("nf_eaglet_tree_end_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  auto p = test::build_and_open(
+      work, "[model]\nonnx = \"" + (model / "model.onnx").string() + "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n"
+            "[[transform]]\nplugin = \"arcl\"\narn = [1, 8]\ncontext_length = [64]\n\n"
+            "[speculative]\ndecoder = \"eaglet\"\ndraft = \"" + kDraft + "\"\n\n[targets.cpu]\nbackend = \"cpu\"\n");
+  host::Runner& r = *p->runner;
+  const nlohmann::json options{{"draft", (p->dir / "assets/eaglet/eaglet").string()}};
+  const std::vector<int32_t> prompt = heldout_prompts(1, 20)[0];
+  const int n = static_cast<int>(64 - prompt.size() + 1);
+  const auto want = plain_greedy(r, prompt, n);
+  host::SpeculativeStats st;
+  EXPECT_EQ(eaglet(r, prompt, n, &st, options), want);
+  EXPECT_FALSE(st.decoder["draft_tree_calls"].empty()) << st.decoder.dump();
+  EXPECT_TRUE(st.decoder["draft_pass_rows"].contains("4")) << "per-depth passes of 4 nodes near the end: " << st.decoder.dump();
+  EXPECT_EQ(r.n_past(), 64u);
+  // Depth by depth all the way (it ran out of draft context before: "runner: context full").
+  nlohmann::json per_depth = options;
+  per_depth["draft_loop_graph"] = false;
+  EXPECT_EQ(eaglet(r, prompt, n, &st, per_depth), want);
+  fs::remove_all(work);
+}
 TEST(EagletPackage, TheDraftLoopIsOneGraphAStepInTheHtpKvLayout) { expect_one_graph_a_step("htp"); }
 
 // A draft role whose tree request is malformed (a third-party decoder's hook): arcl refuses it

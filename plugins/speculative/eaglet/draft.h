@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,8 @@ class Draft {
   virtual void clear_cache() = 0;  // committed and scratch
   virtual int64_t head_size() const = 0;
   virtual const char* where() const = 0;  // "graph" or "host"
+  // Rows the next scratch call can take (a graph's context fills up; the host has no limit).
+  virtual size_t room() const { return SIZE_MAX; }
 
   const DraftConfig& config() const { return cfg_; }
   int32_t head_token(int64_t column) const {

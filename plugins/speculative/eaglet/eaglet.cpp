@@ -7,7 +7,8 @@
 //  2. Dynamic tree: for draft_len - 1 more draft passes, the n_branches most likely nodes
 //     of the newest depth (by cumulative draft probability) are expanded, each into its
 //     n_branches most likely children. A package built with draft_loop_graph holds steps 1
-//     and 2 as one graph (role draft_tree, tree_draft.h): one launch a step.
+//     and 2 as one graph (role draft_tree, tree_draft.h): one launch a step, sharing the
+//     draft's KV cache.
 //  3. Rerank every drafted node by cumulative probability and keep the best ones that fit
 //     the target's budget (max_tokens_target_can_evaluate, at most the runner's rows);
 //     the kept set is closed under parents because a child is never likelier than its parent.
@@ -91,10 +92,12 @@ class Eaglet {
     use_cache_ = o.get<bool>("draft_kv_cache", true);
     const eaglet::DraftConfig& c = draft_->config();
     H_ = static_cast<size_t>(c.hidden);
-    nf_runner* tree = nullptr;
-    if (o.get<bool>("draft_loop_graph", true) &&
-        nf::host().runner_open_role(runner, nf::roles::kDraftTree, &tree) == nullptr)  // else the package has none
-      tree_ = std::make_unique<eaglet::TreeDraft>(runner, tree, c.hidden, draft_len_, branches_);
+    graph_draft_ = dynamic_cast<eaglet::GraphDraft*>(draft_.get());
+    if (graph_draft_ && o.get<bool>("draft_loop_graph", true)) {
+      tree_ = std::make_unique<eaglet::TreeDraft>(graph_draft_->runner(), c.hidden, static_cast<int64_t>(step_.vocab()),
+                                                  draft_len_, branches_);
+      if (!tree_->ok()) tree_.reset();  // a package without the tree graph
+    }
     if (static_cast<size_t>(c.vocab) != step_.vocab())
       throw nf::Error("eaglet: the draft's vocabulary is " + std::to_string(c.vocab) + ", the target's " +
                       std::to_string(step_.vocab()) + " (a draft is trained for one target)");
@@ -252,12 +255,12 @@ class Eaglet {
     std::vector<eaglet::Row> rows;
     for (const Entry& e : pending_) rows.push_back({e.feature.data(), e.token, e.position, -1});
     rows.push_back({last_feature_.data(), cur, P - 1, -1});
-    if (tree_) {
-      draft_with_graph(rows, nodes);
-      return;
+    if (!use_cache_) {
+      draft_->clear_cache();
+      if (tree_) tree_->reopen(graph_draft_->runner());
     }
-    if (!use_cache_) draft_->clear_cache();
     draft_->clear_scratch();
+    if (tree_ && draft_with_graph(rows, nodes)) return;
     const size_t head = static_cast<size_t>(draft_->head_size());
     std::vector<float> feats(rows.size() * H_), logits(rows.size() * head);
     draft_->run_committed(rows, feats.data(), logits.data());
@@ -280,6 +283,7 @@ class Eaglet {
         const int32_t parent_entry = node.parent < 0 ? -1 : nodes[static_cast<size_t>(node.parent)].entry;
         xs.push_back({features_.data() + node.feature * H_, node.token, P + node.depth - 1, parent_entry});
       }
+      if (xs.size() > draft_->room()) break;  // the draft's context is full: the tree stops here
       std::vector<float> f(xs.size() * H_), l(xs.size() * head);
       std::vector<int32_t> ids = draft_->run_scratch(xs, f.data(), l.data());
       std::vector<int32_t> next;
@@ -298,14 +302,24 @@ class Eaglet {
     }
   }
 
-  // The whole tree in one call of the tree graph (none near the context's end, where the
-  // tree's rows do not fit: the step then verifies the root alone).
-  void draft_with_graph(const std::vector<eaglet::Row>& rows, std::vector<Node>& nodes) {
-    if (!use_cache_) tree_->clear_cache();
+  // The whole tree in one call of the tree graph. Catch-up rows beyond one call (the prompt's
+  // entries at the first step) go first through the draft's own graphs, into the cache the
+  // two share; false when the rest does not fit the tree's context (near the end): the step
+  // drafts depth by depth with the rows left in `rows`.
+  bool draft_with_graph(std::vector<eaglet::Row>& rows, std::vector<Node>& nodes) {
+    const size_t lead = rows.size() > tree_->max_rows() ? rows.size() - tree_->max_rows() : 0;
+    if (lead > 0) {
+      const size_t head = static_cast<size_t>(draft_->head_size());
+      std::vector<float> feats(lead * H_), logits(lead * head);
+      draft_->run_committed({rows.data(), lead}, feats.data(), logits.data());
+      rows.erase(rows.begin(), rows.begin() + static_cast<long>(lead));
+    }
+    if (!tree_->fits(rows.size())) return false;
     std::vector<eaglet::TreeNode> tree;
     tree_->draft(rows, tree);
     pending_.clear();
     for (const eaglet::TreeNode& t : tree) nodes.push_back({t.token, t.parent, t.depth, t.logp, -1, 0});
+    return true;
   }
 
   // The budget - 1 likeliest nodes, closed under parents, ordered by depth.
@@ -338,7 +352,8 @@ class Eaglet {
   nf_runner* runner_;
   nf::SpeculativeStep step_;
   std::unique_ptr<eaglet::Draft> draft_;
-  std::unique_ptr<eaglet::TreeDraft> tree_;  // the depth loop as one graph, when the package has it
+  eaglet::GraphDraft* graph_draft_ = nullptr;  // draft_ when it runs on the package's graphs
+  std::unique_ptr<eaglet::TreeDraft> tree_;    // the depth loop as one graph, when the package has it
   int draft_len_ = 5, branches_ = 4;
   bool use_cache_ = true;
   size_t H_ = 0, budget_ = 1;

@@ -26,6 +26,8 @@ class GraphDraft final : public Draft {
   void clear_cache() override;
   int64_t head_size() const override { return head_; }
   const char* where() const override { return "graph"; }
+  size_t room() const override { return nf::host().runner_rows_available(r_); }
+  nf_runner* runner() const { return r_; }  // the draft role's runner (clear_cache opens a new one)
 
  private:
   struct Entry {

@@ -27,51 +27,50 @@ std::vector<T> read_output(nf_runner* r, const char* name, size_t n) {
 
 }  // namespace
 
-TreeDraft::TreeDraft(nf_runner* target, nf_runner* tree, int64_t hidden, int depth, int branches)
-    : target_(target), r_(tree), hidden_(static_cast<size_t>(hidden)), depth_(depth), branches_(branches) {}
-
-TreeDraft::~TreeDraft() { nf::host().runner_release(r_); }
-
-void TreeDraft::clear_cache() {
-  nf_runner* fresh = nullptr;  // no reset in the runner API: a fresh runner has an empty cache
-  nf::check(nf::host().runner_open_role(target_, nf::roles::kDraftTree, &fresh));
-  nf::host().runner_release(r_);
-  r_ = fresh;
+TreeDraft::TreeDraft(nf_runner* draft, int64_t hidden, int64_t vocab, int depth, int branches)
+    : hidden_(static_cast<size_t>(hidden)), vocab_(vocab), depth_(depth), branches_(branches) {
+  reopen(draft);
 }
 
-bool TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
+TreeDraft::~TreeDraft() {
+  if (r_) nf::host().runner_release(r_);
+}
+
+void TreeDraft::reopen(nf_runner* draft) {
+  if (r_) nf::host().runner_release(r_);
+  r_ = nullptr;
+  nf_status* st = nf::host().runner_open_role(draft, nf::roles::kDraftTree, &r_);
+  if (!st) return;
+  r_ = nullptr;
+  if (nf::host().status_code(st) != NF_STATUS_NOT_FOUND) nf::check(st);  // else the package has no tree graph
+  nf::host().status_release(st);
+}
+
+size_t TreeDraft::max_rows() const { return nf::host().runner_max_rows(r_); }
+bool TreeDraft::fits(size_t rows) const { return rows <= nf::host().runner_rows_available(r_); }
+
+void TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
   nodes.clear();
-  const size_t B = static_cast<size_t>(branches_), N = B + static_cast<size_t>(depth_ - 1) * B * B;
-  // A catch-up longer than one call (the prompt's entries) goes in chunks; the last holds the root.
-  for (size_t done = 0; done < rows.size();) {
-    const size_t n = std::min(rows.size() - done, nf::host().runner_rows_available(r_));
-    if (n == 0) return false;
-    const bool last = done + n == rows.size();
-    const Chain c = chain_of(rows.subspan(done, n), hidden_);
-    std::vector<float> root(n, 0.f);
-    if (last) root.back() = 1.f;
-    nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, c.features.data(), n, hidden_));
-    nf::check(nf::host().runner_set_row_input(r_, nf::roles::kTreeRoot, root.data(), n, 1));
-    std::vector<float> logits(n * nf::host().runner_vocab_size(r_));
-    nf::check(nf::host().runner_forward(r_, c.tokens.data(), c.parents.data(), n, logits.data()));
-    ++calls_[static_cast<int64_t>(n)];
-    if (last) {
-      const std::vector<int64_t> token = read_output<int64_t>(r_, nf::roles::kTreeTokens, N),
-                                 parent = read_output<int64_t>(r_, nf::roles::kTreeParents, N);
-      const std::vector<float> logp = read_output<float>(r_, nf::roles::kTreeLogp, N);
-      const int64_t vocab = static_cast<int64_t>(nf::host().runner_vocab_size(target_));
-      for (size_t i = 0; i < N; ++i) {
-        if (parent[i] < -1 || parent[i] >= static_cast<int64_t>(i) || token[i] < 0 || token[i] >= vocab)
-          throw nf::Error("eaglet: the draft tree graph's node " + std::to_string(i) + " is token " + std::to_string(token[i]) +
-                          " under node " + std::to_string(parent[i]) + " (a token of the vocabulary under an earlier node or -1 expected)");
-        const int d = parent[i] < 0 ? 1 : nodes[static_cast<size_t>(parent[i])].depth + 1;
-        nodes.push_back({static_cast<int32_t>(token[i]), static_cast<int32_t>(parent[i]), d, static_cast<double>(logp[i])});
-      }
-    }
-    nf::check(nf::host().runner_commit(r_, c.rows.data(), n));
-    done += n;
+  const size_t B = static_cast<size_t>(branches_), N = B + static_cast<size_t>(depth_ - 1) * B * B, n = rows.size();
+  const Chain c = chain_of(rows, hidden_);
+  std::vector<float> root(n, 0.f);
+  root.back() = 1.f;
+  nf::check(nf::host().runner_set_row_input(r_, kFeatureInput, c.features.data(), n, hidden_));
+  nf::check(nf::host().runner_set_row_input(r_, nf::roles::kTreeRoot, root.data(), n, 1));
+  std::vector<float> logits(n * nf::host().runner_vocab_size(r_));
+  nf::check(nf::host().runner_forward(r_, c.tokens.data(), c.parents.data(), n, logits.data()));
+  ++calls_[static_cast<int64_t>(n)];
+  const std::vector<int64_t> token = read_output<int64_t>(r_, nf::roles::kTreeTokens, N),
+                             parent = read_output<int64_t>(r_, nf::roles::kTreeParents, N);
+  const std::vector<float> logp = read_output<float>(r_, nf::roles::kTreeLogp, N);
+  for (size_t i = 0; i < N; ++i) {
+    if (parent[i] < -1 || parent[i] >= static_cast<int64_t>(i) || token[i] < 0 || token[i] >= vocab_)
+      throw nf::Error("eaglet: the draft tree graph's node " + std::to_string(i) + " is token " + std::to_string(token[i]) +
+                      " under node " + std::to_string(parent[i]) + " (a token of the vocabulary under an earlier node or -1 expected)");
+    const int d = parent[i] < 0 ? 1 : nodes[static_cast<size_t>(parent[i])].depth + 1;
+    nodes.push_back({static_cast<int32_t>(token[i]), static_cast<int32_t>(parent[i]), d, static_cast<double>(logp[i])});
   }
-  return true;
+  nf::check(nf::host().runner_commit(r_, c.rows.data(), n));
 }
 
 }  // namespace eaglet

@@ -1,6 +1,7 @@
 // The draft's depth loop as one graph (role draft_tree, sdk graph_roles.hpp; arcl builds it
 // when the build hook asks): one launch a step runs the catch-up rows and drafts the whole
-// tree on the device, top-k inside.
+// tree on the device, top-k inside. Its runner shares the draft runner's KV cache, so rows
+// it cannot take go through the draft's own graphs.
 #pragma once
 
 #include <npuforge/plugin.hpp>
@@ -23,25 +24,31 @@ struct TreeNode {
 
 class TreeDraft {
  public:
-  // Takes `tree` (a runner_open_role of `target`, role draft_tree) and releases it.
-  TreeDraft(nf_runner* target, nf_runner* tree, int64_t hidden, int depth, int branches);
+  // Opens role draft_tree from `draft` (the draft role's runner), sharing its KV cache; not
+  // ok() when the package has no tree graph. `vocab`: the target's (tokens are checked).
+  TreeDraft(nf_runner* draft, int64_t hidden, int64_t vocab, int depth, int branches);
   ~TreeDraft();
   TreeDraft(const TreeDraft&) = delete;
   TreeDraft& operator=(const TreeDraft&) = delete;
 
-  // Commits `rows` (accepted entries, the root last) to the draft's cache and returns the
-  // tree drafted under the root, nodes by depth. False when the context has no room for
-  // them and the tree: the step drafts nothing. Throws nf::Error when the graph's tree is
-  // not `depth` x `branches` (a package built with other draft_len / n_branches).
-  bool draft(std::span<const Row> rows, std::vector<TreeNode>& nodes);
-  void clear_cache();
+  bool ok() const { return r_ != nullptr; }
+  // After the draft's runner was replaced (a cleared cache): share the new one's.
+  void reopen(nf_runner* draft);
+  // The most catch-up rows one call takes, and whether `rows` fit the context now (the tree's
+  // rows take (depth - 1) x branches slots beyond them).
+  size_t max_rows() const;
+  bool fits(size_t rows) const;
+  // Commits `rows` (at most max_rows(): accepted entries, the root last) to the shared cache
+  // and returns the tree drafted under the root, nodes by depth. Throws nf::Error when the
+  // graph's tree is not `depth` x `branches` (a package built with other draft_len / n_branches).
+  void draft(std::span<const Row> rows, std::vector<TreeNode>& nodes);
   // Calls by their row count (rows -> calls), for pricing call by call.
   const std::map<int64_t, int64_t>& calls() const { return calls_; }
 
  private:
-  nf_runner* target_;
-  nf_runner* r_;
+  nf_runner* r_ = nullptr;
   size_t hidden_;
+  int64_t vocab_;
   int depth_, branches_;
   std::map<int64_t, int64_t> calls_;
 };

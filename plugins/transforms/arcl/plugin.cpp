@@ -110,7 +110,8 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
       if (tree_io.empty()) continue;
       nlohmann::json io = entry["io"];
       io["variants"] = tree_io;
-      trees = {{"graphs", graph_names(io)}, {"decoder", entry.value("decoder", "")}, {"tree", entry["tree"]}, {"io", io}};
+      trees = {{"graphs", graph_names(io)}, {"decoder", entry.value("decoder", "")}, {"tree", entry["tree"]}, {"io", io},
+               {"shares_cache_of", role}};  // the draft's cache: the runner of one feeds the other
     }
     if (!trees.empty()) roles[nf::roles::kDraftTree] = trees;
     ms.set_metadata(nf::roles::kMetadataKey, roles);
