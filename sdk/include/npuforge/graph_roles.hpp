@@ -62,7 +62,8 @@ inline std::optional<KvPrefixRole> kv_prefix_role(const nlohmann::json& roles) {
 // softmax(s x logits)) are the next pass's rows. Outputs beside the catch-up pass's own:
 // tree_tokens (int64, vocabulary ids), tree_parents (int64, an earlier node, -1 the root) and
 // tree_logp (float32, cumulative from the root), each [1, N], N = B + (D-1) B^2, nodes by depth.
-// The role entry repeats "tree" and has the runner's "io" (layout static).
+// The role entry repeats "tree", has the runner's "io" (layout static) and "shares_cache_of":
+// the draft's role; a runner of it opened from the draft's runner shares that runner's cache.
 inline constexpr const char* kDraftTree = "draft_tree";
 inline constexpr const char* kTreeRoot = "tree_root";
 inline constexpr const char* kTreeTokens = "tree_tokens";
