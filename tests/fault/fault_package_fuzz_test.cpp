@@ -142,3 +142,53 @@ TEST_P(FaultPackageField, RunAndInspectNeverCrash) {
 INSTANTIATE_TEST_SUITE_P(Fields, FaultPackageField,
                          ::testing::Values("backend", "config", "created_by", "files", "format", "graphs", "metadata",
                                            "source", "speculative", "stages", "target", "tokenizer", "version"));
+
+// An eaglet package with its draft's depth loop as one graph (role draft_tree): each field of
+// the tree role and of the draft's tree request replaced (and resealed), then an eaglet run
+// and inspect: a run, or one clean error line; never a crash or a wrong-shaped tree used.
+TEST(FaultPackageFuzz, DraftTreeRoleFieldsReplacedAndResealed) {
+  const fs::path tiny = nf::test::model_dir("tiny_llama");
+  const fs::path d = scratch("fuzz_draft_tree");
+  std::ofstream(d / "m.toml") << "[model]\nonnx = \"" << (tiny / "model.onnx").string()
+                              << "\"\n\n[[transform]]\nplugin = \"hidden_states\"\n\n[[transform]]\nplugin = \"arcl\"\n"
+                                 "arn = [1, 8]\ncontext_length = [64]\n\n[speculative]\ndecoder = \"eaglet\"\ndraft = \""
+                              << (tiny / "eaglet").string() << "\"\n\n[targets.cpu]\nbackend = \"cpu\"\n";
+  auto built = run({"build", (d / "m.toml").string(), "--out", (d / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(built.exit_code, 0) << built.err;
+  const fs::path pkg = d / "out" / "cpu";
+  const std::string good = slurp(pkg / "package.json");
+  const auto meta = nlohmann::json::parse(good);
+  using P = nlohmann::json::json_pointer;
+  std::vector<P> where{P("/metadata/roles/draft_tree"), P("/metadata/roles/draft_tree/shares_cache_of"),
+                       P("/metadata/roles/draft_tree/graphs"), P("/metadata/roles/draft_tree/io/variants"),
+                       P("/metadata/roles/draft_tree/io/layers")};
+  for (const char* k : {"", "/depth", "/branches", "/logit_scale", "/feature_input"})
+    for (const char* role : {"draft", "draft_tree"}) where.push_back(P("/metadata/roles/" + std::string(role) + "/tree" + k));
+  const std::vector<nlohmann::json> values{nullptr, 0, -1, 3, "", "draft", nlohmann::json::array(), nlohmann::json::object()};
+  for (const P& p : where) {
+    ASSERT_TRUE(meta.contains(p)) << p.to_string();
+    for (const auto& v : values) {
+      nlohmann::json m = meta;
+      m[p] = v;
+      write_file(pkg / "package.json", sealed(m));
+      for (auto r : {run({"run", pkg.string(), "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "-q"}, {}, 60),
+                     run({"inspect", pkg.string()}, {}, 60)}) {
+        EXPECT_LT(r.exit_code, 128) << p.to_string() << " = " << v.dump() << ": " << r.err;
+        if (r.exit_code != 0) {
+          EXPECT_EQ(nf::test::line_count(r.err), 1) << p.to_string() << " = " << v.dump() << ":\n" << r.err;
+        }
+      }
+    }
+  }
+  // A tree graph that does not share the draft's cache would draft from a cache without the
+  // rows the draft's own graphs took: refused, not used.
+  nlohmann::json m = meta;
+  m["metadata"]["roles"]["draft_tree"].erase("shares_cache_of");
+  write_file(pkg / "package.json", sealed(m));
+  auto r = run({"run", pkg.string(), "--prompt-ids", "1,5,9", "--max-new-tokens", "12", "-q"}, {}, 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("does not share the draft's KV cache"), std::string::npos) << r.err;
+  write_file(pkg / "package.json", good);
+  r = run({"run", pkg.string(), "--prompt-ids", "1,5,9", "--max-new-tokens", "12", "-q"}, {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}

@@ -39,6 +39,7 @@ TreeDraft::~TreeDraft() {
 void TreeDraft::reopen(nf_runner* draft) {
   if (r_) nf::host().runner_release(r_);
   r_ = nullptr;
+  draft_ = draft;
   nf_status* st = nf::host().runner_open_role(draft, nf::roles::kDraftTree, &r_);
   if (!st) return;
   r_ = nullptr;
@@ -52,6 +53,11 @@ bool TreeDraft::fits(size_t rows) const { return rows <= nf::host().runner_rows_
 void TreeDraft::draft(std::span<const Row> rows, std::vector<TreeNode>& nodes) {
   nodes.clear();
   const size_t B = static_cast<size_t>(branches_), N = B + static_cast<size_t>(depth_ - 1) * B * B, n = rows.size();
+  // The rows before these went through the draft's runner: one cache, or the tree would
+  // draft from a cache without them.
+  if (nf::host().runner_n_past(r_) != nf::host().runner_n_past(draft_))
+    throw nf::Error("eaglet: the draft tree graph does not share the draft's KV cache (package metadata "
+                    "roles.draft_tree.shares_cache_of should name the draft's role)");
   const Chain c = chain_of(rows, hidden_);
   std::vector<float> root(n, 0.f);
   root.back() = 1.f;

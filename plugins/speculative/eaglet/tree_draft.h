@@ -47,6 +47,7 @@ class TreeDraft {
 
  private:
   nf_runner* r_ = nullptr;
+  nf_runner* draft_ = nullptr;  // the draft role's runner, whose cache r_ shares (not owned)
   size_t hidden_;
   int64_t vocab_;
   int depth_, branches_;
