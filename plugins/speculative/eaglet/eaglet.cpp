@@ -368,7 +368,7 @@ const nf_plugin_descriptor kEaglet = {NF_ABI_VERSION,
                                       sizeof(nf_plugin_descriptor),
                                       NF_KIND_SPECULATIVE,
                                       "eaglet",
-                                      "0.1.0",
+                                      "0.2.0",
                                       "EAGLE-2 style draft on the target's hidden states: dynamic tree, one target pass",
                                       kSchema,
                                       &nf::SpeculativeTable<Eaglet>::api};
