@@ -34,9 +34,6 @@ nlohmann::json io_metadata(const ModelInfo& info, const ArclOptions& opts, const
   return io;
 }
 
-// Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
-// the runner's io metadata for them.
-// `kv_prefix`: the target's variants hold the model set's KV prefix (role kv_prefix).
 // A role entry's "tree" (graph_roles.hpp draft_tree); throws nf::Error when malformed.
 std::optional<nf::roles::DraftTree> draft_tree_request(const nlohmann::json& role) {
   try {
@@ -46,6 +43,9 @@ std::optional<nf::roles::DraftTree> draft_tree_request(const nlohmann::json& rol
   }
 }
 
+// Replaces `source` by its static variants, named prefix + ar{AR}_cl{CL}[_scl{SCL}]; returns
+// the runner's io metadata for them.
+// `kv_prefix`: the target's variants hold the model set's KV prefix (role kv_prefix).
 // `tree_io`: when `role` (its entry) asks for the draft's depth loop as one graph, the tree
 // graphs are added too, named prefix + "tree_" + ..., and their io variants go there.
 nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann::json& config, const std::string& prefix,
