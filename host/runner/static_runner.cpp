@@ -242,17 +242,9 @@ void StaticRunner::share_cache(StaticRunner& other) {
   if (other.io_.layers != io_.layers || other.io_.first_layer != io_.first_layer || other.io_.kv_heads != io_.kv_heads ||
       other.io_.head_dim != io_.head_dim || other.io_.window || io_.window || other.io_.prefix_rows || io_.prefix_rows)
     fail("graphs that share a KV cache must have the same layers and KV geometry (and no sliding window or prefix)");
-  if (other.kv_->capacity < max_cl_) {  // grow the shared store to hold this runner's context
-    const int64_t old_cap = other.kv_->capacity, kvh = io_.kv_heads, hd = io_.head_dim;
-    for (auto* part : {&other.kv_->keys, &other.kv_->values})
-      for (std::vector<float>& layer : *part) {
-        std::vector<float> grown(static_cast<size_t>(kvh * max_cl_ * hd), 0.f);
-        for (int64_t h = 0; h < kvh; ++h)
-          std::copy_n(layer.begin() + h * old_cap * hd, old_cap * hd, grown.begin() + h * max_cl_ * hd);
-        layer = std::move(grown);
-      }
-    other.kv_->capacity = max_cl_;
-  }
+  if (other.kv_->capacity < max_cl_)  // a draft's tree graph holds a shorter context than the draft
+    fail("a shared KV cache of " + std::to_string(other.kv_->capacity) + " slots is shorter than this runner's context " +
+         std::to_string(max_cl_));
   kv_ = other.kv_;
   clear_scratch();
   row_pass_.reset();

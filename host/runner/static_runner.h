@@ -98,7 +98,8 @@ class StaticRunner final : public Runner {
 
   // From now on this runner reads and writes `other`'s KV cache (graphs of two roles over the
   // same layers: a draft and its tree graph, metadata roles.<role>.shares_cache_of): what one
-  // commits the other sees. Throws when the layers or their geometry differ.
+  // commits the other sees. Throws when the layers or their geometry differ, or when
+  // `other`'s cache is shorter than this runner's context.
   void share_cache(StaticRunner& other);
 
   // The base graph name of the last pass's variant (for logs and tests).

@@ -62,6 +62,18 @@ inline Chain chain_of(std::span<const Row> rows, size_t hidden) {
   return c;
 }
 
+// A count of passes (or calls) by their rows: {"rows": count, ...} for the stats, and the total.
+inline nlohmann::json counts_json(const std::map<int64_t, int64_t>& by_rows) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [rows, n] : by_rows) j[std::to_string(rows)] = n;
+  return j;
+}
+inline size_t counts_total(const std::map<int64_t, int64_t>& by_rows) {
+  size_t total = 0;
+  for (const auto& [rows, n] : by_rows) total += static_cast<size_t>(n);
+  return total;
+}
+
 class Draft {
  public:
   virtual ~Draft() = default;
@@ -93,11 +105,7 @@ class Draft {
     for (const auto& [r, passes] : pass_rows_) rows += static_cast<size_t>(r * passes);
     return rows;
   }
-  size_t passes() const {  // draft forwards so far (a call may take several: a long catch-up)
-    size_t n = 0;
-    for (const auto& [r, passes] : pass_rows_) n += static_cast<size_t>(passes);
-    return n;
-  }
+  size_t passes() const { return counts_total(pass_rows_); }  // draft forwards so far
 
  protected:
   void count_pass(size_t rows) { ++pass_rows_[static_cast<int64_t>(rows)]; }

@@ -177,11 +177,11 @@ class Eaglet {
                      {"max_tokens_target_can_evaluate", budget_},
                      {"draft_kv_cache", use_cache_},
                      {"target_forwards", step_.forwards()},
-                     {"draft_forwards", draft_->passes() + tree_calls()},
+                     {"draft_forwards", draft_->passes() + eaglet::counts_total(tree_calls())},
                      {"draft_loop", tree_ ? "one graph a step" : "one launch per depth"},
-                     {"draft_tree_calls", tree_calls_json()},
+                     {"draft_tree_calls", eaglet::counts_json(tree_calls())},
                      {"draft_rows", draft_->rows_run()},
-                     {"draft_pass_rows", pass_rows_json()},
+                     {"draft_pass_rows", eaglet::counts_json(draft_->pass_rows())},
                      {"draft_runs_on", draft_->where()},
                      {"rows", step_.rows()},
                      {"max_rows", step_.max_rows()},
@@ -208,24 +208,10 @@ class Eaglet {
              "does not compile it): the draft runs on the host in float32");
     return std::make_unique<eaglet::DraftModel>(dir, o.get<int64_t>("draft_vocab", 0));
   }
-  // Calls of the draft tree graph: {"rows": calls, ...} (the stats contract's draft_tree_calls).
-  nlohmann::json tree_calls_json() const {
-    nlohmann::json j = nlohmann::json::object();
-    if (tree_)
-      for (const auto& [rows, calls] : tree_->calls()) j[std::to_string(rows)] = calls;
-    return j;
-  }
-  size_t tree_calls() const {
-    size_t n = 0;
-    if (tree_)
-      for (const auto& [rows, calls] : tree_->calls()) n += static_cast<size_t>(calls);
-    return n;
-  }
-  // {"rows": passes, ...}: the stats contract's draft_pass_rows.
-  nlohmann::json pass_rows_json() const {
-    nlohmann::json j = nlohmann::json::object();
-    for (const auto& [rows, passes] : draft_->pass_rows()) j[std::to_string(rows)] = passes;
-    return j;
+  // Calls of the draft tree graph by their rows (none without one).
+  const std::map<int64_t, int64_t>& tree_calls() const {
+    static const std::map<int64_t, int64_t> none;
+    return tree_ ? tree_->calls() : none;
   }
   struct Entry {
     std::vector<float> feature;

@@ -130,23 +130,11 @@ class Builder {
   std::map<std::vector<int64_t>, std::string> ints_;
 };
 
-struct Shapes {
-  const ModelInfo& info;
-  bool htp;
-  // Cache IO dims with `len` slots, and the axis the slots run along.
-  Dims cache(bool key, int64_t len) const {
-    if (!htp) return {1, info.kv_heads, len, info.head_dim};
-    return key ? Dims{info.kv_heads, 1, info.head_dim, len} : Dims{info.kv_heads, 1, len, info.head_dim};
-  }
-  int64_t slot_axis(bool key) const { return htp && key ? 3 : 2; }
-};
-
 // Turns the R-row variant `g` (at CL') into the tree graph; `pass` is the B-row variant at CL.
 void build_tree(nf::ModelSet ms, nf::Graph g, nf::Graph pass, const ModelInfo& info, bool htp,
                 const nf::roles::DraftTree& t, const std::vector<int64_t>& head_tokens, int64_t rows, int64_t cl) {
   namespace dec = nf::decoder;
   const int64_t B = t.branches, D = t.depth, R = rows, CLp = cl - (D - 1) * B;
-  const Shapes shapes{info, htp};
   Builder b(ms, g);
   auto type_of = [&](const nf::Graph& graph, const std::string& v) {
     auto ty = nf::graph::get_value_type(graph, v);
@@ -231,10 +219,10 @@ void build_tree(nf::ModelSet ms, nf::Graph g, nf::Graph pass, const ModelInfo& i
         const auto& earlier = rows_kv[static_cast<size_t>(l * 2 + (key ? 0 : 1))];
         parts.insert(parts.end(), earlier.begin(), earlier.end());
         if (empty > 0)
-          parts.push_back(b.constant(NF_DTYPE_FLOAT32, shapes.cache(key, empty),
+          parts.push_back(b.constant(NF_DTYPE_FLOAT32, cache_io_dims(info, htp, key, empty),
                                      std::vector<float>(static_cast<size_t>(info.kv_heads * info.head_dim * empty), 0.f),
                                      p + "cache.empty"));
-        feeds[past] = b.concat(parts, shapes.slot_axis(key), p + past);
+        feeds[past] = b.concat(parts, cache_row_axis(htp, key), p + past);
       }
     const std::map<std::string, std::string> ran = b.copy_pass(pass, d, feeds);
     for (int64_t l = 0; l < info.layers; ++l) {

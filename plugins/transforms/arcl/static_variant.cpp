@@ -27,13 +27,6 @@ bool uses_sliding_mask(const Variant& v, const ModelInfo& info, int64_t layer) {
   return v.scl.has_value() || static_cast<int64_t>(info.sliding_layers.size()) < info.layers;
 }
 
-// Cache IO shapes; `len` is the number of rows (cache slots or new rows).
-Dims key_io_dims(const ModelInfo& info, bool htp, int64_t len) {
-  return htp ? Dims{info.kv_heads, 1, info.head_dim, len} : Dims{1, info.kv_heads, len, info.head_dim};
-}
-Dims value_io_dims(const ModelInfo& info, bool htp, int64_t len) {
-  return htp ? Dims{info.kv_heads, 1, len, info.head_dim} : Dims{1, info.kv_heads, len, info.head_dim};
-}
 // From the htp IO layout to the graph's [1, kv_heads, len, head_dim] and back; both
 // permutations are their own inverse.
 const Dims kHtpKeyPerm{1, 0, 3, 2};
@@ -82,6 +75,11 @@ void check_unused(const nf::Graph& g, const std::string& value, const std::strin
 }
 
 }  // namespace
+
+std::vector<int64_t> cache_io_dims(const ModelInfo& info, bool htp, bool key, int64_t len) {
+  if (!htp) return {1, info.kv_heads, len, info.head_dim};
+  return key ? Dims{info.kv_heads, 1, info.head_dim, len} : Dims{info.kv_heads, 1, len, info.head_dim};
+}
 
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer) {
   return (uses_sliding_cache(v, info, layer) ? *v.scl : v.cl) - v.ar - info.prefix_rows;
@@ -136,8 +134,8 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
     int64_t slots = cache_slots(v, info, l);
     inputs.push_back(info.past_key(l));
     inputs.push_back(info.past_value(l));
-    g.set_value_type(info.past_key(l), info.kv_dtype, key_io_dims(info, htp, slots));
-    g.set_value_type(info.past_value(l), info.kv_dtype, value_io_dims(info, htp, slots));
+    g.set_value_type(info.past_key(l), info.kv_dtype, cache_io_dims(info, htp, true, slots));
+    g.set_value_type(info.past_value(l), info.kv_dtype, cache_io_dims(info, htp, false, slots));
   }
   for (const auto& [name, width] : info.row_inputs) {
     inputs.push_back(name);
@@ -165,8 +163,8 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   };
   expect(nf::decoder::kLogits, {1, v.ar, info.vocab});
   for (int64_t l = 0; l < info.layers; ++l) {
-    expect(info.present_key(l), key_io_dims(info, htp, v.ar));
-    expect(info.present_value(l), value_io_dims(info, htp, v.ar));
+    expect(info.present_key(l), cache_io_dims(info, htp, true, v.ar));
+    expect(info.present_value(l), cache_io_dims(info, htp, false, v.ar));
   }
 }
 

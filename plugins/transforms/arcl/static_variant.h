@@ -6,6 +6,7 @@
 #include <npuforge/plugin.hpp>
 
 #include <string>
+#include <vector>
 
 #include "kv_prefix.h"
 #include "model_info.h"
@@ -18,6 +19,12 @@ using nf::decoder::kSlidingAttentionMask;
 
 // What the additive masks hold where a row must not look (io "mask_value": float16's lowest).
 inline constexpr float kMaskValue = -65504.f;
+
+// A cache input's or output's dims with `len` rows (cache slots or new rows): hf
+// [1, n_kv, len, head_dim]; htp keys [n_kv, 1, head_dim, len], values [n_kv, 1, len, head_dim].
+std::vector<int64_t> cache_io_dims(const ModelInfo& info, bool htp, bool key, int64_t len);
+// The axis of those dims the rows run along.
+inline int64_t cache_row_axis(bool htp, bool key) { return htp && key ? 3 : 2; }
 
 // Cache slots a layer's past input holds in variant `v`.
 int64_t cache_slots(const Variant& v, const ModelInfo& info, int64_t layer);
