@@ -17,10 +17,10 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
 (plugins/backends/htp/chips/, and the build's copy the plugin reads); ours:
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
             the HVX rate on 1B TTFT
-  sm8850    a16w8, per-op and HVX = sm8750's x 1.37 (published NPU speed-up); npu_gb_per_s
-            on its 1B decode
-  sc8380xp  a16w8 on its 3B TTFT (per-op, HVX scaled by the same ratio); npu_gb_per_s on
-            its 3B decode
+  sm8850    per-op and HVX = sm8750's x 1.37 (published NPU speed-up); a16w8 alone on its
+            3B TTFT; npu_gb_per_s on its 1B decode
+  sc8380xp  a16w8 on its 3B TTFT with per-op and HVX by the same ratio (no published NPU
+            speed-up); npu_gb_per_s on its 3B decode
   sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
 A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
@@ -249,13 +249,19 @@ def share_v73_bandwidth():
 #   npu_gb_per_s + per_op_us        two decode figures (smaller model first): fit_decode_pair
 #   a16w8 + hvx_bytes_per_s         two TTFT figures: the HMX rate on the first, HVX on the
 #                                   second, alternated
-#   a16w8                           one TTFT figure: the NPU speed (per-op and HVX follow)
+#   a16w8 + per_op_us + hvx_bytes_per_s
+#                                   one TTFT figure: one NPU speed (per-op and HVX follow the
+#                                   a16w8 ratio to sm8750)
+#   a16w8                           one TTFT figure: the HMX rate alone, per-op and HVX kept at
+#                                   the chip's published NPU speed-up (SPEED); a chip without
+#                                   one has nothing to hold them, so this fits its NPU speed
 #   npu_gb_per_s                    one decode figure
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
 # chip's rate groups, then its bandwidth groups (decode depends little on the rates).
 DECODE_PAIR = {"dram.npu_gb_per_s", "overheads.per_op_us"}
 RATES = {"hmx_macs_per_s.a16w8", "hvx_bytes_per_s"}
-SPEED_ONLY = {"hmx_macs_per_s.a16w8"}
+NPU_SPEED = {"hmx_macs_per_s.a16w8", "overheads.per_op_us", "hvx_bytes_per_s"}
+HMX_ONLY = {"hmx_macs_per_s.a16w8"}
 BANDWIDTH = {"dram.npu_gb_per_s"}
 
 
@@ -268,8 +274,8 @@ def fit_group(g, subst):
         for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
             fit_rate(chip, models[0], scale_overheads=False)
             fit_rate(chip, models[1], scale_overheads=False, key="hvx_bytes_per_s")
-    elif params == SPEED_ONLY and len(models) == 1:
-        fit_rate(chip, models[0], scale_overheads=True)
+    elif params in (NPU_SPEED, HMX_ONLY) and len(models) == 1:
+        fit_rate(chip, models[0], scale_overheads=params == NPU_SPEED or chip not in SPEED)
     elif params == BANDWIDTH and len(models) == 1:
         fit_bw(chip, models[0])
     else:
@@ -285,7 +291,7 @@ def fit_htp(subst=None, only=None):
     of = lambda chip, kinds: [g for g in groups if g["chip"] == chip and set(g["params"]) in kinds]
     if only in (None, "sm8750"):
         for _ in range(3):  # decode barely depends on the rates, TTFT on all: a few rounds
-            for g in of("sm8750", [DECODE_PAIR, RATES, SPEED_ONLY, BANDWIDTH]):
+            for g in of("sm8750", [DECODE_PAIR, RATES, NPU_SPEED, HMX_ONLY, BANDWIDTH]):
                 fit_group(g, s)
     if only is None:
         derive_from_sm8750()
@@ -293,7 +299,7 @@ def fit_htp(subst=None, only=None):
         if only not in (None, chip):
             continue
         for _ in range(2):
-            for g in of(chip, [RATES, SPEED_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]):
+            for g in of(chip, [RATES, NPU_SPEED, HMX_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]):
                 fit_group(g, s)
     if only is None:
         share_v73_bandwidth()
