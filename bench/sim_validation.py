@@ -47,10 +47,11 @@ DEVICE_BUILD = f"{BUILD}/lib/npuforge/plugins/aries/devices/aries-rb.json"  # wh
 CONFIGS = f"{ROOT}/tools/models/configs"
 # FIGURES=path: another set of figures and fits in sim_figures.json's layout (a check on
 # figures kept out of the repo); its fits rewrite the chip and device files like ours.
-DATA = json.load(open(os.environ.get("FIGURES") or f"{ROOT}/bench/sim_figures.json"))
+FIGURES_FILE = os.environ.get("FIGURES") or f"{ROOT}/bench/sim_figures.json"
+DATA = json.load(open(FIGURES_FILE))
 FIGS = DATA["figures"]
-# Models with the same shapes share a package (costs depend on shapes and widths only).
-SAME_SHAPES = {"llama-3.1-8b": "llama-3-8b"}
+sys.path.insert(0, f"{ROOT}/tools/models")
+import hf_config  # noqa: E402
 # AI Hub's NPU speed-ups between chip generations (launch material, see the chip files).
 SPEED = {"sm8850": 1.37, "sm8650": 1 / 1.45, "sm8550": 1 / 1.45 / 1.98, "sa8295p": 1 / 1.45 / 1.98}
 
@@ -59,33 +60,72 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+# ---------------------------------------------------------------- model configs
+CONFIG_CACHE = {}
+
+
+def config_of(name):
+    """A figure's "config": a name in tools/models/configs, or a path (absolute, or relative to
+    the figures file) to any HF decoder config.json. Returns (the config in Llama key names,
+    written under WORK/configs for synth_model and aries_sim; its shape signature)."""
+    if name not in CONFIG_CACHE:
+        is_path = name.endswith(".json") or "/" in name
+        src = os.path.join(os.path.dirname(os.path.abspath(FIGURES_FILE)), name) if is_path else f"{CONFIGS}/{name}.json"
+        try:
+            cfg = hf_config.normalize(json.load(open(src)))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"sim_validation: figure config '{name}': {e}")
+        key = name
+        if is_path:  # .../<model>/config.json -> <model>; .../<model>.json -> <model>
+            stem = os.path.splitext(name)[0]
+            key = os.path.basename(os.path.dirname(stem) if os.path.basename(stem) == "config" else stem) or "config"
+        key = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
+        while any(k == key for k, _ in CONFIG_CACHE.values()):
+            key += "_"
+        os.makedirs(f"{WORK}/configs", exist_ok=True)
+        path = f"{WORK}/configs/{key}.json"
+        text = json.dumps(cfg, indent=1) + "\n"
+        if not os.path.exists(path) or open(path).read() != text:
+            open(path, "w").write(text)
+        heads = cfg["num_attention_heads"]
+        shape = (cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], heads,
+                 cfg.get("num_key_value_heads", heads), cfg.get("head_dim", cfg["hidden_size"] // heads),
+                 bool(cfg.get("tie_word_embeddings")), bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+                 cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None)
+        CONFIG_CACHE[name] = (key, json.dumps(shape))
+    key, shape = CONFIG_CACHE[name]
+    return f"{WORK}/configs/{key}.json", shape
+
+
 # ---------------------------------------------------------------- htp packages and estimates
-def package_of(config):
-    return SAME_SHAPES.get(config, config)
+def package_of(f):
+    """The package directory a figure is costed on: models of the same shapes share one
+    (costs depend on shapes and widths only), named after the first such config; a shape with
+    two KV widths gets one package per width."""
+    shape = config_of(f["config"])[1]
+    same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape]
+    name = min(os.path.basename(config_of(g["config"])[0])[:-len(".json")] for g in same)
+    return name if len({g["kv_bits"] for g in same}) == 1 else f"{name}-kv{f['kv_bits']}"
 
 
 def build_htp_packages():
-    chips_of, kv_of = {}, {}
+    chips_of, source_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp":
-            chips_of.setdefault(package_of(f["config"]), set()).add(f["chip"])
-            kv_of.setdefault(package_of(f["config"]), set()).add(f["kv_bits"])
-    if any(len(k) > 1 for k in kv_of.values()):
-        raise SystemExit("sim_figures.json: one model shape with two KV widths needs two packages")
-    # The calibration models first (the fits need them), then the rest.
-    first = ["llama-3.2-1b", "llama-3.2-3b", "llama-3-8b"]
-    for cfg, chips in sorted(chips_of.items(), key=lambda kv: (kv[0] not in first, first.index(kv[0]) if kv[0] in first else 0, kv[0])):
+            chips_of.setdefault((package_of(f), f["kv_bits"]), set()).add(f["chip"])
+            source_of.setdefault(package_of(f), config_of(f["config"])[0])
+    for (cfg, kv_bits), chips in sorted(chips_of.items()):
         d = f"{WORK}/htp/{cfg}"
         if not os.path.exists(f"{d}/model.onnx"):
             log(f"synthesizing {cfg}")
-            subprocess.run(["/usr/bin/python3", f"{ROOT}/tools/models/synth_model.py", f"{CONFIGS}/{cfg}.json", d, "--zeros"],
+            subprocess.run(["/usr/bin/python3", f"{ROOT}/tools/models/synth_model.py", source_of[cfg], d, "--zeros"],
                            check=True, stdout=subprocess.DEVNULL)
         targets = "".join(f'''
 [targets.{c}]
 backend = "htp"
 chipset = "{c}"
 assume_activation_bw = 16
-assume_kv_bw = {min(kv_of[cfg])}
+assume_kv_bw = {kv_bits}
 assume_weight_bw = 4
 pack_weights = false
 ''' for c in sorted(chips))
@@ -102,19 +142,19 @@ context_length = [4096]
                 any(not os.path.exists(f"{d}/out/{c}/package.json") for c in chips):
             open(path, "w").write(manifest)
             log(f"building {cfg} for {', '.join(sorted(chips))}")
-            subprocess.run([NF, "build", path, "--no-cache", "--out", f"{d}/out", "-q"], check=True)
+            subprocess.run([NF, "build", path, "--no-cache", "--out", f"{d}/out", "-q"], check=True, stdout=sys.stderr)
 
 
-def htp_estimate(chip, config):
-    out = subprocess.run([NF, "estimate", f"{WORK}/htp/{package_of(config)}/out/{chip}", "--json", "--prompt-len", "128",
+def htp_estimate(chip, f):
+    out = subprocess.run([NF, "estimate", f"{WORK}/htp/{package_of(f)}/out/{chip}", "--json", "--prompt-len", "128",
                           "--context-len", "4096"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
 def predict(f):
     if f["sim"] == "htp":
-        return htp_estimate(f["chip"], f["config"])[f["metric"]]
-    out = subprocess.run([SIM, "predict", f"{CONFIGS}/{f['config']}.json", DEVICE, "240", "245"], check=True,
+        return htp_estimate(f["chip"], f)[f["metric"]]
+    out = subprocess.run([SIM, "predict", config_of(f["config"])[0], DEVICE, "240", "245"], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)[f["metric"]]
 
@@ -174,7 +214,7 @@ def fit_bw(chip, model):
         j = load_chip(chip)
         put(j, "dram.npu_gb_per_s", bw)
         save_chip(chip, j)
-        return htp_estimate(chip, f["config"])["decode_tokens_per_s"] < f["published"]
+        return htp_estimate(chip, f)["decode_tokens_per_s"] < f["published"]
     bw = bisect(1.0, get(load_chip(chip), "dram.peak_gb_per_s"), too_low)
     j = load_chip(chip)
     put(j, "dram.npu_gb_per_s", bw)
@@ -194,7 +234,7 @@ def fit_rate(chip, model, scale_overheads, key="hmx_macs_per_s.a16w8"):
             j = load_chip(chip)
             put(j, key, rate)
             save_chip(chip, j)
-        return htp_estimate(chip, f["config"])["ttft_ms"] > f["published"]
+        return htp_estimate(chip, f)["ttft_ms"] > f["published"]
     rate = bisect(1e10, 1e15, too_low)
     too_low(rate)
     return rate
@@ -211,7 +251,7 @@ def fit_decode_pair(chip, small, big):
         put(j, "dram.npu_gb_per_s", bw)
         put(j, "overheads.per_op_us", 1.0)
         save_chip(chip, j)
-        es, eb = htp_estimate(chip, fs["config"]), htp_estimate(chip, fb["config"])
+        es, eb = htp_estimate(chip, fs), htp_estimate(chip, fb)
         pg = get(j, "overheads.per_graph_us") / 1000
 
         def parts(e):  # ms without the per-op part, and the op count (per_op_us = 1 here)
@@ -329,8 +369,8 @@ def fit_aries(small_model=None, big_model=None):
     small_model, big_model = small_model or dflt_small, big_model or dflt_big
     fd, ft = fig("aries-rb", small_model, "decode_tokens_per_s"), fig("aries-rb", small_model, "ttft_ms")
     fb = fig("aries-rb", big_model, "ttft_ms")
-    out = subprocess.run([SIM, "fit", DEVICE, f"{CONFIGS}/{fd['config']}.json", str(fd["published"]), str(ft["published"]),
-                          "240", "245", f"{CONFIGS}/{fb['config']}.json", str(fb["published"])],
+    out = subprocess.run([SIM, "fit", DEVICE, config_of(fd["config"])[0], str(fd["published"]), str(ft["published"]),
+                          "240", "245", config_of(fb["config"])[0], str(fb["published"])],
                          check=True, capture_output=True, text=True).stdout
     vals = dict(re.findall(r"^(\w+) ([0-9.e+]+)$", out, re.M))
     text = open(DEVICE).read()

@@ -5,7 +5,9 @@
 #
 #   bench/sim_validation.sh [BUILD_DIR] [WORK_DIR]      # defaults: build, /tmp/nf_sim_validation
 #   FIGURES=path: figures and fits of your own in sim_figures.json's layout (each figure's
-#   "config" names tools/models/configs/<config>.json; "fits" say which figures fit what)
+#   "config" names tools/models/configs/<config>.json or is a path, absolute or relative to
+#   the figures file, to any HF decoder config.json (tools/models/hf_config.py reads the
+#   families' key names); "fits" say which figures fit what)
 #
 # Needs the targets npuforge, npuforge_plugin_htp, npuforge_plugin_arcl and aries_sim built
 # in BUILD_DIR. Models are synthesized with tools/models/synth_model.py --zeros (weights

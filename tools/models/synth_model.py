@@ -41,6 +41,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import hf_config  # noqa: E402
+
 ALIGN_BIG = 4096
 INLINE_LIMIT = 1024  # bytes; smaller initializers stay inside model.onnx (onnx's default)
 NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
@@ -451,7 +453,10 @@ def main():
                          "shapes for cost estimates (bench/htp_estimate.sh), useless for text")
     args = ap.parse_args()
     with open(args.config) as f:
-        cfg = json.load(f)
+        try:
+            cfg = hf_config.normalize(json.load(f))
+        except ValueError as e:
+            raise SystemExit(f"synth_model: {args.config}: {e}")
     if args.layers is not None:
         cfg["num_hidden_layers"] = args.layers
     cfg["torch_dtype"] = args.dtype
