@@ -318,6 +318,44 @@ TEST(AriesSimulator, CalibrationFiguresWithin20Percent) {
   EXPECT_LT(std::fabs(t8 / 4430.71 - 1), 0.2) << t8;
 }
 
+// HF configs of other families name the same shapes their own way; the simulator reads
+// them under the Llama names (npuforge/hf_config.hpp), so EXAONE's, ChatGLM's or a
+// multimodal config cost the same as their Llama-keyed copy, and a config without a shape
+// is refused naming the keys it looked for.
+TEST(AriesSimulator, ConfigsOfOtherFamiliesCostTheirShapes) {
+  const nlohmann::json llama_keys = {{"num_hidden_layers", 30}, {"hidden_size", 2560}, {"intermediate_size", 7168},
+                                     {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 80},
+                                     {"vocab_size", 102400}};
+  const nlohmann::json exaone = {{"model_type", "exaone"}, {"num_layers", 30}, {"hidden_size", 2560},
+                                 {"intermediate_size", 7168}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                                 {"head_dim", 80}, {"vocab_size", 102400}};
+  const nlohmann::json multimodal = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"text_config", llama_keys}};
+  const nlohmann::json glm = {{"model_type", "chatglm"}, {"num_layers", 30}, {"hidden_size", 2560},
+                              {"ffn_hidden_size", 7168}, {"num_attention_heads", 32}, {"multi_query_attention", true},
+                              {"multi_query_group_num", 8}, {"kv_channels", 80}, {"padded_vocab_size", 102400}};
+  AriesOptions o = llm_options();
+  const nlohmann::json want = simulate(llama_from_config(llama_keys, o.bits), o, aries(), {240, 245});
+  for (const auto& cfg : {exaone, multimodal, glm}) {
+    const SimModel m = llama_from_config(cfg, o.bits);
+    EXPECT_EQ(m.shape.layers, 30);
+    EXPECT_EQ(m.shape.kv_heads, 8) << cfg.dump();
+    EXPECT_EQ(m.shape.head_dim, 80);
+    EXPECT_EQ(simulate(m, o, aries(), {240, 245}), want) << cfg.dump();
+  }
+  // ChatGLM without grouped attention keeps its group count in the config: every head has its KV.
+  nlohmann::json mha = glm;
+  mha["multi_query_attention"] = false;
+  EXPECT_EQ(llama_from_config(mha, o.bits).shape.kv_heads, 32);
+  nlohmann::json none = exaone;
+  none.erase("num_layers");
+  try {
+    llama_from_config(none, o.bits);
+    ADD_FAILURE() << "a config without a layer count was accepted";
+  } catch (const nf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_hidden_layers, num_layers, n_layer"), std::string::npos) << e.what();
+  }
+}
+
 // The rows of the compiled graph a tree pass runs on: aries.json records every static
 // graph's rows per call; a package from before that knows only the largest.
 TEST(AriesModelShape, RowsPerCallAndOlderPackages) {

@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import unittest
 
 import hf_config
@@ -18,6 +19,16 @@ class Normalize(unittest.TestCase):
             with open(p) as f:
                 cfg = json.load(f)
             self.assertEqual(hf_config.normalize(cfg), cfg, p)
+
+    def test_the_cpp_table_names_the_same_aliases(self):
+        # sdk/include/npuforge/hf_config.hpp reads configs for the plugins: the same names.
+        with open(f"{ROOT}/sdk/include/npuforge/hf_config.hpp") as f:
+            text = f.read()
+        cpp = {k: re.findall(r'"([a-z_]+)"', names)
+               for k, names in re.findall(r'\{"([a-z_]+)", \{([^}]*)\}\}', text)}
+        self.assertTrue(cpp)
+        shapes = {k: v for k, v in hf_config.ALIASES.items() if k != "tie_word_embeddings"}
+        self.assertEqual(cpp, shapes)
 
     def test_exaone_names_its_layers_num_layers(self):
         cfg = {"model_type": "exaone", "num_layers": 30, "hidden_size": 2560, "intermediate_size": 7168,

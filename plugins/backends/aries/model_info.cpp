@@ -1,6 +1,7 @@
 #include "model_info.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/hf_config.hpp>
 
 #include <algorithm>
 #include <map>
@@ -65,7 +66,7 @@ void classify(Linear& l) {
 }
 
 int64_t cfg_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
-  return cfg.is_object() && cfg.contains(key) && cfg[key].is_number_integer() ? cfg[key].get<int64_t>() : fallback;
+  return hf_config::get_int(cfg, key).value_or(fallback);
 }
 
 }  // namespace

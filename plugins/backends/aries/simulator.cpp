@@ -1,5 +1,7 @@
 #include "simulator.h"
 
+#include <npuforge/hf_config.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -152,13 +154,19 @@ nlohmann::json graph_pass(const GraphPass& pass, const AriesOptions& o, const De
 SimModel llama_from_config(const nlohmann::json& c, const BitConfig& b) {
   SimModel m;
   ModelShape& s = m.shape;
-  s.layers = c.at("num_hidden_layers");
-  s.hidden = c.at("hidden_size");
-  s.heads = c.at("num_attention_heads");
-  s.kv_heads = c.value("num_key_value_heads", s.heads);
-  s.head_dim = c.value("head_dim", s.hidden / s.heads);
-  s.intermediate = c.at("intermediate_size");
-  s.vocab = c.at("vocab_size");
+  auto need = [&](const char* key) {
+    if (auto v = hf_config::get_int(c, key)) return *v;
+    std::string names = key;
+    for (const auto& a : hf_config::aliases(key)) names += ", " + a;
+    throw Error(std::string("config: no positive integer ") + names);
+  };
+  s.layers = need("num_hidden_layers");
+  s.hidden = need("hidden_size");
+  s.heads = need("num_attention_heads");
+  s.kv_heads = hf_config::get_int(c, "num_key_value_heads").value_or(s.heads);
+  s.head_dim = hf_config::get_int(c, "head_dim").value_or(s.hidden / s.heads);
+  s.intermediate = need("intermediate_size");
+  s.vocab = need("vocab_size");
   s.static_graph = false;
   for (int64_t l = 0; l < s.layers; ++l) {
     m.linears.push_back({Kind::query, false, l, s.hidden, s.heads * s.head_dim, b.query});

@@ -8,6 +8,7 @@
 //   4. R4 (option `online_down_proj`): an online Hadamard inserted before each down_proj (online.h).
 // Weights are rewritten in place; run spinquant before the recipes that set encodings.
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
+#include <npuforge/hf_config.hpp>
 #include <npuforge/plugin.hpp>
 
 #include <algorithm>
@@ -187,12 +188,10 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   size_t n_heads = 0;
   std::deque<Rotation> r2_rotations;  // stable addresses for the edits
   if (r2) {
-    int64_t head_dim = 0;
-    if (config.is_object()) {
-      if (config.contains("head_dim") && config["head_dim"].is_number_integer()) head_dim = config["head_dim"];
-      else if (config.contains("num_attention_heads"))
-        head_dim = config.value("hidden_size", int64_t{0}) / config.value("num_attention_heads", int64_t{1});
-    }
+    namespace hf = nf::hf_config;
+    const int64_t head_dim = hf::get_int(config, "head_dim")
+                                 .value_or(hf::get_int(config, "hidden_size").value_or(0) /
+                                           hf::get_int(config, "num_attention_heads").value_or(1));
     if (head_dim <= 0) throw nf::Error("spinquant: r2 needs head_dim (or hidden_size and num_attention_heads) in config.json");
     r2_rotations.push_back(Rotation::random_hadamard(head_dim, seed == 0 ? 0 : seed + 1));
     auto attention = find_attention(*gv);

@@ -4,6 +4,7 @@
 // parts. See README.md.
 #include <npuforge/graph/graph_view.h>
 
+#include <npuforge/hf_config.hpp>
 #include <npuforge/plugin.hpp>
 #include <set>
 
@@ -175,11 +176,9 @@ nf_status* validate(const char* options_json, const nf_model_set* handle, nf_con
   return NF_TRY({
     const nf::ModelSet ms = nf::ModelSet::view(handle);
     SplitOptions opts = parse_options(nf::Options(options_json));
-    nlohmann::json config = ms.metadata("config");
-    const int64_t layers = !opts.layer_boundary_name_regex && config.is_object() &&
-                                   config.contains("num_hidden_layers") && config["num_hidden_layers"].is_number_integer()
-                               ? config["num_hidden_layers"].get<int64_t>()
-                               : -1;
+    const int64_t layers = opts.layer_boundary_name_regex
+                               ? -1
+                               : nf::hf_config::get_int(ms.metadata("config"), "num_hidden_layers").value_or(-1);
     check_num_splits(opts, layers, "decoder layers (num_hidden_layers in config.json)");
   });
 }
