@@ -108,12 +108,18 @@ const std::vector<Recipe> kRecipes = {
     // int8 grid: gemma2 0.49 -> 0.55 (x 1.5 for its soft cap).
     {"seqmse_w4", "[[quant]]\nrecipe = \"seqmse\"\nnum_candidates = 8\n\n", 0.40},
     {"spinquant_lpbq", "[[quant]]\nrecipe = \"spinquant\"\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", 0.35},
+    // The rotations alone, in float: the same function, to rounding.
+    {"spinquant_float", "[[quant]]\nrecipe = \"spinquant\"\n\n", 1e-4},
 };
+
+// Tied tables are rotated as two weights (untie_embedding): on these random-weight models the
+// rotation moves the W4 rounding of a tied model more than of an untied one (gemma 0.19 untied
+// without rotation, 0.50 rotated; qwen3 0.25 and 0.38), while the float rotation is exact.
+constexpr double kSpinquantTiedMaxError = 0.55;
 
 // Families spinquant does not rotate yet, with the one error line it gives.
 std::string spinquant_refusal(const std::string& model) {
   if (model.find("gemma2") != std::string::npos) return "no MatMul/Gemm produces the graph output 'logits'";
-  if (model.find("gemma") != std::string::npos) return "set untie_embedding = true";
   if (is_moe(model)) return "not only linear layers: cannot fuse it";
   return "";
 }
@@ -142,12 +148,17 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   for (int64_t i = 0; i < 4 * 32; ++i) ids.push_back((i * 7919 + 13) % vocab);  // fixed, spread over the vocab
   std::ofstream(work.path / "calib.json") << nlohmann::json(ids).dump();
   const fs::path m = model_dir(c.model);
+  // A tied table is rotated as two weights (spinquant's untie_embedding), as a user of a tied model sets it.
+  const bool spinquant = c.recipe->name.rfind("spinquant", 0) == 0;
+  std::string stages = c.recipe->stages;
+  const bool tied = config.value("tie_word_embeddings", false);
+  if (spinquant && tied) stages.insert(stages.find("\n\n") + 1, "untie_embedding = true\n");
   std::string toml = "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\n\n[calibration]\nids = \"" +
-                     (work.path / "calib.json").string() + "\"\nnum_samples = 4\nsequence_length = 32\n\n" +
-                     c.recipe->stages + kArcl + kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+                     (work.path / "calib.json").string() + "\"\nnum_samples = 4\nsequence_length = 32\n\n" + stages +
+                     kArcl + kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
   std::ofstream(work.path / "manifest.toml") << toml;
   auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
-  if (c.recipe->name == "spinquant_lpbq" && !spinquant_refusal(c.model).empty()) {
+  if (spinquant && !spinquant_refusal(c.model).empty()) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find(spinquant_refusal(c.model)), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(work.path / "out" / "cpu")) << "a failed build leaves no package";
@@ -168,7 +179,11 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   // Soft-capped logits (Gemma-2: tanh(x / 8) * 8) stay below the cap, so the same absolute
   // error is a larger share of the largest |logit|.
   const bool capped = config.contains("final_logit_softcapping") && config["final_logit_softcapping"].is_number();
-  EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0));
+  const double bound = c.recipe->name == "spinquant_lpbq" && tied ? kSpinquantTiedMaxError : c.recipe->max_error;
+  EXPECT_LT(err, bound * (capped ? 1.5 : 1.0));
+  if (c.recipe->name == "spinquant_float") {
+    EXPECT_EQ(same, want.size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, FamilyQuant, ::testing::ValuesIn(quant_cases()), [](const auto& info) {

@@ -34,6 +34,11 @@ Families (FAMILIES below):
   qwen2_moe       modeling_qwen2_moe.py: softmax router, top-k without
                   renormalisation, HF's one_hot(...).permute(2, 1, 0) expert mask,
                   shared expert * sigmoid(shared_expert_gate(x))
+  qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
+                  the queries and keys (q_norm / k_norm) between the head view and
+                  the transpose, head_dim independent of hidden / heads, the scores
+                  scaled by a Mul (eager_attention_forward's `* scaling`), model-level
+                  rotary, tied embeddings
 
 The causal mask is HF 4.44's `_prepare_4d_causal_attention_mask_with_cache_position`
 (full(min) -> triu(1) -> *= arange > cache_position -> expand -> padding).
@@ -406,6 +411,58 @@ class Qwen2Attention(nn.Module):
         attn_output = torch.matmul(attn_weights, value_states)
         attn_output = attn_output.transpose(1, 2).contiguous()
         attn_output = attn_output.reshape(bsz, q_len, self.hidden_size)
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+class Qwen3Attention(nn.Module):
+    """modeling_qwen3.py (transformers 4.51+) with eager_attention_forward inlined."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim ** -0.5
+        self.attention_dropout = config.attention_dropout
+        b = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
+        # RMSNorm over each head's head_dim values (one weight vector shared by the heads)
+        self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        # eager_attention_forward
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
+        if attention_mask is not None:
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         attn_output = self.o_proj(attn_output)
         return attn_output, present
 
@@ -802,8 +859,8 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(layers)
         gemma = family in ("gemma", "gemma2")
         self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa"):
-            self.rotary_emb = LlamaRotaryEmbedding(config)
+        if family in ("llama3", "mqa", "qwen3"):
+            self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3RotaryEmbedding is the same
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, mask_style):
         inputs_embeds = self.embed_tokens(input_ids)
@@ -851,11 +908,14 @@ def make_layer(config, family, i):
     if family == "qwen2_moe":
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True), Qwen2MoeSparseMoeBlock(config),
                             LlamaRMSNorm)
+    if family == "qwen3":
+        return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            LlamaRMSNorm)
     raise ValueError(family)
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3")
 
 
 class CausalLM(nn.Module):

@@ -135,13 +135,23 @@ MODELS = {
         "router_aux_loss_coef": 0.001, "output_router_logits": False,
         "bos_token_id": 0, "eos_token_id": 3,
     }),
+    "qwen3": dict(COMMON, **{
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "transformers_version": "4.51.0",
+        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        # nh * hd = 128 != hidden 64, as in Qwen3-4B (32 x 128 on 2560)
+        "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": True, "use_sliding_window": False,
+        "sliding_window": None, "max_window_layers": 2, "bos_token_id": 0, "eos_token_id": 3,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
 }
 
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 

@@ -5,6 +5,23 @@ namespace {
 
 bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
 
+// A scalar constant times a residual value stays on the stream: Gemma scales its embeddings
+// by sqrt(hidden) before the first layer, and a rotation commutes with that.
+bool scalar_constant(const GraphView& gv, const std::string& v) {
+  if (gv.is_initializer(v)) return gv.float_initializer(v).numel() == 1;
+  const nf::Node* p = gv.producer(v);
+  if (!p || p->op_type() != "Constant") return false;
+  const nf::Tensor t = p->attr_tensor("value");
+  return t && t.numel() == 1;
+}
+
+bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>& stream) {
+  if (n.op_type() != "Mul" || n.input_count() != 2) return false;
+  for (size_t i = 0; i < 2; ++i)
+    if (stream.count(n.input(i)) && scalar_constant(gv, n.input(1 - i))) return true;
+  return false;
+}
+
 }  // namespace
 
 ResidualStream find_residual_stream(const GraphView& gv, const std::string& embedding_output) {
@@ -13,7 +30,7 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
   std::set<std::string> writer_weights;
   for (const nf::Node& n : gv.graph.nodes()) {
     std::string_view op = n.op_type();
-    if (passthrough(op) && rs.values.count(n.input(0))) rs.values.insert(n.output(0));
+    if ((passthrough(op) && rs.values.count(n.input(0))) || scaled(gv, n, rs.values)) rs.values.insert(n.output(0));
     if (op != "Add" || n.input_count() != 2) continue;
     const bool a = rs.values.count(n.input(0)) != 0, b = rs.values.count(n.input(1)) != 0;
     if (a == b) continue;

@@ -18,6 +18,11 @@ const std::set<std::string> kHeadwiseOps = {"Add", "Sub", "Mul", "Div", "Neg", "
 // soft-capping (Div, Tanh, Mul).
 const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Softmax", "Where", "Tanh"};
 
+// Between a head split's Reshape and its Transpose: nodes that stay within the last axis
+// (head_dim), such as an RMSNorm of each head (Pow, ReduceMean over -1, Add, Sqrt, Div, Mul).
+const std::set<std::string> kLastAxisOps = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Cast",
+                                            "Identity", "ReduceMean"};
+
 std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 
 bool is_perm(const nf::Node& n, const Dims& perm) {
@@ -78,13 +83,71 @@ int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::str
   throw Reject(where + " does not write '" + taken + "'");
 }
 
+// The nodes on paths from `split` ([1, rows, heads, head_dim]) to `end`, in graph order, when
+// each works within the last axis: element-wise with operands that vary along the last axis
+// at most, or ReduceMean over the last axis. Their values feed nothing outside the paths.
+std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string& split, const std::string& end) {
+  std::vector<nf_node*> region;
+  if (end == split) return region;
+  std::set<std::string> upstream;
+  for (std::vector<std::string> todo{end}; !todo.empty();) {
+    std::string v = todo.back();
+    todo.pop_back();
+    if (v == split || v.empty() || view.is_initializer(v) || !upstream.insert(v).second) continue;
+    if (auto p = view.producer(v))
+      for (const std::string& in : p->inputs()) todo.push_back(in);
+  }
+  std::set<std::string> derived{split};
+  std::set<nf_node*> inside;
+  for (const nf::Node& n : view.nodes()) {
+    bool reads = false;
+    for (const std::string& in : n.inputs()) reads |= derived.count(in) != 0;
+    if (!reads || !upstream.count(n.output(0))) continue;
+    const std::string op(n.op_type()), where = "node '" + node_name(n) + "' (" + op + ") before the head transpose";
+    if (!kLastAxisOps.count(op) || n.output_count() != 1) throw Reject(where + " does not stay within each head");
+    if (op == "ReduceMean") {
+      std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+      if (axes.size() != 1 || normalize_axis(axes[0], 4) != 3 || n.attr_int("keepdims", 1) != 1)
+        throw Reject(where + " reduces other than the last axis");
+    }
+    for (size_t i = 0; i < n.input_count(); ++i) {
+      const std::string in = n.input(i);
+      if (in.empty() || derived.count(in) || (op == "ReduceMean" && i == 1)) continue;
+      Dims d = view.is_initializer(in) ? view.graph().initializer(in).dims() : static_dims(view.graph(), in, "operand");
+      for (size_t a = 0; a + 1 < d.size(); ++a)
+        if (d[a] != 1) throw Reject(where + ": operand '" + in + "' varies along more than the last axis");
+    }
+    derived.insert(n.output(0));
+    inside.insert(n.get());
+    region.push_back(n.get());
+  }
+  if (!derived.count(end)) throw Reject("'" + end + "' is not computed from the head split '" + split + "'");
+  for (const std::string& v : derived)
+    for (const nf::Node& u : view.consumers(v))
+      if (v != end && !inside.count(u.get()))
+        throw Reject("'" + v + "' inside a head split also feeds node '" + node_name(u) + "'");
+  return region;
+}
+
 // Whether Transpose `t` splits a linear projection into heads:
 // MatMul(x, W) [+ bias] [-> Slice/Split of the columns] -> Reshape [1, rows, heads, head_dim]
-// -> Transpose(0, 2, 1, 3). Fills the projection fields of `b` when it does.
+// [-> nodes within the last axis] -> Transpose(0, 2, 1, 3). Fills the projection fields of
+// `b` when it does.
 bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   if (!is_perm(t, {0, 2, 1, 3})) return false;
-  auto r = view.producer(t.input(0));
-  if (!r || r->op_type() != "Reshape") return false;
+  // The Reshape: the Transpose's input, or the nearest one above it through last-axis nodes.
+  std::optional<nf::Node> r;
+  for (std::vector<std::string> todo{t.input(0)}; !todo.empty() && !r;) {
+    std::string v = todo.back();
+    todo.pop_back();
+    auto p = view.producer(v);
+    if (!p) continue;
+    if (p->op_type() == "Reshape") r = p;
+    else if (kLastAxisOps.count(std::string(p->op_type())))
+      for (const std::string& in : p->inputs())
+        if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
+  }
+  if (!r) return false;
   std::string packed = r->input(0);
   auto cut = view.producer(packed);
   std::optional<nf::Node> column_cut;
@@ -110,6 +173,9 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   Dims wd = view.graph().initializer(m->input(1)).dims();
   if (rd.size() != 4 || rd[0] != 1 || wd.size() != 2)
     throw Reject("Reshape '" + node_name(*r) + "' does not split [1, rows, heads*head_dim] into heads");
+  b.split_out = r->output(0);
+  b.split_end = t.input(0);
+  b.split_region = last_axis_region(view, b.split_out, b.split_end);
   b.heads_out = t.output(0);
   b.rows = rd[1];
   b.heads = rd[2];

@@ -17,9 +17,12 @@ namespace mha2sha {
 
 // A linear projection whose output is cut into heads:
 // MatMul(x, W [in, heads*head_dim]) [+ bias] -> Reshape [1, rows, heads, head_dim]
-// -> Transpose(0, 2, 1, 3), then head-wise nodes (RoPE, scaling) up to `end`. A fused
-// projection (Phi-3's qkv_proj) has a Slice or Split of W's columns before the Reshape:
-// the branch then owns columns [first_column, first_column + heads*head_dim) of W.
+// [-> nodes within each head's head_dim values] -> Transpose(0, 2, 1, 3), then head-wise
+// nodes (RoPE, scaling) up to `end`. A fused projection (Phi-3's qkv_proj) has a Slice or
+// Split of W's columns before the Reshape: the branch then owns columns [first_column,
+// first_column + heads*head_dim) of W. Nodes between the Reshape and the Transpose (Qwen-3's
+// q_norm / k_norm, an RMSNorm of each head) reduce or broadcast along the last axis only, so
+// they work the same on one head's [1, 1, rows, head_dim].
 struct HeadBranch {
   std::string x;            // projection input [1, rows, in]
   std::string weight;       // 2-D initializer [in, weight_columns]
@@ -28,6 +31,9 @@ struct HeadBranch {
   std::string proj_out;     // the MatMul's output [1, rows, weight_columns]
   std::string biased_out;   // the bias Add's output, or ""
   int64_t weight_columns = 0, first_column = 0;
+  std::string split_out;    // Reshape output [1, rows, heads, head_dim]
+  std::vector<nf_node*> split_region;  // nodes from split_out to the Transpose's input, in graph order
+  std::string split_end;    // the Transpose's input (split_out when split_region is empty)
   std::string heads_out;    // Transpose output [1, heads, rows, head_dim]
   std::vector<nf_node*> region;  // nodes from heads_out to end, in graph order
   std::string end;          // [1, heads, rows, head_dim]

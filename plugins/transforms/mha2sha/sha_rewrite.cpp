@@ -47,6 +47,11 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
       v = biased.back();
     }
     v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
+    if (!b.split_region.empty()) {  // within head_dim: the same on one head's [1, 1, rows, head_dim]
+      std::map<std::string, std::string> map{{b.split_out, v}};
+      clone_chain(ed, b.split_region, map, t);
+      v = map.at(b.split_end);
+    }
     std::map<std::string, std::string> map{{b.heads_out, v}};
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
