@@ -34,6 +34,12 @@ Families (FAMILIES below):
   qwen2_moe       modeling_qwen2_moe.py: softmax router, top-k without
                   renormalisation, HF's one_hot(...).permute(2, 1, 0) expert mask,
                   shared expert * sigmoid(shared_expert_gate(x))
+  gemma3          modeling_gemma3.py (transformers 4.50+, text model): Gemma-2's four
+                  norms and sqrt(hidden) embedding scale, q_norm / k_norm (x * (1 + w)
+                  over head_dim) after the head transpose, no soft-capping, two rotary
+                  tables (local base for the sliding layers), an active sliding window
+                  (masking_utils semantics: a key is seen while kv_idx > q_pos - window)
+                  on the layers sliding_window_pattern names
   qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
                   the queries and keys (q_norm / k_norm) between the head view and
                   the transpose, head_dim independent of hidden / heads, the scores
@@ -467,6 +473,60 @@ class Qwen3Attention(nn.Module):
         return attn_output, present
 
 
+class Gemma3Attention(nn.Module):
+    """modeling_gemma3.py (transformers 4.50+) with eager_attention_forward inlined."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = config.query_pre_attn_scalar ** -0.5
+        self.attention_dropout = config.attention_dropout
+        b = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
+        self.q_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+
+        query_states = self.q_norm(query_states)
+        key_states = self.k_norm(key_states)
+
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        # eager_attention_forward (no soft-capping in Gemma-3)
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
+        if attention_mask is not None:
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
 class Phi3Attention(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
@@ -842,6 +902,49 @@ class Gemma2DecoderLayer(nn.Module):
         return hidden_states, present
 
 
+def gemma3_is_sliding(config, layer_idx):
+    """Gemma-3 configs before layer_types: every sliding_window_pattern-th layer is global."""
+    return bool((layer_idx + 1) % config.sliding_window_pattern)
+
+
+class Gemma3DecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.is_sliding = gemma3_is_sliding(config, layer_idx)
+        self.self_attn = Gemma3Attention(config, layer_idx)
+        self.mlp = LlamaMLP(config, act=config.hidden_activation)
+        self.input_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        # The model hands each layer its mask and rotary tables: (full, sliding) and (global, local).
+        attention_mask = attention_mask[1] if self.is_sliding else attention_mask[0]
+        position_embeddings = position_embeddings[1] if self.is_sliding else position_embeddings[0]
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value,
+                                                position_embeddings)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+
+        residual = hidden_states
+        hidden_states = self.pre_feedforward_layernorm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states, present
+
+
+def sliding_window_mask(causal_mask, cache_position, window):
+    """masking_utils' sliding overlay on the causal mask: a query at position p sees keys
+    kv_idx > p - window."""
+    kv_idx = torch.arange(causal_mask.shape[-1])
+    too_old = kv_idx[None, :] <= (cache_position[:, None] - window)
+    return causal_mask.masked_fill(too_old[None, None], torch.finfo(causal_mask.dtype).min)
+
+
 # --------------------------------------------------------------------------- models
 
 class DecoderModel(nn.Module):
@@ -857,10 +960,13 @@ class DecoderModel(nn.Module):
         for i in range(config.num_hidden_layers):
             layers.append(make_layer(config, family, i))
         self.layers = nn.ModuleList(layers)
-        gemma = family in ("gemma", "gemma2")
+        gemma = family in ("gemma", "gemma2", "gemma3")
         self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3"):
-            self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3RotaryEmbedding is the same
+        if family in ("llama3", "mqa", "qwen3", "gemma3"):
+            self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
+        if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
+            local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
+            self.rotary_emb_local = LlamaRotaryEmbedding(local)
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, mask_style):
         inputs_embeds = self.embed_tokens(input_ids)
@@ -873,7 +979,10 @@ class DecoderModel(nn.Module):
         if hasattr(self, "rotary_emb"):
             # create position embeddings to be shared across the decoder layers
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        if self.family in ("gemma", "gemma2"):
+        if self.family == "gemma3":
+            position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
+            causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
+        if self.family in ("gemma", "gemma2", "gemma3"):
             # normalized; Gemma downcasts the below to the input dtype
             normalizer = torch.tensor(self.config.hidden_size ** 0.5, dtype=hidden_states.dtype)
             hidden_states = hidden_states * normalizer
@@ -908,6 +1017,8 @@ def make_layer(config, family, i):
     if family == "qwen2_moe":
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True), Qwen2MoeSparseMoeBlock(config),
                             LlamaRMSNorm)
+    if family == "gemma3":
+        return Gemma3DecoderLayer(config, i)
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -915,7 +1026,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3")
 
 
 class CausalLM(nn.Module):

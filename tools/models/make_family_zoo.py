@@ -135,6 +135,20 @@ MODELS = {
         "router_aux_loss_coef": 0.001, "output_router_logits": False,
         "bos_token_id": 0, "eos_token_id": 3,
     }),
+    "gemma3": dict(COMMON, **{
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "transformers_version": "4.50.0",
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": None, "attention_bias": False, "tie_word_embeddings": True,
+        "query_pre_attn_scalar": 24, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+        # layers 0 and 1 slide over the last 4 positions (a 23-token golden context: active),
+        # layer 2 is global; the config of a Gemma-3 snapshot before layer_types
+        "sliding_window": 4, "sliding_window_pattern": 3, "cache_implementation": "hybrid",
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "qwen3": dict(COMMON, **{
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "transformers_version": "4.51.0",
         "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
@@ -149,9 +163,9 @@ MODELS = {
 
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
-MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf"}
+MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -166,6 +180,8 @@ TIED_TWEAKS = {
     "gemma": {"embed_scale": 0.125, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 16.0,
               "final_norm_scale": 4.0, "post_norm_scale": 1.0},
     "gemma2": {"embed_scale": 0.25, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
+               "final_norm_scale": 2.0, "post_norm_scale": 2.0},
+    "gemma3": {"embed_scale": 0.25, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
                "final_norm_scale": 2.0, "post_norm_scale": 2.0},
 }
 # sharper attention so that positions (and so the rope scaling) decide tokens:
@@ -183,7 +199,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    gemma = model.family in ("gemma", "gemma2")
+    gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_tokens.weight"):
@@ -213,7 +229,7 @@ def random_init(model, seed, logit_gain=4.0):
             elif name.endswith("down_proj.weight"):
                 p.mul_(t["down_gain"])
             elif "post_attention_layernorm" in name or "post_feedforward_layernorm" in name:
-                if model.family == "gemma2":
+                if model.family in ("gemma2", "gemma3"):
                     p.copy_((p + 1.0) * t["post_norm_scale"] - 1.0)
         scale = t["final_norm_scale"] * torch.randn(model.model.norm.weight.shape, generator=g)
         model.model.norm.weight.copy_(scale - 1.0 if gemma else scale)

@@ -19,8 +19,9 @@ int64_t config_int(const nlohmann::json& config, const char* key) {
 }
 
 // HF semantics: Mistral-style configs slide on every layer; `layer_types` names the
-// sliding layers one by one; Gemma-2 slides on the even layers; Qwen2 slides from
-// `max_window_layers` on, and only when `use_sliding_window` is set.
+// sliding layers one by one; configs written before layer_types (Gemma-3, Cohere2) make
+// every `sliding_window_pattern`-th layer global; Gemma-2 slides on the even layers; Qwen2
+// slides from `max_window_layers` on, and only when `use_sliding_window` is set.
 void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
   if (!config.is_object()) return;
   int64_t window = config_int(config, "sliding_window");
@@ -34,6 +35,11 @@ void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
     for (size_t i = 0; i < types.size() && static_cast<int64_t>(i) < info.layers; ++i)
       if (types[i].is_string() && types[i].get<std::string>() == "sliding_attention")
         info.sliding_layers.push_back(static_cast<int64_t>(i));
+    return;
+  }
+  if (const int64_t pattern = config_int(config, "sliding_window_pattern"); pattern > 0) {
+    for (int64_t l = 0; l < info.layers; ++l)
+      if ((l + 1) % pattern != 0) info.sliding_layers.push_back(l);
     return;
   }
   if (config.value("model_type", "") == "gemma2") {  // Gemma-2 slides on the even layers

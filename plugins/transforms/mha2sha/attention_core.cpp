@@ -25,6 +25,12 @@ const std::set<std::string> kLastAxisOps = {"Add", "Sub", "Mul", "Div", "Pow", "
 
 std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 
+// ReduceMean over the last of 4 axes, kept: within each head's head_dim values.
+bool reduces_last_axis(const GraphView& view, const nf::Node& n) {
+  std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+  return axes.size() == 1 && normalize_axis(axes[0], 4) == 3 && n.attr_int("keepdims", 1) == 1;
+}
+
 bool is_perm(const nf::Node& n, const Dims& perm) {
   return n.op_type() == "Transpose" && n.attr_ints("perm") == perm;
 }
@@ -46,6 +52,10 @@ void check_shared_operand(const GraphView& view, const std::string& v, const std
 // batch or head axes.
 void check_headwise(const GraphView& view, const nf::Node& n) {
   const std::string op(n.op_type());
+  if (op == "ReduceMean") {  // Gemma-3's q_norm / k_norm after the head transpose
+    if (!reduces_last_axis(view, n)) throw Reject("ReduceMean '" + node_name(n) + "' reduces other than head_dim");
+    return;
+  }
   if (!kHeadwiseOps.count(op)) throw Reject("node '" + node_name(n) + "' (" + op + ") between a projection and the attention");
   if (op == "Concat") {
     if (normalize_axis(n.attr_int("axis", 0), 4) < 2) throw Reject("Concat '" + node_name(n) + "' joins along the heads");
@@ -105,11 +115,7 @@ std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string&
     if (!reads || !upstream.count(n.output(0))) continue;
     const std::string op(n.op_type()), where = "node '" + node_name(n) + "' (" + op + ") before the head transpose";
     if (!kLastAxisOps.count(op) || n.output_count() != 1) throw Reject(where + " does not stay within each head");
-    if (op == "ReduceMean") {
-      std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
-      if (axes.size() != 1 || normalize_axis(axes[0], 4) != 3 || n.attr_int("keepdims", 1) != 1)
-        throw Reject(where + " reduces other than the last axis");
-    }
+    if (op == "ReduceMean" && !reduces_last_axis(view, n)) throw Reject(where + " reduces other than the last axis");
     for (size_t i = 0; i < n.input_count(); ++i) {
       const std::string in = n.input(i);
       if (in.empty() || derived.count(in) || (op == "ReduceMean" && i == 1)) continue;
