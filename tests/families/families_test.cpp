@@ -119,9 +119,8 @@ constexpr double kSpinquantTiedMaxError = 0.55;
 
 // Families spinquant does not rotate yet, with the one error line it gives.
 std::string spinquant_refusal(const std::string& model) {
-  if (model.find("gemma2") != std::string::npos) return "no MatMul/Gemm produces the graph output 'logits'";
-  // Gemma-3's norms after attention and MLP put a gain on the residual stream's writers.
-  if (model.find("gemma3") != std::string::npos) return "feeds a Add node";
+  // Gemma-2's and Gemma-3's norms after attention and MLP put a gain on the residual stream's writers.
+  if (model.find("gemma2") != std::string::npos || model.find("gemma3") != std::string::npos) return "feeds a Add node";
   if (is_moe(model)) return "not only linear layers: cannot fuse it";
   return "";
 }

@@ -40,6 +40,10 @@ Families (FAMILIES below):
                   tables (local base for the sliding layers), an active sliding window
                   (masking_utils semantics: a key is seen while kv_idx > q_pos - window)
                   on the layers sliding_window_pattern names
+  granite         modeling_granite.py (transformers 4.45+): Llama with scalar multipliers:
+                  embeddings * embedding_multiplier, each residual branch *
+                  residual_multiplier before its Add, scores * attention_multiplier,
+                  logits / logits_scaling; tied
   qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
                   the queries and keys (q_norm / k_norm) between the head view and
                   the transpose, head_dim independent of hidden / heads, the scores
@@ -343,7 +347,10 @@ class LlamaAttention(nn.Module):
 
         key_states = repeat_kv(key_states, self.num_key_value_groups)
         value_states = repeat_kv(value_states, self.num_key_value_groups)
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if self.config.model_type == "granite":  # GraniteAttention: scores * attention_multiplier
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.config.attention_multiplier
+        else:
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
 
         if attention_mask is not None:  # no matter the length, we just slice it
             causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
@@ -830,6 +837,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, config, layer_idx, attn, mlp, norm_cls, mlp_name="mlp", phi3=False):
         super().__init__()
         self.hidden_size = config.hidden_size
+        # GraniteDecoderLayer: residual + branch * residual_multiplier
+        self.residual_multiplier = getattr(config, "residual_multiplier", None)
         self.self_attn = attn
         self.mlp_name = mlp_name
         setattr(self, mlp_name, mlp)
@@ -847,6 +856,8 @@ class DecoderLayer(nn.Module):
                                                 position_embeddings)
         if self.phi3:
             hidden_states = self.resid_attn_dropout(hidden_states)
+        if self.residual_multiplier is not None:
+            hidden_states = hidden_states * self.residual_multiplier
         hidden_states = residual + hidden_states
 
         residual = hidden_states
@@ -856,6 +867,8 @@ class DecoderLayer(nn.Module):
             hidden_states, _router_logits = hidden_states
         if self.phi3:
             hidden_states = self.resid_mlp_dropout(hidden_states)
+        if self.residual_multiplier is not None:
+            hidden_states = hidden_states * self.residual_multiplier
         hidden_states = residual + hidden_states
         return hidden_states, present
 
@@ -962,7 +975,7 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(layers)
         gemma = family in ("gemma", "gemma2", "gemma3")
         self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -970,6 +983,8 @@ class DecoderModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, mask_style):
         inputs_embeds = self.embed_tokens(input_ids)
+        if self.family == "granite":
+            inputs_embeds = inputs_embeds * self.config.embedding_multiplier
         past_seen_tokens = past_key_values[0][0].shape[-2]
         cache_position = torch.arange(past_seen_tokens, past_seen_tokens + inputs_embeds.shape[1])
         causal_mask = update_causal_mask(attention_mask, inputs_embeds, cache_position, past_seen_tokens,
@@ -996,7 +1011,7 @@ class DecoderModel(nn.Module):
 
 
 def make_layer(config, family, i):
-    if family in ("llama3", "mqa"):
+    if family in ("llama3", "mqa", "granite"):
         return DecoderLayer(config, i, LlamaAttention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
     if family == "qwen2_untied":
@@ -1026,7 +1041,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite")
 
 
 class CausalLM(nn.Module):
@@ -1053,6 +1068,8 @@ class CausalLM(nn.Module):
         past = [(past_flat[2 * i], past_flat[2 * i + 1]) for i in range(len(past_flat) // 2)]
         hidden_states, presents = self.model(input_ids, attention_mask, position_ids, past, self.mask_style)
         logits = self.lm_head(hidden_states)
+        if self.family == "granite":
+            logits = logits / self.config.logits_scaling
         cap = getattr(self.config, "final_logit_softcapping", None)
         if self.family == "gemma2" and cap is not None:
             logits = logits / cap

@@ -149,6 +149,17 @@ MODELS = {
         "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "granite": dict(LLAMA, **{
+        "architectures": ["GraniteForCausalLM"], "model_type": "granite", "transformers_version": "4.45.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
+        "tie_word_embeddings": True,
+        # Granite-3.1-8B writes 12.0, 0.22, 0.0078125 (1 / head_dim) and 16.0; these keep the
+        # tiny random model's logits from flattening or saturating
+        "embedding_multiplier": 1.5, "residual_multiplier": 1.5, "attention_multiplier": 0.125,
+        "logits_scaling": 0.5,
+    }),
     "qwen3": dict(COMMON, **{
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "transformers_version": "4.51.0",
         "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
@@ -165,7 +176,7 @@ MODELS = {
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -183,6 +194,8 @@ TIED_TWEAKS = {
                "final_norm_scale": 2.0, "post_norm_scale": 2.0},
     "gemma3": {"embed_scale": 0.25, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
                "final_norm_scale": 2.0, "post_norm_scale": 2.0},
+    "granite": {"embed_scale": 0.5, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
+                "final_norm_scale": 2.0, "post_norm_scale": 1.0},
 }
 # sharper attention so that positions (and so the rope scaling) decide tokens:
 # with the plain init, llama3's greedy tokens are the same without rope scaling

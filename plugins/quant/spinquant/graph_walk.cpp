@@ -39,9 +39,23 @@ nf::Tensor GraphView::float_initializer(const std::string& name) const {
   return t;
 }
 
-namespace {
-
 bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
+
+std::string scaled_operand(const GraphView& gv, const nf::Node& n) {
+  auto scalar = [&](const std::string& v) {
+    if (gv.is_initializer(v)) return gv.float_initializer(v).numel() == 1;
+    const nf::Node* p = gv.producer(v);
+    if (!p || p->op_type() != "Constant") return false;
+    const nf::Tensor t = p->attr_tensor("value");
+    return t && t.numel() == 1;
+  };
+  if (n.input_count() != 2) return "";
+  if (n.op_type() == "Mul" && scalar(n.input(0))) return n.input(1);
+  if ((n.op_type() == "Mul" || n.op_type() == "Div") && scalar(n.input(1))) return n.input(0);
+  return "";
+}
+
+namespace {
 
 // The 1-D constant added to `value` by its single Add consumer, if that is all it does.
 std::string bias_after(const GraphView& gv, const std::string& value, std::string* sum) {
@@ -166,6 +180,8 @@ bool linear_writer(const GraphView& gv, const std::string& value, Linear* out) {
     std::string_view op = p->op_type();
     if (op == "Reshape" || passthrough(op)) {
       v = p->input(0);
+    } else if (const std::string scaled = scaled_operand(gv, *p); !scaled.empty()) {
+      v = scaled;
     } else if (op == "Add") {  // a bias Add: follow the non-constant side
       if (gv.float_initializer(p->input(1))) v = p->input(0);
       else if (gv.float_initializer(p->input(0))) v = p->input(1);

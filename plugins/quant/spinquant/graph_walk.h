@@ -60,8 +60,15 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv);
 // layer or a Shape reads it.
 std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value, const std::string& what);
 
-// The linear layer whose output reaches `value` through Reshape/Identity/Cast/Transpose and
-// bias Adds; false when there is none.
+// Cast and Identity: the value goes through unchanged.
+bool passthrough(std::string_view op);
+
+// The other operand of a Mul by, or a Div by, a one-element constant (initializer or
+// Constant node); "" when `n` is not that. A rotation commutes with such a scaling.
+std::string scaled_operand(const GraphView& gv, const nf::Node& n);
+
+// The linear layer whose output reaches `value` through Reshape/Identity/Cast/Transpose,
+// bias Adds and scalar scalings (Granite's residual_multiplier); false when there is none.
 bool linear_writer(const GraphView& gv, const std::string& value, Linear* out);
 
 // Attention blocks: the value projection (its output reaches Softmax(...) @ V) and the

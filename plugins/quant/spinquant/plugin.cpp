@@ -44,8 +44,6 @@ const char* kSchema = R"json({
   }
 })json";
 
-bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
-
 struct Embedding {
   std::string weight, output;
 };
@@ -62,14 +60,21 @@ Embedding find_embedding(const GraphView& gv) {
   throw nf::Error("spinquant: no token embedding (Gather of a 2-D float weight by a graph input) in the graph");
 }
 
-// The node producing logits, walking back through passthrough/Reshape ops.
+// The node producing logits, walking back through passthrough/Reshape ops and what scales
+// the logits after the head (Granite's logits_scaling, Gemma-2's tanh soft-capping): the
+// rotation is on the head's input, so nothing after it changes.
 nf::Node lm_head_node(const GraphView& gv) {
   std::string v = "logits";
   for (int hops = 0; hops < 8; ++hops) {
     const nf::Node* p = gv.producer(v);
     if (!p) break;
     if (p->op_type() == "MatMul" || p->op_type() == "Gemm") return *p;
-    if (p->op_type() != "Reshape" && !passthrough(p->op_type())) break;
+    const std::string scaled = scaled_operand(gv, *p);
+    if (!scaled.empty()) {
+      v = scaled;
+      continue;
+    }
+    if (p->op_type() != "Reshape" && p->op_type() != "Tanh" && !passthrough(p->op_type())) break;
     v = p->input(0);
   }
   throw nf::Error("spinquant: no MatMul/Gemm produces the graph output 'logits'");

@@ -3,23 +3,11 @@
 namespace spinquant {
 namespace {
 
-bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
-
-// A scalar constant times a residual value stays on the stream: Gemma scales its embeddings
-// by sqrt(hidden) before the first layer, and a rotation commutes with that.
-bool scalar_constant(const GraphView& gv, const std::string& v) {
-  if (gv.is_initializer(v)) return gv.float_initializer(v).numel() == 1;
-  const nf::Node* p = gv.producer(v);
-  if (!p || p->op_type() != "Constant") return false;
-  const nf::Tensor t = p->attr_tensor("value");
-  return t && t.numel() == 1;
-}
-
+// A residual value times a scalar constant stays on the stream: Gemma and Granite scale
+// their embeddings before the first layer, and a rotation commutes with that.
 bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>& stream) {
-  if (n.op_type() != "Mul" || n.input_count() != 2) return false;
-  for (size_t i = 0; i < 2; ++i)
-    if (stream.count(n.input(i)) && scalar_constant(gv, n.input(1 - i))) return true;
-  return false;
+  const std::string x = scaled_operand(gv, n);
+  return !x.empty() && stream.count(x);
 }
 
 }  // namespace
