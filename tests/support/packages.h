@@ -59,6 +59,8 @@ inline fs::path build_package(const fs::path& work, const std::string& model, co
   std::ofstream(manifest) << toml;
   auto r = test::npuforge({"build", manifest.string(), "--out", (work / "out").string(), "--no-cache"});
   EXPECT_EQ(r.exit_code, 0) << "npuforge build failed:\n" << r.err << "\nmanifest:\n" << toml;
+  // With mha2sha every attention of a test model is split per head, none left behind.
+  EXPECT_EQ(r.err.find("left multi-head"), std::string::npos) << r.err;
   return work / "out" / "cpu";
 }
 

@@ -40,6 +40,12 @@ Families (FAMILIES below):
                   tables (local base for the sliding layers), an active sliding window
                   (masking_utils semantics: a key is seen while kv_idx > q_pos - window)
                   on the layers sliding_window_pattern names
+  cohere2         modeling_cohere2.py (transformers 4.48+, Command R7B): one LayerNorm
+                  (mean-centred, no bias) feeding attention and MLP in parallel, both
+                  added to the residual; interleaved rotary (x[..., ::2] / x[..., 1::2],
+                  stack, flatten; tables by repeat_interleave) on the sliding layers only,
+                  no position encoding on the global ones (every sliding_window_pattern-th);
+                  logits * logit_scale; tied
   granite         modeling_granite.py (transformers 4.45+): Llama with scalar multipliers:
                   embeddings * embedding_multiplier, each residual branch *
                   residual_multiplier before its Add, scores * attention_multiplier,
@@ -534,6 +540,101 @@ class Gemma3Attention(nn.Module):
         return attn_output, present
 
 
+class Cohere2LayerNorm(nn.Module):
+    """modeling_cohere2.py: LayerNorm without bias, in float32."""
+
+    def __init__(self, hidden_size, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        mean = hidden_states.mean(-1, keepdim=True)
+        variance = (hidden_states - mean).pow(2).mean(-1, keepdim=True)
+        hidden_states = (hidden_states - mean) * torch.rsqrt(variance + self.variance_epsilon)
+        hidden_states = self.weight.to(torch.float32) * hidden_states
+        return hidden_states.to(input_dtype)
+
+
+def cohere_rotate_half(x):
+    """Cohere's rotation pairs neighbouring dims (0, 1), (2, 3), ... instead of the halves."""
+    x1 = x[..., ::2]
+    x2 = x[..., 1::2]
+    return torch.stack([-x2, x1], dim=-1).flatten(-2)
+
+
+class Cohere2RotaryEmbedding(LlamaRotaryEmbedding):
+    """Cohere's tables repeat each frequency for its pair of dims. HF writes
+    repeat_interleave(freqs, 2, dim=-1); stack + flatten gives the same tensor, because torch
+    1.13's exporter of repeat_interleave turns unrelated -1 constants of the graph (the causal
+    mask's expand) into 2."""
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        position_ids_expanded = position_ids[:, None, :].float()
+        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+        emb = torch.stack([freqs, freqs], dim=-1).flatten(-2)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+class Cohere2Attention(nn.Module):
+    """modeling_cohere2.py (transformers 4.48+) with eager_attention_forward inlined."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim ** -0.5
+        self.attention_dropout = config.attention_dropout
+        self.sliding_window = config.sliding_window if (layer_idx + 1) % config.sliding_window_pattern else None
+        b = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+
+        if self.sliding_window is not None:  # the global layers have no position encoding
+            cos, sin = position_embeddings
+            dtype = query_states.dtype
+            q, k = query_states.float(), key_states.float()
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            query_states = ((q * cos) + (cohere_rotate_half(q) * sin)).to(dtype=dtype)
+            key_states = ((k * cos) + (cohere_rotate_half(k) * sin)).to(dtype=dtype)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
+        if attention_mask is not None:
+            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+            attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
 class Phi3Attention(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
@@ -950,6 +1051,27 @@ class Gemma3DecoderLayer(nn.Module):
         return hidden_states, present
 
 
+class Cohere2DecoderLayer(nn.Module):
+    """Attention and MLP read the same normed input; both add to the residual."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.is_sliding = bool((layer_idx + 1) % config.sliding_window_pattern)
+        self.self_attn = Cohere2Attention(config, layer_idx)
+        self.mlp = LlamaMLP(config, act=config.hidden_act)
+        self.input_layernorm = Cohere2LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        attention_mask = attention_mask[1] if self.is_sliding else attention_mask[0]
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states_attention, present = self.self_attn(hidden_states, attention_mask, position_ids,
+                                                          past_key_value, position_embeddings)
+        hidden_states_mlp = self.mlp(hidden_states)
+        hidden_states = residual + hidden_states_attention + hidden_states_mlp
+        return hidden_states, present
+
+
 def sliding_window_mask(causal_mask, cache_position, window):
     """masking_utils' sliding overlay on the causal mask: a query at position p sees keys
     kv_idx > p - window."""
@@ -974,7 +1096,11 @@ class DecoderModel(nn.Module):
             layers.append(make_layer(config, family, i))
         self.layers = nn.ModuleList(layers)
         gemma = family in ("gemma", "gemma2", "gemma3")
-        self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
+        if family == "cohere2":
+            self.norm = Cohere2LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.rotary_emb = Cohere2RotaryEmbedding(config)
+        else:
+            self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
@@ -996,6 +1122,7 @@ class DecoderModel(nn.Module):
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
         if self.family == "gemma3":
             position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
+        if self.family in ("gemma3", "cohere2"):  # (full, sliding) masks; each layer takes its own
             causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
         if self.family in ("gemma", "gemma2", "gemma3"):
             # normalized; Gemma downcasts the below to the input dtype
@@ -1034,6 +1161,8 @@ def make_layer(config, family, i):
                             LlamaRMSNorm)
     if family == "gemma3":
         return Gemma3DecoderLayer(config, i)
+    if family == "cohere2":
+        return Cohere2DecoderLayer(config, i)
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1041,7 +1170,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2")
 
 
 class CausalLM(nn.Module):
@@ -1070,6 +1199,8 @@ class CausalLM(nn.Module):
         logits = self.lm_head(hidden_states)
         if self.family == "granite":
             logits = logits / self.config.logits_scaling
+        if self.family == "cohere2":
+            logits = logits * self.config.logit_scale
         cap = getattr(self.config, "final_logit_softcapping", None)
         if self.family == "gemma2" and cap is not None:
             logits = logits / cap

@@ -149,6 +149,18 @@ MODELS = {
         "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "cohere2": dict(COMMON, **{
+        "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "transformers_version": "4.48.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "layer_norm_eps": 1e-5, "rope_theta": 50000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": True, "use_embedding_sharing": True,
+        "logit_scale": 0.5,
+        # layers 0-2 slide over the last 4 positions with rotary, layer 3 is global without
+        "sliding_window": 4, "sliding_window_pattern": 4, "cache_implementation": "hybrid",
+        "bos_token_id": 5, "eos_token_id": 255001 % 320, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "granite": dict(LLAMA, **{
         "architectures": ["GraniteForCausalLM"], "model_type": "granite", "transformers_version": "4.45.0",
         "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
@@ -176,7 +188,7 @@ MODELS = {
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 

@@ -49,9 +49,26 @@ void check_shared_operand(const GraphView& view, const std::string& v, const std
 }
 
 // Checks that a head-wise node works on one head as on all: no axis of its own on the
-// batch or head axes.
+// batch or head axes. Unsqueeze and Reshape may reshape what follows the head axis (Cohere's
+// rotary pairs neighbouring dims: [.., hd/2] -> Unsqueeze -> Concat -> Reshape [.., hd]); a
+// Reshape keeps [1, heads] in front, and each head's copy reshapes to its static output
+// dims with [1, 1] in front.
 void check_headwise(const GraphView& view, const nf::Node& n) {
   const std::string op(n.op_type());
+  if (op == "Unsqueeze") {
+    std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+    const int64_t rank = static_cast<int64_t>(static_dims(view.graph(), n.output(0), "Unsqueeze output").size());
+    for (int64_t a : axes)
+      if (normalize_axis(a, rank) < 2) throw Reject("Unsqueeze '" + node_name(n) + "' adds an axis before the heads");
+    if (axes.empty()) throw Reject("Unsqueeze '" + node_name(n) + "' has non-constant axes");
+    return;
+  }
+  if (op == "Reshape") {
+    const Dims in = static_dims(view.graph(), n.input(0), "Reshape input"), out = static_dims(view.graph(), n.output(0), "Reshape output");
+    if (in.size() < 2 || out.size() < 2 || in[0] != 1 || out[0] != 1 || in[1] != out[1])
+      throw Reject("Reshape '" + node_name(n) + "' does not keep [1, heads] in front");
+    return;
+  }
   if (op == "ReduceMean") {  // Gemma-3's q_norm / k_norm after the head transpose
     if (!reduces_last_axis(view, n)) throw Reject("ReduceMean '" + node_name(n) + "' reduces other than head_dim");
     return;
@@ -245,7 +262,8 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
     for (const std::string& out : n.outputs()) derived.insert(out);
     check_headwise(view, n);
     for (const std::string& in : n.inputs())
-      if (!derived.count(in)) check_shared_operand(view, in, "node '" + node_name(n) + "'");
+      if (!derived.count(in) && !(n.op_type() == "Reshape" || n.op_type() == "Unsqueeze"))
+        check_shared_operand(view, in, "node '" + node_name(n) + "'");
     b.region.push_back(n.get());
   }
   if (!derived.count(end)) throw Reject("'" + end + "' is not computed from the head split of '" + b.weight + "'");

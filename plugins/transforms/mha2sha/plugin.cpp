@@ -124,6 +124,13 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (blocks == 0)
       throw nf::Error("mha2sha: found no attention to split" +
                       (rejected.empty() ? std::string(" (no Softmax in the graphs)") : " (" + rejected[0] + ")"));
+    // Attention left multi-head (a pattern mha2sha does not follow) runs slower on the NPU: say
+    // so. Other Softmaxes (a MoE router's) are not attention.
+    std::vector<std::string> left;
+    for (const std::string& r : rejected)
+      if (r.find("not a [1, heads, rows, T] Softmax") == std::string::npos) left.push_back(r);
+    if (!left.empty())
+      ctx.warn("mha2sha: " + std::to_string(left.size()) + " attention block(s) left multi-head (first: " + left[0] + ")");
     size_t encodings = weights.finish_encodings();
     if (opts.permute_kv_cache_io && io.value("kv_layout", "hf") != "htp") {
       io["kv_layout"] = "htp";

@@ -53,6 +53,13 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
       v = map.at(b.split_end);
     }
     std::map<std::string, std::string> map{{b.heads_out, v}};
+    for (nf_node* p : b.region) {  // a Reshape after the head split: its shape for one head
+      nf::Node n(p);
+      if (n.op_type() != "Reshape") continue;
+      Dims shape = static_dims(g, n.output(0), "Reshape output");
+      shape[1] = 1;
+      map[n.input(1)] = ed.int64_constant(shape);
+    }
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
   }
