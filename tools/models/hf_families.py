@@ -434,22 +434,54 @@ class Qwen2Attention(nn.Module):
         return attn_output, present
 
 
-class Qwen3Attention(nn.Module):
-    """modeling_qwen3.py (transformers 4.51+) with eager_attention_forward inlined."""
+def eager_attention_forward(module, query, key, value, attention_mask):
+    """transformers 4.48+'s eager attention, shared by the attention classes written after it."""
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * module.scaling
+    if attention_mask is not None:
+        causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+        attn_weights = attn_weights + causal_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=module.attention_dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous()
 
-    def __init__(self, config, layer_idx):
+
+class ModernAttention(nn.Module):
+    """What the transformers 4.48+ attention classes (Qwen3, Gemma3, Cohere2) share: the q/k/v/o
+    projections, and after each family's own head view, norms and rotary: the cache append,
+    eager_attention_forward and o_proj."""
+
+    def __init__(self, config, layer_idx, scaling):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = scaling
         self.attention_dropout = config.attention_dropout
         b = config.attention_bias
         self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
         self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
         self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
+
+    def attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape):
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
+class Qwen3Attention(ModernAttention):
+    """modeling_qwen3.py (transformers 4.51+)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
         # RMSNorm over each head's head_dim values (one weight vector shared by the heads)
         self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
@@ -457,87 +489,33 @@ class Qwen3Attention(nn.Module):
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-
         query_states = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
         key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-
-        # eager_attention_forward
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
-        if attention_mask is not None:
-            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
-            attn_weights = attn_weights + causal_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
-        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
-        attn_output = torch.matmul(attn_weights, value_states)
-        attn_output = attn_output.transpose(1, 2).contiguous()
-
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, present
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
-class Gemma3Attention(nn.Module):
-    """modeling_gemma3.py (transformers 4.50+) with eager_attention_forward inlined."""
+class Gemma3Attention(ModernAttention):
+    """modeling_gemma3.py (transformers 4.50+): the norms after the head transpose."""
 
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        self.head_dim = config.head_dim
-        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = config.query_pre_attn_scalar ** -0.5
-        self.attention_dropout = config.attention_dropout
-        b = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
-        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
-        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
-        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
+        super().__init__(config, layer_idx, config.query_pre_attn_scalar ** -0.5)
         self.q_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-
         query_states = self.q_norm(query_states)
         key_states = self.k_norm(key_states)
-
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-
-        # eager_attention_forward (no soft-capping in Gemma-3)
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
-        if attention_mask is not None:
-            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
-            attn_weights = attn_weights + causal_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
-        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
-        attn_output = torch.matmul(attn_weights, value_states)
-        attn_output = attn_output.transpose(1, 2).contiguous()
-
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, present
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
 class Cohere2LayerNorm(nn.Module):
@@ -582,31 +560,19 @@ class Cohere2RotaryEmbedding(LlamaRotaryEmbedding):
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
-class Cohere2Attention(nn.Module):
-    """modeling_cohere2.py (transformers 4.48+) with eager_attention_forward inlined."""
+class Cohere2Attention(ModernAttention):
+    """modeling_cohere2.py (transformers 4.48+): rotary on the sliding layers only."""
 
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.config = config
-        self.head_dim = config.head_dim
-        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = self.head_dim ** -0.5
-        self.attention_dropout = config.attention_dropout
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
         self.sliding_window = config.sliding_window if (layer_idx + 1) % config.sliding_window_pattern else None
-        b = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
-        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
-        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
-        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-
         if self.sliding_window is not None:  # the global layers have no position encoding
             cos, sin = position_embeddings
             dtype = query_states.dtype
@@ -614,25 +580,7 @@ class Cohere2Attention(nn.Module):
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             query_states = ((q * cos) + (cohere_rotate_half(q) * sin)).to(dtype=dtype)
             key_states = ((k * cos) + (cohere_rotate_half(k) * sin)).to(dtype=dtype)
-
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
-        if attention_mask is not None:
-            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
-            attn_weights = attn_weights + causal_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
-        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
-        attn_output = torch.matmul(attn_weights, value_states)
-        attn_output = attn_output.transpose(1, 2).contiguous()
-
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, present
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
 class Phi3Attention(nn.Module):
