@@ -91,6 +91,27 @@ INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), [](const 
   return test_name(info.param.model, info.param.chain->name);
 });
 
+// Gemma-3 from 4B up ships a multimodal config.json: the decoder's shapes and its sliding
+// window sit in text_config. The package must still window the sliding layers (torch's
+// greedy tokens differ from the first one when the window is lost).
+TEST(FamilyConfig, MultimodalConfigKeepsTheSlidingWindow) {
+  WorkDir work("multimodal_gemma3");
+  nlohmann::json text = nlohmann::json::parse(slurp(model_dir("zoo/gemma3") + "/config.json"));
+  nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                           {"model_type", "gemma3"},
+                           {"text_config", text},
+                           {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  std::ofstream(work.path / "config.json") << config.dump(1);
+  std::ofstream(work.path / "manifest.toml")
+      << "[model]\nonnx = \"" << model_dir("zoo/gemma3") << "/model.onnx\"\nconfig = \"" << (work.path / "config.json").string()
+      << "\"\n\n" << kArcl << "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json g = golden("zoo/gemma3");
+  auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+  EXPECT_EQ(cli_greedy(work.path / "out" / "cpu", g.at("prompt_ids").get<std::vector<int32_t>>(), want.size()), want);
+}
+
 // ---- quant recipes on every family -------------------------------------------------
 // Calibrated on pre-tokenized ids (the zoo models have no tokenizer), then arcl + split +
 // mha2sha. Each package reports its prefill logits' error against torch's float logits

@@ -1,6 +1,7 @@
 #include "model_info.h"
 
 #include <npuforge/graph/value_types.h>
+#include <npuforge/hf_config.hpp>
 
 #include <algorithm>
 #include <set>
@@ -22,7 +23,8 @@ int64_t config_int(const nlohmann::json& config, const char* key) {
 // sliding layers one by one; configs written before layer_types (Gemma-3, Cohere2) make
 // every `sliding_window_pattern`-th layer global; Gemma-2 slides on the even layers; Qwen2
 // slides from `max_window_layers` on, and only when `use_sliding_window` is set.
-void read_sliding_window(const nlohmann::json& config, ModelInfo& info) {
+void read_sliding_window(const nlohmann::json& full_config, ModelInfo& info) {
+  const nlohmann::json& config = nf::hf_config::decoder_of(full_config);  // a multimodal config's text_config
   if (!config.is_object()) return;
   int64_t window = config_int(config, "sliding_window");
   if (window <= 0) return;
@@ -74,14 +76,14 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   info.kv_dtype = key_type->dtype;
   info.kv_heads = (*key_type->dims)[1];
   info.head_dim = (*key_type->dims)[3];
-  if (info.kv_heads <= 0) info.kv_heads = config_int(config, "num_key_value_heads");
-  if (info.head_dim <= 0) info.head_dim = config_int(config, "head_dim");
+  if (info.kv_heads <= 0) info.kv_heads = nf::hf_config::get_int(config, "num_key_value_heads").value_or(-1);
+  if (info.head_dim <= 0) info.head_dim = nf::hf_config::get_int(config, "head_dim").value_or(-1);
   if (info.kv_heads <= 0 || info.head_dim <= 0)
     throw nf::Error("arcl: cannot tell the KV heads / head_dim from past_key_values.0.key or config.json");
 
   auto logits = nf::graph::get_value_type(source, nf::decoder::kLogits);
   if (logits && logits->dims && logits->dims->size() == 3 && (*logits->dims)[2] > 0) info.vocab = (*logits->dims)[2];
-  else info.vocab = config_int(config, "vocab_size");
+  else info.vocab = nf::hf_config::get_int(config, "vocab_size").value_or(-1);
   if (info.vocab <= 0) throw nf::Error("arcl: cannot tell the vocabulary size from 'logits' or config.json");
 
   // Any other input must be fed per row: float32 [batch, sequence, width].

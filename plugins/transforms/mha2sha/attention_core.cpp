@@ -57,10 +57,10 @@ void check_headwise(const GraphView& view, const nf::Node& n) {
   const std::string op(n.op_type());
   if (op == "Unsqueeze") {
     std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+    if (axes.empty()) throw Reject("Unsqueeze '" + node_name(n) + "' has non-constant axes");
     const int64_t rank = static_cast<int64_t>(static_dims(view.graph(), n.output(0), "Unsqueeze output").size());
     for (int64_t a : axes)
       if (normalize_axis(a, rank) < 2) throw Reject("Unsqueeze '" + node_name(n) + "' adds an axis before the heads");
-    if (axes.empty()) throw Reject("Unsqueeze '" + node_name(n) + "' has non-constant axes");
     return;
   }
   if (op == "Reshape") {
