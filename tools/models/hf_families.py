@@ -19,6 +19,9 @@ Families (FAMILIES below):
                   sliced to kv_seq_len and gathered by position_ids, untied lm_head
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
+  phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
+                  projections, model-level rotary over the first partial_rotary_factor of
+                  head_dim (the rest passes through: Slice, rotate, Concat), tied
   gemma           modeling_gemma.py: embeddings * sqrt(hidden) normalizer,
                   GemmaRMSNorm x * (1 + w), GeGLU (gelu tanh), head_dim 256
                   independent of hidden / heads, one KV head, tied embeddings
@@ -212,7 +215,7 @@ class GemmaRMSNorm(nn.Module):
 
 def compute_default_rope_parameters(config):
     base = config.rope_theta
-    dim = config.head_dim
+    dim = int(config.head_dim * getattr(config, "partial_rotary_factor", 1.0))
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     return inv_freq, 1.0
 
@@ -645,6 +648,53 @@ class Phi3Attention(nn.Module):
         return attn_output, present
 
 
+class Phi4MiniAttention(nn.Module):
+    """modeling_phi3.py (transformers 4.49+): fused qkv_proj, rotary on the first
+    partial_rotary_factor of head_dim."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.head_dim
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim ** -0.5
+        self.attention_dropout = config.attention_dropout
+        op_size = config.num_attention_heads * self.head_dim + 2 * (config.num_key_value_heads * self.head_dim)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.qkv_proj = nn.Linear(config.hidden_size, op_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        qkv = self.qkv_proj(hidden_states)
+        query_pos = self.config.num_attention_heads * self.head_dim
+        query_states = qkv[..., :query_pos]
+        key_states = qkv[..., query_pos: query_pos + self.num_key_value_heads * self.head_dim]
+        value_states = qkv[..., query_pos + self.num_key_value_heads * self.head_dim:]
+
+        query_states = query_states.view(hidden_shape).transpose(1, 2)
+        key_states = key_states.view(hidden_shape).transpose(1, 2)
+        value_states = value_states.view(hidden_shape).transpose(1, 2)
+
+        cos, sin = position_embeddings  # [b, s, rotary_dim]
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        rotary_dim = cos.shape[-1]
+        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
+        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
+        query_states = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)
+        key_states = torch.cat([(k_rot * cos) + (rotate_half(k_rot) * sin), k_pass], dim=-1)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.o_proj(attn_output)
+        return attn_output, present
+
+
 class GemmaAttention(nn.Module):
     """modeling_gemma.py 4.44; with gemma2=True modeling_gemma2.py's
     Gemma2Attention (query_pre_attn_scalar scaling, attention logit soft-capping)."""
@@ -1049,7 +1099,7 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1094,6 +1144,8 @@ def make_layer(config, family, i):
                             LlamaMLP(config, act=config.hidden_act), LlamaRMSNorm)
     if family == "phi3":
         return DecoderLayer(config, i, Phi3Attention(config, i), Phi3MLP(config), LlamaRMSNorm, phi3=True)
+    if family == "phi4_mini":
+        return DecoderLayer(config, i, Phi4MiniAttention(config, i), Phi3MLP(config), LlamaRMSNorm, phi3=True)
     if family == "gemma":
         return DecoderLayer(config, i, GemmaAttention(config, i), LlamaMLP(config, act=config.hidden_activation),
                             GemmaRMSNorm)
@@ -1118,7 +1170,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini")
 
 
 class CausalLM(nn.Module):

@@ -77,6 +77,17 @@ MODELS = {
         "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "phi4_mini": dict(COMMON, **{
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "transformers_version": "4.49.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
+        # rotary on the first 12 of 16 dims, as Phi-4-mini's 96 of 128
+        "partial_rotary_factor": 0.75, "original_max_position_embeddings": 256,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "tie_word_embeddings": True,
+        "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "gemma": dict(COMMON, **{
         "architectures": ["GemmaForCausalLM"], "model_type": "gemma",
         "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
@@ -188,7 +199,7 @@ MODELS = {
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -206,6 +217,8 @@ TIED_TWEAKS = {
                "final_norm_scale": 2.0, "post_norm_scale": 2.0},
     "gemma3": {"embed_scale": 0.25, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
                "final_norm_scale": 2.0, "post_norm_scale": 2.0},
+    "phi4_mini": {"embed_scale": 0.25, "qk_gain": 1.0, "o_gain": 2.0, "down_gain": 4.0,
+                  "final_norm_scale": 2.0, "post_norm_scale": 1.0},
     "granite": {"embed_scale": 0.5, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
                 "final_norm_scale": 2.0, "post_norm_scale": 1.0},
 }
