@@ -142,6 +142,8 @@ constexpr double kSpinquantTiedMaxError = 0.55;
 std::string spinquant_refusal(const std::string& model) {
   // Gemma-2's and Gemma-3's norms after attention and MLP put a gain on the residual stream's writers.
   if (model.find("gemma2") != std::string::npos || model.find("gemma3") != std::string::npos) return "feeds a Add node";
+  // OLMo-2 has only such norms (and its q/k norms span the hidden size).
+  if (model.find("olmo2") != std::string::npos) return "not only linear layers: cannot fuse it";
   // Cohere-2's LayerNorm centres the stream: the mean does not commute with a rotation.
   if (model.find("cohere2") != std::string::npos) return "feeds a ReduceMean node";
   if (is_moe(model)) return "not only linear layers: cannot fuse it";

@@ -17,6 +17,9 @@ Families (FAMILIES below):
   qwen2_untied    modeling_qwen2.py (4.44): q/k/v bias, rotary tables
                   cos_cached/sin_cached [max_position_embeddings, head_dim]
                   sliced to kv_seq_len and gathered by position_ids, untied lm_head
+  olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
+                  projection (all heads) before the head view; no norm before attention or
+                  MLP, a norm after each (post_attention / post_feedforward) before its Add
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -519,6 +522,51 @@ class Gemma3Attention(ModernAttention):
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class Olmo2Attention(ModernAttention):
+    """modeling_olmo2.py (transformers 4.47+): RMSNorm over all heads' values of q and k."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.q_norm = LlamaRMSNorm(config.num_attention_heads * self.head_dim, config.rms_norm_eps)
+        self.k_norm = LlamaRMSNorm(config.num_key_value_heads * self.head_dim, config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_norm(self.q_proj(hidden_states))
+        key_states = self.k_norm(self.k_proj(hidden_states))
+        value_states = self.v_proj(hidden_states)
+        query_states = query_states.view(hidden_shape).transpose(1, 2)
+        key_states = key_states.view(hidden_shape).transpose(1, 2)
+        value_states = value_states.view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class Olmo2DecoderLayer(nn.Module):
+    """No norm before attention or MLP; one after each, before its residual Add."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.self_attn = Olmo2Attention(config, layer_idx)
+        self.mlp = LlamaMLP(config, act=config.hidden_act)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_feedforward_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        residual = hidden_states
+        hidden_states, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value,
+                                                position_embeddings)
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.mlp(hidden_states)
+        hidden_states = self.post_feedforward_layernorm(hidden_states)
+        hidden_states = residual + hidden_states
+        return hidden_states, present
 
 
 class Cohere2LayerNorm(nn.Module):
@@ -1099,7 +1147,7 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1163,6 +1211,8 @@ def make_layer(config, family, i):
         return Gemma3DecoderLayer(config, i)
     if family == "cohere2":
         return Cohere2DecoderLayer(config, i)
+    if family == "olmo2":
+        return Olmo2DecoderLayer(config, i)
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1170,7 +1220,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2")
 
 
 class CausalLM(nn.Module):

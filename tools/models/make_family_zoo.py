@@ -77,6 +77,15 @@ MODELS = {
         "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "olmo2": dict(COMMON, **{
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "transformers_version": "4.47.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": False,
+        "bos_token_id": None, "eos_token_id": 100257 % 320, "pad_token_id": 1,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "phi4_mini": dict(COMMON, **{
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "transformers_version": "4.49.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
@@ -199,7 +208,7 @@ MODELS = {
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 

@@ -25,10 +25,12 @@ const std::set<std::string> kLastAxisOps = {"Add", "Sub", "Mul", "Div", "Pow", "
 
 std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 
-// ReduceMean over the last of 4 axes, kept: within each head's head_dim values.
+// ReduceMean over the last axis, kept: within each head's head_dim values (or, before the
+// head view, within one row of all heads).
 bool reduces_last_axis(const GraphView& view, const nf::Node& n) {
   std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
-  return axes.size() == 1 && normalize_axis(axes[0], 4) == 3 && n.attr_int("keepdims", 1) == 1;
+  const int64_t rank = static_cast<int64_t>(static_dims(view.graph(), n.input(0), "ReduceMean input").size());
+  return axes.size() == 1 && normalize_axis(axes[0], rank) == rank - 1 && n.attr_int("keepdims", 1) == 1;
 }
 
 bool is_perm(const nf::Node& n, const Dims& perm) {
@@ -152,6 +154,21 @@ std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string&
   return region;
 }
 
+// The nearest producer above `v` that `is_it` accepts, walking up through last-axis nodes.
+template <class Pred>
+std::optional<nf::Node> nearest_above(const GraphView& view, const std::string& v, Pred is_it) {
+  for (std::vector<std::string> todo{v}; !todo.empty();) {
+    auto p = view.producer(todo.back());
+    todo.pop_back();
+    if (!p) continue;
+    if (is_it(*p)) return p;
+    if (kLastAxisOps.count(std::string(p->op_type())))
+      for (const std::string& in : p->inputs())
+        if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
+  }
+  return std::nullopt;
+}
+
 // Whether Transpose `t` splits a linear projection into heads:
 // MatMul(x, W) [+ bias] [-> Slice/Split of the columns] -> Reshape [1, rows, heads, head_dim]
 // [-> nodes within the last axis] -> Transpose(0, 2, 1, 3). Fills the projection fields of
@@ -159,17 +176,7 @@ std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string&
 bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   if (!is_perm(t, {0, 2, 1, 3})) return false;
   // The Reshape: the Transpose's input, or the nearest one above it through last-axis nodes.
-  std::optional<nf::Node> r;
-  for (std::vector<std::string> todo{t.input(0)}; !todo.empty() && !r;) {
-    std::string v = todo.back();
-    todo.pop_back();
-    auto p = view.producer(v);
-    if (!p) continue;
-    if (p->op_type() == "Reshape") r = p;
-    else if (kLastAxisOps.count(std::string(p->op_type())))
-      for (const std::string& in : p->inputs())
-        if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
-  }
+  std::optional<nf::Node> r = nearest_above(view, t.input(0), [](const nf::Node& n) { return n.op_type() == "Reshape"; });
   if (!r) return false;
   std::string packed = r->input(0);
   auto cut = view.producer(packed);
@@ -190,12 +197,25 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
     if (bias.empty()) return false;
     m = view.producer(m->input(bias_first ? 1 : 0));
   }
-  if (!m || m->op_type() != "MatMul" || !view.is_initializer(m->input(1)) || view.is_initializer(m->input(0))) return false;
+  auto is_projection = [&](const nf::Node& n) {
+    return n.op_type() == "MatMul" && view.is_initializer(n.input(1)) && !view.is_initializer(n.input(0));
+  };
+  // A normalization over all heads between the projection and the head view (OLMo-2's q_norm
+  // / k_norm): the projection stays whole and each head takes its columns of the result.
+  std::vector<nf_node*> shared_region;
+  if (m && !is_projection(*m) && !column_cut && bias.empty() && kLastAxisOps.count(std::string(m->op_type()))) {
+    if (auto p = nearest_above(view, packed, is_projection)) {
+      shared_region = last_axis_region(view, p->output(0), packed);
+      m = p;
+    }
+  }
+  if (!m || !is_projection(*m)) return false;
   // It is a projection: from here on a mismatch is an error, not another kind of node.
   Dims rd = static_dims(view.graph(), r->output(0), "head split");
   Dims wd = view.graph().initializer(m->input(1)).dims();
   if (rd.size() != 4 || rd[0] != 1 || wd.size() != 2)
     throw Reject("Reshape '" + node_name(*r) + "' does not split [1, rows, heads*head_dim] into heads");
+  b.shared_out = shared_region.empty() ? "" : packed;
   b.split_out = r->output(0);
   b.split_end = t.input(0);
   b.split_region = last_axis_region(view, b.split_out, b.split_end);

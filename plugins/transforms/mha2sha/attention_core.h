@@ -22,7 +22,8 @@ namespace mha2sha {
 // Split of W's columns before the Reshape: the branch then owns columns [first_column,
 // first_column + heads*head_dim) of W. Nodes between the Reshape and the Transpose (Qwen-3's
 // q_norm / k_norm, an RMSNorm of each head) reduce or broadcast along the last axis only, so
-// they work the same on one head's [1, 1, rows, head_dim].
+// they work the same on one head's [1, 1, rows, head_dim]. A normalization over all heads
+// between the MatMul and the Reshape (OLMo-2) keeps the projection whole (shared_out).
 struct HeadBranch {
   std::string x;            // projection input [1, rows, in]
   std::string weight;       // 2-D initializer [in, weight_columns]
@@ -31,6 +32,9 @@ struct HeadBranch {
   std::string proj_out;     // the MatMul's output [1, rows, weight_columns]
   std::string biased_out;   // the bias Add's output, or ""
   int64_t weight_columns = 0, first_column = 0;
+  // When a normalization over all heads follows the projection: its output [1, rows,
+  // heads*head_dim], kept whole; each head's copy starts from its columns of it.
+  std::string shared_out;
   std::string split_out;    // Reshape output [1, rows, heads, head_dim]
   std::vector<nf_node*> split_region;  // nodes from split_out to the Transpose's input, in graph order
   std::string split_end;    // the Transpose's input (split_out when split_region is empty)

@@ -31,14 +31,20 @@ void clone_chain(GraphEditor& ed, const std::vector<nf_node*>& nodes, std::map<s
 // One value [1, 1, rows, head_dim] per head of a branch.
 std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, HeadWeights& weights) {
   nf::Graph g = ed.graph();
-  std::vector<std::string> w = weights.slices(g, b.weight, b.first_column, b.heads, b.head_dim);
-  std::vector<std::string> bias;
+  const bool shared = !b.shared_out.empty();  // the projection stays whole: heads take columns
+  std::vector<std::string> w, bias;
+  if (!shared) w = weights.slices(g, b.weight, b.first_column, b.heads, b.head_dim);
   if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.first_column, b.heads, b.head_dim);
   std::vector<std::string> out, projected, biased;
   for (int64_t h = 0; h < b.heads; ++h) {
     const std::string t = tag(h);
-    std::string v = ed.fresh(b.heads_out + t + ".proj");
-    ed.add("MatMul", {b.x, w[h]}, {v}, b.weight + t + "/MatMul");
+    std::string v = ed.fresh(b.heads_out + t + (shared ? ".cols" : ".proj"));
+    if (shared)
+      ed.add("Slice", {b.shared_out, ed.int64_constant({h * b.head_dim}), ed.int64_constant({(h + 1) * b.head_dim}),
+                       ed.int64_constant({2})},
+             {v}, b.shared_out + t + "/Slice");
+    else
+      ed.add("MatMul", {b.x, w[h]}, {v}, b.weight + t + "/MatMul");
     projected.push_back(v);
     if (!bias.empty()) {
       biased.push_back(ed.fresh(v + ".bias"));
@@ -63,7 +69,8 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
   }
-  weights.follow_activation(b.proj_out, projected, b.weight_columns, b.first_column, b.head_dim);
+  weights.follow_activation(shared ? b.shared_out : b.proj_out, projected, shared ? b.heads * b.head_dim : b.weight_columns,
+                            shared ? 0 : b.first_column, b.head_dim);
   if (!biased.empty()) weights.follow_activation(b.biased_out, biased, b.weight_columns, b.first_column, b.head_dim);
   return out;
 }
