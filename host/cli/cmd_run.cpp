@@ -201,8 +201,13 @@ void add_run(CLI::App& app) {
       if (static_cast<int64_t>(ids.size()) > s->context_length())
         throw UserError("the prompt has " + std::to_string(ids.size()) + " tokens, more than the " +
                         std::to_string(s->context_length()) + " the context of " + path + " holds");
+    // With a tokenizer (text in, text out): its end tokens and config.json's eos_token_id.
     std::vector<int32_t> stops;
-    if (tok) stops = tok->stop_ids();
+    if (tok) {
+      stops = tok->stop_ids();
+      for (int32_t id : model->eos_ids)
+        if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+    }
 
     host::Sampler sampler(sp);
     std::optional<Tokenizer::Stream> stream;

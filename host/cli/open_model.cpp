@@ -1,8 +1,10 @@
 #include "cli/open_model.h"
 
 #include <cstdio>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "api/host_api.h"
 #include "cli/commands.h"
@@ -35,6 +37,25 @@ int64_t vocab_of(const nlohmann::json& graph_spec) {
   return -1;
 }
 
+// eos_token_id of a config.json (the decoder's text_config in a multimodal one): an id or a list.
+std::vector<int32_t> config_eos_ids(const std::string& file) {
+  if (file.empty() || !fs::is_regular_file(file)) return {};
+  std::ifstream in(file);
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+  if (!config.is_object()) throw UserError(file + ": not a JSON object");
+  const nlohmann::json* eos = config.contains("eos_token_id") ? &config["eos_token_id"] : nullptr;
+  if (!eos && config.contains("text_config") && config["text_config"].is_object() && config["text_config"].contains("eos_token_id"))
+    eos = &config["text_config"]["eos_token_id"];
+  if (!eos || eos->is_null()) return {};
+  std::vector<int32_t> ids;
+  for (const auto& v : eos->is_array() ? *eos : nlohmann::json::array({*eos})) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      throw UserError(file + ": eos_token_id must be a token id or a list of them, not " + eos->dump());
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
 }  // namespace
 
 std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string& decoder) {
@@ -52,6 +73,7 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     if (!p) throw UserError(path + ": the package needs backend '" + backend + "', which is not installed", exit_code::failed);
     m->session = host::BackendSession::open_artifacts(*p, m->package->backend_options(), m->package->artifacts().string());
     m->tokenizer = m->package->tokenizer();
+    m->eos_ids = config_eos_ids(m->package->config());
     graphs = m->package->meta.at("graphs");
     metadata = m->package->meta.value("metadata", nlohmann::json());
   } else if (fs::is_regular_file(path)) {
@@ -80,6 +102,7 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     m->session = host::BackendSession::open_model_set(*p, default_options(*p), *m->model_set);
     fs::path tok = fs::path(path).parent_path() / "tokenizer.json";
     if (fs::is_regular_file(tok)) m->tokenizer = tok.string();
+    m->eos_ids = config_eos_ids((fs::path(path).parent_path() / "config.json").string());
     graphs = host::graph_specs(*m->model_set);
   } else {
     throw UserError(path + ": no such model file or package directory");

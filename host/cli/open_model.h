@@ -23,6 +23,9 @@ struct OpenModel {
   std::unique_ptr<host::BackendSession> session;
   std::unique_ptr<host::Runner> runner;
   std::string tokenizer;  // tokenizer.json path, "" when there is none
+  // config.json's eos_token_id (one id or a list): end-of-turn tokens the tokenizer's own
+  // list does not name (Command R's <|END_OF_TURN_TOKEN|>, EXAONE's [|endofturn|]).
+  std::vector<int32_t> eos_ids;
   int64_t vocab = -1;     // from the logits shape, -1 when symbolic
 };
 

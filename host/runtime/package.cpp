@@ -105,10 +105,15 @@ std::string package_digest(const nlohmann::json& meta) {
   return hash_string(rest.dump());  // dump sorts keys: one text per content
 }
 
-std::string Package::tokenizer() const {
-  if (!meta.contains("tokenizer") || meta["tokenizer"].is_null()) return "";
-  return (root / meta["tokenizer"].get<std::string>()).string();
+namespace {
+std::string named_file(const Package& p, const char* key) {
+  if (!p.meta.contains(key) || p.meta[key].is_null()) return "";
+  return (p.root / p.meta[key].get<std::string>()).string();
 }
+}  // namespace
+
+std::string Package::tokenizer() const { return named_file(*this, "tokenizer"); }
+std::string Package::config() const { return named_file(*this, "config"); }
 
 bool looks_like_package(const fs::path& dir) { return fs::is_regular_file(dir / "package.json"); }
 

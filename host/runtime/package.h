@@ -33,6 +33,8 @@ struct Package {
   std::filesystem::path artifacts() const { return root / "artifacts"; }
   // "" when the package has no tokenizer.
   std::string tokenizer() const;
+  // "" when the package has no config.json.
+  std::string config() const;
 };
 
 bool looks_like_package(const std::filesystem::path& dir);

@@ -56,6 +56,33 @@ TEST_P(RunGolden, GreedyTokensEqualTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
 
+// config.json's eos_token_id ends generation beside the tokenizer's own end tokens: a model
+// whose end-of-turn token no tokenizer list names (Command R, EXAONE) stops there. A config
+// whose eos_token_id is not a token id is one error line.
+TEST(Run, StopsAtConfigEosTokens) {
+  const fs::path dir = fresh_dir("config_eos");
+  for (const char* f : {"model.onnx", "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(model_dir("tiny_llama") + "/" + f, dir / f);
+  auto g = golden("tiny_llama");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(model_dir("tiny_llama") + "/config.json"));
+  const std::vector<int32_t> want = {g["generated_ids"][0], g["generated_ids"][1], g["generated_ids"][2]};
+  config["eos_token_id"] = {2047, want[2]};
+  std::ofstream(dir / "config.json") << config.dump(1);
+  const std::vector<std::string> run{"run", (dir / "model.onnx").string(), "--prompt-ids", join_ids(g["prompt_ids"]),
+                                     "--max-new-tokens", "8", "--json"};
+  auto r = npuforge(run);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(j["stop"], "eos");
+  config["eos_token_id"] = "</s>";
+  std::ofstream(dir / "config.json") << config.dump(1);
+  r = npuforge(run);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("eos_token_id must be a token id or a list of them"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(Run, SeededSamplingIsReproducible) {
   std::vector<std::string> args{"run", model_dir("llama_gqa") + "/model.onnx", "--prompt-ids", "1,2,3",
                                 "--max-new-tokens", "12", "--temperature", "1.0", "--top-k", "50",
