@@ -85,6 +85,30 @@ TEST(ArclGolden, MistralSwaSlidingContext) {
   expect_golden("mistral_swa", {{"arn", {1, 4}}, {"context_length", 512}, {"sliding_context_length", 256}});
 }
 
+// Which layers slide, by each way configs say it: layer_types, a period (Gemma-3, Cohere2
+// before layer_types), a spelled-out period (EXAONE-4.0's "LLLG"); the zoo's Gemma-3 has 3
+// layers. A pattern of other letters is refused in one line.
+TEST(ArclGraphs, SlidingLayersFromEveryConfigSpelling) {
+  nlohmann::json base = nlohmann::json::parse(std::ifstream(model_dir("zoo/gemma3") + "/config.json"));
+  base.erase("sliding_window_pattern");
+  auto sliding = [&](const nlohmann::json& extra) {
+    auto ms = load_model("zoo/gemma3");
+    nlohmann::json config = base;
+    config.update(extra);
+    ms->metadata["config"] = config.dump();
+    TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 32}});
+    if (!r.error.empty()) return nlohmann::json(r.error);
+    return nlohmann::json::parse(ms->metadata.at("io")).at("sliding_layers");
+  };
+  EXPECT_EQ(sliding({{"sliding_window_pattern", 3}}), nlohmann::json({0, 1}));
+  EXPECT_EQ(sliding({{"sliding_window_pattern", 2}}), nlohmann::json({0, 2}));
+  EXPECT_EQ(sliding({{"sliding_window_pattern", "LG"}}), nlohmann::json({0, 2}));
+  EXPECT_EQ(sliding({{"sliding_window_pattern", "GLL"}}), nlohmann::json({1, 2}));
+  EXPECT_EQ(sliding({{"layer_types", {"full_attention", "sliding_attention", "full_attention"}}}), nlohmann::json({1}));
+  EXPECT_EQ(sliding(nlohmann::json::object()), nlohmann::json({0, 1, 2}));  // Mistral-style: every layer
+  EXPECT_NE(sliding({{"sliding_window_pattern", "LLX"}}).dump().find("neither a period nor a string of L"), std::string::npos);
+}
+
 TEST(ArclGraphs, VariantsContractAndMetadata) {
   auto ms = load_model("mistral_swa");
   ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", {256, 512}}, {"kv_layout", "htp"}}).error, "");

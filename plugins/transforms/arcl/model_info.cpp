@@ -20,8 +20,9 @@ int64_t config_int(const nlohmann::json& config, const char* key) {
 }
 
 // HF semantics: Mistral-style configs slide on every layer; `layer_types` names the
-// sliding layers one by one; configs written before layer_types (Gemma-3, Cohere2) make
-// every `sliding_window_pattern`-th layer global; Gemma-2 slides on the even layers; Qwen2
+// sliding layers one by one; configs written before layer_types make every
+// `sliding_window_pattern`-th layer global (Gemma-3, Cohere2) or spell the period out ("LLLG",
+// EXAONE-4.0); Gemma-2 slides on the even layers; Qwen2
 // slides from `max_window_layers` on, and only when `use_sliding_window` is set.
 void read_sliding_window(const nlohmann::json& full_config, ModelInfo& info) {
   const nlohmann::json& config = nf::hf_config::decoder_of(full_config);  // a multimodal config's text_config
@@ -42,6 +43,16 @@ void read_sliding_window(const nlohmann::json& full_config, ModelInfo& info) {
   if (const int64_t pattern = config_int(config, "sliding_window_pattern"); pattern > 0) {
     for (int64_t l = 0; l < info.layers; ++l)
       if ((l + 1) % pattern != 0) info.sliding_layers.push_back(l);
+    return;
+  }
+  if (config.contains("sliding_window_pattern") && config["sliding_window_pattern"].is_string()) {
+    // EXAONE-4.0 spells the period out: "LLLG" = three sliding (local) layers, then a global one.
+    const std::string pattern = config["sliding_window_pattern"];
+    if (pattern.empty() || pattern.find_first_not_of("LG") != std::string::npos)
+      throw nf::Error("arcl: config.json sliding_window_pattern '" + pattern +
+                      "' is neither a period nor a string of L (sliding) and G (global) layers");
+    for (int64_t l = 0; l < info.layers; ++l)
+      if (pattern[static_cast<size_t>(l) % pattern.size()] == 'L') info.sliding_layers.push_back(l);
     return;
   }
   if (config.value("model_type", "") == "gemma2") {  // Gemma-2 slides on the even layers
