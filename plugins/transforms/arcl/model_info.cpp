@@ -14,9 +14,9 @@ bool ModelInfo::is_sliding(int64_t layer) const {
 
 namespace {
 
+// A positive integer of config.json, -1 when absent (npuforge/hf_config.hpp reads it).
 int64_t config_int(const nlohmann::json& config, const char* key) {
-  if (config.is_object() && config.contains(key) && config[key].is_number_integer()) return config[key].get<int64_t>();
-  return -1;
+  return nf::hf_config::get_int(config, key).value_or(-1);
 }
 
 // HF semantics: Mistral-style configs slide on every layer; `layer_types` names the
@@ -87,14 +87,14 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   info.kv_dtype = key_type->dtype;
   info.kv_heads = (*key_type->dims)[1];
   info.head_dim = (*key_type->dims)[3];
-  if (info.kv_heads <= 0) info.kv_heads = nf::hf_config::get_int(config, "num_key_value_heads").value_or(-1);
-  if (info.head_dim <= 0) info.head_dim = nf::hf_config::get_int(config, "head_dim").value_or(-1);
+  if (info.kv_heads <= 0) info.kv_heads = config_int(config, "num_key_value_heads");
+  if (info.head_dim <= 0) info.head_dim = config_int(config, "head_dim");
   if (info.kv_heads <= 0 || info.head_dim <= 0)
     throw nf::Error("arcl: cannot tell the KV heads / head_dim from past_key_values.0.key or config.json");
 
   auto logits = nf::graph::get_value_type(source, nf::decoder::kLogits);
   if (logits && logits->dims && logits->dims->size() == 3 && (*logits->dims)[2] > 0) info.vocab = (*logits->dims)[2];
-  else info.vocab = nf::hf_config::get_int(config, "vocab_size").value_or(-1);
+  else info.vocab = config_int(config, "vocab_size");
   if (info.vocab <= 0) throw nf::Error("arcl: cannot tell the vocabulary size from 'logits' or config.json");
 
   // Any other input must be fed per row: float32 [batch, sequence, width].

@@ -282,8 +282,7 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
     for (const std::string& out : n.outputs()) derived.insert(out);
     check_headwise(view, n);
     for (const std::string& in : n.inputs())
-      if (!derived.count(in) && !(n.op_type() == "Reshape" || n.op_type() == "Unsqueeze"))
-        check_shared_operand(view, in, "node '" + node_name(n) + "'");
+      if (!derived.count(in)) check_shared_operand(view, in, "node '" + node_name(n) + "'");
     b.region.push_back(n.get());
   }
   if (!derived.count(end)) throw Reject("'" + end + "' is not computed from the head split of '" + b.weight + "'");
@@ -363,13 +362,18 @@ std::string scores_operand(const GraphView& view, const nf::Node& n, const Dims&
   return n.input(first);
 }
 
+// A [1, heads, rows, T] Softmax over T: the shape of attention probabilities.
+bool attention_shaped(const GraphView& view, const nf::Node& softmax) {
+  auto t = nf::graph::get_value_type(view.graph(), softmax.output(0));
+  return t && t->dims && t->dims->size() == 4 && normalize_axis(softmax.attr_int("axis", -1), 4) == 3;
+}
+
 AttentionCore match_core(const GraphView& view, const nf::Node& softmax) {
   AttentionCore c;
   c.softmax = softmax.get();
   c.label = node_name(softmax);
-  int64_t axis = softmax.attr_int("axis", -1);
+  if (!attention_shaped(view, softmax)) throw Reject("not a [1, heads, rows, T] Softmax over T");
   Dims sd = static_dims(view.graph(), softmax.output(0), "attention probabilities");
-  if (sd.size() != 4 || normalize_axis(axis, 4) != 3) throw Reject("not a [1, heads, rows, T] Softmax over T");
   // Back to the score MatMul.
   std::vector<nf_node*> before;
   std::string v = softmax.input(0);
@@ -448,7 +452,7 @@ CoreSearch find_attention_cores(const GraphView& view) {
       s.cores.push_back(match_core(view, n));
     } catch (const nf::Error& e) {
       // Includes values not typed yet (the copies an earlier rewrite of this graph made).
-      s.rejected.push_back(node_name(n) + ": " + e.what());
+      s.rejected.push_back({node_name(n), e.what(), attention_shaped(view, n)});
     }
   }
   return s;

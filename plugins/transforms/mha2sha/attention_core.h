@@ -66,11 +66,15 @@ struct AttentionCore {
   std::string label;  // for messages: the Softmax's name
 };
 
-// Every attention block whose Softmax is found in `g`. Blocks that do not fit the pattern
-// are skipped when `strict` is false, else reported.
+// Every attention block whose Softmax is found in `g`; the Softmaxes that do not fit the
+// pattern are listed with the reason.
+struct Rejection {
+  std::string softmax, why;
+  bool attention = false;  // a [1, heads, rows, T] Softmax over T (a MoE router's is not)
+};
 struct CoreSearch {
   std::vector<AttentionCore> cores;
-  std::vector<std::string> rejected;  // "<softmax>: <why>"
+  std::vector<Rejection> rejected;
 };
 CoreSearch find_attention_cores(const nf::graph::GraphView& view);
 

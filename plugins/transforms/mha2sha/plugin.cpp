@@ -40,8 +40,8 @@ std::vector<std::string> pick_targets(const nf::graph::GraphView& view, const Co
     const AttentionCore* c = core_of_node(search.cores, sp);
     if (!c) {
       std::string why;
-      for (const std::string& r : search.rejected)
-        if (r.rfind(sp + ": ", 0) == 0) why = " (" + r.substr(sp.size() + 2) + ")";
+      for (const Rejection& r : search.rejected)
+        if (r.softmax == sp) why = " (" + r.why + ")";
       throw nf::Error("mha2sha: option 'm2s_additional_start_points': node '" + sp + "' in graph " + view.graph().name() +
                       " is not the Softmax, score MatMul or value MatMul of an attention mha2sha can split" + why);
     }
@@ -50,12 +50,17 @@ std::vector<std::string> pick_targets(const nf::graph::GraphView& view, const Co
   return targets;
 }
 
+// `rejected`: every Softmax not rewritten, "<graph>: <softmax>: <why>"; `left`: those that are
+// attention (left multi-head).
 GraphResult rewrite_graph(nf::Graph g, const Mha2shaOptions& opts, HeadWeights& weights, std::set<std::string>& found,
-                          std::vector<std::string>& rejected) {
+                          std::vector<std::string>& rejected, std::vector<std::string>& left) {
   GraphResult r;
   nf::graph::GraphView view(g);
   CoreSearch search = find_attention_cores(view);
-  for (const std::string& why : search.rejected) rejected.push_back(g.name() + ": " + why);
+  for (const Rejection& x : search.rejected) {
+    rejected.push_back(g.name() + ": " + x.softmax + ": " + x.why);
+    if (x.attention) left.push_back(rejected.back());
+  }
   std::vector<std::string> targets = pick_targets(view, search, opts, found);
   GraphEditor ed(g, "/mha2sha/");
   ShaOptions sha{opts.permute_kv_cache_io};
@@ -104,7 +109,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
       throw nf::Error("mha2sha: the model set has no static graphs (metadata io.layout is not \"static\"); run arcl before mha2sha");
     HeadWeights weights(ms);
     std::set<std::string> found;
-    std::vector<std::string> rejected;
+    std::vector<std::string> rejected, left;
     size_t blocks = 0;
     int64_t heads = 0, kv_heads = 0;
     const std::vector<nf::Graph> graphs = ms.target_graphs();
@@ -112,7 +117,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     for (size_t i = 0; i < n; ++i) {
       nf::Graph g = graphs[i];
       ctx.progress(i, n, g.name());
-      GraphResult r = rewrite_graph(g, opts, weights, found, rejected);
+      GraphResult r = rewrite_graph(g, opts, weights, found, rejected, left);
       blocks += r.blocks;
       if (r.blocks) heads = r.heads, kv_heads = r.kv_heads;
       if (opts.permute_kv_cache_io) check_permuted(g, io);
@@ -124,11 +129,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (blocks == 0)
       throw nf::Error("mha2sha: found no attention to split" +
                       (rejected.empty() ? std::string(" (no Softmax in the graphs)") : " (" + rejected[0] + ")"));
-    // Attention left multi-head (a pattern mha2sha does not follow) runs slower on the NPU: say
-    // so. Other Softmaxes (a MoE router's) are not attention.
-    std::vector<std::string> left;
-    for (const std::string& r : rejected)
-      if (r.find("not a [1, heads, rows, T] Softmax") == std::string::npos) left.push_back(r);
+    // Attention left multi-head (a pattern mha2sha does not follow) runs slower on the NPU: say so.
     if (!left.empty())
       ctx.warn("mha2sha: " + std::to_string(left.size()) + " attention block(s) left multi-head (first: " + left[0] + ")");
     size_t encodings = weights.finish_encodings();
