@@ -3,6 +3,7 @@
 // `npuforge run`; the graphs have one attention per head; options fail clearly.
 #include <gtest/gtest.h>
 
+#include "onnx/onnx_io.h"
 #include "support/packages.h"
 
 namespace nf::test {
@@ -71,6 +72,38 @@ TEST(Mha2sha, OneAttentionPerHeadAndSharedWeights) {
   EXPECT_EQ(dims("past_key_values.0.value"), (std::vector<int64_t>{2, 1, 28, 16}));
   EXPECT_EQ(dims("present.2.key"), (std::vector<int64_t>{2, 1, 16, 4}));
   EXPECT_EQ(dims("present.2.value"), (std::vector<int64_t>{2, 1, 4, 16}));
+}
+
+// An attention mha2sha cannot follow (a Relu between Qwen-3's q_norm and the head
+// transpose works on no single head's values) stays multi-head: the build goes on and says
+// so in one warning with the count and the first reason; MoE routers' Softmaxes are not counted.
+TEST(Mha2sha, WarnsOfAttentionLeftMultiHead) {
+  WorkDir work("m2s_left");
+  auto g = onnx_io::load_model(test::model_dir("zoo/qwen3") + "/model.onnx");
+  auto& nodes = g->nodes;
+  auto at = std::find_if(nodes.begin(), nodes.end(), [](const auto& n) { return n->name == "/model/layers.0/self_attn/Transpose"; });
+  ASSERT_NE(at, nodes.end());
+  auto relu = std::make_unique<ir::Node>();
+  relu->op_type = "Relu";
+  relu->name = "inserted_relu";
+  relu->inputs.push_back((*at)->inputs[0]);
+  relu->outputs.push_back("inserted_relu_out");
+  (*at)->inputs[0] = "inserted_relu_out";
+  nodes.insert(at, std::move(relu));
+  onnx_io::save_model(*g, (work.path / "model.onnx").string());
+  fs::copy_file(test::model_dir("zoo/qwen3") + "/config.json", work.path / "config.json");
+  std::ofstream(work.path / "manifest.toml") << "[model]\nonnx = \"model.onnx\"\n\n" << kArcl << kMha2sha
+                                             << "[targets.cpu]\nbackend = \"cpu\"\n";
+  auto r = test::npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Layer 0's attention in each of the two AR variants; layer 1's is split.
+  EXPECT_NE(r.err.find("mha2sha: 2 attention block(s) left multi-head (first: ar1_cl32: /model/layers.0/self_attn/Softmax:"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("2 attention blocks in 2 graphs split"), std::string::npos) << r.err;
+  // A router's Softmax is no attention left behind.
+  WorkDir moe("m2s_moe");
+  build_package(moe.path, "mixtral_moe", kArcl + kMha2sha);
 }
 
 // ---- options and their errors -----------------------------------------------------
