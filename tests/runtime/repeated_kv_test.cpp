@@ -116,10 +116,11 @@ TEST_P(RepeatedKv, ReadsTheCacheInPlaceWithTheSameLogits) {
   }
 }
 
-// GQA (Llama, Qwen2, Mistral with a sliding window, Mixtral) and MQA (one KV head).
+// GQA (Llama, Qwen2, Mistral with a sliding window, Mixtral), MQA (one KV head), and the SDPA
+// exports, whose K^T is scaled by a Mul between the transpose and the score MatMul.
 INSTANTIATE_TEST_SUITE_P(Families, RepeatedKv,
                          ::testing::Values("llama_gqa", "qwen2", "mistral_swa", "mixtral_moe", "zoo/mqa",
-                                           "zoo/llama3_opset14"));
+                                           "zoo/llama3_opset14", "zoo/llama3_sdpa", "zoo/qwen3_sdpa"));
 
 namespace {
 

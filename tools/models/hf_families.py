@@ -62,6 +62,10 @@ Families (FAMILIES below):
                   scaled by a Mul (eager_attention_forward's `* scaling`), model-level
                   rotary, tied embeddings
 
+Attention is eager by default; CausalLM(..., attn_implementation="sdpa") writes the Llama
+and the 4.48+ classes' SDPA path instead (ScaledDotProductAttention: the nodes torch >= 2.1
+exports for F.scaled_dot_product_attention, which optimum's exports of these families hold).
+
 The causal mask is HF 4.44's `_prepare_4d_causal_attention_mask_with_cache_position`
 (full(min) -> triu(1) -> *= arange > cache_position -> expand -> padding).
 With mask_style "hf" the padding is applied with HF's slice assignment
@@ -106,6 +110,7 @@ class FamilyConfig:
         self.attention_bias = d.get("attention_bias", False)
         self.attention_dropout = d.get("attention_dropout", 0.0)
         self.max_position_embeddings = d.get("max_position_embeddings", 2048)
+        self.attn_implementation = "eager"  # as HF's config._attn_implementation (not in config.json)
 
 
 # --------------------------------------------------------------------------- shared HF helpers
@@ -357,6 +362,12 @@ class LlamaAttention(nn.Module):
         value_states = torch.cat([past_key_value[1], value_states], dim=-2)
         present = (key_states, value_states)
 
+        if self.config.attn_implementation == "sdpa":  # LlamaSdpaAttention (4.44): SDPA's default scale
+            scaling = self.config.attention_multiplier if self.config.model_type == "granite" else None
+            attn_output = sdpa_attention_forward(self, query_states, key_states, value_states, attention_mask,
+                                                 scaling)
+            return self.o_proj(attn_output.view(bsz, q_len, -1)), present
+
         key_states = repeat_kv(key_states, self.num_key_value_groups)
         value_states = repeat_kv(value_states, self.num_key_value_groups)
         if self.config.model_type == "granite":  # GraniteAttention: scores * attention_multiplier
@@ -440,6 +451,55 @@ class Qwen2Attention(nn.Module):
         return attn_output, present
 
 
+class ScaledDotProductAttention(torch.autograd.Function):
+    """F.scaled_dot_product_attention as torch >= 2.1 exports it (symbolic_opset14): q and k^T
+    are each multiplied by Sqrt(scale) before the MatMul, the float mask is added, Softmax,
+    MatMul with v. Without an explicit scale the graph computes 1/sqrt(E) from Shape(query)
+    (Shape, Slice, Cast, Sqrt, Div, Cast). torch 1.13 has no SDPA: this writes the same nodes,
+    and forward does the same float32 arithmetic, so the golden is what the graph computes."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, scale):
+        if scale is None:
+            s = 1.0 / torch.sqrt(torch.tensor([float(query.shape[-1])]))
+        else:
+            s = torch.tensor(scale, dtype=torch.float32)
+        w = torch.matmul(query * s.sqrt(), key.transpose(-2, -1) * s.sqrt())
+        if attn_mask is not None:
+            w = w + attn_mask
+        return torch.matmul(torch.softmax(w, dim=-1), value)
+
+    @staticmethod
+    def symbolic(g, query, key, value, attn_mask, scale):
+        if scale is None:
+            shape = g.op("Shape", query)
+            last = g.op("Slice", shape, g.op("Constant", value_t=torch.tensor([-1])),
+                        g.op("Constant", value_t=torch.tensor([2 ** 63 - 1])))
+            size = g.op("Cast", last, to_i=1)  # FLOAT
+            s = g.op("Div", g.op("Constant", value_t=torch.tensor([1.0])), g.op("Sqrt", size))
+            s = g.op("Cast", s, to_i=1)
+        else:
+            s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
+        key_t = g.op("Transpose", key, perm_i=[0, 1, 3, 2])
+        query_scaled = g.op("Mul", query, g.op("Sqrt", s))
+        key_scaled = g.op("Mul", key_t, g.op("Sqrt", s))
+        w = g.op("MatMul", query_scaled, key_scaled)
+        if attn_mask is not None:
+            w = g.op("Add", w, attn_mask)
+        return g.op("MatMul", g.op("Softmax", w, axis_i=-1), value)
+
+
+def sdpa_attention_forward(module, query, key, value, attention_mask, scaling=None):
+    """The sdpa path: transformers 4.48+'s sdpa_attention_forward (scale=module.scaling), and with
+    scaling None, 4.44's LlamaSdpaAttention (SDPA's default scale). A mask is always given in an
+    export, so is_causal is False; repeat_kv first (no enable_gqa with a mask)."""
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    causal_mask = attention_mask[:, :, :, : key.shape[-2]]
+    attn_output = ScaledDotProductAttention.apply(query, key, value, causal_mask, scaling)
+    return attn_output.transpose(1, 2).contiguous()
+
+
 def eager_attention_forward(module, query, key, value, attention_mask):
     """transformers 4.48+'s eager attention, shared by the attention classes written after it."""
     key_states = repeat_kv(key, module.num_key_value_groups)
@@ -477,7 +537,11 @@ class ModernAttention(nn.Module):
         key_states = torch.cat([past_key_value[0], key_states], dim=-2)
         value_states = torch.cat([past_key_value[1], value_states], dim=-2)
         present = (key_states, value_states)
-        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
+        if self.config.attn_implementation == "sdpa":
+            attn_output = sdpa_attention_forward(self, query_states, key_states, value_states, attention_mask,
+                                                 self.scaling)
+        else:
+            attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
         attn_output = self.o_proj(attn_output)
         return attn_output, present
@@ -1229,11 +1293,12 @@ class CausalLM(nn.Module):
     forward takes the optimum ONNX layout (flat past tensors) and returns
     (logits, present.0.key, present.0.value, ...)."""
 
-    def __init__(self, cfg_dict, family, mask_style="masked_fill"):
+    def __init__(self, cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
         super().__init__()
         if family not in FAMILIES:
             raise ValueError(family)
         config = FamilyConfig(cfg_dict)
+        config.attn_implementation = attn_implementation
         self.config = config
         self.family = family
         self.mask_style = mask_style

@@ -204,11 +204,19 @@ MODELS = {
     }),
 }
 
+# The same families exported with attn_implementation "sdpa", transformers' default since 4.36
+# and what optimum exports: (family, attention). llama3_sdpa is 4.44's LlamaSdpaAttention (the
+# scale computed in the graph from Shape(query)); qwen3_sdpa 4.51's sdpa_attention_forward
+# (scale=module.scaling, a constant).
+VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa")}
+MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
+
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
-         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115}
+         "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
+         "llama3_sdpa": 116, "qwen3_sdpa": 117}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -289,7 +297,9 @@ def prompt_for(name, cfg):
 
 def build(name):
     torch.manual_seed(SEEDS[name])
-    model = hf.CausalLM(MODELS[name], name, mask_style=MASK_STYLE.get(name, "masked_fill"))
+    family, attention = VARIANTS.get(name, (name, "eager"))
+    model = hf.CausalLM(MODELS[name], family, mask_style=MASK_STYLE.get(family, "masked_fill"),
+                        attn_implementation=attention)
     random_init(model, SEEDS[name])
     model.eval()
     return model

@@ -289,16 +289,37 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
   return b;
 }
 
+// x when `n` is Mul(x, c), Mul(c, x) or Div(x, c) with c a one-element constant (a scale
+// that commutes with the matrix product: torch's SDPA export multiplies K^T by Sqrt(scale)
+// after the transpose); else "".
+std::string scaled_operand(const GraphView& view, const nf::Node& n) {
+  if ((n.op_type() != "Mul" && n.op_type() != "Div") || n.input_count() != 2) return "";
+  for (size_t i : {0, 1}) {
+    const std::string x = n.input(i), c = n.input(1 - i);
+    if ((n.op_type() == "Div" && i == 1) || !view.is_initializer(c) || view.is_initializer(x)) continue;
+    Dims d = view.graph().initializer(c).dims();
+    if (std::all_of(d.begin(), d.end(), [](int64_t e) { return e == 1; })) return x;
+  }
+  return "";
+}
+
 // From a value MatMul's / score MatMul's operand back through repeat_kv (Unsqueeze,
-// Expand, Reshape) and the key transpose to the [1, n_kv, T, head_dim] tensor.
-std::string through_repeat_kv(const GraphView& view, std::string v, bool expect_transpose) {
+// Expand, Reshape), the key transpose and scalar scales (collected in `scales`, to be applied
+// to the product instead) to the [1, n_kv, T, head_dim] tensor.
+std::string through_repeat_kv(const GraphView& view, std::string v, bool expect_transpose,
+                              std::vector<nf_node*>* scales) {
   bool transposed = false;
-  for (int step = 0; step < 8; ++step) {
+  for (int step = 0; step < 10; ++step) {
     auto p = view.producer(v);
     if (!p) break;
     std::string_view op = p->op_type();
     if (op == "Transpose" && expect_transpose && !transposed && is_perm(*p, {0, 1, 3, 2})) {
       transposed = true;
+    } else if (std::string x = scaled_operand(view, *p); !x.empty()) {
+      if (view.consumers(v).size() != 1) throw Reject("the scaled operand '" + v + "' has other readers");
+      scales->push_back(p->get());
+      v = x;
+      continue;
     } else if (op != "Unsqueeze" && op != "Expand" && op != "Reshape" && op != "Identity") {
       break;
     }
@@ -423,8 +444,8 @@ AttentionCore match_core(const GraphView& view, const nf::Node& softmax) {
 
   c.q = trace_branch(view, score.input(0));
   nf::Node value(c.value);
-  std::string k_full = through_repeat_kv(view, score.input(1), true);
-  std::string v_full = through_repeat_kv(view, value.input(1), false);
+  std::string k_full = through_repeat_kv(view, score.input(1), true, &c.key_scales);
+  std::string v_full = through_repeat_kv(view, value.input(1), false, &c.value_scales);
   for (auto [full, branch, past, outs] : {std::tuple{k_full, &c.k, &c.k_past, &c.k_outputs},
                                           std::tuple{v_full, &c.v, &c.v_past, &c.v_outputs}}) {
     std::string new_rows = full;

@@ -59,6 +59,9 @@ struct AttentionCore {
   nf_node* value = nullptr;  // MatMul(probabilities, V)
   nf_node* softmax = nullptr;
   std::vector<nf_node*> score_chain;  // from score's output to value's first input, in order
+  // Scalar Mul/Div on K (torch's SDPA export scales K^T) and on V: each head applies them to
+  // its scores and to its output instead, which is the same product.
+  std::vector<nf_node*> key_scales, value_scales;
   HeadBranch q, k, v;
   std::optional<PastCache> k_past, v_past;
   // Nodes that turn the new K/V rows into graph outputs (present.N.*): Identity or Transpose.

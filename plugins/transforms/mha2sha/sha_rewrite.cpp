@@ -28,6 +28,20 @@ void clone_chain(GraphEditor& ed, const std::vector<nf_node*>& nodes, std::map<s
   }
 }
 
+// `v` through copies of scalar Mul/Div nodes (their constant operand kept), one after another.
+std::string apply_scales(const GraphView& view, GraphEditor& ed, const std::vector<nf_node*>& scales, std::string v,
+                         const std::string& suffix) {
+  for (nf_node* p : scales) {
+    nf::Node n(p);
+    std::vector<std::string> in = n.inputs();
+    for (std::string& x : in)
+      if (!view.is_initializer(x)) x = v;
+    v = ed.fresh(n.output(0) + suffix);
+    ed.clone(n, in, {v}, std::string(n.name()) + suffix);
+  }
+  return v;
+}
+
 // One value [1, 1, rows, head_dim] per head of a branch.
 std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, HeadWeights& weights) {
   nf::Graph g = ed.graph();
@@ -215,11 +229,11 @@ void rewrite_core(const GraphView& view, const AttentionCore& c, GraphEditor& ed
     const std::string t = tag(h);
     std::string s = ed.fresh(score.output(0) + t);
     ed.add("MatMul", {q[h], k_t[h / group]}, {s}, std::string(score.name()) + t);
-    std::map<std::string, std::string> map{{score.output(0), s}};
+    std::map<std::string, std::string> map{{score.output(0), apply_scales(view, ed, c.key_scales, s, t)}};
     clone_chain(ed, c.score_chain, map, t);
     std::string o = ed.fresh(value.output(0) + t);
     ed.add("MatMul", {map.at(nf::Node(c.score_chain.back()).output(0)), v_all[h / group]}, {o}, std::string(value.name()) + t);
-    per_head.push_back(o);
+    per_head.push_back(apply_scales(view, ed, c.value_scales, o, t));
   }
 
   // Merge: [1, rows, heads*head_dim] for the output projection when the block ends in

@@ -140,6 +140,7 @@ GraphPlan::GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache
   fold_constants();
   pack_weights(ms, g, cache);
   finish_deferred();
+  move_scalar_scales(ms, g);
   fuse_transposed_matmuls();
   drop_unused_constants();
   plan_activation_quant(ms);

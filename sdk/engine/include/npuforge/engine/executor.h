@@ -53,6 +53,7 @@ class GraphPlan {
  private:
   int slot(const std::string& value);
   void fold_constants();
+  void move_scalar_scales(ModelSet ms, Graph g);
   void fuse_transposed_matmuls();
   void share_repeated_kv();
   void pack_weights(ModelSet ms, Graph g, PackCache* cache);
