@@ -228,7 +228,11 @@ std::string lm_head_input(const ir::Graph& g) {
     return g.initializers.count(n->inputs[1]) > 0 || (b && b->op_type == "Transpose" && !b->inputs.empty() &&
                                                       g.initializers.count(b->inputs[0]) > 0);
   };
-  const std::string head = decoder::lm_head_output(first_input, is_head);
+  auto inputs_of = [&](const std::string& v) {
+    const ir::Node* n = g.producer(v);
+    return n ? n->inputs : std::vector<std::string>{};
+  };
+  const std::string head = decoder::lm_head_output(inputs_of, is_head);
   return head.empty() ? head : first_input(head);
 }
 

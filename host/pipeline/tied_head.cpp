@@ -12,11 +12,11 @@ ir::Node* lm_head_matmul(const ir::Graph& g) {
     const ir::Node* n = g.producer(v);
     return n && n->op_type == "MatMul" && n->domain.empty();
   };
-  auto first_input_of = [&](const std::string& v) {
+  auto inputs_of = [&](const std::string& v) {
     const ir::Node* n = g.producer(v);
-    return n && !n->inputs.empty() ? n->inputs[0] : std::string();
+    return n ? n->inputs : std::vector<std::string>{};
   };
-  const std::string head = decoder::lm_head_output(first_input_of, is_matmul);
+  const std::string head = decoder::lm_head_output(inputs_of, is_matmul);
   return head.empty() ? nullptr : g.producer(head);
 }
 

@@ -193,11 +193,16 @@ TEST(DecoderIO, NamesOfTheCacheAndTheirParts) {
   for (const char* other : {"past_key_values.", "past_key_values.x.key", "past_key_values.1.keys", "present.1",
                             "present.-1.key", "past_key_values.1.key.scale", "logits", ""})
     EXPECT_FALSE(d::parse_kv(other)) << other;
-  // The head is found through the ops between it and logits, and not past kHeadHops.
-  std::map<std::string, std::string> first_input = {{"logits", "cast"}, {"cast", "head"}, {"head", "norm"}};
-  auto first_input_of = [&](const std::string& v) { return first_input.count(v) ? first_input.at(v) : ""; };
+  // The head is found through the ops between it and logits, past a bias that comes first
+  // (Add(bias, MatMul): Phi-2's LM head), and not past kHeadHops.
+  std::map<std::string, std::vector<std::string>> inputs = {
+      {"logits", {"cast"}}, {"cast", {"bias", "head"}}, {"head", {"norm", "weight"}}, {"norm", {"x"}}};
+  auto inputs_of = [&](const std::string& v) { return inputs.count(v) ? inputs.at(v) : std::vector<std::string>{}; };
+  EXPECT_EQ(d::lm_head_output(inputs_of, [](const std::string& v) { return v == "head"; }), "head");
+  EXPECT_EQ(d::lm_head_output(inputs_of, [](const std::string& v) { return v == "elsewhere"; }), "");
+  // SDK 0.1's callback, the producer's first input, still compiles and walks first inputs.
+  auto first_input_of = [](const std::string& v) { return std::string(v == "logits" ? "cast" : v == "cast" ? "head" : ""); };
   EXPECT_EQ(d::lm_head_output(first_input_of, [](const std::string& v) { return v == "head"; }), "head");
-  EXPECT_EQ(d::lm_head_output(first_input_of, [](const std::string& v) { return v == "elsewhere"; }), "");
 }
 
 }  // namespace

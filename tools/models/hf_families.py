@@ -56,6 +56,10 @@ Families (FAMILIES below):
                   embeddings * embedding_multiplier, each residual branch *
                   residual_multiplier before its Add, scores * attention_multiplier,
                   logits / logits_scaling; tied
+  phi             modeling_phi.py (Phi-2): nn.LayerNorm with bias feeding attention and MLP in
+                  parallel, biases on q/k/v/dense/fc1/fc2 and on the LM head, partial rotary
+                  (partial_rotary_factor of head_dim) from indexed cos/sin tables, gelu_new,
+                  final_layernorm
   qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
                   the queries and keys (q_norm / k_norm) between the head view and
                   the transpose, head_dim independent of hidden / heads, the scores
@@ -885,7 +889,12 @@ def gelu_pytorch_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-ACT2FN = {"silu": F.silu, "gelu_pytorch_tanh": gelu_pytorch_tanh}
+def gelu_new(x):
+    """transformers' NewGELUActivation (GPT-2's tanh approximation, written out)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACT2FN = {"silu": F.silu, "gelu_pytorch_tanh": gelu_pytorch_tanh, "gelu_new": gelu_new}
 
 
 class LlamaMLP(nn.Module):
@@ -1039,6 +1048,98 @@ class Qwen2MoeSparseMoeBlock(nn.Module):
 
 
 # --------------------------------------------------------------------------- decoder layers
+
+class PhiAttention(nn.Module):
+    """modeling_phi.py 4.44 (Phi-2): q/k/v and `dense` with biases, partial rotary over the
+    first partial_rotary_factor of head_dim from per-layer cos/sin tables indexed by
+    position_ids, scores in float32."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.attention_dropout = config.attention_dropout
+        self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=True)
+        self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=True)
+        self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=True)
+        self.dense = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=True)
+        self.rotary_emb = Qwen2RotaryEmbedding(int(config.partial_rotary_factor * self.head_dim),
+                                               max_position_embeddings=config.max_position_embeddings,
+                                               base=config.rope_theta)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states)
+        key_states = self.k_proj(hidden_states)
+        value_states = self.v_proj(hidden_states)
+        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+
+        kv_seq_len = key_states.shape[-2] + past_key_value[0].shape[-2]
+        cos, sin = self.rotary_emb(value_states, seq_len=kv_seq_len)
+        # Partial rotary embedding
+        rot = self.rotary_emb.dim
+        query_rot, query_pass = query_states[..., :rot], query_states[..., rot:]
+        key_rot, key_pass = key_states[..., :rot], key_states[..., rot:]
+        query_rot, key_rot = apply_rotary_pos_emb_indexed(query_rot, key_rot, cos, sin, position_ids)
+        query_states = torch.cat((query_rot, query_pass), dim=-1)
+        key_states = torch.cat((key_rot, key_pass), dim=-1)
+
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+
+        # Queries and keys upcast to fp32 is required by Phi-2 to avoid overflow
+        attn_weights = torch.matmul(query_states.to(torch.float32),
+                                    key_states.to(torch.float32).transpose(2, 3)) / math.sqrt(self.head_dim)
+        causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+        attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value_states.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous().reshape(bsz, q_len, self.hidden_size)
+        return self.dense(attn_output), present
+
+
+class PhiMLP(nn.Module):
+    """fc2(gelu_new(fc1(x))), both with biases."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.activation_fn = ACT2FN[config.hidden_act]
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
+
+
+class PhiDecoderLayer(nn.Module):
+    """One nn.LayerNorm (with bias) feeds attention and MLP in parallel; both add to the residual."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.self_attn = PhiAttention(config, layer_idx)
+        self.mlp = PhiMLP(config)
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        attn_outputs, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value)
+        attn_outputs = self.resid_dropout(attn_outputs)
+        feed_forward_hidden_states = self.resid_dropout(self.mlp(hidden_states))
+        hidden_states = attn_outputs + feed_forward_hidden_states + residual
+        return hidden_states, present
+
 
 class DecoderLayer(nn.Module):
     """LlamaDecoderLayer / Qwen2DecoderLayer / GemmaDecoderLayer /
@@ -1206,7 +1307,9 @@ class DecoderModel(nn.Module):
             layers.append(make_layer(config, family, i))
         self.layers = nn.ModuleList(layers)
         gemma = family in ("gemma", "gemma2", "gemma3")
-        if family == "cohere2":
+        if family == "phi":  # PhiModel: final_layernorm, an nn.LayerNorm
+            self.final_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        elif family == "cohere2":
             self.norm = Cohere2LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
@@ -1243,7 +1346,7 @@ class DecoderModel(nn.Module):
             hidden_states, present = decoder_layer(hidden_states, causal_mask, position_ids, past_key_value,
                                                    position_embeddings)
             presents.append(present)
-        hidden_states = self.norm(hidden_states)
+        hidden_states = (self.final_layernorm if self.family == "phi" else self.norm)(hidden_states)
         return hidden_states, presents
 
 
@@ -1277,6 +1380,8 @@ def make_layer(config, family, i):
         return Cohere2DecoderLayer(config, i)
     if family == "olmo2":
         return Olmo2DecoderLayer(config, i)
+    if family == "phi":
+        return PhiDecoderLayer(config, i)
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1284,7 +1389,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi")
 
 
 class CausalLM(nn.Module):
@@ -1304,7 +1409,7 @@ class CausalLM(nn.Module):
         self.mask_style = mask_style
         self.model = DecoderModel(config, family)
         self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=family == "phi")
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 

@@ -202,6 +202,16 @@ MODELS = {
         "sliding_window": None, "max_window_layers": 2, "bos_token_id": 0, "eos_token_id": 3,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "phi": dict(COMMON, **{
+        "architectures": ["PhiForCausalLM"], "model_type": "phi",
+        "vocab_size": 320, "hidden_size": 80, "intermediate_size": 320,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        # head_dim 20, 8 of them rotated (Phi-2: 80, 32 rotated, partial_rotary_factor 0.4)
+        "partial_rotary_factor": 0.4, "hidden_act": "gelu_new", "layer_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "rope_scaling": None, "qk_layernorm": False,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }),
 }
 
 # The same families exported with attn_implementation "sdpa", transformers' default since 4.36
@@ -216,8 +226,8 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117}
-OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot")
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118}
+OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
 
@@ -259,10 +269,10 @@ def random_init(model, seed, logit_gain=4.0):
         for name, p in model.named_parameters():
             if name.endswith("embed_tokens.weight"):
                 p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):  # projections' and LayerNorms' (Phi-2) biases
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif "norm" in name:
                 p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             else:
                 bound = 1.0 / (p.shape[1] ** 0.5)
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)

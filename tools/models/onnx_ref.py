@@ -138,6 +138,13 @@ def run_node(node, ins):
         axes = tuple(axes) if axes is not None else None
         fn = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max}[op]
         return [fn(x, axis=axes, keepdims=bool(at.get("keepdims", 1))).astype(x.dtype)]
+    if op == "LayerNormalization":  # over the axes from `axis` on, in float32 (stash_type 1)
+        axis = at.get("axis", -1)
+        axes = tuple(range(axis % x.ndim, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+        y = (x - mean) / np.sqrt(var + np.float32(at.get("epsilon", 1e-5))) * ins[1]
+        return [(y + ins[2] if len(ins) > 2 and ins[2] is not None else y).astype(x.dtype)]
     if op == "TopK":
         k = int(ins[1].reshape(-1)[0])
         axis = at.get("axis", -1)

@@ -121,11 +121,11 @@ ModelInfo inspect(ModelSet ms, const std::string& role) {
       classify(l);
       // The linear that feeds `logits` (decoder_io.hpp) is the head.
       if (l.kind == Kind::other) {
-        auto first_input_of = [&](const std::string& v) {
+        auto inputs_of = [&](const std::string& v) {
           auto it = producer.find(v);
-          return it == producer.end() ? std::string() : it->second.input(0);
+          return it == producer.end() ? std::vector<std::string>{} : it->second.inputs();
         };
-        if (!nf::decoder::lm_head_output(first_input_of, [&](const std::string& v) { return v == l.output; }).empty())
+        if (!nf::decoder::lm_head_output(inputs_of, [&](const std::string& v) { return v == l.output; }).empty())
           l.kind = Kind::head;
       }
       info.linears.push_back(l);

@@ -61,8 +61,8 @@ Embedding find_embedding(const GraphView& gv) {
 }
 
 // The node producing logits, walking back through passthrough/Reshape ops and what scales
-// the logits after the head (Granite's logits_scaling, Gemma-2's tanh soft-capping): the
-// rotation is on the head's input, so nothing after it changes.
+// or offsets the logits after the head (Granite's logits_scaling, Gemma-2's tanh soft-capping,
+// Phi-2's bias): the rotation is on the head's input, so nothing after it changes.
 nf::Node lm_head_node(const GraphView& gv) {
   std::string v = "logits";
   for (int hops = 0; hops < 8; ++hops) {
@@ -73,6 +73,13 @@ nf::Node lm_head_node(const GraphView& gv) {
     if (!scaled.empty()) {
       v = scaled;
       continue;
+    }
+    if (p->op_type() == "Add" && p->input_count() == 2) {  // the head's bias (Phi-2)
+      const bool bias_first = static_cast<bool>(gv.float_initializer(p->input(0)));
+      if (bias_first || gv.float_initializer(p->input(1))) {
+        v = p->input(bias_first ? 1 : 0);
+        continue;
+      }
     }
     if (p->op_type() != "Reshape" && p->op_type() != "Tanh" && !passthrough(p->op_type())) break;
     v = p->input(0);
@@ -165,7 +172,14 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   std::vector<RmsNorm> norms;
   for (auto& n : find_rms_norms(*gv))
     if (gv->float_initializer(n.gain).numel() == D) norms.push_back(n);
-  if (norms.empty()) throw nf::Error("spinquant: no RMSNorm with a gain of the hidden size " + std::to_string(D));
+  if (norms.empty()) {
+    // LayerNorm centres the stream (the mean does not commute with a rotation) and adds a bias.
+    for (const nf::Node& n : g.nodes())
+      if (n.op_type() == "LayerNormalization")
+        throw nf::Error("spinquant: the model normalizes with LayerNormalization ('" + std::string(n.name()) +
+                        "'): the rotations need RMSNorm (mean-centred norms are not supported)");
+    throw nf::Error("spinquant: no RMSNorm with a gain of the hidden size " + std::to_string(D));
+  }
   WeightEdits edits;
   auto fused = fuse_norm_gains(*gv, norms, edits);
   size_t n_readers = 0, n_writers = 0;

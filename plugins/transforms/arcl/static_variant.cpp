@@ -40,8 +40,32 @@ struct KvRewrite {
 
   // Past input -> Concat as before (through a Transpose for htp); the present output
   // becomes only the new rows, and the Concat's users read a renamed full value.
+  // Identity and Cast-to-the-cache's-dtype nodes from the Concat to the present output
+  // (Phi-2's `key_states.to(torch.float32)`, which torch names as the output): dropped, so
+  // the Concat's value is the full cache its readers see. False when there is no such chain.
+  bool drop_noop_chain(const std::string& full, const std::string& past, const std::string& present) {
+    auto past_type = nf::graph::get_value_type(g, past);
+    std::vector<nf::Node> chain;
+    for (std::string v = present; v != full;) {
+      auto p = view.producer(v);
+      const bool noop = p && (p->op_type() == "Identity" ||
+                              (p->op_type() == "Cast" && past_type && p->attr_int("to", 0) == past_type->dtype));
+      if (!noop || p->input_count() != 1) return false;
+      chain.push_back(*p);
+      v = p->input(0);
+    }
+    for (const nf::Node& n : chain) {
+      for (nf::Node user : view.consumers(n.output(0)))
+        for (size_t i = 0; i < user.input_count(); ++i)
+          if (user.input(i) == n.output(0)) user.set_input(i, full);
+      g.remove_node(n);
+    }
+    view.refresh();
+    return !chain.empty();
+  }
+
   void rewrite(const KvConcat& kv, const std::string& past, const std::string& present, bool is_key) {
-    if (!view.is_output(kv.full) || kv.full != present)
+    if ((!view.is_output(kv.full) || kv.full != present) && !drop_noop_chain(kv.full, past, present))
       throw nf::Error("arcl: the Concat after '" + past + "' should produce the graph output '" + present + "'");
     nf::Node concat(kv.concat);
     const Dims& perm = is_key ? kHtpKeyPerm : kHtpValuePerm;

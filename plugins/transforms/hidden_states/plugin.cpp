@@ -33,7 +33,7 @@ void expose(nf::Graph g, const std::string& output) {
   };
   // The LM head's MatMul, also behind a Cast (HF's logits.float()) or an Identity.
   const std::string head = nf::decoder::lm_head_output(
-      [&](const std::string& v) { auto it = producer.find(v); return it == producer.end() ? "" : it->second.input(0); },
+      [&](const std::string& v) { auto it = producer.find(v); return it == producer.end() ? std::vector<std::string>{} : it->second.inputs(); },
       [&](const std::string& v) { return made_by(v, "MatMul"); });
   if (head.empty())
     throw nf::Error("hidden_states: 'logits' of graph '" + g.name() +

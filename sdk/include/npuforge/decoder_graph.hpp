@@ -40,7 +40,7 @@ inline std::optional<Node> head_matmul(const Graph& g) {
   lm_head_output(
       [&](const std::string& v) {
         auto p = producer.find(v);
-        return p == producer.end() || p->second.input_count() == 0 ? std::string() : p->second.input(0);
+        return p == producer.end() ? std::vector<std::string>{} : p->second.inputs();
       },
       [&](const std::string& v) {
         auto p = producer.find(v);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <vector>
 #include <string_view>
 
 namespace nf::decoder {
@@ -75,18 +77,34 @@ inline bool is_present_kv(std::string_view name) {
 inline std::string past_of(const KvName& kv) { return kv_name(kPastPrefix, kv.layer, kv.part); }
 inline std::string present_of(const KvName& kv) { return kv_name(kPresentPrefix, kv.layer, kv.part); }
 
-// The LM head: the linear layer whose output reaches `logits` through first inputs (real
-// exports put Cast / Identity / Reshape between the two). `first_input_of(value)` names the
-// first input of the value's producer ("" for a graph input or a node without inputs);
-// `is_head(value)` says whether a linear layer of the caller's kind computes the value.
-// Returns that value, or "" when none is met within kHeadHops producers.
+// The LM head: the linear layer whose output reaches `logits` through the ops real exports
+// put between the two (Cast, Identity, Reshape, a bias Add whose bias comes first, a scale).
+// `inputs_of(value)` lists the inputs of the value's producer (none for a graph input, an
+// initializer or a Constant); `is_head(value)` says whether a linear layer of the caller's
+// kind computes the value. Each step follows the first input that is computed (a bias or
+// scale is not). Returns that value, or "" when none is met within kHeadHops producers.
+// A callback returning one string (SDK 0.1: the producer's first input) is still accepted.
 inline constexpr int kHeadHops = 8;
-template <class FirstInputOf, class IsHead>
-std::string lm_head_output(FirstInputOf first_input_of, IsHead is_head) {
+template <class InputsOf, class IsHead>
+std::string lm_head_output(InputsOf inputs_of, IsHead is_head) {
+  auto inputs = [&](const std::string& v) {
+    if constexpr (std::is_convertible_v<decltype(inputs_of(v)), std::string>) {
+      std::string first = inputs_of(v);
+      return first.empty() ? std::vector<std::string>{} : std::vector<std::string>{first};
+    } else {
+      return std::vector<std::string>(inputs_of(v));
+    }
+  };
   std::string v = kLogits;
   for (int hops = 0; hops < kHeadHops && !v.empty(); ++hops) {
     if (is_head(v)) return v;
-    v = first_input_of(v);
+    std::string next;
+    for (const std::string& in : inputs(v))
+      if (!in.empty() && (is_head(in) || !inputs(in).empty())) {
+        next = in;
+        break;
+      }
+    v = next;
   }
   return "";
 }

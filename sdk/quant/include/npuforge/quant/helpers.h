@@ -100,11 +100,11 @@ inline std::string lm_head_weight(const ModelSet& ms, const std::vector<LinearWe
   std::map<std::string, std::string> weight_of_output;
   for (const auto& lw : weights) weight_of_output.emplace(lw.output, lw.name);
   for (const Graph& g : ms.target_graphs()) {
-    std::map<std::string, std::string> first_input;
+    std::map<std::string, std::vector<std::string>> inputs;
     for (const Node& n : g.nodes())
-      for (auto& o : n.outputs()) first_input.emplace(o, n.input(0));
+      for (auto& o : n.outputs()) inputs.emplace(o, n.inputs());
     std::string head = decoder::lm_head_output(
-        [&](const std::string& v) { auto it = first_input.find(v); return it == first_input.end() ? "" : it->second; },
+        [&](const std::string& v) { auto it = inputs.find(v); return it == inputs.end() ? std::vector<std::string>{} : it->second; },
         [&](const std::string& v) { return weight_of_output.count(v) != 0; });
     if (!head.empty()) return weight_of_output.at(head);
   }
