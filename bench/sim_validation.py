@@ -108,10 +108,14 @@ def package_of(f):
     return name if len({g["kv_bits"] for g in same}) == 1 else f"{name}-kv{f['kv_bits']}"
 
 
+def has_chip(f):
+    return f["sim"] != "htp" or os.path.exists(f"{CHIPS_SRC}/{f['chip']}.json")
+
+
 def build_htp_packages():
     chips_of, source_of = {}, {}
     for f in FIGS:
-        if f["sim"] == "htp":
+        if f["sim"] == "htp" and has_chip(f):
             chips_of.setdefault((package_of(f), f["kv_bits"]), set()).add(f["chip"])
             source_of.setdefault(package_of(f), config_of(f["config"])[0])
     for (cfg, kv_bits), chips in sorted(chips_of.items()):
@@ -159,6 +163,18 @@ def predict(f):
     return json.loads(out)[f["metric"]]
 
 
+def try_predict(f):
+    """(prediction, None), or (None, why) for a figure the simulators cannot cost: a chip
+    without a chip file, or one whose file lacks a figure the estimate needs."""
+    if not has_chip(f):
+        return None, f"no chip file plugins/backends/htp/chips/{f['chip']}.json"
+    try:
+        return predict(f), None
+    except subprocess.CalledProcessError as e:
+        lines = (e.stderr or "").strip().splitlines()
+        return None, lines[-1] if lines else f"exit {e.returncode}"
+
+
 def fig(chip, model, metric):
     for f in FIGS:
         if f["chip"] == chip and f["model"] == model and f["metric"] == metric:
@@ -168,6 +184,8 @@ def fig(chip, model, metric):
 
 # ---------------------------------------------------------------- chip files
 def load_chip(c):
+    if not os.path.exists(f"{CHIPS_SRC}/{c}.json"):
+        raise SystemExit(f"sim_validation: a fit names chip '{c}', which has no plugins/backends/htp/chips/{c}.json")
     return json.load(open(f"{CHIPS_SRC}/{c}.json"))
 
 
@@ -397,14 +415,17 @@ def main():
     build_htp_packages()
     log("fitting htp chip files")
     fit_htp()
-    log("fitting the aries device file")
-    aries = fit_aries()
+    aries = None
+    if any(f["sim"] == "aries" for f in FIGS):
+        log("fitting the aries device file")
+        aries = fit_aries()
     fitted = fitted_set()
     rows = []
     for f in FIGS:
-        p = predict(f)
-        rows.append(dict(f, predicted=p, error=p / f["published"] - 1,
-                         kind="fitted" if (f["chip"], f["model"], f["metric"]) in fitted else "predicted"))
+        p, why = try_predict(f)
+        kind = "fitted" if (f["chip"], f["model"], f["metric"]) in fitted else "predicted"
+        rows.append(dict(f, predicted=p, error=None if p is None else p / f["published"] - 1,
+                         kind=kind if p is not None else "not simulated", why=why))
     # Leave-one-out: refit without the figure (its group uses the stated substitute) and predict it.
     chips = [n[:-len(".json")] for n in os.listdir(CHIPS_SRC) if n.endswith(".json")]
     snapshot = {c: load_chip(c) for c in chips}
@@ -444,13 +465,19 @@ def report(rows, loo, params, aries):
     print("| simulator | chip | model | figure | published | simulated | error | |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        if r["predicted"] is None:
+            print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
+                  f"— | n/a | not simulated: {r['why']} |")
+            continue
         print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
               f"{fmt(r['metric'], r['predicted'])} | {100 * r['error']:+.1f}% | {r['kind']} |")
     pred = [abs(r["error"]) for r in rows if r["kind"] == "predicted"]
     n_fit = sum(r["kind"] == "fitted" for r in rows)
-    print(f"\n{len(rows)} figures, {n_fit} fitted ({100 * n_fit / len(rows):.0f}%), {len(pred)} predicted: "
-          f"mean |error| {100 * sum(pred) / len(pred):.1f}%, max {100 * max(pred):.1f}%, "
-          f"{sum(e <= 0.2 for e in pred)} of {len(pred)} within 20%.\n")
+    n_out = sum(r["predicted"] is None for r in rows)
+    summary = (f"mean |error| {100 * sum(pred) / len(pred):.1f}%, max {100 * max(pred):.1f}%, "
+               f"{sum(e <= 0.2 for e in pred)} of {len(pred)} within 20%" if pred else "none to compare")
+    print(f"\n{len(rows)} figures, {n_fit} fitted ({100 * n_fit / len(rows):.0f}%), {len(pred)} predicted: {summary}"
+          f"{f'; {n_out} not simulated' if n_out else ''}.\n")
     print("| leave-one-out | chip | model | figure | published | predicted when left out | error |")
     print("|---|---|---|---|---|---|---|")
     for r in loo:
@@ -466,8 +493,9 @@ def report(rows, loo, params, aries):
         bw = p["dram.npu_gb_per_s"]
         print(f"| {c} | {'—' if bw is None else f'{bw:.1f}'} | {p['hmx_macs_per_s.a16w8'] / 1e12:.2f} | "
               f"{p['overheads.per_op_us']:.2f} | {p['hvx_bytes_per_s'] / 1e9:.0f} |")
-    print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
-          f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")
+    if aries:
+        print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
+              f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")
 
 
 if __name__ == "__main__":
