@@ -413,8 +413,9 @@ def fitted_set():
 def main():
     os.makedirs(WORK, exist_ok=True)
     build_htp_packages()
-    log("fitting htp chip files")
-    fit_htp()
+    if any(f["sim"] == "htp" for f in FIGS):
+        log("fitting htp chip files")
+        fit_htp()
     aries = None
     if any(f["sim"] == "aries" for f in FIGS):
         log("fitting the aries device file")
