@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tools/models/synth_model.py CONFIG.json OUT_DIR \
         [--layers N] [--dtype float32|float16] [--seed S] [--tied-layout transpose|duplicate]
-        [--verify] [--golden]
+        [--attention eager|sdpa] [--verify] [--golden]
 
 Writes OUT_DIR/model.onnx + OUT_DIR/model.onnx.data (external data) and
 OUT_DIR/config.json, in the optimum layout (input_ids, attention_mask,
@@ -134,7 +134,8 @@ def llama3_inv_freq(inv_freq, rs):
     return np.where(medium, smoothed, inv_l).astype(np.float32)
 
 
-def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print, zeros=False, init="normal"):
+def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=print, zeros=False, init="normal",
+          attention="eager"):
     np_dt = np.dtype(dtype)
     onnx_dt = NP2ONNX[np_dt]
     f32 = np_dt == np.float32
@@ -318,8 +319,19 @@ def build(cfg, out_dir, dtype="float32", seed=0, tied_layout="transpose", log=pr
         g.nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.key", k], [kf], name=f"{A}/Concat_past_k", axis=2))
         g.nodes.append(helper.make_node("Concat", [f"past_key_values.{i}.value", v], [vf], name=f"{A}/Concat_past_v", axis=2))
         kr, vr = repeat(A, kf, b), repeat(A, vf, b)
-        sc = g.op(A, "MatMul", [q, g.op(A, "Transpose", [kr], perm=[0, 1, 3, 2])])
-        sc = g.op(A, "Add", [g.op(A, "Div", [sc, g.const(A, math.sqrt(HD), np_dt)]), mask])
+        if attention == "sdpa":
+            # torch >= 2.1's export of F.scaled_dot_product_attention (transformers' default
+            # "sdpa"): scale = 1/sqrt(E) from Shape(q); q and K^T each times Sqrt(scale)
+            e = g.op(A, "Cast", [g.op(A, "Slice", [g.op(A, "Shape", [q]), g.const(A, [-1]),
+                                                   g.const(A, [2 ** 63 - 1])])], to=onnx_dt)
+            scale = g.op(A, "Cast", [g.op(A, "Div", [g.const(A, [1.0], np_dt), g.op(A, "Sqrt", [e])])], to=onnx_dt)
+            kt = g.op(A, "Transpose", [kr], perm=[0, 1, 3, 2])
+            sc = g.op(A, "MatMul", [g.op(A, "Mul", [q, g.op(A, "Sqrt", [scale])]),
+                                    g.op(A, "Mul", [kt, g.op(A, "Sqrt", [scale])])])
+            sc = g.op(A, "Add", [sc, mask])
+        else:
+            sc = g.op(A, "MatMul", [q, g.op(A, "Transpose", [kr], perm=[0, 1, 3, 2])])
+            sc = g.op(A, "Add", [g.op(A, "Div", [sc, g.const(A, math.sqrt(HD), np_dt)]), mask])
         if not f32:
             sc = g.op(A, "Cast", [sc], to=TensorProto.FLOAT)
         pr = g.op(A, "Softmax", [sc], axis=-1)
@@ -445,6 +457,10 @@ def main():
                     help="normal: N(0, initializer_range) as HF initializes; test: embeddings N(0, 1), linears "
                          "N(0, 1/fan_in), lm_head x4 (logits far from flat, as the tests/models models)")
     ap.add_argument("--tied-layout", default="transpose", choices=["transpose", "duplicate"])
+    ap.add_argument("--attention", default="eager", choices=["eager", "sdpa"],
+                    help="sdpa: the nodes torch >= 2.1 exports for F.scaled_dot_product_attention (transformers' "
+                         "default attention, what optimum exports): q and K^T scaled by Sqrt(1/sqrt(head_dim)) "
+                         "computed from Shape(q)")
     ap.add_argument("--verify", action="store_true", help="compare with torch (small models only)")
     ap.add_argument("--golden", action="store_true",
                     help="write golden.json: torch's float32 greedy tokens and logits on the stored weights")
@@ -465,7 +481,8 @@ def main():
     print(f"synthesizing {cfg.get('architectures', ['?'])[0]}: {cfg['num_hidden_layers']} layers, "
           f"{n / 1e6:.1f}M params, {args.dtype}", flush=True)
     onnx_path, data_path, nbytes = build(cfg, args.out_dir, args.dtype, args.seed, args.tied_layout,
-                                         log=lambda *a: print(*a, flush=True), zeros=args.zeros, init=args.init)
+                                         log=lambda *a: print(*a, flush=True), zeros=args.zeros, init=args.init,
+                                         attention=args.attention)
     with open(os.path.join(args.out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     print(f"wrote {onnx_path} ({os.path.getsize(onnx_path) / 1e6:.2f} MB) + {data_path} "
