@@ -60,6 +60,10 @@ Families (FAMILIES below):
                   parallel, biases on q/k/v/dense/fc1/fc2 and on the LM head, partial rotary
                   (partial_rotary_factor of head_dim) from indexed cos/sin tables, gelu_new,
                   final_layernorm
+  gpt2            modeling_gpt2.py: Conv1D linears (addmm on 2-D rows: Reshape, Gemm, Reshape;
+                  weights [in, out]), fused c_attn split in three, learned position
+                  embeddings, the causal mask from a tril buffer sliced to the lengths and
+                  applied with Where, LayerNorm with bias, gelu_new, tied head
   qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
                   the queries and keys (q_norm / k_norm) between the head view and
                   the transpose, head_dim independent of hidden / heads, the scores
@@ -103,6 +107,9 @@ class FamilyConfig:
 
     def __init__(self, d):
         self.raw = dict(d)
+        gpt2 = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+                "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps"}
+        d = dict(d, **{llama: d[k] for k, llama in gpt2.items() if k in d})  # GPT-2's key names
         for k, v in d.items():
             setattr(self, k, v)
         self.num_key_value_heads = d.get("num_key_value_heads") or d["num_attention_heads"]
@@ -1449,6 +1456,145 @@ class CausalLM(nn.Module):
         return [getattr(lay, lay.mlp_name) for lay in self.model.layers
                 if isinstance(getattr(lay, "mlp_name", None), str)
                 and isinstance(getattr(lay, lay.mlp_name), (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock))]
+
+
+class Conv1D(nn.Module):
+    """transformers' GPT-2 Conv1D: a linear layer with the weight stored [in, out], computed as
+    addmm on the rows flattened to 2-D (exports as Reshape, Gemm, Reshape)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class GPT2Attention(nn.Module):
+    """modeling_gpt2.py 4.44, eager: fused c_attn split in three, learned positions (no rotary),
+    the causal mask from the `bias` buffer (tril [n_positions, n_positions] bool) sliced to the
+    key and query lengths and applied with Where, then the padding mask added."""
+
+    def __init__(self, config):
+        super().__init__()
+        n = config.max_position_embeddings
+        self.register_buffer("bias", torch.tril(torch.ones((n, n), dtype=torch.bool)).view(1, 1, n, n),
+                             persistent=False)
+        self.embed_dim = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        self.split_size = self.embed_dim
+        self.c_attn = Conv1D(3 * self.embed_dim, self.embed_dim)
+        self.c_proj = Conv1D(self.embed_dim, self.embed_dim)
+        self.attn_dropout = nn.Dropout(config.attn_pdrop)
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+
+    def _split_heads(self, tensor, num_heads, attn_head_size):
+        new_shape = tensor.size()[:-1] + (num_heads, attn_head_size)
+        return tensor.view(new_shape).permute(0, 2, 1, 3)  # (batch, head, seq_length, head_features)
+
+    def _merge_heads(self, tensor, num_heads, attn_head_size):
+        tensor = tensor.permute(0, 2, 1, 3).contiguous()
+        return tensor.view(tensor.size()[:-2] + (num_heads * attn_head_size,))
+
+    def _attn(self, query, key, value, attention_mask):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, dtype=attn_weights.dtype)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
+        mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = self.attn_dropout(attn_weights.type(value.dtype))
+        return torch.matmul(attn_weights, value)
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        query = self._split_heads(query, self.num_heads, self.head_dim)
+        key = self._split_heads(key, self.num_heads, self.head_dim)
+        value = self._split_heads(value, self.num_heads, self.head_dim)
+        past_key, past_value = layer_past
+        key = torch.cat((past_key, key), dim=-2)
+        value = torch.cat((past_value, value), dim=-2)
+        present = (key, value)
+        attn_output = self._attn(query, key, value, attention_mask)
+        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
+        return self.resid_dropout(self.c_proj(attn_output)), present
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        inner = config.n_inner if getattr(config, "n_inner", None) is not None else 4 * config.hidden_size
+        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn = GPT2Attention(config)
+        self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = Conv1D(inner, config.hidden_size)
+        self.mlp.c_proj = Conv1D(config.hidden_size, inner)
+        self.mlp.dropout = nn.Dropout(config.resid_pdrop)
+        self.act = ACT2FN[config.activation_function]
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        residual = hidden_states
+        attn_output, present = self.attn(self.ln_1(hidden_states), layer_past, attention_mask)
+        hidden_states = attn_output + residual
+        residual = hidden_states
+        h = self.ln_2(hidden_states)
+        feed_forward_hidden_states = self.mlp.dropout(self.mlp.c_proj(self.act(self.mlp.c_fc(h))))
+        return residual + feed_forward_hidden_states, present
+
+
+class GPT2LMHeadModel(nn.Module):
+    """modeling_gpt2.py 4.44 (GPT2LMHeadModel, eager): `transformer` (wte + wpe, blocks, ln_f)
+    and a tied lm_head; the padding mask is (1 - mask) * min, added to the scores."""
+
+    def __init__(self, cfg_dict, family="gpt2", mask_style=None, attn_implementation="eager"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        config.head_dim = config.hidden_size // config.num_attention_heads
+        config.num_key_value_heads = config.num_attention_heads
+        self.config, self.family = config, family
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.transformer.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.transformer.drop = nn.Dropout(config.embd_pdrop)
+        self.transformer.h = nn.ModuleList([GPT2Block(config) for _ in range(config.num_hidden_layers)])
+        self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.drop(t.wte(input_ids) + t.wpe(position_ids))
+        batch_size = input_ids.shape[0]
+        attention_mask = attention_mask.view(batch_size, -1)[:, None, None, :]
+        attention_mask = attention_mask.to(dtype=hidden_states.dtype)
+        attention_mask = (1.0 - attention_mask) * torch.finfo(hidden_states.dtype).min
+        out = []
+        for i, block in enumerate(t.h):
+            hidden_states, (k, v) = block(hidden_states, (past_flat[2 * i], past_flat[2 * i + 1]), attention_mask)
+            out += [k, v]
+        logits = self.lm_head(t.ln_f(hidden_states))
+        return tuple([logits] + out)
+
+    run = CausalLM.run
+    empty_past = CausalLM.empty_past
+
+    def moe_blocks(self):
+        return []
+
+
+def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
+    """The family's XxxForCausalLM."""
+    if family == "gpt2":
+        return GPT2LMHeadModel(cfg_dict)
+    return CausalLM(cfg_dict, family, mask_style, attn_implementation)
 
 
 # --------------------------------------------------------------------------- export / greedy

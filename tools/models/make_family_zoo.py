@@ -212,6 +212,13 @@ MODELS = {
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "tie_word_embeddings": False,
         "bos_token_id": 1, "eos_token_id": 2,
     }),
+    "gpt2": {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "transformers_version": "4.44.0",
+        "vocab_size": 320, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 256, "n_inner": None,
+        "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0, "initializer_range": 0.02, "scale_attn_weights": True, "use_cache": True,
+        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "torch_dtype": "float32",
+    },
 }
 
 # The same families exported with attn_implementation "sdpa", transformers' default since 4.36
@@ -226,7 +233,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -264,6 +271,8 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
+    if model.family == "gpt2":
+        return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -300,6 +309,27 @@ def random_init(model, seed, logit_gain=4.0):
         model.model.norm.weight.copy_(scale - 1.0 if gemma else scale)
 
 
+def gpt2_init(model, g):
+    """Tied GPT-2: embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
+    and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
+    and the projections back to the stream x4 so that tokens do not collapse into a loop."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("wte.weight"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif name.endswith("wpe.weight") or name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif ".ln_" in name:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                bound = 1.0 / (p.shape[0] ** 0.5)
+                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+                if "c_attn" in name:
+                    p.mul_(3.0)
+                elif name.endswith("c_proj.weight"):
+                    p.mul_(4.0)
+
+
 def prompt_for(name, cfg):
     g = torch.Generator().manual_seed(SEEDS[name] + 1000)
     return torch.randint(4, cfg["vocab_size"], (7,), generator=g).tolist()  # clear of bos/eos/pad
@@ -308,8 +338,8 @@ def prompt_for(name, cfg):
 def build(name):
     torch.manual_seed(SEEDS[name])
     family, attention = VARIANTS.get(name, (name, "eager"))
-    model = hf.CausalLM(MODELS[name], family, mask_style=MASK_STYLE.get(family, "masked_fill"),
-                        attn_implementation=attention)
+    model = hf.causal_lm(MODELS[name], family, mask_style=MASK_STYLE.get(family, "masked_fill"),
+                         attn_implementation=attention)
     random_init(model, SEEDS[name])
     model.eval()
     return model

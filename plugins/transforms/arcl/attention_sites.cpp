@@ -54,9 +54,10 @@ std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std:
   return found;
 }
 
-// Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh)
-// and Adds; returns
-// each Add on the way with the index of its other operand.
+// Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh),
+// Where(mask, scores, min) (GPT-2's causal mask from a tril buffer, which the static lengths
+// fold to the rows of the new tokens) and Adds; returns each Add on the way with the index of
+// its other operand.
 std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const nf::Node& qk) {
   std::vector<MaskUse> adds;
   std::string v = qk.output(0);
@@ -67,7 +68,8 @@ std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const
     std::string_view op = u.op_type();
     if (op == "Softmax") return adds;
     if (op == "Add" && u.input_count() == 2) adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
-    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh") return {};
+    else if (op == "Where" && (u.input_count() != 3 || u.input(0) == v)) return {};
+    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh" && op != "Where") return {};
     v = u.output(0);
   }
   return {};

@@ -169,8 +169,22 @@ std::optional<nf::Node> nearest_above(const GraphView& view, const std::string& 
   return std::nullopt;
 }
 
+// A linear layer on rows flattened to 2-D: Gemm(Reshape(x [1, rows, in] -> [rows, in]),
+// W [in, cols], bias [cols]), plain (GPT-2's Conv1D, whose addmm exports so). Returns x.
+std::string flat_gemm_input(const GraphView& view, const nf::Node& n) {
+  if (n.op_type() != "Gemm" || n.input_count() < 2 || n.attr_int("transA", 0) != 0 || n.attr_int("transB", 0) != 0 ||
+      n.attr_float("alpha", 1.f) != 1.f || n.attr_float("beta", 1.f) != 1.f || !view.is_initializer(n.input(1)) ||
+      (n.input_count() > 2 && !n.input(2).empty() && !view.is_initializer(n.input(2))))
+    return "";
+  auto flat = view.producer(n.input(0));
+  if (!flat || flat->op_type() != "Reshape") return "";
+  Dims d = static_dims(view.graph(), flat->input(0), "Gemm input");
+  return d.size() == 3 && d[0] == 1 ? flat->input(0) : "";
+}
+
 // Whether Transpose `t` splits a linear projection into heads:
-// MatMul(x, W) [+ bias] [-> Slice/Split of the columns] -> Reshape [1, rows, heads, head_dim]
+// MatMul(x, W) [+ bias] (or a flat Gemm, reshaped back) [-> Slice/Split of the columns] ->
+// Reshape [1, rows, heads, head_dim]
 // [-> nodes within the last axis] -> Transpose(0, 2, 1, 3). Fills the projection fields of
 // `b` when it does.
 bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
@@ -186,9 +200,16 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
     packed = cut->input(0);
   }
   auto m = view.producer(packed);
-  std::string bias;
+  std::string bias, x;
   bool bias_first = false;
-  if (m && m->op_type() == "Add") {
+  if (m && m->op_type() == "Reshape") {
+    auto g = view.producer(m->input(0));
+    if (g && !(x = flat_gemm_input(view, *g)).empty()) {
+      if (g->input_count() > 2) bias = g->input(2);
+      m = g;
+    }
+  }
+  if (m && m->op_type() == "Add" && x.empty()) {
     for (size_t i = 0; i < 2 && bias.empty(); ++i)
       if (view.is_initializer(m->input(i))) {
         bias = m->input(i);
@@ -198,7 +219,8 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
     m = view.producer(m->input(bias_first ? 1 : 0));
   }
   auto is_projection = [&](const nf::Node& n) {
-    return n.op_type() == "MatMul" && view.is_initializer(n.input(1)) && !view.is_initializer(n.input(0));
+    return (n.op_type() == "MatMul" && view.is_initializer(n.input(1)) && !view.is_initializer(n.input(0))) ||
+           !x.empty();
   };
   // A normalization over all heads between the projection and the head view (OLMo-2's q_norm
   // / k_norm): the projection stays whole and each head takes its columns of the result.
@@ -223,11 +245,11 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   b.rows = rd[1];
   b.heads = rd[2];
   b.head_dim = rd[3];
-  b.x = m->input(0);
+  b.x = x.empty() ? m->input(0) : x;
   b.weight = m->input(1);
   b.bias = bias;
   b.bias_first = bias_first;
-  b.proj_out = m->output(0);
+  b.proj_out = x.empty() ? m->output(0) : "";  // a Gemm has no value before its bias
   b.biased_out = bias.empty() ? "" : packed;
   b.weight_columns = wd[1];
   b.first_column = column_cut ? fused_columns(view, *column_cut, r->input(0), wd[1]) : 0;

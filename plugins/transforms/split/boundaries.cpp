@@ -11,9 +11,14 @@ namespace split {
 namespace {
 
 // Nodes that carry the residual stream on unchanged up to a constant factor: no-op Cast /
-// Identity, and a Mul / Div by a constant (Gemma scales the embeddings by sqrt(hidden)).
+// Identity, and a Mul / Div by a constant (Gemma scales the embeddings by sqrt(hidden)); and
+// an Add of something not computed from the stream (GPT-2's learned position embeddings).
 bool carries_stream(const nf::graph::GraphView& view, const nf::Node& n, const std::string& stream) {
   if ((n.op_type() == "Cast" || n.op_type() == "Identity") && n.input_count() == 1) return true;
+  if (n.op_type() == "Add" && n.input_count() == 2 && n.input(0) != n.input(1)) {
+    const std::string& other = n.input(0) == stream ? n.input(1) : n.input(0);
+    return !view.upstream(other, false).count(stream);
+  }
   if ((n.op_type() == "Mul" || (n.op_type() == "Div" && n.input(0) == stream)) && n.input_count() == 2) {
     const std::string& other = n.input(0) == stream ? n.input(1) : n.input(0);
     return other != stream && view.computed_without_inputs(other);
