@@ -865,8 +865,8 @@ BuildResult build(const manifest::Manifest& m, Registry& registry, const BuildRe
   spdlog::info("loaded {} in {:.2f}s", m.model_onnx, seconds_since(t_load));
   // Absolute: stage processes and jobs run elsewhere (Slurm's from the plan's folder).
   const fs::path cache_root = fs::absolute(req.cache_root.empty() ? StageCache::default_root() : req.cache_root);
-  std::vector<std::string> backends;
-  for (const auto& t : targets) backends.push_back(t.second.name);
+  std::vector<manifest::PluginUse> backends;
+  for (const auto& t : targets) backends.push_back(t.second);
   const PluginInfo* decoder = m.speculative ? registry.find(NF_KIND_SPECULATIVE, m.speculative->name) : nullptr;
   const BuildNeeds need = estimate_build(m, backends, *source, req.use_cache, decoder && decoder->speculative()->build);
   const bool cache_fits = fits_before_start(need, req, cache_root);

@@ -25,9 +25,9 @@ struct BuildNeeds {
   uint64_t cache_bytes = 0;    // stage cache entries (the weights they changed, graphs, encodings) and compiles
 };
 
-// Estimates a build of manifest `m` for `targets` (backend plugin names) on `source`;
+// Estimates a build of manifest `m` for `targets` (the targets' backend uses) on `source`;
 // `decoder_hook`: the speculative decoder has a build hook (one more cached stage).
-BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<std::string>& target_backends,
+BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifest::PluginUse>& targets,
                           const ir::ModelSet& source, bool use_cache, bool decoder_hook = false);
 
 // Why a build with `need` cannot run with `memory` bytes available and `out_free` bytes free

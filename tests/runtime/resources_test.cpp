@@ -38,7 +38,7 @@ TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
   m.quant = {use("spinquant"), use("lpbq")};
   m.transforms = {use("arcl"), use("mha2sha")};
   auto ms = shapes_only();
-  const host::BuildNeeds n = host::estimate_build(m, {"htp"}, *ms, false);
+  const host::BuildNeeds n = host::estimate_build(m, {use("htp")}, *ms, false);
   ASSERT_EQ(n.quant_memory.size(), 2u);
   // spinquant rotates the largest table (the embedding): its own peak is the build's.
   EXPECT_EQ(n.peak_stage, "spinquant");
@@ -48,7 +48,7 @@ TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
   EXPECT_GT(n.transform_memory, 0u);
 
   m.quant.clear();
-  const host::BuildNeeds plain = host::estimate_build(m, {"htp"}, *ms, false);
+  const host::BuildNeeds plain = host::estimate_build(m, {use("htp")}, *ms, false);
   EXPECT_TRUE(plain.quant_memory.empty());
   EXPECT_EQ(plain.transform_memory, plain.peak_memory);
   EXPECT_EQ(plain.peak_stage, "compile");
@@ -56,14 +56,27 @@ TEST(BuildEstimate, EveryStageHasItsOwnPeak) {
   // The first cached stage holds the weights; arcl changes none of them, mha2sha its per-head
   // slices (0.12), a stage we do not know all of them; each entry adds 0.05 for its graphs
   // and encodings, and each compile keeps a copy of its package.
-  const host::BuildNeeds cached = host::estimate_build(m, {"htp"}, *ms, true);
+  const host::BuildNeeds cached = host::estimate_build(m, {use("htp")}, *ms, true);
   const double w = static_cast<double>(cached.weight_bytes);
   auto entries = [&](const host::BuildNeeds& n) { return static_cast<double>(n.cache_bytes - n.package_bytes); };
   EXPECT_NEAR(entries(cached), ((1 + 0.05) + (0.12 + 0.05)) * w, 1e-6 * w);
   // A decoder's build hook is the first stage: arcl after it stores no weight either.
-  EXPECT_NEAR(entries(host::estimate_build(m, {"htp"}, *ms, true, true)), (1.05 + 0.05 + 0.17) * w, 1e-6 * w);
+  EXPECT_NEAR(entries(host::estimate_build(m, {use("htp")}, *ms, true, true)), (1.05 + 0.05 + 0.17) * w, 1e-6 * w);
   m.transforms.push_back(use("someone_elses_transform"));
-  EXPECT_NEAR(entries(host::estimate_build(m, {"htp"}, *ms, true)), (1.05 + 0.17 + 1.05) * w, 1e-6 * w);
+  EXPECT_NEAR(entries(host::estimate_build(m, {use("htp")}, *ms, true)), (1.05 + 0.17 + 1.05) * w, 1e-6 * w);
+}
+
+// An estimate-only htp target (pack_weights = false) stores no weights, only its graphs: the
+// 8B validation packages (7 MB each) were refused for the 58 GB of disk an fp16 package takes.
+TEST(BuildEstimate, EstimateOnlyTargetsStoreNoWeights) {
+  manifest::Manifest m;
+  auto ms = shapes_only();
+  manifest::PluginUse costed = use("htp");
+  costed.options["pack_weights"] = false;
+  const host::BuildNeeds full = host::estimate_build(m, {use("htp")}, *ms, false);
+  const host::BuildNeeds graphs = host::estimate_build(m, {costed}, *ms, false);
+  EXPECT_NEAR(static_cast<double>(full.package_bytes), 0.65 * static_cast<double>(full.weight_bytes), 1.0);
+  EXPECT_LT(graphs.package_bytes * 100, full.package_bytes);
 }
 
 // The weights a build makes go to a scratch file beside the packages; what the disk cannot take
