@@ -76,12 +76,13 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
     } else {
       compute = (op.value("in_bytes", 0.0) + out) / hvx_rate;
     }
+    const double overhead = c.per_op_s * op.value("dispatch", 1.0);  // a head copy's share (graph_summary)
     double dram_s = dram / bw;
     cost.compute_s += compute;
     cost.dram_s += dram_s;
     cost.dram_bytes += dram;
-    cost.overhead_s += c.per_op_s;
-    cost.seconds += std::max(compute, dram_s) + c.per_op_s;
+    cost.overhead_s += overhead;
+    cost.seconds += std::max(compute, dram_s) + overhead;
   }
   double writes = 0;
   for (const auto& [name, b] : g.at("outputs").items()) writes += b.get<double>();
