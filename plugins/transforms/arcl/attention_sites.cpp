@@ -68,8 +68,9 @@ std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const
     std::string_view op = u.op_type();
     if (op == "Softmax") return adds;
     if (op == "Add" && u.input_count() == 2) adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
-    else if (op == "Where" && (u.input_count() != 3 || u.input(0) == v)) return {};
-    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh" && op != "Where") return {};
+    else if (op == "Where" ? u.input_count() != 3 || u.input(0) == v  // the scores are a branch, not the condition
+                           : op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh")
+      return {};
     v = u.output(0);
   }
   return {};

@@ -53,8 +53,8 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
       const NodeDef& d = nodes_[p->second];
       if (kElementwise.count(d.op)) {
         one = std::all_of(d.in.begin(), d.in.end(), [&](int i) { return i >= 0 && one_element(i); });
-      } else if (d.op == "Slice" && d.in.size() >= 3 && producer.count(d.in[0]) &&
-                 nodes_[producer[d.in[0]]].op == "Shape" && d.in.size() < 4) {
+      } else if (d.op == "Slice" && d.in.size() == 3 && producer.count(d.in[0]) &&
+                 nodes_[producer[d.in[0]]].op == "Shape") {
         one = one_entry(constants_[d.in[1]], constants_[d.in[2]]);
       }
     }
