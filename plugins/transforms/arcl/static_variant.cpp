@@ -48,7 +48,7 @@ struct KvRewrite {
     std::vector<nf::Node> chain;
     for (std::string v = present; v != full;) {
       auto p = view.producer(v);
-      const bool noop = p && (p->op_type() == "Identity" ||
+      const bool noop = p && chain.size() < 8 && (p->op_type() == "Identity" ||
                               (p->op_type() == "Cast" && past_type && p->attr_int("to", 0) == past_type->dtype));
       if (!noop || p->input_count() != 1) return false;
       chain.push_back(*p);

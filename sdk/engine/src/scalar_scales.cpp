@@ -39,10 +39,11 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
   for (const std::string& o : outputs_) ++uses[slot(o)];
   // One element: a folded constant, a value the graph types so, or one computed from such
   // values alone: SDPA's default scale 1/sqrt(E) in a dynamic graph comes from one entry of
-  // Shape(query) through Cast, Sqrt and Div.
+  // Shape(query) through Cast, Sqrt and Div (a few nodes: the walk stops 16 producers up, so a
+  // hostile chain cannot run the stack out).
   std::map<int, bool> known;
-  std::function<bool(int)> one_element = [&](int s) -> bool {
-    if (s < 0) return false;
+  std::function<bool(int, int)> one_element = [&](int s, int depth) -> bool {
+    if (s < 0 || depth > 16) return false;
     if (!constants_[s].empty_handle()) return constants_[s].numel() == 1;
     if (auto it = known.find(s); it != known.end()) return it->second;
     bool one = false;
@@ -52,7 +53,7 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
     } else if (auto p = producer.find(s); p != producer.end()) {
       const NodeDef& d = nodes_[p->second];
       if (kElementwise.count(d.op)) {
-        one = std::all_of(d.in.begin(), d.in.end(), [&](int i) { return i >= 0 && one_element(i); });
+        one = std::all_of(d.in.begin(), d.in.end(), [&](int i) { return one_element(i, depth + 1); });
       } else if (d.op == "Slice" && d.in.size() == 3 && producer.count(d.in[0]) &&
                  nodes_[producer[d.in[0]]].op == "Shape") {
         one = one_entry(constants_[d.in[1]], constants_[d.in[2]]);
@@ -73,7 +74,7 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
     if ((m.op != "Mul" && m.op != "Div") || m.in.size() != 2 || m.out.size() != 1) continue;
     int scaled = -1, scale = -1;
     for (int j : {1, 0}) {  // Div(B, s) only: s / B is not a scale
-      if (m.in[1 - j] < 0 || !one_element(m.in[j]) || (m.op == "Div" && j == 0)) continue;
+      if (m.in[1 - j] < 0 || !one_element(m.in[j], 0) || (m.op == "Div" && j == 0)) continue;
       scale = m.in[j];
       scaled = m.in[1 - j];
       break;
