@@ -1590,10 +1590,105 @@ class GPT2LMHeadModel(nn.Module):
         return []
 
 
+class GPTNeoXAttention(nn.Module):
+    """modeling_gpt_neox.py (transformers 4.48+, Pythia): one query_key_value projection viewed
+    as [b, s, heads, 3 * head_size] (each head's q, k and v side by side), transposed, then
+    chunk(3) on the last axis; rotary over the first rotary_pct of each head (model-level
+    tables); eager attention with `* scaling`; `dense` with bias."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_size ** -0.5
+        self.num_key_value_groups = 1
+        self.attention_dropout = config.attention_dropout
+        self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, 3 * self.head_size)
+        qkv = self.query_key_value(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states, key_states, value_states = qkv.chunk(3, dim=-1)
+        cos, sin = position_embeddings
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        rotary_dim = cos.shape[-1]  # the neox apply_rotary_pos_emb keeps the rest as it is
+        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
+        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
+        query_states = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)
+        key_states = torch.cat([(k_rot * cos) + (rotate_half(k_rot) * sin), k_pass], dim=-1)
+        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+        present = (key_states, value_states)
+        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.dense(attn_output), present
+
+
+class GPTNeoXLayer(nn.Module):
+    """Parallel residual (use_parallel_residual): x + attn(ln1(x)) + mlp(ln2(x))."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention = GPTNeoXAttention(config, layer_idx)
+        self.mlp = nn.Module()
+        self.mlp.dense_h_to_4h = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.mlp.dense_4h_to_h = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.act = F.gelu  # hidden_act "gelu": the exact erf form
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        attn_output, present = self.attention(self.input_layernorm(hidden_states), attention_mask, position_ids,
+                                              past_key_value, position_embeddings)
+        mlp_output = self.mlp.dense_4h_to_h(self.act(self.mlp.dense_h_to_4h(self.post_attention_layernorm(hidden_states))))
+        return mlp_output + attn_output + hidden_states, present
+
+
+class GPTNeoXForCausalLM(nn.Module):
+    """`gpt_neox` (embed_in, layers, final_layer_norm, model-level rotary) and an untied
+    `embed_out`."""
+
+    def __init__(self, cfg_dict, mask_style="masked_fill"):
+        super().__init__()
+        config = FamilyConfig(dict(cfg_dict, partial_rotary_factor=cfg_dict["rotary_pct"],
+                                   rope_theta=cfg_dict["rotary_emb_base"]))
+        self.config, self.family, self.mask_style = config, "gpt_neox", mask_style
+        self.gpt_neox = nn.Module()
+        self.gpt_neox.embed_in = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.gpt_neox.layers = nn.ModuleList([GPTNeoXLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.gpt_neox.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.gpt_neox.rotary_emb = LlamaRotaryEmbedding(config)
+        self.embed_out = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        m = self.gpt_neox
+        hidden_states = m.embed_in(input_ids)
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
+        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
+        position_embeddings = m.rotary_emb(hidden_states, position_ids)
+        out = []
+        for i, layer in enumerate(m.layers):
+            hidden_states, (k, v) = layer(hidden_states, causal_mask, position_ids,
+                                          (past_flat[2 * i], past_flat[2 * i + 1]), position_embeddings)
+            out += [k, v]
+        return tuple([self.embed_out(m.final_layer_norm(hidden_states))] + out)
+
+    run = CausalLM.run
+    empty_past = CausalLM.empty_past
+
+    def moe_blocks(self):
+        return []
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
+    if family == "gpt_neox":
+        return GPTNeoXForCausalLM(cfg_dict, mask_style)
     return CausalLM(cfg_dict, family, mask_style, attn_implementation)
 
 

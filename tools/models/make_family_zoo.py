@@ -219,6 +219,14 @@ MODELS = {
         "attn_pdrop": 0.0, "initializer_range": 0.02, "scale_attn_weights": True, "use_cache": True,
         "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "torch_dtype": "float32",
     },
+    "gpt_neox": {
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 256,
+        "hidden_act": "gelu", "layer_norm_eps": 1e-5, "use_parallel_residual": True, "attention_bias": True,
+        "attention_dropout": 0.0, "hidden_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": False,
+        "use_cache": True, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32", "rope_scaling": None,
+    },
 }
 
 # The same families exported with attn_implementation "sdpa", transformers' default since 4.36
@@ -233,7 +241,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -271,7 +279,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family == "gpt2":
+    if model.family in ("gpt2", "gpt_neox"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -310,23 +318,25 @@ def random_init(model, seed, logit_gain=4.0):
 
 
 def gpt2_init(model, g):
-    """Tied GPT-2: embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
+    """GPT-2 (tied) and GPT-NeoX (untied embed_out x4): embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
     and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
     and the projections back to the stream x4 so that tokens do not collapse into a loop."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("wte.weight"):
+            if name.endswith("wte.weight") or name.endswith("embed_in.weight"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             elif name.endswith("wpe.weight") or name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif ".ln_" in name:
+            elif ".ln_" in name or "layernorm" in name or "layer_norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             else:
-                bound = 1.0 / (p.shape[0] ** 0.5)
-                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-                if "c_attn" in name:
+                fan_in = p.shape[0] if model.family == "gpt2" else p.shape[1]  # Conv1D [in, out], Linear [out, in]
+                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / fan_in ** 0.5)
+                if "c_attn" in name or "query_key_value" in name:
                     p.mul_(3.0)
-                elif name.endswith("c_proj.weight"):
+                elif name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name:
+                    p.mul_(4.0)
+                elif name == "embed_out.weight":
                     p.mul_(4.0)
 
 

@@ -3,6 +3,8 @@ decoder LLMs (opset 13-17). It exists to check the exported files against
 torch where onnxruntime is not installed; it is slow and only as general as
 these models need. Unknown ops raise NotImplementedError.
 """
+import math
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -118,6 +120,8 @@ def run_node(node, ins):
         return [unops[op](x).astype(x.dtype)]
     if op == "Sigmoid":
         return [(1.0 / (1.0 + np.exp(-x))).astype(x.dtype)]
+    if op == "Erf":
+        return [np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)]
     if op == "Where":
         return [np.where(x, ins[1], ins[2])]
     if op == "MatMul":

@@ -87,19 +87,19 @@ void check_headwise(const GraphView& view, const nf::Node& n) {
   }
 }
 
-// The columns [begin, begin + width) of a fused projection that a Slice or Split of its
-// last axis takes (q/k/v from one qkv_proj). Rejects any other cut.
-int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::string& taken, int64_t total) {
+// The columns [begin, begin + width) of a fused projection that a Slice or Split of the last
+// axis of a rank-`rank` value takes (q/k/v from one qkv_proj). Rejects any other cut.
+int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::string& taken, int64_t total, int64_t rank = 3) {
   const std::string where = std::string(cut.op_type()) + " '" + node_name(cut) + "'";
   if (cut.op_type() == "Slice") {
     std::vector<int64_t> starts = view.constant_ints(cut.input(1)), ends = view.constant_ints(cut.input(2));
     std::vector<int64_t> axes = view.constant_ints(cut.input(3)), steps = view.constant_ints(cut.input(4));
-    if (starts.size() != 1 || ends.size() != 1 || axes.size() > 1 || (axes.size() == 1 && normalize_axis(axes[0], 3) != 2) ||
+    if (starts.size() != 1 || ends.size() != 1 || axes.size() > 1 || (axes.size() == 1 && normalize_axis(axes[0], rank) != rank - 1) ||
         (!steps.empty() && steps != std::vector<int64_t>{1}) || (axes.empty() && cut.input_count() > 3))
       throw Reject(where + " does not take a constant column range of the projection");
     return std::clamp<int64_t>(starts[0] < 0 ? starts[0] + total : starts[0], 0, total);
   }
-  if (normalize_axis(cut.attr_int("axis", 0), 3) != 2) throw Reject(where + " does not cut the projection's columns");
+  if (normalize_axis(cut.attr_int("axis", 0), rank) != rank - 1) throw Reject(where + " does not cut the projection's columns");
   std::vector<int64_t> sizes = cut.input_count() > 1 ? view.constant_ints(cut.input(1)) : cut.attr_ints("split");
   const int64_t parts = static_cast<int64_t>(cut.output_count());
   if (sizes.empty() && total % parts == 0) sizes.assign(static_cast<size_t>(parts), total / parts);
@@ -293,6 +293,23 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
     for (const std::string& in : p->inputs()) todo.push_back(in);
   }
   if (b.heads_out.empty()) throw Reject("no linear projection split into heads reaches '" + end + "'");
+  // Each head's q, k and v side by side: when all that reaches `end` from the head view goes
+  // through one output of a Split or Slice of its last axis, that cut takes this branch's
+  // columns of every head, and the weights are cut to them directly. (RoPE's rotate_half
+  // also slices the last axis, but the head view reaches `end` beside it too.)
+  std::vector<std::pair<nf::Node, std::string>> onward;  // (consumer, its output toward end)
+  for (const nf::Node& u : view.consumers(b.heads_out))
+    for (const std::string& out : u.outputs())
+      if (upstream.count(out)) onward.emplace_back(u, out);
+  if (onward.size() == 1 && b.split_region.empty() && b.shared_out.empty()) {
+    const auto& [cut, out] = onward[0];
+    if (cut.op_type() == "Split" || cut.op_type() == "Slice") {
+      b.first_column += fused_columns(view, cut, out, b.head_dim, 4);
+      b.head_stride = b.head_dim;
+      b.head_dim = static_dims(view.graph(), out, "head cut").back();
+      b.heads_out = out;
+    }
+  }
   if (end_dims[1] != b.heads || end_dims[2] != b.rows || end_dims[3] != b.head_dim)
     throw Reject("'" + end + "' changed shape after the head split of '" + b.weight + "'");
   // The values derived from the head split, in graph order; their producers are the region.

@@ -32,6 +32,10 @@ struct HeadBranch {
   std::string proj_out;     // the MatMul's output [1, rows, weight_columns]
   std::string biased_out;   // the bias Add's output, or ""
   int64_t weight_columns = 0, first_column = 0;
+  // Columns from one head's first to the next's in W: head_dim, or more when each head's q, k
+  // and v sit side by side and a cut of the head view's last axis takes this branch's part
+  // (GPT-NeoX's [rows, heads, 3 * head_dim] view); first_column is then within a head.
+  int64_t head_stride = 0;
   // When a normalization over all heads follows the projection: its output [1, rows,
   // heads*head_dim], kept whole; each head's copy starts from its columns of it.
   std::string shared_out;

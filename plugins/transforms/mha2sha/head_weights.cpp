@@ -6,24 +6,27 @@
 namespace mha2sha {
 
 std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& tensor, int64_t first, int64_t heads,
-                                             int64_t part) {
+                                             int64_t part, int64_t stride) {
+  if (stride == 0) stride = part;
   nf::Tensor src = g.initializer(tensor);
   auto key = std::make_tuple(tensor, src.data(), first);
   auto it = done_.find(key);
   if (it == done_.end()) {
     const std::vector<int64_t> dims = src.dims();
     const size_t elem = nf::dtype_size(src.dtype());
-    if (dims.empty() || elem == 0 || first < 0 || part <= 0 || first + heads * part > dims.back())
+    if (dims.empty() || elem == 0 || first < 0 || part <= 0 || stride < part ||
+        first + (heads - 1) * stride + part > dims.back())
       throw nf::Error("mha2sha: cannot cut " + std::to_string(heads) + " heads of " + std::to_string(part) +
                       " columns from column " + std::to_string(first) + " of '" + tensor + "'");
     const int64_t cols = dims.back(), rows = src.numel() / cols;
-    const bool whole = first == 0 && heads * part == cols;
+    const bool whole = first == 0 && stride == part && heads * part == cols;
     Sliced s;
     s.source = tensor;
     s.heads = heads;
     s.rank = static_cast<int64_t>(dims.size());
     s.first = first;
     s.part = part;
+    s.stride = stride;
     s.columns = cols;
     std::vector<int64_t> part_dims = dims;
     part_dims.back() = part;
@@ -32,7 +35,7 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
       // One copy of the slice: rows of `part` elements taken from each source row.
       nf::Tensor t = nf::Tensor::create(src.dtype(), part_dims);
       char* to = static_cast<char*>(t.mutable_data());
-      const int64_t c0 = first + h * part;
+      const int64_t c0 = first + h * stride;
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(to + r * part * elem, from + (r * cols + c0) * elem, static_cast<size_t>(part) * elem);
       bytes_ += t.nbytes();
@@ -43,7 +46,7 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
     }
     s.origin = g;
     it = done_.emplace(key, std::move(s)).first;
-  } else if (it->second.heads != heads || it->second.part != part) {
+  } else if (it->second.heads != heads || it->second.part != part || it->second.stride != stride) {
     throw nf::Error("mha2sha: '" + tensor + "' is cut into " + std::to_string(heads) + " and " +
                     std::to_string(it->second.heads) + " heads by different attention blocks");
   }
@@ -102,13 +105,14 @@ EncodingSlice slice_encoding(const nf_encoding& src, const std::string& name, in
 }  // namespace
 
 void HeadWeights::follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels,
-                                     int64_t first, int64_t part) {
+                                     int64_t first, int64_t part, int64_t stride) {
+  if (stride == 0) stride = part;
   const int64_t n = static_cast<int64_t>(heads.size());
   for (int64_t h = 0; h < n; ++h) {
     const nf_encoding* e = ms_.encoding(source);  // read again: setting one may move the host's copies
     if (!e) return;
     // The projection output is [1, rows, heads*head_dim]: heads cut axis 2.
-    EncodingSlice s = slice_encoding(*e, source, channels, first + h * part, first + (h + 1) * part, 2);
+    EncodingSlice s = slice_encoding(*e, source, channels, first + h * stride, first + h * stride + part, 2);
     ms_.set_encoding(heads[static_cast<size_t>(h)], s.e);
   }
 }
@@ -122,7 +126,7 @@ size_t HeadWeights::finish_encodings() {
     if (!ms_.encoding(s.source)) continue;
     for (int64_t h = 0; h < s.heads; ++h) {
       // Read again each time: setting an encoding may move the host's copies.
-      const int64_t c0 = s.first + h * s.part;
+      const int64_t c0 = s.first + h * s.stride;
       EncodingSlice e = slice_encoding(*ms_.encoding(s.source), s.source, s.columns, c0, c0 + s.part, s.rank - 1);
       ms_.set_encoding(s.names[static_cast<size_t>(h)], e.e);
       ++sliced;
