@@ -1683,8 +1683,105 @@ class GPTNeoXForCausalLM(nn.Module):
         return []
 
 
+class FalconAttention(nn.Module):
+    """modeling_falcon.py 4.44, Falcon-7B (multi_query, not new_decoder_architecture): one
+    query_key_value viewed as [b, s, heads + 2, head_dim]; the queries are heads [:-2], the
+    one key head [[-2]] and the one value head [[-1]] (index lists: Gather on the head axis);
+    per-layer rotary tables indexed by position_ids; eager attention that broadcasts the one
+    KV head over the query heads (no repeat_kv)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.query_key_value = nn.Linear(config.hidden_size, config.hidden_size + 2 * self.head_dim, bias=config.bias)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+        self.rotary_emb = Qwen2RotaryEmbedding(self.head_dim, max_position_embeddings=config.max_position_embeddings,
+                                               base=config.rope_theta)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        fused_qkv = self.query_key_value(hidden_states)
+        batch_size, query_length, _ = fused_qkv.shape
+        fused_qkv = fused_qkv.view(batch_size, query_length, self.num_heads + 2, self.head_dim)
+        query_layer, key_layer, value_layer = fused_qkv[..., :-2, :], fused_qkv[..., [-2], :], fused_qkv[..., [-1], :]
+        query_layer = query_layer.transpose(1, 2).reshape(batch_size, self.num_heads, query_length, self.head_dim)
+        key_layer = key_layer.transpose(1, 2).reshape(batch_size, 1, query_length, self.head_dim)
+        value_layer = value_layer.transpose(1, 2).reshape(batch_size, 1, query_length, self.head_dim)
+        kv_seq_len = key_layer.shape[-2] + past_key_value[0].shape[-2]
+        cos, sin = self.rotary_emb(value_layer, seq_len=kv_seq_len)
+        query_layer, key_layer = apply_rotary_pos_emb_indexed(query_layer, key_layer, cos, sin, position_ids)
+        key_layer = torch.cat((past_key_value[0], key_layer), dim=-2)
+        value_layer = torch.cat((past_key_value[1], value_layer), dim=-2)
+        present = (key_layer, value_layer)
+        attention_scores = query_layer @ key_layer.transpose(-1, -2)
+        attention_scores /= math.sqrt(self.head_dim)
+        attention_scores = F.softmax(attention_scores + attention_mask[:, :, :, : key_layer.shape[-2]], dim=-1,
+                                     dtype=hidden_states.dtype)
+        attn_output = attention_scores @ value_layer
+        attn_output = attn_output.view(batch_size, self.num_heads, query_length, self.head_dim)
+        attn_output = attn_output.permute(0, 2, 1, 3).reshape(batch_size, query_length, self.num_heads * self.head_dim)
+        return self.dense(attn_output), present
+
+
+class FalconDecoderLayer(nn.Module):
+    """parallel_attn: one input_layernorm feeds attention and MLP; both add to the residual."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.self_attention = FalconAttention(config, layer_idx)
+        self.mlp = nn.Module()
+        self.mlp.dense_h_to_4h = nn.Linear(config.hidden_size, 4 * config.hidden_size, bias=config.bias)
+        self.mlp.dense_4h_to_h = nn.Linear(4 * config.hidden_size, config.hidden_size, bias=config.bias)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        residual = hidden_states
+        attention_layernorm_out = self.input_layernorm(hidden_states)
+        attention_output, present = self.self_attention(attention_layernorm_out, attention_mask, position_ids,
+                                                        past_key_value)
+        mlp_output = self.mlp.dense_4h_to_h(F.gelu(self.mlp.dense_h_to_4h(attention_layernorm_out)))
+        return mlp_output + attention_output + residual, present
+
+
+class FalconForCausalLM(nn.Module):
+    """`transformer` (word_embeddings, h, ln_f) and a tied lm_head."""
+
+    def __init__(self, cfg_dict, mask_style="masked_fill"):
+        super().__init__()
+        config = FamilyConfig(dict(cfg_dict, num_key_value_heads=1))
+        config.head_dim = config.hidden_size // config.num_attention_heads
+        self.config, self.family, self.mask_style = config, "falcon", mask_style
+        self.transformer = nn.Module()
+        self.transformer.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.transformer.h = nn.ModuleList([FalconDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.word_embeddings(input_ids)
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
+        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
+        out = []
+        for i, layer in enumerate(t.h):
+            hidden_states, (k, v) = layer(hidden_states, causal_mask, position_ids,
+                                          (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
+
+    run = CausalLM.run
+    empty_past = CausalLM.empty_past
+
+    def moe_blocks(self):
+        return []
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
+    if family == "falcon":
+        return FalconForCausalLM(cfg_dict, mask_style)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_neox":

@@ -227,6 +227,14 @@ MODELS = {
         "attention_dropout": 0.0, "hidden_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": False,
         "use_cache": True, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32", "rope_scaling": None,
     },
+    "falcon": {
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon", "transformers_version": "4.44.0",
+        "vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "multi_query": True, "new_decoder_architecture": False, "parallel_attn": True, "alibi": False,
+        "bias": False, "layer_norm_epsilon": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 256,
+        "attention_dropout": 0.0, "hidden_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": True,
+        "use_cache": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+    },
 }
 
 # The same families exported with attn_implementation "sdpa", transformers' default since 4.36
@@ -241,7 +249,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -279,7 +287,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_neox"):
+    if model.family in ("gpt2", "gpt_neox", "falcon"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -323,7 +331,7 @@ def gpt2_init(model, g):
     and the projections back to the stream x4 so that tokens do not collapse into a loop."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("wte.weight") or name.endswith("embed_in.weight"):
+            if name.endswith("wte.weight") or name.endswith("embed_in.weight") or name.endswith("word_embeddings.weight"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             elif name.endswith("wpe.weight") or name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))

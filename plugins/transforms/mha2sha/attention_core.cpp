@@ -182,6 +182,29 @@ std::string flat_gemm_input(const GraphView& view, const nf::Node& n) {
   return d.size() == 3 && d[0] == 1 ? flat->input(0) : "";
 }
 
+// The first of the heads a Slice or Gather of axis 2 of the head view [1, rows, heads, hd]
+// keeps, when it keeps a constant run of them (Falcon's multi-query view [rows, heads + 2, hd]:
+// queries [:-2], the key [[-2]], the value [[-1]]).
+std::optional<int64_t> first_head_kept(const GraphView& view, const nf::Node& cut, int64_t heads) {
+  std::vector<int64_t> first;
+  if (cut.op_type() == "Gather" && cut.input_count() == 2 && normalize_axis(cut.attr_int("axis", 0), 4) == 2) {
+    first = view.constant_ints(cut.input(1));
+    for (size_t i = 1; i < first.size(); ++i)
+      if (normalize_axis(first[i], heads) != normalize_axis(first[0], heads) + static_cast<int64_t>(i)) return std::nullopt;
+    // A scalar index drops the axis: not a run of heads.
+    if (first.empty() || static_dims(view.graph(), cut.output(0), "head cut").size() != 4) return std::nullopt;
+  } else if (cut.op_type() == "Slice" && cut.input_count() >= 4) {
+    std::vector<int64_t> axes = view.constant_ints(cut.input(3)), steps = cut.input_count() > 4 ? view.constant_ints(cut.input(4)) : std::vector<int64_t>{};
+    if (axes.size() != 1 || normalize_axis(axes[0], 4) != 2 || (cut.input_count() > 4 && steps != std::vector<int64_t>{1}))
+      return std::nullopt;
+    first = view.constant_ints(cut.input(1));
+    if (first.size() != 1) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  return std::clamp<int64_t>(first[0] < 0 ? first[0] + heads : first[0], 0, heads);
+}
+
 // Whether Transpose `t` splits a linear projection into heads:
 // MatMul(x, W) [+ bias] (or a flat Gemm, reshaped back) [-> Slice/Split of the columns] ->
 // Reshape [1, rows, heads, head_dim]
@@ -189,8 +212,22 @@ std::string flat_gemm_input(const GraphView& view, const nf::Node& n) {
 // `b` when it does.
 bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   if (!is_perm(t, {0, 2, 1, 3})) return false;
-  // The Reshape: the Transpose's input, or the nearest one above it through last-axis nodes.
-  std::optional<nf::Node> r = nearest_above(view, t.input(0), [](const nf::Node& n) { return n.op_type() == "Reshape"; });
+  // The Reshape: the Transpose's input, or the nearest one above it through last-axis nodes,
+  // or above a cut of the head axis, which takes the columns of the heads it keeps.
+  std::optional<nf::Node> r, head_cut;
+  int64_t first_head = 0;
+  if (auto c = view.producer(t.input(0)); c && (c->op_type() == "Slice" || c->op_type() == "Gather")) {
+    auto hr = view.producer(c->input(0));
+    if (hr && hr->op_type() == "Reshape") {
+      Dims hd = static_dims(view.graph(), hr->output(0), "head view");
+      if (auto f = hd.size() == 4 ? first_head_kept(view, *c, hd[2]) : std::nullopt) {
+        r = hr;
+        head_cut = c;
+        first_head = *f;
+      }
+    }
+  }
+  if (!r) r = nearest_above(view, t.input(0), [](const nf::Node& n) { return n.op_type() == "Reshape"; });
   if (!r) return false;
   std::string packed = r->input(0);
   auto cut = view.producer(packed);
@@ -238,12 +275,12 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   if (rd.size() != 4 || rd[0] != 1 || wd.size() != 2)
     throw Reject("Reshape '" + node_name(*r) + "' does not split [1, rows, heads*head_dim] into heads");
   b.shared_out = shared_region.empty() ? "" : packed;
-  b.split_out = r->output(0);
+  b.split_out = head_cut ? head_cut->output(0) : r->output(0);
   b.split_end = t.input(0);
   b.split_region = last_axis_region(view, b.split_out, b.split_end);
   b.heads_out = t.output(0);
   b.rows = rd[1];
-  b.heads = rd[2];
+  b.heads = head_cut ? static_dims(view.graph(), head_cut->output(0), "head cut")[2] : rd[2];
   b.head_dim = rd[3];
   b.x = x.empty() ? m->input(0) : x;
   b.weight = m->input(1);
@@ -252,8 +289,8 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   b.proj_out = x.empty() ? m->output(0) : "";  // a Gemm has no value before its bias
   b.biased_out = bias.empty() ? "" : packed;
   b.weight_columns = wd[1];
-  b.first_column = column_cut ? fused_columns(view, *column_cut, r->input(0), wd[1]) : 0;
-  if (b.first_column + b.heads * b.head_dim > wd[1] || (!column_cut && wd[1] != b.heads * b.head_dim))
+  b.first_column = (column_cut ? fused_columns(view, *column_cut, r->input(0), wd[1]) : 0) + first_head * b.head_dim;
+  if (b.first_column + b.heads * b.head_dim > wd[1] || (!column_cut && !head_cut && wd[1] != b.heads * b.head_dim))
     throw Reject("weight '" + b.weight + "' [" + std::to_string(wd[0]) + ", " + std::to_string(wd[1]) +
                  "] does not hold the " + std::to_string(b.heads) + " x " + std::to_string(b.head_dim) +
                  " columns that Reshape '" + node_name(*r) + "' splits into heads");
