@@ -76,7 +76,11 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
     } else {
       compute = (op.value("in_bytes", 0.0) + out) / hvx_rate;
     }
-    const double overhead = c.per_op_s * op.value("dispatch", 1.0);  // a head copy's share (graph_summary)
+    const double share = op.value("dispatch", 1.0);  // a head copy's share of the per-op cost (graph_summary)
+    if (!(share > 0 && share <= 1))
+      throw Error("htp: graph '" + g.value("name", std::string()) + "': an op's dispatch share " + std::to_string(share) +
+                  " is not in (0, 1]: the package's graphs.json is damaged");
+    const double overhead = c.per_op_s * share;
     double dram_s = dram / bw;
     cost.compute_s += compute;
     cost.dram_s += dram_s;
