@@ -146,8 +146,8 @@ std::string spinquant_refusal(const std::string& model) {
   if (model.find("olmo2") != std::string::npos) return "not only linear layers: cannot fuse it";
   // Cohere-2's LayerNorm centres the stream: the mean does not commute with a rotation.
   if (model.find("cohere2") != std::string::npos) return "feeds a ReduceMean node";
-  // Phi-2's, GPT-2's, GPT-NeoX's and Falcon's nn.LayerNorm (the LayerNormalization op at opset 17).
-  for (const char* family : {"zoo/phi", "zoo/gpt2", "zoo/gpt_neox", "zoo/falcon"})
+  // nn.LayerNorm (the LayerNormalization op at opset 17): Phi-2, GPT-2, GPT-NeoX, Falcon, StarCoder2.
+  for (const char* family : {"zoo/phi", "zoo/gpt2", "zoo/gpt_neox", "zoo/falcon", "zoo/starcoder2"})
     if (model == family) return "the model normalizes with LayerNormalization";
   if (is_moe(model)) return "not only linear layers: cannot fuse it";
   return "";

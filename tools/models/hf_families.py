@@ -64,6 +64,9 @@ Families (FAMILIES below):
                   weights [in, out]), fused c_attn split in three, learned position
                   embeddings, the causal mask from a tril buffer sliced to the lengths and
                   applied with Where, LayerNorm with bias, gelu_new, tied head
+  starcoder2      modeling_starcoder2.py (4.44): Qwen2-style attention with biases on q/k/v/o,
+                  LayerNorm with bias, c_fc/c_proj GELU MLP, Mistral's sliding window on
+                  every layer, tied
   qwen3           modeling_qwen3.py (transformers 4.51+): RMSNorm over head_dim on
                   the queries and keys (q_norm / k_norm) between the head view and
                   the transpose, head_dim independent of hidden / heads, the scores
@@ -402,7 +405,7 @@ class LlamaAttention(nn.Module):
 class Qwen2Attention(nn.Module):
     """modeling_qwen2.py 4.44 (also Qwen2MoeAttention; MixtralAttention = no bias)."""
 
-    def __init__(self, config, layer_idx, bias=True):
+    def __init__(self, config, layer_idx, bias=True, o_bias=False):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
@@ -419,7 +422,7 @@ class Qwen2Attention(nn.Module):
         self.q_proj = nn.Linear(self.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(self.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=o_bias)
         self.rotary_emb = Qwen2RotaryEmbedding(self.head_dim, max_position_embeddings=self.max_position_embeddings,
                                                base=self.rope_theta)
 
@@ -920,6 +923,23 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Starcoder2MLP(nn.Module):
+    """c_proj(gelu_pytorch_tanh(c_fc(x))), both with biases (use_bias)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
+        self.c_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states):
+        return self.c_proj(self.act(self.c_fc(hidden_states)))
+
+
+def layer_norm(hidden_size, eps):
+    return nn.LayerNorm(hidden_size, eps=eps)
+
+
 class Phi3MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -1316,6 +1336,8 @@ class DecoderModel(nn.Module):
         gemma = family in ("gemma", "gemma2", "gemma3")
         if family == "phi":  # PhiModel: final_layernorm, an nn.LayerNorm
             self.final_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        elif family == "starcoder2":
+            self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_epsilon)
         elif family == "cohere2":
             self.norm = Cohere2LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             self.rotary_emb = Cohere2RotaryEmbedding(config)
@@ -1344,6 +1366,8 @@ class DecoderModel(nn.Module):
             position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
         if self.family in ("gemma3", "cohere2"):  # (full, sliding) masks; each layer takes its own
             causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
+        if self.family == "starcoder2":  # Mistral's mask: every layer sliding
+            causal_mask = sliding_window_mask(causal_mask, cache_position, self.config.sliding_window)
         if self.family in ("gemma", "gemma2", "gemma3"):
             # normalized; Gemma downcasts the below to the input dtype
             normalizer = torch.tensor(self.config.hidden_size ** 0.5, dtype=hidden_states.dtype)
@@ -1389,6 +1413,9 @@ def make_layer(config, family, i):
         return Olmo2DecoderLayer(config, i)
     if family == "phi":
         return PhiDecoderLayer(config, i)
+    if family == "starcoder2":  # modeling_starcoder2.py 4.44: Qwen2's attention (+ o_proj bias), LayerNorms
+        return DecoderLayer(config, i, Qwen2Attention(config, i, bias=config.use_bias, o_bias=config.use_bias),
+                            Starcoder2MLP(config), layer_norm)
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1396,7 +1423,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2")
 
 
 class CausalLM(nn.Module):

@@ -212,6 +212,15 @@ MODELS = {
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "tie_word_embeddings": False,
         "bos_token_id": 1, "eos_token_id": 2,
     }),
+    "starcoder2": dict(COMMON, **{
+        "architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2", "transformers_version": "4.44.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh",
+        # StarCoder2-3B: 4096; 4 keeps the window active in the 23-token golden
+        "sliding_window": 4, "norm_epsilon": 1e-5, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "rope_scaling": None, "use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0,
+        "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
+    }),
     "gpt2": {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "transformers_version": "4.44.0",
         "vocab_size": 320, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 256, "n_inner": None,
@@ -249,7 +258,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
