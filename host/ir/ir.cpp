@@ -198,6 +198,30 @@ void* Tensor::mutable_data() {
   return buffer->mutable_data() + offset;
 }
 
+bool is_transpose_of(const Tensor& b, const Tensor& e) {
+  if (b.dims.size() != 2 || e.dims.size() != 2 || b.dtype != e.dtype || b.dims[0] != e.dims[1] || b.dims[1] != e.dims[0])
+    return false;
+  const int64_t H = b.dims[0], V = b.dims[1];
+  const size_t es = dtype_size(b.dtype);
+  const auto* pb = static_cast<const unsigned char*>(b.data());
+  const auto* pe = static_cast<const unsigned char*>(e.data());
+  auto same = [&](int64_t h, int64_t v) { return std::memcmp(pb + (h * V + v) * es, pe + (v * H + h) * es, es) == 0; };
+  bool nonzero = false;
+  for (int64_t i = 0; i < 64; ++i) {
+    const int64_t h = (i * 7919) % H, v = (i * 104729) % V;
+    if (!same(h, v)) return false;
+    for (size_t byte = 0; byte < es; ++byte) nonzero = nonzero || pe[(v * H + h) * es + byte] != 0;
+  }
+  if (!nonzero) return false;
+  constexpr int64_t kTile = 64;
+  for (int64_t h0 = 0; h0 < H; h0 += kTile)
+    for (int64_t v0 = 0; v0 < V; v0 += kTile)
+      for (int64_t h = h0; h < std::min(H, h0 + kTile); ++h)
+        for (int64_t v = v0; v < std::min(V, v0 + kTile); ++v)
+          if (!same(h, v)) return false;
+  return true;
+}
+
 Tensor Tensor::zeros(DType dtype, std::vector<int64_t> dims) {
   Tensor t;
   t.dtype = dtype;

@@ -106,6 +106,14 @@ struct Tensor {
   }
 };
 
+// Whether 2-D `b` [H, V] holds the transpose of `e` [V, H], element for element (same
+// dtype): a tied LM head that torch's constant folding stored as a second table. A few
+// scattered elements first, so an untied head of the same shape is told apart at once; then
+// everything, in tiles that keep both reads within cache lines. Tables whose sampled
+// elements are all zero are not trained weights (synth_model.py --zeros stands in for real,
+// untied ones): false.
+bool is_transpose_of(const Tensor& b, const Tensor& e);
+
 // What the host API hands to plugins as nf_tensor*: a box around a Tensor. C++ owners
 // hold shared_ptr<TensorRef>; references taken through the ABI (tensor_retain) keep the
 // box alive through `abi_keep` until the last tensor_release.

@@ -1,6 +1,7 @@
 // `npuforge inspect`: what a decoder graph is, from names and shapes real exporters write.
 //
-// parameters / parameter_bytes: numeric initializers. layers: distinct N in
+// parameters / parameter_bytes: numeric initializers (a tied head's transposed copy counted
+// once in parameters, its bytes in parameter_bytes). layers: distinct N in
 // past_key_values.N / present.N, else in name prefixes like /model/layers.N/. kv_heads and
 // head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from the q
 // projection's output size / head_dim.
@@ -121,8 +122,23 @@ json inspect(const ir::Graph& g) {
     params += static_cast<uint64_t>(t.numel());
     bytes += t.nbytes();
   }
-  r["parameters"] = params;
+  // A tied LM head that constant folding stored as a transposed copy of the embedding table
+  // is one parameter to HF: counted once (the copy's size is reported beside).
+  uint64_t copy = 0;
+  for (const auto& n : g.nodes) {
+    if (n->op_type != "Gather" || n->inputs.empty() || !g.initializers.count(n->inputs[0])) continue;
+    const ir::Tensor& table = g.initializers.at(n->inputs[0])->tensor;
+    if (table.dims.size() != 2) continue;
+    for (const auto& [name, ref] : g.initializers)
+      if (name != n->inputs[0] && ir::is_transpose_of(ref->tensor, table)) {
+        copy = static_cast<uint64_t>(ref->tensor.numel());
+        break;
+      }
+    if (copy) break;
+  }
+  r["parameters"] = params - copy;
   r["parameter_bytes"] = bytes;
+  if (copy) r["tied_head_copy_parameters"] = copy;
 
   json kv_in = json::array(), kv_out = json::array(), inputs = json::array(), outputs = json::array();
   std::set<int64_t> kv_layers;
@@ -190,7 +206,10 @@ std::string format_inspect(const json& info) {
   };
   auto num = [&](const char* k) { return info.contains(k) ? with_commas(info[k].get<int64_t>()) : std::string("?"); };
   o << "Model\n";
-  row("parameters", num("parameters") + " (" + human_bytes(info.value("parameter_bytes", 0.0)) + ")");
+  row("parameters", num("parameters") + " (" + human_bytes(info.value("parameter_bytes", 0.0)) + ")" +
+                        (info.contains("tied_head_copy_parameters")
+                             ? "; the tied LM head is also stored transposed: " + num("tied_head_copy_parameters") + " more"
+                             : ""));
   row("layers", num("layers"));
   if (info.contains("heads") || info.contains("kv_heads")) {
     row("heads", num("heads"));

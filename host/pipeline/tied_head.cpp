@@ -20,37 +20,6 @@ ir::Node* lm_head_matmul(const ir::Graph& g) {
   return head.empty() ? nullptr : g.producer(head);
 }
 
-namespace {
-
-// Whether b [H, V] equals the transpose of e [V, H] (same element type). A few scattered
-// elements first, so an untied head with the same shape is told apart at once; then
-// everything, in tiles that keep both reads within cache lines. Tables whose sampled
-// elements are all zero are not trained weights (synth_model.py --zeros stands in for
-// real, untied ones): they are left as they are.
-bool is_transpose_of(const ir::Tensor& b, const ir::Tensor& e) {
-  const int64_t H = b.dims[0], V = b.dims[1];
-  const size_t es = ir::dtype_size(b.dtype);
-  const auto* pb = static_cast<const unsigned char*>(b.data());
-  const auto* pe = static_cast<const unsigned char*>(e.data());
-  auto same = [&](int64_t h, int64_t v) { return std::memcmp(pb + (h * V + v) * es, pe + (v * H + h) * es, es) == 0; };
-  bool nonzero = false;
-  for (int64_t i = 0; i < 64; ++i) {
-    const int64_t h = (i * 7919) % H, v = (i * 104729) % V;
-    if (!same(h, v)) return false;
-    for (size_t byte = 0; byte < es; ++byte) nonzero = nonzero || pe[(v * H + h) * es + byte] != 0;
-  }
-  if (!nonzero) return false;
-  constexpr int64_t kTile = 64;
-  for (int64_t h0 = 0; h0 < H; h0 += kTile)
-    for (int64_t v0 = 0; v0 < V; v0 += kTile)
-      for (int64_t h = h0; h < std::min(H, h0 + kTile); ++h)
-        for (int64_t v = v0; v < std::min(V, v0 + kTile); ++v)
-          if (!same(h, v)) return false;
-  return true;
-}
-
-}  // namespace
-
 std::string tie_lm_head(ir::Graph& g) {
   ir::Node* head = lm_head_matmul(g);
   if (!head || head->inputs.size() != 2) return "";
@@ -64,7 +33,7 @@ std::string tie_lm_head(ir::Graph& g) {
     if (e == g.initializers.end() || e == b) continue;
     const ir::Tensor& et = e->second->tensor;
     if (et.dtype != bt.dtype || et.dims.size() != 2 || et.dims[0] != bt.dims[1] || et.dims[1] != bt.dims[0]) continue;
-    const bool tied = is_transpose_of(bt, et);
+    const bool tied = ir::is_transpose_of(bt, et);
     bt.drop_pages();
     et.drop_pages();
     if (!tied) continue;

@@ -61,3 +61,17 @@ TEST(Inspect, FusedQkvAndEmptyGraph) {
   EXPECT_EQ(info["parameter_bytes"], 64 * 192 * 2);
   EXPECT_FALSE(onnx_io::format_inspect(onnx_io::inspect(ir::Graph{})).empty());
 }
+
+// A tied LM head that torch's constant folding stored as a transposed copy of the embedding
+// table is one parameter to HF: the zoo's tied Gemma counts 262,464 as its README says, not
+// 278,848 with the copy (an untied head of the same shape would count twice: a table's
+// transpose is compared element by element).
+TEST(Inspect, TiedHeadCopyCountedOnce) {
+  json info = onnx_io::inspect(*onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/zoo/gemma/model.onnx"));
+  EXPECT_EQ(info["parameters"], 262464);
+  EXPECT_EQ(info["tied_head_copy_parameters"], 256 * 64);
+  EXPECT_NE(onnx_io::format_inspect(info).find("the tied LM head is also stored transposed: 16,384 more"), std::string::npos);
+  json untied = onnx_io::inspect(*onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/zoo/llama3/model.onnx"));
+  EXPECT_EQ(untied["parameters"], 180672);
+  EXPECT_FALSE(untied.contains("tied_head_copy_parameters"));
+}
