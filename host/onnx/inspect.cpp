@@ -71,8 +71,11 @@ int64_t linear_out_features(const ir::Node& n, const ir::Tensor& w) {
 
 // (output features, fused qkv?) of the first q projection found, or -1.
 std::pair<int64_t, bool> q_projection(const ir::Graph& g) {
-  for (bool fused : {false, true}) {
-    const char* key = fused ? "qkv_proj" : "q_proj";
+  // The fused projections' names: Phi-3 qkv_proj, GPT-NeoX / Falcon query_key_value, GPT-2
+  // c_attn, Baichuan W_pack, MPT / DBRX Wqkv.
+  const std::pair<const char*, bool> kinds[] = {{"q_proj", false}, {"qkv_proj", true}, {"query_key_value", true},
+                                                {"c_attn", true}, {"W_pack", true}, {"Wqkv", true}};
+  for (const auto& [key, fused] : kinds) {
     for (const auto& n : g.nodes) {
       if (n->name.find(key) == std::string::npos) continue;
       if (n->op_type != "MatMul" && n->op_type != "Gemm" && n->op_type != "Conv") continue;

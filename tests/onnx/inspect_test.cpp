@@ -75,3 +75,12 @@ TEST(Inspect, TiedHeadCopyCountedOnce) {
   EXPECT_EQ(untied["parameters"], 180672);
   EXPECT_FALSE(untied.contains("tied_head_copy_parameters"));
 }
+
+// Query heads from the fused projections of GPT-2 (c_attn, a Gemm by W [in, 3 x hidden]),
+// GPT-NeoX and Falcon (query_key_value; Falcon's holds one KV head): each has 4.
+TEST(Inspect, HeadsOfFusedProjections) {
+  for (const char* m : {"gpt2", "gpt_neox", "falcon"}) {
+    json info = onnx_io::inspect(*onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/zoo/" + m + "/model.onnx"));
+    EXPECT_EQ(info.value("heads", 0), 4) << m;
+  }
+}
