@@ -60,6 +60,9 @@ Families (FAMILIES below):
                   parallel, biases on q/k/v/dense/fc1/fc2 and on the LM head, partial rotary
                   (partial_rotary_factor of head_dim) from indexed cos/sin tables, gelu_new,
                   final_layernorm
+  glm             modeling_glm.py (transformers 4.46+, GLM-Edge): q/k/v biases, interleaved
+                  rotary (neighbouring pairs) on the first half of head_dim, Phi-3's fused
+                  gate_up_proj MLP
   gpt2            modeling_gpt2.py: Conv1D linears (addmm on 2-D rows: Reshape, Gemm, Reshape;
                   weights [in, out]), fused c_attn split in three, learned position
                   embeddings, the causal mask from a tril buffer sliced to the lengths and
@@ -599,6 +602,35 @@ class Gemma3Attention(ModernAttention):
         key_states = self.k_norm(key_states)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class GlmAttention(ModernAttention):
+    """modeling_glm.py (transformers 4.46+, GLM-Edge): q/k/v with biases, o_proj without; rotary
+    on the first partial_rotary_factor of head_dim, pairing neighbouring dims (x[0::2],
+    x[1::2]) with the tables' first half repeated per pair."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        # HF's repeat_interleave(2), written as stack + flatten (torch 1.13's exporter of
+        # repeat_interleave rewrites unrelated -1 constants, see cohere2)
+        cos = torch.stack((cos[..., : cos.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
+        sin = torch.stack((sin[..., : sin.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
+        rotary_dim = cos.shape[-1]
+        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
+        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
+        query_states = torch.cat([(q_rot * cos) + (cohere_rotate_half(q_rot) * sin), q_pass], dim=-1)
+        key_states = torch.cat([(k_rot * cos) + (cohere_rotate_half(k_rot) * sin), k_pass], dim=-1)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
@@ -1343,7 +1375,7 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1413,6 +1445,8 @@ def make_layer(config, family, i):
         return Olmo2DecoderLayer(config, i)
     if family == "phi":
         return PhiDecoderLayer(config, i)
+    if family == "glm":
+        return DecoderLayer(config, i, GlmAttention(config, i), Phi3MLP(config), LlamaRMSNorm)
     if family == "starcoder2":  # modeling_starcoder2.py 4.44: Qwen2's attention (+ o_proj bias), LayerNorms
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=config.use_bias, o_bias=config.use_bias),
                             Starcoder2MLP(config), layer_norm)
@@ -1423,7 +1457,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm")
 
 
 class CausalLM(nn.Module):

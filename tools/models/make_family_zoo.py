@@ -221,6 +221,15 @@ MODELS = {
         "rope_scaling": None, "use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0,
         "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
     }),
+    "glm": dict(COMMON, **{
+        "architectures": ["GlmForCausalLM"], "model_type": "glm", "transformers_version": "4.46.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+        # GLM-Edge-1.5B: 16 x 128 on 2048, 4 KV heads, rotary on half of head_dim
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "partial_rotary_factor": 0.5,
+        "attention_bias": True, "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "rope_scaling": None, "tie_word_embeddings": False, "pad_token_id": 0, "bos_token_id": 1,
+        "eos_token_id": [2, 3], "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "gpt2": {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "transformers_version": "4.44.0",
         "vocab_size": 320, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 256, "n_inner": None,
@@ -258,7 +267,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
