@@ -129,12 +129,11 @@ nlohmann::json summarize(ModelSet ms, Graph g, const std::map<std::string, Weigh
   std::set<std::string> paid;  // graph inputs already read from DRAM by an earlier op
 
   // The per-op cost is paid once per source op: mha2sha's per-head copies of one node share it
-  // (a fraction each). The published figures are of head-split graphs (the vendor flow runs
-  // MHA2SHA by default), and the per-op cost fitted on them through multi-head graphs then
-  // holds for both forms.
+  // (a fraction each, set after the loop). The published figures are of head-split graphs (the
+  // vendor flow runs MHA2SHA by default), and the per-op cost fitted on them through multi-head
+  // graphs then holds for both forms.
   std::map<std::string, int> copies;
-  for (const Node& n : g.nodes())
-    if (kind_of(n) != "move") ++copies[head_copy_group(std::string(n.name()))];
+  std::vector<std::string> group_of_op;  // per entry of `ops`: its head-copy group, or ""
 
   nlohmann::json ops = nlohmann::json::array();
   uint64_t n_compute = 0;
@@ -154,8 +153,8 @@ nlohmann::json summarize(ModelSet ms, Graph g, const std::map<std::string, Weigh
     }
     ++n_compute;
     nlohmann::json op = {{"op", std::string(n.op_type())}, {"kind", kind}};
-    if (const std::string group = head_copy_group(std::string(n.name())); !group.empty())
-      op["dispatch"] = 1.0 / copies[group];  // of one op's per-op cost
+    group_of_op.push_back(head_copy_group(std::string(n.name())));
+    if (!group_of_op.back().empty()) ++copies[group_of_op.back()];
     uint64_t dram_in = 0;
     std::string weight;
     for (size_t k = 0; k < ins.size(); ++k) {
@@ -225,6 +224,8 @@ nlohmann::json summarize(ModelSet ms, Graph g, const std::map<std::string, Weigh
     }
     ops.push_back(std::move(op));
   }
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!group_of_op[i].empty()) ops[i]["dispatch"] = 1.0 / copies[group_of_op[i]];  // of one op's per-op cost
   return {{"name", g.name()}, {"inputs", inputs}, {"outputs", outputs}, {"compute_ops", n_compute}, {"ops", ops}};
 }
 
