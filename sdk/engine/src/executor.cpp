@@ -267,21 +267,32 @@ void GraphPlan::finish_deferred() {
   transposed_of_.clear();
 }
 
+int SlotLinks::uses(int slot) const {
+  auto r = readers.find(slot);
+  auto o = output_reads.find(slot);
+  return (r == readers.end() ? 0 : static_cast<int>(r->second.size())) + (o == output_reads.end() ? 0 : o->second);
+}
+
+SlotLinks GraphPlan::slot_links() {
+  SlotLinks l;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (int s : nodes_[i].in)
+      if (s >= 0) l.readers[s].push_back(i);
+    for (int s : nodes_[i].out)
+      if (s >= 0) l.producer[s] = i;
+  }
+  for (const std::string& o : outputs_) ++l.output_reads[slot(o)];
+  return l;
+}
+
 // MatMul(A, Transpose(B, swap last two)) reads B transposed in the GEMM instead of copying
 // it: this is attention's Q * K^T, and B is the whole key cache.
 void GraphPlan::fuse_transposed_matmuls() {
-  std::map<int, int> uses;
-  for (const NodeDef& n : nodes_)
-    for (int s : n.in)
-      if (s >= 0) ++uses[s];
-  for (const std::string& o : outputs_) ++uses[slot(o)];
-  std::map<int, size_t> producer;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (int s : nodes_[i].out)
-      if (s >= 0) producer[s] = i;
+  const SlotLinks links = slot_links();
+  const auto& producer = links.producer;
   std::set<size_t> dropped;
   for (NodeDef& n : nodes_) {
-    if (n.op != "MatMul" || n.linear || n.in.size() < 2 || n.in[1] < 0 || uses[n.in[1]] != 1) continue;
+    if (n.op != "MatMul" || n.linear || n.in.size() < 2 || n.in[1] < 0 || links.uses(n.in[1]) != 1) continue;
     auto p = producer.find(n.in[1]);
     if (p == producer.end()) continue;
     const NodeDef& t = nodes_[p->second];

@@ -86,21 +86,14 @@ void repeated_kv_shape(const NodeDef& n, const std::vector<const k::Tensor*>& in
 // After fuse_transposed_matmuls (K arrives as trans_b) and plan_integer_mode (the grids of the
 // removed values are known, and none of them is rounded).
 void GraphPlan::share_repeated_kv() {
-  std::map<int, std::vector<size_t>> readers;
-  std::map<int, size_t> producer;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    for (int s : nodes_[i].in)
-      if (s >= 0) readers[s].push_back(i);
-    for (int s : nodes_[i].out)
-      if (s >= 0) producer[s] = i;
-  }
-  std::set<int> graph_outputs;
-  for (const std::string& o : outputs_) graph_outputs.insert(slot(o));
+  SlotLinks links = slot_links();
+  const auto& producer = links.producer;
+  auto& readers = links.readers;
   // The `op` node making `value`, when the value is read only by `reader` (and, if
   // `shape_readers`, by Shape nodes), is not a graph output and is not rounded.
   auto made_for = [&](int value, const char* op, size_t reader, bool shape_readers) -> NodeDef* {
     auto p = producer.find(value);
-    if (p == producer.end() || graph_outputs.count(value) || act_grid_.count(value)) return nullptr;
+    if (p == producer.end() || links.output_reads.count(value) || act_grid_.count(value)) return nullptr;
     for (size_t r : readers[value])
       if (r != reader && !(shape_readers && nodes_[r].op == "Shape" && nodes_[r].in.size() == 1)) return nullptr;
     NodeDef& d = nodes_[p->second];

@@ -28,15 +28,8 @@ bool one_entry(const k::Tensor& starts, const k::Tensor& ends) {
 }  // namespace
 
 void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
-  std::map<int, int> uses;
-  std::map<int, size_t> producer;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    for (int s : nodes_[i].in)
-      if (s >= 0) ++uses[s];
-    for (int s : nodes_[i].out)
-      if (s >= 0) producer[s] = i;
-  }
-  for (const std::string& o : outputs_) ++uses[slot(o)];
+  const SlotLinks links = slot_links();
+  const auto& producer = links.producer;
   // One element: a folded constant, a value the graph types so, or one computed from such
   // values alone: SDPA's default scale 1/sqrt(E) in a dynamic graph comes from one entry of
   // Shape(query) through Cast, Sqrt and Div (a few nodes: the walk stops 16 producers up, so a
@@ -55,7 +48,7 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
       if (kElementwise.count(d.op)) {
         one = std::all_of(d.in.begin(), d.in.end(), [&](int i) { return one_element(i, depth + 1); });
       } else if (d.op == "Slice" && d.in.size() == 3 && producer.count(d.in[0]) &&
-                 nodes_[producer[d.in[0]]].op == "Shape") {
+                 nodes_[producer.at(d.in[0])].op == "Shape") {
         one = one_entry(constants_[d.in[1]], constants_[d.in[2]]);
       }
     }
@@ -67,7 +60,7 @@ void GraphPlan::move_scalar_scales(ModelSet ms, Graph g) {
   std::map<size_t, size_t> moved_before;  // scale node -> the MatMul it now precedes
   for (size_t i = 0; i < nodes_.size(); ++i) {
     NodeDef& n = nodes_[i];
-    if (n.op != "MatMul" || n.linear || n.in.size() != 2 || n.in[0] < 0 || n.in[1] < 0 || uses[n.in[1]] != 1) continue;
+    if (n.op != "MatMul" || n.linear || n.in.size() != 2 || n.in[0] < 0 || n.in[1] < 0 || links.uses(n.in[1]) != 1) continue;
     auto p = producer.find(n.in[1]);
     if (p == producer.end() || moved_before.count(p->second)) continue;
     NodeDef& m = nodes_[p->second];

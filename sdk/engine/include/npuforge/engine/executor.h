@@ -43,6 +43,16 @@ struct PackCache {
   std::map<std::tuple<const void*, bool, int64_t, int64_t, const void*>, std::shared_ptr<const k::PackedWeight>> packed;
 };
 
+// Who makes and who reads each value slot of a plan's nodes as they stand (the passes that
+// rewire nodes look these up).
+struct SlotLinks {
+  std::map<int, size_t> producer;              // slot -> index of the node making it
+  std::map<int, std::vector<size_t>> readers;  // slot -> nodes reading it, once per input naming it
+  std::map<int, int> output_reads;             // slot -> times the graph outputs name it
+  // Node inputs and graph outputs that read `slot`.
+  int uses(int slot) const;
+};
+
 class GraphPlan {
  public:
   GraphPlan(ModelSet ms, Graph g, const SessionOptions& opts, PackCache* cache = nullptr);
@@ -52,6 +62,7 @@ class GraphPlan {
 
  private:
   int slot(const std::string& value);
+  SlotLinks slot_links();
   void fold_constants();
   void move_scalar_scales(ModelSet ms, Graph g);
   void fuse_transposed_matmuls();
