@@ -159,6 +159,17 @@ def apply_rotary_pos_emb_indexed(q, k, cos, sin, position_ids, unsqueeze_dim=1):
     return q_embed, k_embed
 
 
+def apply_partial_rotary(q, k, cos, sin, rotate=rotate_half):
+    """Rotary over the first cos.shape[-1] dims of q and k (cos, sin [b, 1, s, rotary_dim]); the
+    rest passes through (Phi-4-mini, GPT-NeoX, GLM with its pairwise `rotate`)."""
+    rotary_dim = cos.shape[-1]
+    q_rot, q_pass = q[..., :rotary_dim], q[..., rotary_dim:]
+    k_rot, k_pass = k[..., :rotary_dim], k[..., rotary_dim:]
+    q_embed = torch.cat([(q_rot * cos) + (rotate(q_rot) * sin), q_pass], dim=-1)
+    k_embed = torch.cat([(k_rot * cos) + (rotate(k_rot) * sin), k_pass], dim=-1)
+    return q_embed, k_embed
+
+
 def repeat_kv(hidden_states, n_rep):
     """(batch, num_key_value_heads, seqlen, head_dim) -> (batch, num_attention_heads, seqlen, head_dim)"""
     batch, num_key_value_heads, slen, head_dim = hidden_states.shape
@@ -405,6 +416,19 @@ class LlamaAttention(nn.Module):
         return attn_output, present
 
 
+def project_heads(attn, hidden_states):
+    """modeling_qwen2 / mistral / gemma / phi (4.44): the q, k and v projections, then each viewed as
+    [b, heads, s, head_dim]. Returns (bsz, q_len, q, k, v)."""
+    bsz, q_len, _ = hidden_states.size()
+    query_states = attn.q_proj(hidden_states)
+    key_states = attn.k_proj(hidden_states)
+    value_states = attn.v_proj(hidden_states)
+    query_states = query_states.view(bsz, q_len, attn.num_heads, attn.head_dim).transpose(1, 2)
+    key_states = key_states.view(bsz, q_len, attn.num_key_value_heads, attn.head_dim).transpose(1, 2)
+    value_states = value_states.view(bsz, q_len, attn.num_key_value_heads, attn.head_dim).transpose(1, 2)
+    return bsz, q_len, query_states, key_states, value_states
+
+
 class Qwen2Attention(nn.Module):
     """modeling_qwen2.py 4.44 (also Qwen2MoeAttention; MixtralAttention = no bias)."""
 
@@ -430,14 +454,7 @@ class Qwen2Attention(nn.Module):
                                                base=self.rope_theta)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
-        bsz, q_len, _ = hidden_states.size()
-        query_states = self.q_proj(hidden_states)
-        key_states = self.k_proj(hidden_states)
-        value_states = self.v_proj(hidden_states)
-
-        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        bsz, q_len, query_states, key_states, value_states = project_heads(self, hidden_states)
 
         kv_seq_len = key_states.shape[-2]
         kv_seq_len += past_key_value[0].shape[-2]  # get_usable_length
@@ -531,6 +548,21 @@ def eager_attention_forward(module, query, key, value, attention_mask):
     return attn_output.transpose(1, 2).contiguous()
 
 
+def attend(module, query_states, key_states, value_states, attention_mask, past_key_value, input_shape, out_proj):
+    """transformers 4.48+: the cache append, the attention (eager_attention_forward, or
+    sdpa_attention_forward with module.scaling) and the output projection `out_proj`."""
+    key_states = torch.cat([past_key_value[0], key_states], dim=-2)
+    value_states = torch.cat([past_key_value[1], value_states], dim=-2)
+    present = (key_states, value_states)
+    if module.config.attn_implementation == "sdpa":
+        attn_output = sdpa_attention_forward(module, query_states, key_states, value_states, attention_mask,
+                                             module.scaling)
+    else:
+        attn_output = eager_attention_forward(module, query_states, key_states, value_states, attention_mask)
+    attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+    return out_proj(attn_output), present
+
+
 class ModernAttention(nn.Module):
     """What the transformers 4.48+ attention classes (Qwen3, Gemma3, Cohere2) share: the q/k/v/o
     projections, and after each family's own head view, norms and rotary: the cache append,
@@ -551,17 +583,8 @@ class ModernAttention(nn.Module):
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
 
     def attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape):
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-        if self.config.attn_implementation == "sdpa":
-            attn_output = sdpa_attention_forward(self, query_states, key_states, value_states, attention_mask,
-                                                 self.scaling)
-        else:
-            attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, present
+        return attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape,
+                      self.o_proj)
 
 
 class Qwen3Attention(ModernAttention):
@@ -626,11 +649,7 @@ class GlmAttention(ModernAttention):
         # repeat_interleave rewrites unrelated -1 constants, see cohere2)
         cos = torch.stack((cos[..., : cos.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
         sin = torch.stack((sin[..., : sin.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
-        rotary_dim = cos.shape[-1]
-        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
-        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
-        query_states = torch.cat([(q_rot * cos) + (cohere_rotate_half(q_rot) * sin), q_pass], dim=-1)
-        key_states = torch.cat([(k_rot * cos) + (cohere_rotate_half(k_rot) * sin), k_pass], dim=-1)
+        query_states, key_states = apply_partial_rotary(query_states, key_states, cos, sin, cohere_rotate_half)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
@@ -838,19 +857,9 @@ class Phi4MiniAttention(nn.Module):
 
         cos, sin = position_embeddings  # [b, s, rotary_dim]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        rotary_dim = cos.shape[-1]
-        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
-        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
-        query_states = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)
-        key_states = torch.cat([(k_rot * cos) + (rotate_half(k_rot) * sin), k_pass], dim=-1)
-
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        attn_output = self.o_proj(attn_output)
-        return attn_output, present
+        query_states, key_states = apply_partial_rotary(query_states, key_states, cos, sin)
+        return attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape,
+                      self.o_proj)
 
 
 class GemmaAttention(nn.Module):
@@ -882,15 +891,7 @@ class GemmaAttention(nn.Module):
                                                base=self.rope_theta)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
-        bsz, q_len, _ = hidden_states.size()
-
-        query_states = self.q_proj(hidden_states)
-        key_states = self.k_proj(hidden_states)
-        value_states = self.v_proj(hidden_states)
-
-        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        bsz, q_len, query_states, key_states, value_states = project_heads(self, hidden_states)
 
         cos, sin = self.rotary_emb(value_states, position_ids)
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
@@ -1131,13 +1132,7 @@ class PhiAttention(nn.Module):
                                                base=config.rope_theta)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
-        bsz, q_len, _ = hidden_states.size()
-        query_states = self.q_proj(hidden_states)
-        key_states = self.k_proj(hidden_states)
-        value_states = self.v_proj(hidden_states)
-        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        bsz, q_len, query_states, key_states, value_states = project_heads(self, hidden_states)
 
         kv_seq_len = key_states.shape[-2] + past_key_value[0].shape[-2]
         cos, sin = self.rotary_emb(value_states, seq_len=kv_seq_len)
@@ -1460,7 +1455,28 @@ FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
             "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm")
 
 
-class CausalLM(nn.Module):
+class DecoderLM(nn.Module):
+    """What every XxxForCausalLM here offers the goldens beside forward (the optimum layout):
+    run, the list-of-(k, v) form of forward; empty_past; moe_blocks (none unless overridden)."""
+
+    def run(self, input_ids, attention_mask, position_ids, past):
+        flat = []
+        for k, v in past:
+            flat += [k, v]
+        out = self.forward(input_ids, attention_mask, position_ids, *flat)
+        return out[0], [(out[1 + 2 * i], out[2 + 2 * i]) for i in range(len(past))]
+
+    def empty_past(self, batch=1, dtype=torch.float32):
+        c = self.config
+        return [(torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype),
+                 torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype))
+                for _ in range(c.num_hidden_layers)]
+
+    def moe_blocks(self):
+        return []
+
+
+class CausalLM(DecoderLM):
     """XxxForCausalLM: `model` + `lm_head` (+ Gemma2's final logit soft-capping).
 
     forward takes the optimum ONNX layout (flat past tensors) and returns
@@ -1499,19 +1515,6 @@ class CausalLM(nn.Module):
         for k, v in presents:
             out += [k, v]
         return tuple(out)
-
-    def run(self, input_ids, attention_mask, position_ids, past):
-        flat = []
-        for k, v in past:
-            flat += [k, v]
-        out = self.forward(input_ids, attention_mask, position_ids, *flat)
-        return out[0], [(out[1 + 2 * i], out[2 + 2 * i]) for i in range(len(past))]
-
-    def empty_past(self, batch=1, dtype=torch.float32):
-        c = self.config
-        return [(torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype),
-                 torch.zeros(batch, c.num_key_value_heads, 0, c.head_dim, dtype=dtype))
-                for _ in range(c.num_hidden_layers)]
 
     def moe_blocks(self):
         return [getattr(lay, lay.mlp_name) for lay in self.model.layers
@@ -1611,7 +1614,7 @@ class GPT2Block(nn.Module):
         return residual + feed_forward_hidden_states, present
 
 
-class GPT2LMHeadModel(nn.Module):
+class GPT2LMHeadModel(DecoderLM):
     """modeling_gpt2.py 4.44 (GPT2LMHeadModel, eager): `transformer` (wte + wpe, blocks, ln_f)
     and a tied lm_head; the padding mask is (1 - mask) * min, added to the scores."""
 
@@ -1644,12 +1647,6 @@ class GPT2LMHeadModel(nn.Module):
         logits = self.lm_head(t.ln_f(hidden_states))
         return tuple([logits] + out)
 
-    run = CausalLM.run
-    empty_past = CausalLM.empty_past
-
-    def moe_blocks(self):
-        return []
-
 
 class GPTNeoXAttention(nn.Module):
     """modeling_gpt_neox.py (transformers 4.48+, Pythia): one query_key_value projection viewed
@@ -1674,17 +1671,9 @@ class GPTNeoXAttention(nn.Module):
         query_states, key_states, value_states = qkv.chunk(3, dim=-1)
         cos, sin = position_embeddings
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        rotary_dim = cos.shape[-1]  # the neox apply_rotary_pos_emb keeps the rest as it is
-        q_rot, q_pass = query_states[..., :rotary_dim], query_states[..., rotary_dim:]
-        k_rot, k_pass = key_states[..., :rotary_dim], key_states[..., rotary_dim:]
-        query_states = torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)
-        key_states = torch.cat([(k_rot * cos) + (rotate_half(k_rot) * sin), k_pass], dim=-1)
-        key_states = torch.cat([past_key_value[0], key_states], dim=-2)
-        value_states = torch.cat([past_key_value[1], value_states], dim=-2)
-        present = (key_states, value_states)
-        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.dense(attn_output), present
+        query_states, key_states = apply_partial_rotary(query_states, key_states, cos, sin)
+        return attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape,
+                      self.dense)
 
 
 class GPTNeoXLayer(nn.Module):
@@ -1707,7 +1696,7 @@ class GPTNeoXLayer(nn.Module):
         return mlp_output + attn_output + hidden_states, present
 
 
-class GPTNeoXForCausalLM(nn.Module):
+class GPTNeoXForCausalLM(DecoderLM):
     """`gpt_neox` (embed_in, layers, final_layer_norm, model-level rotary) and an untied
     `embed_out`."""
 
@@ -1736,12 +1725,6 @@ class GPTNeoXForCausalLM(nn.Module):
                                           (past_flat[2 * i], past_flat[2 * i + 1]), position_embeddings)
             out += [k, v]
         return tuple([self.embed_out(m.final_layer_norm(hidden_states))] + out)
-
-    run = CausalLM.run
-    empty_past = CausalLM.empty_past
-
-    def moe_blocks(self):
-        return []
 
 
 class FalconAttention(nn.Module):
@@ -1804,7 +1787,7 @@ class FalconDecoderLayer(nn.Module):
         return mlp_output + attention_output + residual, present
 
 
-class FalconForCausalLM(nn.Module):
+class FalconForCausalLM(DecoderLM):
     """`transformer` (word_embeddings, h, ln_f) and a tied lm_head."""
 
     def __init__(self, cfg_dict, mask_style="masked_fill"):
@@ -1831,12 +1814,6 @@ class FalconForCausalLM(nn.Module):
                                           (past_flat[2 * i], past_flat[2 * i + 1]))
             out += [k, v]
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
-
-    run = CausalLM.run
-    empty_past = CausalLM.empty_past
-
-    def moe_blocks(self):
-        return []
 
 
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
