@@ -122,21 +122,23 @@ struct Recipe {
   double max_error;  // of the prefill logits, relative to the largest |logit|
 };
 
+// The zoo's linear weights are torch's default uniform init (kurtosis 1.8), the best case of
+// absmax rounding; a rotation makes them Gaussian, which costs 2-3x the W4 error of the same
+// model's lpbq row (llama3 0.07 -> 0.21, gemma 0.15 -> 0.50, gpt2 0.32 -> 0.73), while the float
+// rotation is exact. Trained weights are heavy-tailed, where the rotation helps
+// (bench/RESULTS.md, quantization accuracy). This bound catches a rotation that breaks W4.
+constexpr double kSpinquantLpbqMaxError = 0.8;
+
 const std::vector<Recipe> kRecipes = {
     {"minmax_w8a16", "[[quant]]\nrecipe = \"minmax\"\n\n", 0.06},
     {"lpbq_w4a16", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", 0.35},
     // W4 per channel, no blocks; tied tables (gemma, gemma2) read their lookup on the head's
     // int8 grid: gemma2 0.49 -> 0.55 (x 1.5 for its soft cap).
     {"seqmse_w4", "[[quant]]\nrecipe = \"seqmse\"\nnum_candidates = 8\n\n", 0.40},
-    {"spinquant_lpbq", "[[quant]]\nrecipe = \"spinquant\"\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", 0.35},
+    {"spinquant_lpbq", "[[quant]]\nrecipe = \"spinquant\"\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n", kSpinquantLpbqMaxError},
     // The rotations alone, in float: the same function, to rounding.
     {"spinquant_float", "[[quant]]\nrecipe = \"spinquant\"\n\n", 1e-4},
 };
-
-// Tied tables are rotated as two weights (untie_embedding): on these random-weight models the
-// rotation moves the W4 rounding of a tied model more than of an untied one (gemma 0.19 untied
-// without rotation, 0.50 rotated; qwen3 0.25 and 0.38), while the float rotation is exact.
-constexpr double kSpinquantTiedMaxError = 0.55;
 
 // Families spinquant does not rotate yet, with the one error line it gives.
 std::string spinquant_refusal(const std::string& model) {
@@ -144,12 +146,8 @@ std::string spinquant_refusal(const std::string& model) {
   if (model.find("gemma2") != std::string::npos || model.find("gemma3") != std::string::npos) return "feeds a Add node";
   // OLMo-2 has only such norms (and its q/k norms span the hidden size).
   if (model.find("olmo2") != std::string::npos) return "not only linear layers: cannot fuse it";
-  // Cohere-2's LayerNorm centres the stream: the mean does not commute with a rotation.
-  if (model.find("cohere2") != std::string::npos) return "feeds a ReduceMean node";
-  // nn.LayerNorm (the LayerNormalization op at opset 17): Phi-2, GPT-2, GPT-NeoX, Falcon, StarCoder2.
-  for (const char* family : {"zoo/phi", "zoo/gpt2", "zoo/gpt_neox", "zoo/falcon", "zoo/starcoder2"})
-    if (model == family) return "the model normalizes with LayerNormalization";
-  if (is_moe(model)) return "not only linear layers: cannot fuse it";
+  // A mixture of experts adds its routed, weighted sum to the stream, not one linear layer's output.
+  if (is_moe(model)) return "which is not a linear layer's output";
   return "";
 }
 
@@ -208,8 +206,7 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   // Soft-capped logits (Gemma-2: tanh(x / 8) * 8) stay below the cap, so the same absolute
   // error is a larger share of the largest |logit|.
   const bool capped = config.contains("final_logit_softcapping") && config["final_logit_softcapping"].is_number();
-  const double bound = c.recipe->name == "spinquant_lpbq" && tied ? kSpinquantTiedMaxError : c.recipe->max_error;
-  EXPECT_LT(err, bound * (capped ? 1.5 : 1.0));
+  EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0));
   if (c.recipe->name == "spinquant_float") {
     EXPECT_EQ(same, want.size());
   }

@@ -314,6 +314,84 @@ TEST(SpinQuant, FloatLogitsWithin1e4) {
   }
 }
 
+// LayerNorm models (spinquant/layer_norms.h): the stream's writers, embedding and position
+// table are centred, each LayerNorm becomes an RMSNorm and its bias goes into the layers
+// reading it. Phi-2 written out at opset 14 (ReduceMean / Sub / ... / Add(bias), parallel
+// attention and MLP, biased LM head); GPT-2 (the LayerNormalization op, learned positions,
+// Conv1D readers behind a Reshape, tied head).
+TEST(SpinQuant, LayerNormModelsKeepFloatLogits) {
+  struct Case {
+    std::string model;
+    nlohmann::json options;
+  };
+  for (const Case& c : {Case{"zoo/phi_opset14", {{"seed", 5}, {"r2", true}}}, Case{"zoo/gpt2", {{"untie_embedding", true}}}}) {
+    const std::string dir = kModels + "/" + c.model;
+    auto ms = host::load_source_model(dir + "/model.onnx", "");
+    const int64_t vocab = nlohmann::json::parse(test::slurp(dir + "/config.json"))["vocab_size"];
+    auto before = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(apply_recipe("spinquant", c.options, *ms, nullptr), "") << c.model;
+    size_t layer_norms = 0, mean_subtractions = 0;
+    const ir::Graph& g = *ms->graphs[0];
+    for (const auto& n : g.nodes) {
+      layer_norms += n->op_type == "LayerNormalization";
+      const ir::Node* m = n->op_type == "Sub" ? g.producer(n->inputs[1]) : nullptr;
+      mean_subtractions += m && m->op_type == "ReduceMean";
+    }
+    EXPECT_EQ(layer_norms, 0u) << c.model;
+    EXPECT_EQ(mean_subtractions, 0u) << c.model;
+    auto [d, m] = max_diff(before, float_logits(*ms, 24, vocab));
+    std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(), d, m);
+    EXPECT_LT(d, 1e-4) << c.model;
+  }
+}
+
+// Centring the stream is exact only where every norm of it is a LayerNorm, and only the
+// stream is centred: tiny_llama with its final RMSNorm turned into a LayerNorm without bias
+// (a mean subtraction before it), and Phi-2 with a LayerNorm on its query projection, are
+// refused in one line each.
+TEST(SpinQuant, LayerNormsOffTheCentredStreamAreRefused) {
+  auto tiny = host::load_source_model(kTiny + "/model.onnx", "");
+  ir::Graph& g = *tiny->graphs[0];
+  const std::string x = "/model/norm/Cast_output_0";
+  auto mean = std::make_unique<ir::Node>();
+  mean->op_type = "ReduceMean";
+  mean->name = "/test/mean";
+  mean->inputs = {x};
+  mean->outputs = {"/test/mean"};
+  ir::Attribute axes;
+  axes.type = NF_ATTR_INTS;
+  axes.ints = {-1};
+  mean->attrs["axes"] = axes;
+  auto sub = std::make_unique<ir::Node>();
+  sub->op_type = "Sub";
+  sub->name = "/test/centred";
+  sub->inputs = {x, "/test/mean"};
+  sub->outputs = {"/test/centred"};
+  for (auto& n : g.nodes)
+    if (n->name == "/model/norm/Pow" || n->name == "/model/norm/Mul") n->inputs[0] = "/test/centred";
+  g.nodes.push_back(std::move(mean));
+  g.nodes.push_back(std::move(sub));
+  g.sort();
+  std::string err = apply_recipe("spinquant", nlohmann::json::object(), *tiny, nullptr);
+  EXPECT_NE(err.find("both RMSNorms and LayerNorms"), std::string::npos) << err;
+
+  auto phi = host::load_source_model(kModels + "/zoo/phi/model.onnx", "");
+  ir::Graph& p = *phi->graphs[0];
+  const std::string q = "/model/layers.0/self_attn/q_proj/Add_output_0";
+  for (auto& n : p.nodes)
+    for (auto& in : n->inputs)
+      if (in == q) in = "/test/q_norm";
+  auto ln = std::make_unique<ir::Node>();
+  ln->op_type = "LayerNormalization";
+  ln->name = "/test/q_norm";
+  ln->inputs = {q, "model.layers.0.input_layernorm.weight", "model.layers.0.input_layernorm.bias"};
+  ln->outputs = {"/test/q_norm"};
+  p.nodes.push_back(std::move(ln));
+  p.sort();
+  err = apply_recipe("spinquant", nlohmann::json::object(), *phi, nullptr);
+  EXPECT_NE(err.find("'" + q + "', which is not the residual stream"), std::string::npos) << err;
+}
+
 TEST(SpinQuant, TiedEmbeddingNeedsUntie) {
   auto ms = host::load_source_model(kModels + "/qwen2/model.onnx", "");
   std::string err = apply_recipe("spinquant", nlohmann::json::object(), *ms, nullptr);

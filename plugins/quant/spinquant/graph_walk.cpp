@@ -156,7 +156,9 @@ std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value
     for (const Use& u : gv.consumers(v)) {
       std::string_view op = u.node.op_type();
       Linear l;
-      if (passthrough(op)) {
+      // A Reshape (GPT-2's Conv1D flattens [b, s, d] to [b*s, d]) keeps each row of d values
+      // whole exactly when the reader's K is d, which every caller checks against the norm.
+      if (passthrough(op) || (op == "Reshape" && u.input == 0)) {
         frontier.push_back(u.node.output(0));
       } else if (op == "Shape") {
         continue;

@@ -56,8 +56,9 @@ struct RmsNorm {
 };
 std::vector<RmsNorm> find_rms_norms(const GraphView& gv);
 
-// Linear layers reading `value` (through Cast/Identity); throws when anything but a linear
-// layer or a Shape reads it.
+// Linear layers reading `value` (through Cast/Identity and Reshapes: the caller checks each
+// layer's K against the size of the axis it rotates); throws when anything but a linear layer
+// or a Shape reads it.
 std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value, const std::string& what);
 
 // Cast and Identity: the value goes through unchanged.

@@ -8,6 +8,7 @@
 //   4. R4 (option `online_down_proj`): an online Hadamard inserted before each down_proj (online.h).
 // Weights are rewritten in place; run spinquant before the recipes that set encodings.
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
+#include <npuforge/decoder_graph.hpp>
 #include <npuforge/hf_config.hpp>
 #include <npuforge/plugin.hpp>
 
@@ -19,6 +20,7 @@
 
 #include "spinquant/graph_walk.h"
 #include "spinquant/kv_prefix.h"
+#include "spinquant/layer_norms.h"
 #include "spinquant/online.h"
 #include "spinquant/residual.h"
 #include "spinquant/rotate.h"
@@ -49,15 +51,9 @@ struct Embedding {
 };
 
 Embedding find_embedding(const GraphView& gv) {
-  auto inputs = gv.graph.inputs();
-  for (const nf::Node& n : gv.graph.nodes()) {
-    if (n.op_type() != "Gather") continue;
-    nf::Tensor t = gv.float_initializer(n.input(0));
-    if (!t || t.dims().size() != 2) continue;
-    if (std::find(inputs.begin(), inputs.end(), n.input(1)) == inputs.end()) continue;
-    return {n.input(0), n.output(0)};
-  }
-  throw nf::Error("spinquant: no token embedding (Gather of a 2-D float weight by a graph input) in the graph");
+  const std::optional<nf::Node> n = nf::decoder::embedding_gather(gv.graph);
+  if (n && gv.float_initializer(n->input(0)).dims().size() == 2) return {n->input(0), n->output(0)};
+  throw nf::Error("spinquant: no token embedding (Gather of a 2-D float weight by input_ids) in the graph");
 }
 
 // The node producing logits, walking back through passthrough/Reshape ops and what scales
@@ -169,23 +165,50 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     ms.set_metadata("config", config);
   }
 
-  std::vector<RmsNorm> norms;
-  for (auto& n : find_rms_norms(*gv))
-    if (gv->float_initializer(n.gain).numel() == D) norms.push_back(n);
-  if (norms.empty()) {
-    // LayerNorm centres the stream (the mean does not commute with a rotation) and adds a bias.
-    for (const nf::Node& n : g.nodes())
-      if (n.op_type() == "LayerNormalization")
-        throw nf::Error("spinquant: the model normalizes with LayerNormalization ('" + std::string(n.name()) +
-                        "'): the rotations need RMSNorm (mean-centred norms are not supported)");
-    throw nf::Error("spinquant: no RMSNorm with a gain of the hidden size " + std::to_string(D));
+  auto stream_norms = [&] {
+    std::vector<RmsNorm> r;
+    for (auto& n : find_rms_norms(*gv))
+      if (gv->float_initializer(n.gain).numel() == D) r.push_back(n);
+    return r;
+  };
+  // LayerNorm models: the norms become RMSNorms over a centred stream (layer_norms.h).
+  const std::vector<std::string> centred = drop_mean_subtractions(g);
+  size_t folded_biases = 0;
+  if (!centred.empty()) {
+    gv = std::make_unique<GraphView>(g);
+    const std::set<std::string> on_stream = find_residual_stream(*gv, emb.output).values;
+    for (const auto& v : centred)
+      if (!on_stream.count(v))
+        throw nf::Error("spinquant: a LayerNorm (or mean subtraction) reads '" + v +
+                        "', which is not the residual stream: only the stream is centred");
+    std::set<std::string> centred_sources;  // what each centred value is a Cast of (norms read through Casts)
+    for (std::string v : centred) {
+      for (const nf::Node* p = gv->producer(v); p && passthrough(p->op_type()); p = gv->producer(v)) v = p->input(0);
+      centred_sources.insert(v);
+    }
+    for (const RmsNorm& n : stream_norms())
+      if (!centred_sources.count(n.input))
+        throw nf::Error("spinquant: the model has both RMSNorms and LayerNorms of the hidden size; centring the stream "
+                        "for the LayerNorms would change the RMSNorm of '" + n.input + "'");
+    folded_biases = fold_norm_biases(*gv, stream_norms());
+    gv = std::make_unique<GraphView>(g);
   }
+  std::vector<RmsNorm> norms = stream_norms();
+  if (norms.empty()) throw nf::Error("spinquant: no RMSNorm or LayerNorm with a gain of the hidden size " + std::to_string(D));
   WeightEdits edits;
   auto fused = fuse_norm_gains(*gv, norms, edits);
   size_t n_readers = 0, n_writers = 0;
 
   ResidualStream stream;
-  if (r1 || online_down) stream = find_residual_stream(*gv, emb.output);
+  if (r1 || online_down || !centred.empty()) stream = find_residual_stream(*gv, emb.output);
+  std::set<std::string> tables(stream.tables.begin(), stream.tables.end());
+  if (tables.count(emb.weight))
+    throw nf::Error("spinquant: the token embedding '" + emb.weight + "' is also added to the residual stream as a table");
+  if (!centred.empty()) {
+    edits.centre_columns(emb.weight);
+    for (const auto& t : tables) edits.centre_columns(t);
+    for (const auto& w : stream.writers) edits.centre_output(w);
+  }
   if (learned && learned->hidden != D)
     throw nf::Error("spinquant: rotations '" + learned->path + "' hold R1 of size " + std::to_string(learned->hidden) +
                     " but the model's hidden size is " + std::to_string(D));
@@ -197,6 +220,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     r1_rotation = learned ? Rotation::dense(learned->r1, D) : Rotation::random_hadamard(D, seed);
     const Rotation& R = *r1_rotation;
     edits.rotate_columns(emb.weight, R);
+    for (const auto& t : tables) edits.rotate_columns(t, R);
     for (const auto& w : stream.writers) edits.rotate_output(w, R);
     for (const auto& f : fused)
       for (const auto& l : f.readers) edits.rotate_input(l, R);
@@ -249,7 +273,10 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   }
   edits.apply(g, ctx);
   if (r2 && prefix) rotate_prefix_values(*prefix, r2_rotations, n_heads);
-  ctx.info(std::to_string(fused.size()) + " RMSNorm gains fused" +
+  ctx.info((centred.empty() ? std::string()
+                            : std::to_string(centred.size()) + " LayerNorms made RMSNorms over the centred stream (" +
+                                  std::to_string(folded_biases) + " biases folded into their readers); ") +
+           std::to_string(fused.size()) + " RMSNorm gains fused" +
            (learned ? "; learned rotations from " + learned->path : std::string()) +
            (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections") +
            (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
@@ -271,8 +298,8 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_QUANT,
     "spinquant",
-    "0.2.0",
-    "RMSNorm gains fused, then random-Hadamard or learned rotations (R1 hidden, R2 per head) fused into weights; optional online Hadamard (R4) before down_proj",
+    "0.3.0",
+    "LayerNorms made RMSNorms over a centred stream, RMSNorm gains fused, then random-Hadamard or learned rotations (R1 hidden, R2 per head) fused into weights; optional online Hadamard (R4) before down_proj",
     kSchema,
     &kApi,
 };

@@ -10,6 +10,30 @@ bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>&
   return !x.empty() && stream.count(x);
 }
 
+// The linear layers whose outputs `value` sums: one writer, or an Add of writer outputs
+// read only by that Add (parallel attention and MLP).
+bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linear>* out, int depth = 0) {
+  Linear w;
+  if (linear_writer(gv, value, &w)) {
+    out->push_back(w);
+    return true;
+  }
+  const nf::Node* p = gv.producer(value);
+  if (!p || p->op_type() != "Add" || p->input_count() != 2 || depth > 4) return false;
+  for (const auto& in : p->inputs())
+    if (gv.is_initializer(in) || gv.consumers(in).size() != 1 || !writers_of(gv, in, out, depth + 1)) return false;
+  return true;
+}
+
+// The 2-D float table `value` is a Gather of (a position embedding): "" when it is not one.
+std::string table_of(const GraphView& gv, const std::string& value) {
+  const nf::Node* p = gv.producer(value);
+  while (p && passthrough(p->op_type())) p = gv.producer(p->input(0));
+  if (!p || p->op_type() != "Gather" || p->attr_int("axis", 0) != 0) return "";
+  const nf::Tensor t = gv.float_initializer(p->input(0));
+  return t && t.dims().size() == 2 ? p->input(0) : "";
+}
+
 }  // namespace
 
 ResidualStream find_residual_stream(const GraphView& gv, const std::string& embedding_output) {
@@ -23,13 +47,18 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
     const bool a = rs.values.count(n.input(0)) != 0, b = rs.values.count(n.input(1)) != 0;
     if (a == b) continue;
     std::string other = n.input(a ? 1 : 0);
-    Linear w;
-    if (!linear_writer(gv, other, &w))
+    std::vector<Linear> writers;
+    if (std::string table = table_of(gv, other); !table.empty()) {
+      rs.tables.push_back(table);
+    } else if (!writers_of(gv, other, &writers)) {
       throw nf::Error("spinquant: residual Add '" + std::string(n.name()) + "' adds '" + other +
                       "', which is not a linear layer's output; cannot rotate the residual stream");
-    if (!writer_weights.insert(w.weight).second)
-      throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
-    rs.writers.push_back(w);
+    }
+    for (const Linear& w : writers) {
+      if (!writer_weights.insert(w.weight).second)
+        throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
+      rs.writers.push_back(w);
+    }
     rs.values.insert(n.output(0));
   }
   for (const auto& v : rs.values) {

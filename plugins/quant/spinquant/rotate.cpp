@@ -34,6 +34,26 @@ void rotate_axis1(float* m, int64_t rows, int64_t cols, const Rotation& R) {
   }
 }
 
+// Each row (axis 1) or column (axis 0) minus its mean, summed in double.
+void centre(float* m, int64_t rows, int64_t cols, int axis) {
+  if (axis == 1) {
+    for (int64_t i = 0; i < rows; ++i) {
+      float* p = m + i * cols;
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += p[c];
+      const double mean = sum / static_cast<double>(cols);
+      for (int64_t c = 0; c < cols; ++c) p[c] = static_cast<float>(p[c] - mean);
+    }
+    return;
+  }
+  std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols; ++c) sum[static_cast<size_t>(c)] += m[i * cols + c];
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      m[i * cols + c] = static_cast<float>(m[i * cols + c] - sum[static_cast<size_t>(c)] / static_cast<double>(rows));
+}
+
 }  // namespace
 
 void WeightEdits::add(const std::string& name, Step s) {
@@ -54,6 +74,13 @@ void WeightEdits::rotate_output(const Linear& l, const Rotation& R) {
 }
 
 void WeightEdits::rotate_columns(const std::string& name, const Rotation& R) { add(name, {1, &R, {}}); }
+
+void WeightEdits::centre_output(const Linear& l) {
+  add(l.weight, {l.nk ? 0 : 1, nullptr, {}, true});
+  if (!l.bias.empty()) add(l.bias, {1, nullptr, {}, true});
+}
+
+void WeightEdits::centre_columns(const std::string& name) { add(name, {1, nullptr, {}, true}); }
 
 void WeightEdits::apply(nf::Graph& g, const nf::Context& ctx) const {
   for (size_t done = 0; done < order_.size(); ++done) {
@@ -78,6 +105,10 @@ void WeightEdits::apply(nf::Graph& g, const nf::Context& ctx) const {
     src = nf::Tensor();
     for (const Step& s : steps_.at(name)) {
       const int64_t along = s.axis == 0 ? rows : cols;
+      if (s.centre) {
+        centre(m, rows, cols, s.axis);
+        continue;
+      }
       if (!s.rotation) {
         if (static_cast<int64_t>(s.gain.size()) != along)
           throw nf::Error("spinquant: gain of " + std::to_string(s.gain.size()) + " entries for '" + name +

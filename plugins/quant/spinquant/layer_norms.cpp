@@ -1,0 +1,163 @@
+#include "spinquant/layer_norms.h"
+
+#include <npuforge/graph/eliminate_dead_nodes.h>
+
+#include <map>
+
+namespace spinquant {
+namespace {
+
+std::vector<int64_t> int_constant(const GraphView& gv, const std::string& v) {
+  nf::Tensor t = gv.graph.initializer(v);
+  if (!t) {
+    const nf::Node* p = gv.producer(v);
+    if (p && p->op_type() == "Constant") t = p->attr_tensor("value");
+  }
+  if (!t || t.dtype() != NF_DTYPE_INT64) return {};
+  const int64_t* d = t.data_as<int64_t>();
+  return std::vector<int64_t>(d, d + t.numel());
+}
+
+// ReduceMean of `x` over its last axis, keeping it (axes an attribute, or an input from opset 18).
+bool mean_over_last_axis(const GraphView& gv, const nf::Node& n, const std::string& x) {
+  if (n.op_type() != "ReduceMean" || n.input(0) != x || n.attr_int("keepdims", 1) != 1) return false;
+  std::vector<int64_t> axes = n.attr_ints("axes");
+  if (axes.empty() && !n.input(1).empty()) axes = int_constant(gv, n.input(1));
+  nf::ValueType t;
+  const int64_t rank = gv.graph.value_type(x, &t) ? static_cast<int64_t>(t.dims.size()) : 0;
+  return axes.size() == 1 && (axes[0] == -1 || (rank > 0 && axes[0] == rank - 1));
+}
+
+// gain * x / sqrt(mean(x^2) + eps) (+ bias) in place of LayerNormalization `ln`; the forms
+// find_rms_norms recognises.
+void write_rms_norm(nf::Graph& g, const nf::Node& ln) {
+  const std::string x = ln.input(0), gain = ln.input(1), bias = ln.input(2), out = ln.output(0);
+  const std::string at = out + "/rms_norm/";
+  const float eps = ln.attr_float("epsilon", 1e-5f);
+  write_initializer(g, at + "eps", {1}, {eps});
+  std::vector<std::string> mean_inputs = {at + "squares"};
+  if (g.opset() >= 18) {  // ReduceMean's axes became an input
+    nf::Tensor axes = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{1});
+    axes.mutable_as<int64_t>()[0] = -1;
+    g.set_initializer(at + "axes", axes);
+    mean_inputs.push_back(at + "axes");
+  }
+  const std::string gained = bias.empty() ? out : at + "gained";
+  g.add_node("Mul", {x, x}, {at + "squares"}, at + "squares");
+  nf::Node mean = g.add_node("ReduceMean", mean_inputs, {at + "mean"}, at + "mean");
+  if (g.opset() < 18) mean.set_attr("axes", std::vector<int64_t>{-1});
+  g.add_node("Add", {at + "mean", at + "eps"}, {at + "mean_eps"}, at + "mean_eps");
+  g.add_node("Sqrt", {at + "mean_eps"}, {at + "rms"}, at + "rms");
+  g.add_node("Div", {x, at + "rms"}, {at + "normalized"}, at + "normalized");
+  g.add_node("Mul", {at + "normalized", gain}, {gained}, at + "gain");
+  if (!bias.empty()) g.add_node("Add", {gained, bias}, {out}, at + "bias");
+  nf::ValueType t;
+  if (!g.value_type(x, &t)) return;
+  std::vector<int64_t> one = t.dims;
+  std::vector<std::string> one_params = t.dim_params;
+  if (!one.empty()) one.back() = 1, one_params.back().clear();
+  for (const char* v : {"squares", "normalized"}) g.set_value_type(at + v, t.dtype, t.dims, t.dim_params);
+  for (const char* v : {"mean", "mean_eps", "rms"}) g.set_value_type(at + v, t.dtype, one, one_params);
+  if (!bias.empty()) g.set_value_type(gained, t.dtype, t.dims, t.dim_params);
+}
+
+}  // namespace
+
+std::vector<std::string> drop_mean_subtractions(nf::Graph& g) {
+  GraphView gv(g);
+  std::vector<std::string> centred;
+  std::vector<nf::Node> layer_norms;
+  std::map<std::string, std::string> same_as;  // x - mean(x) -> x
+  for (const nf::Node& n : g.nodes()) {
+    if (n.op_type() == "LayerNormalization") {
+      nf::ValueType t;
+      const int64_t axis = n.attr_int("axis", -1);
+      const bool last = axis == -1 || (g.value_type(n.input(0), &t) && axis == static_cast<int64_t>(t.dims.size()) - 1);
+      const nf::Tensor gain = gv.float_initializer(n.input(1));
+      const bool extra_outputs = (n.output_count() > 1 && !n.output(1).empty()) || (n.output_count() > 2 && !n.output(2).empty());
+      if (!last || !gain || gain.dims().size() != 1 || extra_outputs ||
+          (!n.input(2).empty() && !gv.float_initializer(n.input(2))))
+        throw nf::Error("spinquant: LayerNormalization '" + std::string(n.name()) +
+                        "' is not a last-axis norm with a constant 1-D gain and bias and one output; cannot make it an RMSNorm");
+      layer_norms.push_back(n);
+      centred.push_back(n.input(0));
+    } else if (n.op_type() == "Sub" && n.input_count() == 2) {
+      const nf::Node* m = gv.producer(n.input(1));
+      if (!m || !mean_over_last_axis(gv, *m, n.input(0))) continue;
+      if (gv.is_output(n.output(0)))
+        throw nf::Error("spinquant: the centred value '" + n.output(0) + "' is a graph output; cannot drop its mean subtraction");
+      same_as[n.output(0)] = n.input(0);
+      centred.push_back(n.input(0));
+    }
+  }
+  for (const nf::Node& ln : layer_norms) {
+    write_rms_norm(g, ln);
+    g.remove_node(ln);
+  }
+  for (nf::Node n : g.nodes())
+    for (size_t i = 0; i < n.input_count(); ++i)
+      if (auto it = same_as.find(n.input(i)); it != same_as.end()) n.set_input(i, it->second);
+  if (!same_as.empty()) nf::graph::eliminate_dead_nodes(g);  // the means and subtractions
+  g.sort();
+  return centred;
+}
+
+size_t fold_norm_biases(GraphView& gv, const std::vector<RmsNorm>& norms) {
+  struct NewBias {
+    Linear layer;
+    std::vector<float> values;
+  };
+  std::vector<NewBias> biases;
+  std::map<std::string, std::string> norm_output_of;  // the bias Add's output -> the gain's output
+  for (const RmsNorm& n : norms) {
+    const auto& uses = gv.consumers(n.output);
+    if (uses.size() != 1 || uses[0].node.op_type() != "Add") continue;
+    const nf::Node& add = uses[0].node;
+    const nf::Tensor bias = gv.float_initializer(add.input(1 - uses[0].input));
+    if (!bias || bias.dims().size() != 1) continue;
+    const std::vector<float> beta = read_floats(bias);
+    for (const Linear& l : linear_readers(gv, add.output(0), "norm output")) {
+      if (l.K != static_cast<int64_t>(beta.size()))
+        throw nf::Error("spinquant: norm bias '" + add.input(1 - uses[0].input) + "' has " + std::to_string(beta.size()) +
+                        " entries but weight '" + l.weight + "' has " + std::to_string(l.K) + " input channels");
+      std::vector<double> b(static_cast<size_t>(l.N), 0.0);
+      if (!l.bias.empty()) {
+        const std::vector<float> old = read_floats(gv.float_initializer(l.bias));
+        std::copy(old.begin(), old.end(), b.begin());
+      }
+      const float* B = gv.float_initializer(l.weight).data_as<float>();
+      for (int64_t k = 0; k < l.K; ++k)
+        for (int64_t j = 0; j < l.N; ++j) b[j] += static_cast<double>(beta[k]) * (l.nk ? B[j * l.K + k] : B[k * l.N + j]);
+      biases.push_back({l, std::vector<float>(b.begin(), b.end())});
+    }
+    norm_output_of[add.output(0)] = n.output;
+  }
+  nf::Graph& g = gv.graph;
+  for (nf::Node n : g.nodes()) {
+    if (n.op_type() == "Add" && norm_output_of.count(n.output(0))) {
+      g.remove_node(n);
+      continue;
+    }
+    for (size_t i = 0; i < n.input_count(); ++i)
+      if (auto it = norm_output_of.find(n.input(i)); it != norm_output_of.end()) n.set_input(i, it->second);
+  }
+  for (const NewBias& nb : biases) {
+    const Linear& l = nb.layer;
+    if (!l.bias.empty()) {
+      write_initializer(g, l.bias, {l.N}, nb.values);
+      continue;
+    }
+    // out = MatMul/Gemm(...) becomes out = Add(MatMul/Gemm(...), bias): consumers and graph outputs keep the name.
+    const std::string name = l.weight + ".norm_bias", before = l.node_output + "/before_norm_bias";
+    write_initializer(g, name, {l.N}, nb.values);
+    for (nf::Node n : g.nodes())
+      if (n.output_count() > 0 && n.output(0) == l.node_output) n.set_output(0, before);
+    g.add_node("Add", {before, name}, {l.node_output}, before + "/add");
+    nf::ValueType t;
+    if (g.value_type(l.node_output, &t)) g.set_value_type(before, t.dtype, t.dims, t.dim_params);
+  }
+  g.sort();
+  return norm_output_of.size();
+}
+
+}  // namespace spinquant
