@@ -7,8 +7,20 @@
 namespace spinquant {
 namespace {
 
-// The split K = p q (p a power of two) with both orders buildable that minimises p^2 + q^2;
-// p = 1 when there is none.
+void write_factor(nf::Graph& g, const std::string& name, const Rotation& R) {
+  const std::vector<double> m = R.matrix();
+  write_initializer(g, name, {R.size(), R.size()}, std::vector<float>(m.begin(), m.end()));
+}
+
+void write_shape(nf::Graph& g, const std::string& name, const std::vector<int64_t>& values) {
+  if (g.initializer(name)) return;  // one per block shape
+  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.mutable_as<int64_t>());
+  g.set_initializer(name, t);
+}
+
+}  // namespace
+
 int64_t outer_order(int64_t K) {
   int64_t best = 1;
   double best_cost = static_cast<double>(K) * static_cast<double>(K);
@@ -25,19 +37,34 @@ int64_t outer_order(int64_t K) {
   return best;
 }
 
-void write_factor(nf::Graph& g, const std::string& name, const Rotation& R) {
-  const std::vector<double> m = R.matrix();
-  write_initializer(g, name, {R.size(), R.size()}, std::vector<float>(m.begin(), m.end()));
+std::vector<OnlineRotation> write_online_rotation(nf::Graph& g, const std::string& x, const std::string& y, const Rotation& R,
+                                                  const std::string& tag) {
+  nf::ValueType vt;
+  if (g.value_type(x, &vt)) g.set_value_type(y, vt.dtype, vt.dims, vt.dim_params);
+  if (R.factors().size() != 2) {
+    write_factor(g, tag, R);
+    g.add_node("MatMul", {x, tag}, {y}, y);
+    return {{tag, x, y, false}};
+  }
+  // x [..., K] -> blocks [-1, p, q] -> (P^T X Q) -> [..., K]
+  const Rotation &Pr = R.factors()[0], &Qr = R.factors()[1];
+  const int64_t p = Pr.size(), q = Qr.size();
+  const std::string P = tag + ".p" + std::to_string(p), Q = tag + ".q" + std::to_string(q);
+  write_factor(g, P, Pr);
+  write_factor(g, Q, Qr);
+  const std::string block_shape = "online_hadamard_blocks_" + std::to_string(p) + "x" + std::to_string(q);
+  write_shape(g, block_shape, {-1, p, q});
+  const std::string s = y + "/shape", blocks = y + "/blocks", xq = y + "/xq", xq_t = y + "/xq_t", xqp = y + "/xqp",
+                    out = y + "/pxq";
+  g.add_node("Shape", {x}, {s}, s);
+  g.add_node("Reshape", {x, block_shape}, {blocks}, blocks);
+  g.add_node("MatMul", {blocks, Q}, {xq}, xq);
+  g.add_node("Transpose", {xq}, {xq_t}, xq_t).set_attr("perm", std::vector<int64_t>{0, 2, 1});
+  g.add_node("MatMul", {xq_t, P}, {xqp}, xqp);
+  g.add_node("Transpose", {xqp}, {out}, out).set_attr("perm", std::vector<int64_t>{0, 2, 1});
+  g.add_node("Reshape", {out, s}, {y}, y);
+  return {{Q, blocks, xq, true}, {P, xq_t, xqp, false}};
 }
-
-void write_shape(nf::Graph& g, const std::string& name, const std::vector<int64_t>& values) {
-  if (g.initializer(name)) return;  // one per block shape
-  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), t.mutable_as<int64_t>());
-  g.set_initializer(name, t);
-}
-
-}  // namespace
 
 std::vector<OnlineRotation> insert_online_hadamards(GraphView& gv, const std::vector<Linear>& down_projs,
                                                     WeightEdits& edits, std::map<int64_t, Rotation>& hadamards) {
@@ -59,31 +86,7 @@ std::vector<OnlineRotation> insert_online_hadamards(GraphView& gv, const std::ve
     }
     const Rotation& H = hadamards.at(K);
     const std::string x = d.input, y = d.input + ".online_hadamard";
-    if (p == 1) {
-      write_factor(g, tag, H);
-      g.add_node("MatMul", {x, tag}, {y}, y);
-      result.push_back({tag, x, y, false});
-    } else {
-      // x [..., K] -> blocks [-1, p, q] -> (P^T X Q) -> [..., K]
-      const std::string P = tag + ".p" + std::to_string(p), Q = tag + ".q" + std::to_string(q);
-      write_factor(g, P, Rotation::random_hadamard(p, 0));
-      write_factor(g, Q, Rotation::random_hadamard(q, 0));
-      const std::string block_shape = "online_hadamard_blocks_" + std::to_string(p) + "x" + std::to_string(q);
-      write_shape(g, block_shape, {-1, p, q});
-      const std::string s = y + "/shape", blocks = y + "/blocks", xq = y + "/xq", xq_t = y + "/xq_t",
-                        xqp = y + "/xqp", out = y + "/pxq";
-      g.add_node("Shape", {x}, {s}, s);
-      g.add_node("Reshape", {x, block_shape}, {blocks}, blocks);
-      g.add_node("MatMul", {blocks, Q}, {xq}, xq);
-      g.add_node("Transpose", {xq}, {xq_t}, xq_t).set_attr("perm", std::vector<int64_t>{0, 2, 1});
-      g.add_node("MatMul", {xq_t, P}, {xqp}, xqp);
-      g.add_node("Transpose", {xqp}, {out}, out).set_attr("perm", std::vector<int64_t>{0, 2, 1});
-      g.add_node("Reshape", {out, s}, {y}, y);
-      result.push_back({Q, blocks, xq, true});
-      result.push_back({P, xq_t, xqp, false});
-    }
-    nf::ValueType vt;
-    if (g.value_type(x, &vt)) g.set_value_type(y, vt.dtype, vt.dims, vt.dim_params);
+    for (auto& r : write_online_rotation(g, x, y, H, tag)) result.push_back(std::move(r));
     for (nf::Node n : g.nodes())
       if (!n.outputs().empty() && n.output(0) == d.node_output) n.set_input(0, y);
     edits.rotate_input(d, H);  // B <- H^T B: (x H)(H^T B) = x B

@@ -27,6 +27,15 @@ struct OnlineRotation {
   bool inner = false;
 };
 
+// The split K = p q (p a power of two, both orders buildable) that minimises p^2 + q^2;
+// p = 1 when there is none.
+int64_t outer_order(int64_t K);
+
+// Writes y = x R into the graph: R = P (x) Q as the two small MatMuls above (factors named
+// `tag`.p<p> / .q<q>), else one MatMul by R (named `tag`). Returns the MatMuls.
+std::vector<OnlineRotation> write_online_rotation(nf::Graph& g, const std::string& x, const std::string& y, const Rotation& R,
+                                                  const std::string& tag);
+
 // Inserts the rotation before each of `down_projs` (MatMul only; a Gemm weight is rotated on
 // the same side) and schedules H^T B in `edits`, with H kept in `hadamards` (one per input
 // size) until the edits are applied. Throws when the input size has no Hadamard here

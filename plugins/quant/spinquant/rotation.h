@@ -24,6 +24,8 @@ class Rotation {
   static Rotation kronecker(Rotation P, Rotation Q);
 
   int64_t size() const { return n_; }
+  // {P, Q} when R = P (x) Q, else empty.
+  const std::vector<Rotation>& factors() const { return factors_; }
   // x <- x R for `count` vectors stored one after another (x is count x n, row-major).
   void apply_to_rows(double* x, int64_t count) const;
   // X <- R^T X for X n x width, row-major: every column x becomes x R.
