@@ -142,10 +142,6 @@ const std::vector<Recipe> kRecipes = {
 
 // Families spinquant does not rotate yet, with the one error line it gives.
 std::string spinquant_refusal(const std::string& model) {
-  // Gemma-2's and Gemma-3's norms after attention and MLP put a gain on the residual stream's writers.
-  if (model.find("gemma2") != std::string::npos || model.find("gemma3") != std::string::npos) return "feeds a Add node";
-  // OLMo-2 has only such norms (and its q/k norms span the hidden size).
-  if (model.find("olmo2") != std::string::npos) return "not only linear layers: cannot fuse it";
   // A mixture of experts adds its routed, weighted sum to the stream, not one linear layer's output.
   if (is_moe(model)) return "which is not a linear layer's output";
   return "";

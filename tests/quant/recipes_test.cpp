@@ -425,6 +425,38 @@ std::string write_identity_rotations(const std::string& name, int64_t hidden, in
 
 }  // namespace
 
+// Norms between a writer and its residual Add (Gemma-2, Gemma-3, OLMo-2) normalize in the
+// writer's basis: the writer keeps its weights and R1 = P (x) Q runs online after each such
+// norm (two small MatMuls, recorded for the A8 recipes). OLMo-2's q/k projections read the
+// stream with no norm between. Float logits within 1e-4, with R4 and random signs too.
+TEST(SpinQuant, NormsAfterWritersGetR1Online) {
+  struct Case {
+    std::string model;
+    nlohmann::json options;
+  };
+  for (const Case& c : {Case{"zoo/gemma2", {{"untie_embedding", true}, {"seed", 3}, {"online_down_proj", true}}},
+                        Case{"zoo/gemma3", {{"untie_embedding", true}, {"r2", true}}}, Case{"zoo/olmo2", {{"seed", 1}}}}) {
+    const std::string dir = kModels + "/" + c.model;
+    auto ms = host::load_source_model(dir + "/model.onnx", "");
+    const nlohmann::json config = nlohmann::json::parse(test::slurp(dir + "/config.json"));
+    const int64_t vocab = config["vocab_size"], layers = config["num_hidden_layers"];
+    auto before = float_logits(*ms, 24, vocab);
+    ASSERT_EQ(apply_recipe("spinquant", c.options, *ms, nullptr), "") << c.model;
+    size_t r1_online = 0;
+    for (const auto& r : nlohmann::json::parse(ms->metadata.at("online_rotations")))
+      r1_online += r.at("weight").get<std::string>().find(".online_r1.") != std::string::npos;
+    EXPECT_EQ(r1_online, static_cast<size_t>(2 * 2 * layers)) << c.model << ": two MatMuls after each of two norms a layer";
+    auto [d, m] = max_diff(before, float_logits(*ms, 24, vocab));
+    std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(), d, m);
+    EXPECT_LT(d, 1e-4) << c.model;
+  }
+  // A learned R1 would run online as a dense hidden x hidden MatMul per norm: refused.
+  auto ms = host::load_source_model(kModels + "/zoo/olmo2/model.onnx", "");
+  const std::string rot = write_identity_rotations("post_norm", 64, 16, 2);
+  const std::string err = apply_recipe("spinquant", {{"rotations", rot}}, *ms, nullptr);
+  EXPECT_NE(err.find("need R1 online"), std::string::npos) << err;
+}
+
 // The learned rotations (tests/models/tiny_llama/spinquant, tools/quant/train_spinquant.py)
 // and the online Hadamard before every down_proj (R4 of 704 = 16 x 44: Sylvester 16 (x)
 // Paley 44, online.h) keep the float logits of tiny_llama within 1e-4; R4 adds seven nodes

@@ -123,6 +123,13 @@ bool untie_structurally(GraphView& gv, const Embedding& emb, nf::Node head, bool
   return true;
 }
 
+// R1 when it must also run online (after post-norms): P (x) Q, two small MatMuls there.
+Rotation online_hadamard(int64_t D, uint64_t seed) {
+  const int64_t p = outer_order(D);
+  if (p == 1) return Rotation::random_hadamard(D, seed);
+  return Rotation::kronecker(Rotation::random_hadamard(p, seed), Rotation::random_hadamard(D / p, seed == 0 ? 0 : seed + 2));
+}
+
 void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context* ctx_handle) {
   nf::ModelSet ms(handle);
   nf::Context ctx(ctx_handle);
@@ -165,7 +172,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     ms.set_metadata("config", config);
   }
 
-  auto stream_norms = [&] {
+  auto hidden_norms = [&] {
     std::vector<RmsNorm> r;
     for (auto& n : find_rms_norms(*gv))
       if (gv->float_initializer(n.gain).numel() == D) r.push_back(n);
@@ -176,7 +183,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
   size_t folded_biases = 0;
   if (!centred.empty()) {
     gv = std::make_unique<GraphView>(g);
-    const std::set<std::string> on_stream = find_residual_stream(*gv, emb.output).values;
+    const std::set<std::string> on_stream = find_residual_stream(*gv, emb.output, hidden_norms()).values;
     for (const auto& v : centred)
       if (!on_stream.count(v))
         throw nf::Error("spinquant: a LayerNorm (or mean subtraction) reads '" + v +
@@ -186,21 +193,28 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
       for (const nf::Node* p = gv->producer(v); p && passthrough(p->op_type()); p = gv->producer(v)) v = p->input(0);
       centred_sources.insert(v);
     }
-    for (const RmsNorm& n : stream_norms())
-      if (!centred_sources.count(n.input))
+    for (const RmsNorm& n : hidden_norms())
+      if (on_stream.count(n.input) && !centred_sources.count(n.input))
         throw nf::Error("spinquant: the model has both RMSNorms and LayerNorms of the hidden size; centring the stream "
                         "for the LayerNorms would change the RMSNorm of '" + n.input + "'");
-    folded_biases = fold_norm_biases(*gv, stream_norms());
+    folded_biases = fold_norm_biases(*gv, hidden_norms());
     gv = std::make_unique<GraphView>(g);
   }
-  std::vector<RmsNorm> norms = stream_norms();
-  if (norms.empty()) throw nf::Error("spinquant: no RMSNorm or LayerNorm with a gain of the hidden size " + std::to_string(D));
+  // The stream, and the norms that read it: their gains go into their readers. Norms of the
+  // hidden size elsewhere (OLMo-2's q/k norms) keep theirs; norms after a writer (post_norms)
+  // keep theirs and get R1 online after them.
+  const ResidualStream stream = find_residual_stream(*gv, emb.output, hidden_norms());
+  std::vector<RmsNorm> norms;
+  for (const RmsNorm& n : hidden_norms())
+    if (stream.values.count(n.input)) norms.push_back(n);
+  if (norms.empty()) throw nf::Error("spinquant: no RMSNorm or LayerNorm of the hidden size " + std::to_string(D) + " reads the residual stream");
+  if (!centred.empty() && !stream.post_norms.empty())
+    throw nf::Error("spinquant: LayerNorms with norms after attention or MLP ('" + stream.post_norms[0].norm.output +
+                    "'): the stream cannot be centred");
   WeightEdits edits;
   auto fused = fuse_norm_gains(*gv, norms, edits);
   size_t n_readers = 0, n_writers = 0;
 
-  ResidualStream stream;
-  if (r1 || online_down || !centred.empty()) stream = find_residual_stream(*gv, emb.output);
   std::set<std::string> tables(stream.tables.begin(), stream.tables.end());
   if (tables.count(emb.weight))
     throw nf::Error("spinquant: the token embedding '" + emb.weight + "' is also added to the residual stream as a table");
@@ -213,19 +227,36 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     throw nf::Error("spinquant: rotations '" + learned->path + "' hold R1 of size " + std::to_string(learned->hidden) +
                     " but the model's hidden size is " + std::to_string(D));
   std::optional<Rotation> r1_rotation;
+  std::vector<OnlineRotation> online;
   if (r1) {
-    for (const auto& f : fused)
-      if (!stream.values.count(f.norm.input))
-        throw nf::Error("spinquant: RMSNorm '" + f.norm.output + "' does not read the residual stream");
-    r1_rotation = learned ? Rotation::dense(learned->r1, D) : Rotation::random_hadamard(D, seed);
+    if (learned && !stream.post_norms.empty())
+      throw nf::Error("spinquant: rotations '" + learned->path + "': norms after attention or MLP ('" +
+                      stream.post_norms[0].norm.output + "') need R1 online, which a learned R1 would make a dense " +
+                      std::to_string(D) + "x" + std::to_string(D) + " MatMul per norm; use the Hadamard R1");
+    r1_rotation = learned ? Rotation::dense(learned->r1, D)
+                  : stream.post_norms.empty() ? Rotation::random_hadamard(D, seed)
+                                              : online_hadamard(D, seed);
     const Rotation& R = *r1_rotation;
     edits.rotate_columns(emb.weight, R);
     for (const auto& t : tables) edits.rotate_columns(t, R);
     for (const auto& w : stream.writers) edits.rotate_output(w, R);
+    for (const auto& l : stream.readers) edits.rotate_input(l, R);
     for (const auto& f : fused)
       for (const auto& l : f.readers) edits.rotate_input(l, R);
     for (const auto& f : fused) n_readers += f.readers.size();
+    n_readers += stream.readers.size();
     n_writers = stream.writers.size();
+    // A post-norm's output, in the writer's (unrotated) basis, is turned by R before its Add.
+    for (const PostNorm& p : stream.post_norms) {
+      const std::string y = p.added + ".online_r1";
+      for (auto& r : write_online_rotation(g, p.added, y, R, p.norm.gain + ".online_r1")) online.push_back(std::move(r));
+      for (nf::Node n : g.nodes())
+        if (n.output_count() > 0 && n.output(0) == p.add_output)
+          for (size_t i = 0; i < n.input_count(); ++i)
+            if (n.input(i) == p.added) n.set_input(i, y);
+    }
+    g.sort();
+    gv = std::make_unique<GraphView>(g);
   }
 
   size_t n_heads = 0;
@@ -255,7 +286,6 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     n_heads = attention.size();
   }
   if (learned && !r2) ctx.warn("spinquant: r2 = false: the R2 matrices of '" + learned->path + "' are not applied");
-  std::vector<OnlineRotation> online;
   std::map<int64_t, Rotation> online_hadamards;
   size_t online_downs = 0;
   if (online_down) {
@@ -263,8 +293,10 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     if (downs.empty())
       throw nf::Error("spinquant: online_down_proj: no down projection (a residual writer reading an elementwise Mul, "
                       "the SwiGLU product) in the graph");
-    online = insert_online_hadamards(*gv, downs, edits, online_hadamards);
+    for (auto& r : insert_online_hadamards(*gv, downs, edits, online_hadamards)) online.push_back(std::move(r));
     online_downs = downs.size();
+  }
+  if (!online.empty()) {
     // The A8 recipes read this to keep each rotation's input at 16 bits (npuforge/quant/helpers.h).
     nlohmann::json record = nlohmann::json::array();
     for (const auto& r : online)
@@ -280,7 +312,9 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
            (learned ? "; learned rotations from " + learned->path : std::string()) +
            (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections") +
            (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
-                     " readers and " + std::to_string(n_writers) + " writers of the residual stream"
+                     " readers and " + std::to_string(n_writers) + " writers of the residual stream" +
+                     (stream.post_norms.empty() ? std::string()
+                                                : ", online after " + std::to_string(stream.post_norms.size()) + " norms of writers")
                : std::string()) +
            (r2 ? "; R2 on " + std::to_string(n_heads) + " attention blocks" + (prefix ? " and the KV prefix's values" : "")
                : std::string()) +

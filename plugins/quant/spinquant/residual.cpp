@@ -34,9 +34,23 @@ std::string table_of(const GraphView& gv, const std::string& value) {
   return t && t.dims().size() == 2 ? p->input(0) : "";
 }
 
+// The norm of a writer's output that `value` is (through Casts): false when it is not one.
+bool post_norm_of(const GraphView& gv, const std::string& value, const std::vector<RmsNorm>& norms, PostNorm* out) {
+  std::string v = value;
+  for (const nf::Node* p = gv.producer(v); p && passthrough(p->op_type()); p = gv.producer(v)) v = p->input(0);
+  for (const RmsNorm& n : norms)
+    if (n.output == v && linear_writer(gv, n.input, &out->writer)) {
+      out->norm = n;
+      out->added = value;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace
 
-ResidualStream find_residual_stream(const GraphView& gv, const std::string& embedding_output) {
+ResidualStream find_residual_stream(const GraphView& gv, const std::string& embedding_output,
+                                    const std::vector<RmsNorm>& norms) {
   ResidualStream rs;
   rs.values.insert(embedding_output);
   std::set<std::string> writer_weights;
@@ -48,8 +62,14 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
     if (a == b) continue;
     std::string other = n.input(a ? 1 : 0);
     std::vector<Linear> writers;
+    PostNorm post;
     if (std::string table = table_of(gv, other); !table.empty()) {
       rs.tables.push_back(table);
+    } else if (post_norm_of(gv, other, norms, &post)) {
+      if (!writer_weights.insert(post.writer.weight).second)
+        throw nf::Error("spinquant: weight '" + post.writer.weight + "' writes the residual stream twice");
+      post.add_output = n.output(0);
+      rs.post_norms.push_back(post);
     } else if (!writers_of(gv, other, &writers)) {
       throw nf::Error("spinquant: residual Add '" + std::string(n.name()) + "' adds '" + other +
                       "', which is not a linear layer's output; cannot rotate the residual stream");
@@ -65,6 +85,10 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
     if (gv.is_output(v)) throw nf::Error("spinquant: residual value '" + v + "' is a graph output; cannot rotate it");
     for (const Use& u : gv.consumers(v)) {
       std::string_view op = u.node.op_type();
+      if (Linear l; u.input == 0 && as_linear(gv, u.node, &l)) {
+        rs.readers.push_back(l);
+        continue;
+      }
       if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape"))
         throw nf::Error("spinquant: residual value '" + v + "' feeds a " + std::string(op) + " node ('" +
                         std::string(u.node.name()) + "') that does not commute with a rotation");
@@ -74,8 +98,9 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
 }
 
 std::vector<Linear> down_projections(const GraphView& gv, const ResidualStream& stream) {
-  std::vector<Linear> result;
-  for (const Linear& w : stream.writers) {
+  std::vector<Linear> result, writers = stream.writers;
+  for (const PostNorm& p : stream.post_norms) writers.push_back(p.writer);
+  for (const Linear& w : writers) {
     const nf::Node* p = gv.producer(w.input);
     while (p && passthrough(p->op_type())) p = gv.producer(p->input(0));
     if (p && p->op_type() == "Mul" && !gv.is_initializer(p->input(0)) && !gv.is_initializer(p->input(1)))
