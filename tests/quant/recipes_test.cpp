@@ -314,19 +314,42 @@ TEST(SpinQuant, FloatLogitsWithin1e4) {
   }
 }
 
+namespace {
+
+// The graph as opset 18 writes it: ReduceMean's axes become an input.
+void to_opset18(ir::Graph& g) {
+  g.opsets[""] = 18;
+  size_t k = 0;
+  for (auto& n : g.nodes) {
+    auto axes = n->attrs.find("axes");
+    if (n->op_type != "ReduceMean" || axes == n->attrs.end()) continue;
+    const std::string name = "axes18_" + std::to_string(k++);
+    const std::vector<int64_t> values = axes->second.ints;
+    g.initializers[name] = ir::make_tensor_ref(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, {static_cast<int64_t>(values.size())}, values));
+    n->inputs.push_back(name);
+    n->attrs.erase(axes);
+  }
+}
+
+}  // namespace
+
 // LayerNorm models (spinquant/layer_norms.h): the stream's writers, embedding and position
 // table are centred, each LayerNorm becomes an RMSNorm and its bias goes into the layers
 // reading it. Phi-2 written out at opset 14 (ReduceMean / Sub / ... / Add(bias), parallel
-// attention and MLP, biased LM head); GPT-2 (the LayerNormalization op, learned positions,
-// Conv1D readers behind a Reshape, tied head).
+// attention and MLP, biased LM head), and at opset 18 (ReduceMean's axes an input); GPT-2
+// (the LayerNormalization op, learned positions, Conv1D readers behind a Reshape, tied head);
+// Phi-2's LayerNormalization op at opset 18 (the RMSNorm written with an axes input).
 TEST(SpinQuant, LayerNormModelsKeepFloatLogits) {
   struct Case {
     std::string model;
     nlohmann::json options;
+    bool opset18 = false;
   };
-  for (const Case& c : {Case{"zoo/phi_opset14", {{"seed", 5}, {"r2", true}}}, Case{"zoo/gpt2", {{"untie_embedding", true}}}}) {
+  for (const Case& c : {Case{"zoo/phi_opset14", {{"seed", 5}, {"r2", true}}}, Case{"zoo/phi_opset14", nlohmann::json::object(), true},
+                        Case{"zoo/gpt2", {{"untie_embedding", true}}}, Case{"zoo/phi", nlohmann::json::object(), true}}) {
     const std::string dir = kModels + "/" + c.model;
     auto ms = host::load_source_model(dir + "/model.onnx", "");
+    if (c.opset18) to_opset18(*ms->graphs[0]);
     const int64_t vocab = nlohmann::json::parse(test::slurp(dir + "/config.json"))["vocab_size"];
     auto before = float_logits(*ms, 24, vocab);
     ASSERT_EQ(apply_recipe("spinquant", c.options, *ms, nullptr), "") << c.model;
@@ -340,7 +363,8 @@ TEST(SpinQuant, LayerNormModelsKeepFloatLogits) {
     EXPECT_EQ(layer_norms, 0u) << c.model;
     EXPECT_EQ(mean_subtractions, 0u) << c.model;
     auto [d, m] = max_diff(before, float_logits(*ms, 24, vocab));
-    std::printf("%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.options.dump().c_str(), d, m);
+    std::printf("%s%s spinquant %s: max |logit diff| %.3g (max |logit| %.3g)\n", c.model.c_str(), c.opset18 ? " (opset 18)" : "",
+                c.options.dump().c_str(), d, m);
     EXPECT_LT(d, 1e-4) << c.model;
   }
 }

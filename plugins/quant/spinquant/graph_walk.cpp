@@ -146,6 +146,13 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv) {
   return result;
 }
 
+std::vector<RmsNorm> find_rms_norms(const GraphView& gv, int64_t size) {
+  std::vector<RmsNorm> result;
+  for (RmsNorm& n : find_rms_norms(gv))
+    if (gv.float_initializer(n.gain).numel() == size) result.push_back(std::move(n));
+  return result;
+}
+
 std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value, const std::string& what) {
   std::vector<Linear> result;
   std::vector<std::string> frontier{value};

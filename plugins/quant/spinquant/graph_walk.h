@@ -55,6 +55,9 @@ struct RmsNorm {
   std::string gain;    // 1-D initializer
 };
 std::vector<RmsNorm> find_rms_norms(const GraphView& gv);
+// Those whose gain has `size` entries (the hidden size: the norms of the residual stream and of
+// its writers' outputs).
+std::vector<RmsNorm> find_rms_norms(const GraphView& gv, int64_t size);
 
 // Linear layers reading `value` (through Cast/Identity and Reshapes: the caller checks each
 // layer's K against the size of the axis it rotates); throws when anything but a linear layer

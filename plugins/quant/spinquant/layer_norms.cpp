@@ -3,29 +3,36 @@
 #include <npuforge/graph/eliminate_dead_nodes.h>
 
 #include <map>
+#include <set>
+
+#include "spinquant/residual.h"
 
 namespace spinquant {
 namespace {
 
-std::vector<int64_t> int_constant(const GraphView& gv, const std::string& v) {
+// The value of a one-element int64 constant (initializer or Constant node) into `out`;
+// false when `v` is not one.
+bool int_scalar(const GraphView& gv, const std::string& v, int64_t* out) {
   nf::Tensor t = gv.graph.initializer(v);
   if (!t) {
     const nf::Node* p = gv.producer(v);
     if (p && p->op_type() == "Constant") t = p->attr_tensor("value");
   }
-  if (!t || t.dtype() != NF_DTYPE_INT64) return {};
-  const int64_t* d = t.data_as<int64_t>();
-  return std::vector<int64_t>(d, d + t.numel());
+  if (!t || t.dtype() != NF_DTYPE_INT64 || t.numel() != 1) return false;
+  *out = t.data_as<int64_t>()[0];
+  return true;
 }
 
 // ReduceMean of `x` over its last axis, keeping it (axes an attribute, or an input from opset 18).
 bool mean_over_last_axis(const GraphView& gv, const nf::Node& n, const std::string& x) {
   if (n.op_type() != "ReduceMean" || n.input(0) != x || n.attr_int("keepdims", 1) != 1) return false;
-  std::vector<int64_t> axes = n.attr_ints("axes");
-  if (axes.empty() && !n.input(1).empty()) axes = int_constant(gv, n.input(1));
+  const std::vector<int64_t> attr = n.attr_ints("axes");
+  int64_t axis = 0;
+  const bool one_axis = attr.size() == 1 ? (axis = attr[0], true)
+                                         : attr.empty() && !n.input(1).empty() && int_scalar(gv, n.input(1), &axis);
   nf::ValueType t;
   const int64_t rank = gv.graph.value_type(x, &t) ? static_cast<int64_t>(t.dims.size()) : 0;
-  return axes.size() == 1 && (axes[0] == -1 || (rank > 0 && axes[0] == rank - 1));
+  return one_axis && (axis == -1 || (rank > 0 && axis == rank - 1));
 }
 
 // gain * x / sqrt(mean(x^2) + eps) (+ bias) in place of LayerNormalization `ln`; the forms
@@ -158,6 +165,30 @@ size_t fold_norm_biases(GraphView& gv, const std::vector<RmsNorm>& norms) {
   }
   g.sort();
   return norm_output_of.size();
+}
+
+std::vector<std::string> rewrite_layer_norms(nf::Graph& g, const std::string& embedding_output, int64_t D,
+                                             size_t* folded_biases) {
+  *folded_biases = 0;
+  const std::vector<std::string> centred = drop_mean_subtractions(g);
+  if (centred.empty()) return centred;
+  GraphView gv(g);
+  const std::vector<RmsNorm> norms = find_rms_norms(gv, D);
+  const std::set<std::string> on_stream = find_residual_stream(gv, embedding_output, norms).values;
+  std::set<std::string> sources;  // what each centred value is a Cast of (norms read through Casts)
+  for (std::string v : centred) {
+    if (!on_stream.count(v))
+      throw nf::Error("spinquant: a LayerNorm (or mean subtraction) reads '" + v +
+                      "', which is not the residual stream: only the stream is centred");
+    for (const nf::Node* p = gv.producer(v); p && passthrough(p->op_type()); p = gv.producer(v)) v = p->input(0);
+    sources.insert(v);
+  }
+  for (const RmsNorm& n : norms)
+    if (on_stream.count(n.input) && !sources.count(n.input))
+      throw nf::Error("spinquant: the model has both RMSNorms and LayerNorms of the hidden size; centring the stream "
+                      "for the LayerNorms would change the RMSNorm of '" + n.input + "'");
+  *folded_biases = fold_norm_biases(gv, norms);
+  return centred;
 }
 
 }  // namespace spinquant

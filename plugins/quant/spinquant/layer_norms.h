@@ -14,6 +14,13 @@
 
 namespace spinquant {
 
+// All of the below for a model with LayerNorms: the rewrite, the checks that every centred
+// value is on the residual stream (which starts at `embedding_output`) and that no RMSNorm of
+// the hidden size `D` reads the stream too, and the bias fold. Returns the centred values
+// (none: no LayerNorm; the caller then centres nothing) and counts the folded biases.
+std::vector<std::string> rewrite_layer_norms(nf::Graph& g, const std::string& embedding_output, int64_t D,
+                                             size_t* folded_biases);
+
 // Rewrites each LayerNormalization node as gain * x / sqrt(mean(x^2) + eps) (+ bias), and
 // drops each mean subtraction x - mean(x) over the last axis (the LayerNorm that exports
 // below opset 17 write out). Returns the values whose mean was taken: the caller centres the

@@ -172,40 +172,17 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     ms.set_metadata("config", config);
   }
 
-  auto hidden_norms = [&] {
-    std::vector<RmsNorm> r;
-    for (auto& n : find_rms_norms(*gv))
-      if (gv->float_initializer(n.gain).numel() == D) r.push_back(n);
-    return r;
-  };
   // LayerNorm models: the norms become RMSNorms over a centred stream (layer_norms.h).
-  const std::vector<std::string> centred = drop_mean_subtractions(g);
   size_t folded_biases = 0;
-  if (!centred.empty()) {
-    gv = std::make_unique<GraphView>(g);
-    const std::set<std::string> on_stream = find_residual_stream(*gv, emb.output, hidden_norms()).values;
-    for (const auto& v : centred)
-      if (!on_stream.count(v))
-        throw nf::Error("spinquant: a LayerNorm (or mean subtraction) reads '" + v +
-                        "', which is not the residual stream: only the stream is centred");
-    std::set<std::string> centred_sources;  // what each centred value is a Cast of (norms read through Casts)
-    for (std::string v : centred) {
-      for (const nf::Node* p = gv->producer(v); p && passthrough(p->op_type()); p = gv->producer(v)) v = p->input(0);
-      centred_sources.insert(v);
-    }
-    for (const RmsNorm& n : hidden_norms())
-      if (on_stream.count(n.input) && !centred_sources.count(n.input))
-        throw nf::Error("spinquant: the model has both RMSNorms and LayerNorms of the hidden size; centring the stream "
-                        "for the LayerNorms would change the RMSNorm of '" + n.input + "'");
-    folded_biases = fold_norm_biases(*gv, hidden_norms());
-    gv = std::make_unique<GraphView>(g);
-  }
+  const std::vector<std::string> centred = rewrite_layer_norms(g, emb.output, D, &folded_biases);
+  if (!centred.empty()) gv = std::make_unique<GraphView>(g);
   // The stream, and the norms that read it: their gains go into their readers. Norms of the
   // hidden size elsewhere (OLMo-2's q/k norms) keep theirs; norms after a writer (post_norms)
   // keep theirs and get R1 online after them.
-  const ResidualStream stream = find_residual_stream(*gv, emb.output, hidden_norms());
+  const std::vector<RmsNorm> hidden_norms = find_rms_norms(*gv, D);
+  const ResidualStream stream = find_residual_stream(*gv, emb.output, hidden_norms);
   std::vector<RmsNorm> norms;
-  for (const RmsNorm& n : hidden_norms())
+  for (const RmsNorm& n : hidden_norms)
     if (stream.values.count(n.input)) norms.push_back(n);
   if (norms.empty()) throw nf::Error("spinquant: no RMSNorm or LayerNorm of the hidden size " + std::to_string(D) + " reads the residual stream");
   if (!centred.empty() && !stream.post_norms.empty())
@@ -310,7 +287,7 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
                                   std::to_string(folded_biases) + " biases folded into their readers); ") +
            std::to_string(fused.size()) + " RMSNorm gains fused" +
            (learned ? "; learned rotations from " + learned->path : std::string()) +
-           (online.empty() ? std::string() : "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections") +
+           (online_downs ? "; R4 online Hadamard before " + std::to_string(online_downs) + " down projections" : std::string()) +
            (r1 ? "; R1 (" + std::string(learned ? "learned " : "Hadamard ") + std::to_string(D) + ") on the embedding, " + std::to_string(n_readers) +
                      " readers and " + std::to_string(n_writers) + " writers of the residual stream" +
                      (stream.post_norms.empty() ? std::string()
