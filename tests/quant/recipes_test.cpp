@@ -414,6 +414,24 @@ TEST(SpinQuant, LayerNormsOffTheCentredStreamAreRefused) {
   p.sort();
   err = apply_recipe("spinquant", nlohmann::json::object(), *phi, nullptr);
   EXPECT_NE(err.find("'" + q + "', which is not the residual stream"), std::string::npos) << err;
+
+  // A LayerNorm over another axis, or with its gain computed, is not one the rewrite knows.
+  for (const char* edit : {"axis", "gain"}) {
+    auto bad = host::load_source_model(kModels + "/zoo/phi/model.onnx", "");
+    for (auto& n : bad->graphs[0]->nodes)
+      if (n->name == "/model/final_layernorm/LayerNormalization") {
+        if (std::string(edit) == "axis") {
+          ir::Attribute axis;
+          axis.type = NF_ATTR_INT;
+          axis.i = 1;
+          n->attrs["axis"] = axis;
+        } else {
+          n->inputs[1] = n->inputs[0];
+        }
+      }
+    err = apply_recipe("spinquant", nlohmann::json::object(), *bad, nullptr);
+    EXPECT_NE(err.find("is not a last-axis norm with a constant 1-D gain"), std::string::npos) << edit << ": " << err;
+  }
 }
 
 TEST(SpinQuant, TiedEmbeddingNeedsUntie) {
