@@ -292,14 +292,18 @@ TEST(Hadamard, KroneckerRotationIsTheKroneckerProduct) {
   }
 }
 
-// R1 + R2 on tiny_llama; R1 on mistral_swa (hidden 96 = 12 * 8); qwen2 ties its embedding.
+// R1 + R2 on tiny_llama; R1 on mistral_swa (hidden 96 = 12 * 8); qwen2 ties its embedding;
+// Qwen2-MoE: each expert's down projection, times its routing weight (one column, by shape
+// inference), and the shared expert times its sigmoid gate write the stream; R4 before every
+// expert's down projection.
 TEST(SpinQuant, FloatLogitsWithin1e4) {
   struct Case {
     std::string model;
     nlohmann::json options;
   };
   for (const Case& c : {Case{"tiny_llama", {{"r2", true}, {"seed", 3}}}, Case{"mistral_swa", {{"seed", 1}}},
-                        Case{"qwen2", {{"untie_embedding", true}, {"r2", true}}}}) {
+                        Case{"qwen2", {{"untie_embedding", true}, {"r2", true}}},
+                        Case{"zoo/qwen2_moe", {{"untie_embedding", true}, {"seed", 2}, {"online_down_proj", true}}}}) {
     const std::string dir = kModels + "/" + c.model;
     auto ms = host::load_source_model(dir + "/model.onnx", "");
     const int64_t vocab = nlohmann::json::parse(test::slurp(dir + "/config.json"))["vocab_size"];

@@ -1,5 +1,8 @@
 #include "spinquant/graph_walk.h"
 
+#include <npuforge/graph/infer_shapes.h>
+#include <npuforge/graph/value_types.h>
+
 #include <algorithm>
 #include <set>
 
@@ -37,6 +40,19 @@ nf::Tensor GraphView::float_initializer(const std::string& name) const {
   nf::Tensor t = graph.initializer(name);
   if (!t || t.dtype() != NF_DTYPE_FLOAT32) return {};
   return t;
+}
+
+int64_t GraphView::last_dim(const std::string& v) const {
+  if (!shapes_inferred_) {
+    shapes_inferred_ = true;
+    try {
+      nf::graph::infer_shapes(graph);
+    } catch (const std::exception&) {
+      // An op shape inference cannot type leaves its values unknown: they match nothing here.
+    }
+  }
+  const auto t = nf::graph::get_value_type(graph, v);
+  return t && t->dims && !t->dims->empty() ? t->dims->back() : -1;
 }
 
 bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }

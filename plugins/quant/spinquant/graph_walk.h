@@ -25,8 +25,12 @@ class GraphView {
   bool is_output(const std::string& v) const;
   // The float32 initializer `name` (empty Tensor when absent or another dtype).
   nf::Tensor float_initializer(const std::string& name) const;
+  // The last dimension of `v` as shape inference over the graph finds it (run once, on the
+  // first call); -1 when it is not known.
+  int64_t last_dim(const std::string& v) const;
 
  private:
+  mutable bool shapes_inferred_ = false;
   std::vector<nf::Node> nodes_;
   std::map<std::string, size_t> producer_;
   std::map<std::string, std::vector<Use>> consumers_;

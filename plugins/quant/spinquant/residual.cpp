@@ -10,8 +10,10 @@ bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>&
   return !x.empty() && stream.count(x);
 }
 
-// The linear layers whose outputs `value` sums: one writer, or an Add of writer outputs
-// read only by that Add (parallel attention and MLP).
+// The linear layers whose outputs `value` sums: one writer, an Add of writer outputs
+// (parallel attention and MLP), or a writer output times a value with one column (a mixture
+// of experts' routing weight of each token, a shared expert's gate), each read only there. A
+// rotation of the last axis commutes with all of these.
 bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linear>* out, int depth = 0) {
   Linear w;
   if (linear_writer(gv, value, &w)) {
@@ -19,9 +21,17 @@ bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linea
     return true;
   }
   const nf::Node* p = gv.producer(value);
-  if (!p || p->op_type() != "Add" || p->input_count() != 2 || depth > 4) return false;
-  for (const auto& in : p->inputs())
-    if (gv.is_initializer(in) || gv.consumers(in).size() != 1 || !writers_of(gv, in, out, depth + 1)) return false;
+  while (p && (p->op_type() == "Reshape" || passthrough(p->op_type()))) p = gv.producer(p->input(0));
+  if (!p || p->input_count() != 2 || depth > 64) return false;
+  const std::string a = p->input(0), b = p->input(1);
+  std::vector<Linear> found;
+  auto part = [&](const std::string& v) {
+    return !gv.is_initializer(v) && gv.consumers(v).size() == 1 && writers_of(gv, v, &found, depth + 1);
+  };
+  const bool sum = p->op_type() == "Add" && part(a) && part(b);
+  const bool scaled = p->op_type() == "Mul" && ((gv.last_dim(b) == 1 && part(a)) || (gv.last_dim(a) == 1 && part(b)));
+  if (!sum && !scaled) return false;
+  out->insert(out->end(), found.begin(), found.end());
   return true;
 }
 
