@@ -64,6 +64,10 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
   ResidualStream rs;
   rs.values.insert(embedding_output);
   std::set<std::string> writer_weights;
+  auto claim = [&](const Linear& w) {
+    if (!writer_weights.insert(w.weight).second)
+      throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
+  };
   for (const nf::Node& n : gv.graph.nodes()) {
     std::string_view op = n.op_type();
     if ((passthrough(op) && rs.values.count(n.input(0))) || scaled(gv, n, rs.values)) rs.values.insert(n.output(0));
@@ -76,8 +80,7 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
     if (std::string table = table_of(gv, other); !table.empty()) {
       rs.tables.push_back(table);
     } else if (post_norm_of(gv, other, norms, &post)) {
-      if (!writer_weights.insert(post.writer.weight).second)
-        throw nf::Error("spinquant: weight '" + post.writer.weight + "' writes the residual stream twice");
+      claim(post.writer);
       post.add_output = n.output(0);
       rs.post_norms.push_back(post);
     } else if (!writers_of(gv, other, &writers)) {
@@ -85,8 +88,7 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
                       "', which is not a linear layer's output; cannot rotate the residual stream");
     }
     for (const Linear& w : writers) {
-      if (!writer_weights.insert(w.weight).second)
-        throw nf::Error("spinquant: weight '" + w.weight + "' writes the residual stream twice");
+      claim(w);
       rs.writers.push_back(w);
     }
     rs.values.insert(n.output(0));
