@@ -91,6 +91,13 @@ INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), [](const 
   return test_name(info.param.model, info.param.chain->name);
 });
 
+// spinquant's rotations (the experts' down projections as writers, each times its routing
+// weight) and then the moe transform's gate mask: the same greedy tokens and logits.
+TEST(FamilyMoe, SpinquantThenTheMoeTransform) {
+  for (const char* model : {"zoo/mixtral_onehot", "zoo/qwen2_moe"})
+    expect_golden_package(model, "[[quant]]\nrecipe = \"spinquant\"\n\n" + kMoe + kArcl, "spinquant_moe");
+}
+
 // Gemma-3 from 4B up ships a multimodal config.json: the decoder's shapes and its sliding
 // window sit in text_config. The package must still window the sliding layers (torch's
 // greedy tokens differ from the first one when the window is lost).
