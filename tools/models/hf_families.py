@@ -611,13 +611,15 @@ class Qwen3Attention(ModernAttention):
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
-class Gemma3Attention(ModernAttention):
-    """modeling_gemma3.py (transformers 4.50+): the norms after the head transpose."""
+class HeadNormAttention(ModernAttention):
+    """q_norm / k_norm over each head's head_dim after the head transpose, then the rotary
+    (Gemma-3, EXAONE-4.0; EXAONE-4.0's global layers of a hybrid model take none)."""
 
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx, config.query_pre_attn_scalar ** -0.5)
-        self.q_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = GemmaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+    def __init__(self, config, layer_idx, scaling, norm, rotary=True):
+        super().__init__(config, layer_idx, scaling)
+        self.q_norm = norm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = norm(self.head_dim, eps=config.rms_norm_eps)
+        self.rotary = rotary
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
         input_shape = hidden_states.shape[:-1]
@@ -627,9 +629,27 @@ class Gemma3Attention(ModernAttention):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         query_states = self.q_norm(query_states)
         key_states = self.k_norm(key_states)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.rotary:
+            cos, sin = position_embeddings
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class Gemma3Attention(HeadNormAttention):
+    """modeling_gemma3.py (transformers 4.50+): the norms after the head transpose."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.query_pre_attn_scalar ** -0.5, GemmaRMSNorm)
+
+
+class Exaone4Attention(HeadNormAttention):
+    """modeling_exaone4.py (transformers 4.54+): Llama's RMSNorm of each head after the head
+    transpose; with a sliding window the global layers take no rotary (NoPE)."""
+
+    def __init__(self, config, layer_idx):
+        self.is_sliding = config.layer_types[layer_idx] == "sliding_attention"
+        super().__init__(config, layer_idx, config.head_dim ** -0.5, LlamaRMSNorm,
+                         rotary=config.sliding_window is None or self.is_sliding)
 
 
 class GlmAttention(ModernAttention):
@@ -676,31 +696,6 @@ class Olmo2Attention(ModernAttention):
         value_states = value_states.view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
-
-
-class Exaone4Attention(ModernAttention):
-    """modeling_exaone4.py (transformers 4.54+): RMSNorm of each head after the head transpose;
-    with a sliding window the global layers take no rotary (NoPE)."""
-
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx, config.head_dim ** -0.5)
-        self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.is_sliding = config.layer_types[layer_idx] == "sliding_attention"
-        self.rotary = config.sliding_window is None or self.is_sliding
-
-    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        query_states = self.q_norm(query_states)
-        key_states = self.k_norm(key_states)
-        if self.rotary:
-            cos, sin = position_embeddings
-            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
