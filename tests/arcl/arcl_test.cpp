@@ -109,6 +109,31 @@ TEST(ArclGraphs, SlidingLayersFromEveryConfigSpelling) {
   EXPECT_NE(sliding({{"sliding_window_pattern", "LLX"}}).dump().find("neither a period nor a string of L"), std::string::npos);
 }
 
+// GPT-Neo names its local layers in attention_layers and their window in window_size (no
+// sliding_window key); local layers without a window are refused in one line.
+TEST(ArclGraphs, GptNeoLocalLayers) {
+  nlohmann::json base = nlohmann::json::parse(std::ifstream(model_dir("zoo/gpt_neo") + "/config.json"));
+  auto io_of = [&](const nlohmann::json& extra, std::string* error) {
+    auto ms = load_model("zoo/gpt_neo");
+    nlohmann::json config = base;
+    config.update(extra);
+    ms->metadata["config"] = config.dump();
+    TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 32}});
+    *error = r.error;
+    return r.error.empty() ? nlohmann::json::parse(ms->metadata.at("io")) : nlohmann::json();
+  };
+  std::string error;
+  nlohmann::json io = io_of(nlohmann::json::object(), &error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(io.at("sliding_layers"), nlohmann::json({1, 3}));
+  EXPECT_EQ(io.at("sliding_window"), 4);
+  io = io_of({{"attention_layers", {"global", "global", "global", "global"}}}, &error);
+  ASSERT_EQ(error, "");
+  EXPECT_FALSE(io.contains("sliding_layers") && !io.at("sliding_layers").empty());
+  io_of({{"window_size", 0}}, &error);
+  EXPECT_NE(error.find("local attention_layers but no positive window_size"), std::string::npos) << error;
+}
+
 TEST(ArclGraphs, VariantsContractAndMetadata) {
   auto ms = load_model("mistral_swa");
   ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", {256, 512}}, {"kv_layout", "htp"}}).error, "");

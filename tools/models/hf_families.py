@@ -24,6 +24,10 @@ Families (FAMILIES below):
                   attention and MLP only, q_norm / k_norm over head_dim after the head
                   transpose, hybrid attention from layer_types (an active sliding window on
                   the sliding layers, no rotary on the global ones: NoPE), tied
+  gpt_neo         modeling_gpt_neo.py (4.44): GPT-2's learned positions, LayerNorms and tied
+                  head with separate q/k/v (no bias), unscaled float32 scores, and global and
+                  local layers alternating (attention_layers): a local layer's `bias` buffer
+                  keeps each query's last window_size keys, applied with Where
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -117,9 +121,10 @@ class FamilyConfig:
 
     def __init__(self, d):
         self.raw = dict(d)
-        gpt2 = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
-                "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps"}
-        d = dict(d, **{llama: d[k] for k, llama in gpt2.items() if k in d})  # GPT-2's key names
+        gpt = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+               "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps",
+               "num_heads": "num_attention_heads", "num_layers": "num_hidden_layers"}
+        d = dict(d, **{llama: d[k] for k, llama in gpt.items() if k in d})  # GPT-2's and GPT-Neo's key names
         for k, v in d.items():
             setattr(self, k, v)
         self.num_key_value_heads = d.get("num_key_value_heads") or d["num_attention_heads"]
@@ -1685,6 +1690,110 @@ class GPT2LMHeadModel(DecoderLM):
         return tuple([logits] + out)
 
 
+class GPTNeoSelfAttention(GPT2Attention):
+    """modeling_gpt_neo.py 4.44: q/k/v without bias, out_proj with; scores in float32 and not
+    scaled; a local layer's `bias` buffer keeps each query's last window_size keys (tril xor
+    tril(-window_size)), applied with Where as GPT-2's, then the model's causal mask added."""
+
+    def __init__(self, config, attention_type):
+        nn.Module.__init__(self)
+        n = config.max_position_embeddings
+        bias = torch.tril(torch.ones((n, n), dtype=torch.bool)).view(1, 1, n, n)
+        if attention_type == "local":
+            bias = torch.bitwise_xor(bias, torch.tril(bias, -config.window_size))
+        self.register_buffer("bias", bias, persistent=False)
+        self.embed_dim = config.hidden_size
+        self.num_heads = config.num_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        self.k_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=False)
+        self.v_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=False)
+        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=False)
+        self.out_proj = nn.Linear(self.embed_dim, self.embed_dim, bias=True)
+        self.attn_dropout = nn.Dropout(config.attention_dropout)
+        self.resid_dropout = nn.Dropout(config.resid_dropout)
+
+    def _attn(self, query, key, value, attention_mask):
+        query = query.to(torch.float32)
+        key = key.to(torch.float32)
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length: key_length, :key_length]
+        mask_value = torch.tensor(torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
+        attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+        attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = self.attn_dropout(attn_weights.to(value.dtype))
+        return torch.matmul(attn_weights, value)
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        query = self._split_heads(self.q_proj(hidden_states), self.num_heads, self.head_dim)
+        key = self._split_heads(self.k_proj(hidden_states), self.num_heads, self.head_dim)
+        value = self._split_heads(self.v_proj(hidden_states), self.num_heads, self.head_dim)
+        past_key, past_value = layer_past
+        key = torch.cat((past_key, key), dim=-2)
+        value = torch.cat((past_value, value), dim=-2)
+        present = (key, value)
+        attn_output = self._attn(query, key, value, attention_mask)
+        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
+        return self.resid_dropout(self.out_proj(attn_output)), present
+
+
+class GPTNeoBlock(nn.Module):
+    def __init__(self, config, layer_id):
+        super().__init__()
+        inner = config.intermediate_size if config.intermediate_size is not None else 4 * config.hidden_size
+        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.attn = nn.Module()  # GPTNeoAttention: the local or global self-attention
+        self.attn.attention = GPTNeoSelfAttention(config, config.attention_layers[layer_id])
+        self.ln_2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = nn.Linear(config.hidden_size, inner)
+        self.mlp.c_proj = nn.Linear(inner, config.hidden_size)
+        self.mlp.dropout = nn.Dropout(config.resid_dropout)
+        self.act = ACT2FN[config.activation_function]
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        residual = hidden_states
+        attn_output, present = self.attn.attention(self.ln_1(hidden_states), layer_past, attention_mask)
+        hidden_states = attn_output + residual
+        residual = hidden_states
+        feed_forward = self.mlp.dropout(self.mlp.c_proj(self.act(self.mlp.c_fc(self.ln_2(hidden_states)))))
+        return residual + feed_forward, present
+
+
+class GPTNeoForCausalLM(DecoderLM):
+    """modeling_gpt_neo.py 4.44: `transformer` (wte + wpe, blocks alternating global and local
+    attention as attention_layers lists them, ln_f), the model's causal mask (HF's
+    _update_causal_mask) added to the scores after each layer's own Where, a tied lm_head."""
+
+    def __init__(self, cfg_dict, mask_style="masked_fill"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "gpt_neo", mask_style
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.transformer.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.transformer.drop = nn.Dropout(config.embed_dropout)
+        self.transformer.h = nn.ModuleList([GPTNeoBlock(config, i) for i in range(config.num_layers)])
+        self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.drop(t.wte(input_ids) + t.wpe(position_ids))
+        past_seen_tokens = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen_tokens, past_seen_tokens + input_ids.shape[1])
+        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen_tokens,
+                                         self.mask_style)
+        out = []
+        for i, block in enumerate(t.h):
+            hidden_states, (k, v) = block(hidden_states, (past_flat[2 * i], past_flat[2 * i + 1]), causal_mask)
+            out += [k, v]
+        logits = self.lm_head(t.ln_f(hidden_states))
+        return tuple([logits] + out)
+
+
 class GPTNeoXAttention(nn.Module):
     """modeling_gpt_neox.py (transformers 4.48+, Pythia): one query_key_value projection viewed
     as [b, s, heads, 3 * head_size] (each head's q, k and v side by side), transposed, then
@@ -1859,6 +1968,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return FalconForCausalLM(cfg_dict, mask_style)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
+    if family == "gpt_neo":
+        return GPTNeoForCausalLM(cfg_dict, mask_style)
     if family == "gpt_neox":
         return GPTNeoXForCausalLM(cfg_dict, mask_style)
     return CausalLM(cfg_dict, family, mask_style, attn_implementation)

@@ -250,6 +250,17 @@ MODELS = {
         "attn_pdrop": 0.0, "initializer_range": 0.02, "scale_attn_weights": True, "use_cache": True,
         "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "torch_dtype": "float32",
     },
+    "gpt_neo": {
+        "architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "transformers_version": "4.44.0",
+        "vocab_size": 320, "hidden_size": 64, "num_layers": 4, "num_heads": 4, "intermediate_size": None,
+        # GPT-Neo's alternating global and local layers, with a window of 4 so that it is active
+        # in the 23-token golden (GPT-Neo-1.3B: 256)
+        "attention_types": [[["global", "local"], 2]],
+        "attention_layers": ["global", "local", "global", "local"], "window_size": 4,
+        "max_position_embeddings": 256, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+        "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0, "initializer_range": 0.02,
+        "use_cache": True, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "torch_dtype": "float32",
+    },
     "gpt_neox": {
         "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "transformers_version": "4.48.0",
         "vocab_size": 320, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
@@ -280,7 +291,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -318,7 +329,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_neox", "falcon"):
+    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -373,7 +384,8 @@ def gpt2_init(model, g):
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / fan_in ** 0.5)
                 if "c_attn" in name or "query_key_value" in name:
                     p.mul_(3.0)
-                elif name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name:
+                elif (name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name
+                      or name.endswith("out_proj.weight")):
                     p.mul_(4.0)
                 elif name == "embed_out.weight":
                     p.mul_(4.0)

@@ -54,23 +54,28 @@ std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std:
   return found;
 }
 
-// Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh),
-// Where(mask, scores, min) (GPT-2's causal mask from a tril buffer, which the static lengths
-// fold to the rows of the new tokens) and Adds; returns each Add on the way with the index of
-// its other operand.
-std::vector<MaskUse> adds_before_softmax(const nf::graph::GraphView& view, const nf::Node& qk) {
+// The ops between QK^T and the Softmax that mask the scores: each Add with the index of its
+// other operand, and each Where(condition, scores, min).
+struct ScorePath {
   std::vector<MaskUse> adds;
+  std::vector<nf::Node> wheres;
+};
+
+// Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh),
+// Wheres (GPT-2's causal and GPT-Neo's local masks from buffers) and Adds; empty when the
+// path leaves these ops.
+ScorePath score_path(const nf::graph::GraphView& view, const nf::Node& qk) {
+  ScorePath path;
   std::string v = qk.output(0);
   for (int step = 0; step < 8; ++step) {
     const auto& users = view.consumers(v);
     if (users.size() != 1) return {};
     const nf::Node& u = users[0];
     std::string_view op = u.op_type();
-    if (op == "Softmax") return adds;
-    if (op == "Add" && u.input_count() == 2) adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
-    else if (op == "Where" ? u.input_count() != 3 || u.input(0) == v  // the scores are a branch, not the condition
-                           : op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh")
-      return {};
+    if (op == "Softmax") return path;
+    if (op == "Add" && u.input_count() == 2) path.adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
+    else if (op == "Where" && u.input_count() == 3 && u.input(1) == v) path.wheres.push_back(u);  // the scores as the kept branch
+    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh") return {};
     v = u.output(0);
   }
   return {};
@@ -91,10 +96,13 @@ std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, c
       throw nf::Error(where + "expected one attention-score MatMul after the key Concat, found " + std::to_string(qk.size()));
     // The mask is the Add operand computed from attention_mask (its causal and window
     // parts come from shapes and positions, which fold away).
-    for (const MaskUse& use : adds_before_softmax(view, qk[0])) {
+    const ScorePath path = score_path(view, qk[0]);
+    for (const MaskUse& use : path.adds) {
       nf::Node add(use.add);
       if (view.upstream(add.input(use.mask_slot)).count(mask_input)) site.masks.push_back(use);
     }
+    for (const nf::Node& w : path.wheres)
+      if (view.computed_without_inputs(w.input(0))) site.slot_masks.push_back(w.get());
     if (site.masks.empty())
       throw nf::Error(where + "found no mask derived from attention_mask added to the scores before Softmax");
   }

@@ -29,6 +29,10 @@ struct MaskUse {
 struct LayerSites {
   KvConcat key, value;
   std::vector<MaskUse> masks;
+  // Where(condition, scores, min) whose condition reads no input's data: the model's own
+  // causal (GPT-2) or local-window (GPT-Neo) buffer, sliced by the cache length.
+  // In the static layout a slot is not a position; the mask inputs carry causality and window.
+  std::vector<nf_node*> slot_masks;
 };
 
 // One entry per layer. Throws nf::Error when a layer does not have the expected shape.

@@ -23,10 +23,23 @@ int64_t config_int(const nlohmann::json& config, const char* key) {
 // sliding layers one by one; configs written before layer_types make every
 // `sliding_window_pattern`-th layer global (Gemma-3, Cohere2) or spell the period out ("LLLG",
 // EXAONE-4.0); Gemma-2 slides on the even layers; Qwen2
-// slides from `max_window_layers` on, and only when `use_sliding_window` is set.
+// slides from `max_window_layers` on, and only when `use_sliding_window` is set; GPT-Neo names
+// its local layers in `attention_layers` and their window in `window_size`.
 void read_sliding_window(const nlohmann::json& full_config, ModelInfo& info) {
   const nlohmann::json& config = nf::hf_config::decoder_of(full_config);  // a multimodal config's text_config
   if (!config.is_object()) return;
+  if (config.contains("attention_layers") && config["attention_layers"].is_array()) {
+    // GPT-Neo: "global" / "local" per layer, the local ones over the last `window_size` keys
+    // (the window lives in each layer's causal buffer in the graph, which the mask input replaces).
+    const auto& types = config["attention_layers"];
+    for (size_t i = 0; i < types.size() && static_cast<int64_t>(i) < info.layers; ++i)
+      if (types[i].is_string() && types[i].get<std::string>() == "local") info.sliding_layers.push_back(static_cast<int64_t>(i));
+    if (info.sliding_layers.empty()) return;
+    info.sliding_window = config_int(config, "window_size");
+    if (info.sliding_window <= 0)
+      throw nf::Error("arcl: config.json lists local attention_layers but no positive window_size");
+    return;
+  }
   int64_t window = config_int(config, "sliding_window");
   if (window <= 0) return;
   if (config.contains("use_sliding_window") && config["use_sliding_window"].is_boolean() &&

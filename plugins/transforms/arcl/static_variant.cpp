@@ -129,6 +129,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
     any_sliding_mask |= sliding;
     for (const MaskUse& use : sites[l].masks)
       nf::Node(use.add).set_input(use.mask_slot, sliding ? kSlidingAttentionMask : kAttentionMask);
+    for (nf_node* w : sites[l].slot_masks) view.replace_uses(nf::Node(w).output(0), nf::Node(w).input(1));
   }
   KvRewrite kv{g, view, names, htp};
   for (int64_t l = 0; l < info.layers; ++l) {
