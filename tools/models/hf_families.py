@@ -1619,8 +1619,14 @@ class GPT2Attention(nn.Module):
         attn_weights = self.attn_dropout(attn_weights.type(value.dtype))
         return torch.matmul(attn_weights, value)
 
+    def project(self, hidden_states):
+        return self.c_attn(hidden_states).split(self.split_size, dim=2)
+
+    def out(self, attn_output):
+        return self.c_proj(attn_output)
+
     def forward(self, hidden_states, layer_past, attention_mask):
-        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        query, key, value = self.project(hidden_states)
         query = self._split_heads(query, self.num_heads, self.head_dim)
         key = self._split_heads(key, self.num_heads, self.head_dim)
         value = self._split_heads(value, self.num_heads, self.head_dim)
@@ -1630,7 +1636,7 @@ class GPT2Attention(nn.Module):
         present = (key, value)
         attn_output = self._attn(query, key, value, attention_mask)
         attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
-        return self.resid_dropout(self.c_proj(attn_output)), present
+        return self.resid_dropout(self.out(attn_output)), present
 
 
 class GPT2Block(nn.Module):
@@ -1725,17 +1731,11 @@ class GPTNeoSelfAttention(GPT2Attention):
         attn_weights = self.attn_dropout(attn_weights.to(value.dtype))
         return torch.matmul(attn_weights, value)
 
-    def forward(self, hidden_states, layer_past, attention_mask):
-        query = self._split_heads(self.q_proj(hidden_states), self.num_heads, self.head_dim)
-        key = self._split_heads(self.k_proj(hidden_states), self.num_heads, self.head_dim)
-        value = self._split_heads(self.v_proj(hidden_states), self.num_heads, self.head_dim)
-        past_key, past_value = layer_past
-        key = torch.cat((past_key, key), dim=-2)
-        value = torch.cat((past_value, value), dim=-2)
-        present = (key, value)
-        attn_output = self._attn(query, key, value, attention_mask)
-        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
-        return self.resid_dropout(self.out_proj(attn_output)), present
+    def project(self, hidden_states):
+        return self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+
+    def out(self, attn_output):
+        return self.out_proj(attn_output)
 
 
 class GPTNeoBlock(nn.Module):
