@@ -57,6 +57,11 @@ int64_t GraphView::last_dim(const std::string& v) const {
 
 bool passthrough(std::string_view op) { return op == "Cast" || op == "Identity"; }
 
+std::string through_casts(const GraphView& gv, std::string value) {
+  for (const nf::Node* p = gv.producer(value); p && passthrough(p->op_type()); p = gv.producer(value)) value = p->input(0);
+  return value;
+}
+
 std::string scaled_operand(const GraphView& gv, const nf::Node& n) {
   auto scalar = [&](const std::string& v) {
     if (gv.is_initializer(v)) return gv.float_initializer(v).numel() == 1;
@@ -122,9 +127,7 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv) {
       nf::Tensor gain = gv.float_initializer(mul.input(gi));
       if (!gain || gain.dims().size() != 1) continue;
       // The normalized operand: x * (1 / sqrt(mean(x^2) + eps)) or x / sqrt(...), Casts allowed.
-      std::string v = mul.input(1 - gi);
-      const nf::Node* p = gv.producer(v);
-      while (p && passthrough(p->op_type())) p = gv.producer(p->input(0));
+      const nf::Node* p = gv.producer(through_casts(gv, mul.input(1 - gi)));
       if (!p || (p->op_type() != "Mul" && p->op_type() != "Div")) continue;
       bool has_mean = false;
       std::string x;
@@ -150,12 +153,7 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv) {
       }
       if (!has_mean) continue;
       // x of the norm is the residual value before its Cast.
-      const nf::Node* c = gv.producer(x);
-      while (c && passthrough(c->op_type())) {
-        x = c->input(0);
-        c = gv.producer(x);
-      }
-      result.push_back({x, mul.output(0), mul.input(gi)});
+      result.push_back({through_casts(gv, x), mul.output(0), mul.input(gi)});
       break;
     }
   }

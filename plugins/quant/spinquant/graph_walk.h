@@ -71,6 +71,9 @@ std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value
 // Cast and Identity: the value goes through unchanged.
 bool passthrough(std::string_view op);
 
+// `value` before the Casts and Identities that make it (itself when none does).
+std::string through_casts(const GraphView& gv, std::string value);
+
 // The other operand of a Mul by, or a Div by, a one-element constant (initializer or
 // Constant node); "" when `n` is not that. A rotation commutes with such a scaling.
 std::string scaled_operand(const GraphView& gv, const nf::Node& n);

@@ -176,12 +176,11 @@ std::vector<std::string> rewrite_layer_norms(nf::Graph& g, const std::string& em
   const std::vector<RmsNorm> norms = find_rms_norms(gv, D);
   const std::set<std::string> on_stream = find_residual_stream(gv, embedding_output, norms).values;
   std::set<std::string> sources;  // what each centred value is a Cast of (norms read through Casts)
-  for (std::string v : centred) {
+  for (const std::string& v : centred) {
     if (!on_stream.count(v))
       throw nf::Error("spinquant: a LayerNorm (or mean subtraction) reads '" + v +
                       "', which is not the residual stream: only the stream is centred");
-    for (const nf::Node* p = gv.producer(v); p && passthrough(p->op_type()); p = gv.producer(v)) v = p->input(0);
-    sources.insert(v);
+    sources.insert(through_casts(gv, v));
   }
   for (const RmsNorm& n : norms)
     if (on_stream.count(n.input) && !sources.count(n.input))

@@ -37,8 +37,7 @@ bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linea
 
 // The 2-D float table `value` is a Gather of (a position embedding): "" when it is not one.
 std::string table_of(const GraphView& gv, const std::string& value) {
-  const nf::Node* p = gv.producer(value);
-  while (p && passthrough(p->op_type())) p = gv.producer(p->input(0));
+  const nf::Node* p = gv.producer(through_casts(gv, value));
   if (!p || p->op_type() != "Gather" || p->attr_int("axis", 0) != 0) return "";
   const nf::Tensor t = gv.float_initializer(p->input(0));
   return t && t.dims().size() == 2 ? p->input(0) : "";
@@ -46,8 +45,7 @@ std::string table_of(const GraphView& gv, const std::string& value) {
 
 // The norm of a writer's output that `value` is (through Casts): false when it is not one.
 bool post_norm_of(const GraphView& gv, const std::string& value, const std::vector<RmsNorm>& norms, PostNorm* out) {
-  std::string v = value;
-  for (const nf::Node* p = gv.producer(v); p && passthrough(p->op_type()); p = gv.producer(v)) v = p->input(0);
+  const std::string v = through_casts(gv, value);
   for (const RmsNorm& n : norms)
     if (n.output == v && linear_writer(gv, n.input, &out->writer)) {
       out->norm = n;
@@ -113,8 +111,7 @@ std::vector<Linear> down_projections(const GraphView& gv, const ResidualStream& 
   std::vector<Linear> result, writers = stream.writers;
   for (const PostNorm& p : stream.post_norms) writers.push_back(p.writer);
   for (const Linear& w : writers) {
-    const nf::Node* p = gv.producer(w.input);
-    while (p && passthrough(p->op_type())) p = gv.producer(p->input(0));
+    const nf::Node* p = gv.producer(through_casts(gv, w.input));
     if (p && p->op_type() == "Mul" && !gv.is_initializer(p->input(0)) && !gv.is_initializer(p->input(1)))
       result.push_back(w);
   }
