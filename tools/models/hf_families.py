@@ -1669,25 +1669,28 @@ class GPT2LMHeadModel(DecoderLM):
     def __init__(self, cfg_dict, family="gpt2", mask_style=None, attn_implementation="eager"):
         super().__init__()
         config = FamilyConfig(cfg_dict)
-        config.head_dim = config.hidden_size // config.num_attention_heads
-        config.num_key_value_heads = config.num_attention_heads
-        self.config, self.family = config, family
+        self.config, self.family, self.mask_style = config, family, mask_style
         self.transformer = nn.Module()
         self.transformer.wte = nn.Embedding(config.vocab_size, config.hidden_size)
         self.transformer.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.transformer.drop = nn.Dropout(config.embd_pdrop)
-        self.transformer.h = nn.ModuleList([GPT2Block(config) for _ in range(config.num_hidden_layers)])
+        self.transformer.drop = nn.Dropout(config.raw.get("embd_pdrop", config.raw.get("embed_dropout", 0.0)))
+        self.transformer.h = nn.ModuleList([self.block(config, i) for i in range(config.num_hidden_layers)])
         self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight
 
+    def block(self, config, layer_id):
+        return GPT2Block(config)
+
+    def causal_mask(self, attention_mask, hidden_states, input_ids, past_flat):
+        attention_mask = attention_mask.view(input_ids.shape[0], -1)[:, None, None, :]
+        attention_mask = attention_mask.to(dtype=hidden_states.dtype)
+        return (1.0 - attention_mask) * torch.finfo(hidden_states.dtype).min
+
     def forward(self, input_ids, attention_mask, position_ids, *past_flat):
         t = self.transformer
         hidden_states = t.drop(t.wte(input_ids) + t.wpe(position_ids))
-        batch_size = input_ids.shape[0]
-        attention_mask = attention_mask.view(batch_size, -1)[:, None, None, :]
-        attention_mask = attention_mask.to(dtype=hidden_states.dtype)
-        attention_mask = (1.0 - attention_mask) * torch.finfo(hidden_states.dtype).min
+        attention_mask = self.causal_mask(attention_mask, hidden_states, input_ids, past_flat)
         out = []
         for i, block in enumerate(t.h):
             hidden_states, (k, v) = block(hidden_states, (past_flat[2 * i], past_flat[2 * i + 1]), attention_mask)
@@ -1761,37 +1764,21 @@ class GPTNeoBlock(nn.Module):
         return residual + feed_forward, present
 
 
-class GPTNeoForCausalLM(DecoderLM):
-    """modeling_gpt_neo.py 4.44: `transformer` (wte + wpe, blocks alternating global and local
-    attention as attention_layers lists them, ln_f), the model's causal mask (HF's
-    _update_causal_mask) added to the scores after each layer's own Where, a tied lm_head."""
+class GPTNeoForCausalLM(GPT2LMHeadModel):
+    """modeling_gpt_neo.py 4.44: GPT-2's model with GPT-Neo's blocks, alternating global and
+    local attention as attention_layers lists them, and the model's causal mask (HF's
+    _update_causal_mask) added to the scores after each layer's own Where."""
 
     def __init__(self, cfg_dict, mask_style="masked_fill"):
-        super().__init__()
-        config = FamilyConfig(cfg_dict)
-        self.config, self.family, self.mask_style = config, "gpt_neo", mask_style
-        self.transformer = nn.Module()
-        self.transformer.wte = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.transformer.wpe = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.transformer.drop = nn.Dropout(config.embed_dropout)
-        self.transformer.h = nn.ModuleList([GPTNeoBlock(config, i) for i in range(config.num_layers)])
-        self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight
+        super().__init__(cfg_dict, "gpt_neo", mask_style)
 
-    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
-        t = self.transformer
-        hidden_states = t.drop(t.wte(input_ids) + t.wpe(position_ids))
+    def block(self, config, layer_id):
+        return GPTNeoBlock(config, layer_id)
+
+    def causal_mask(self, attention_mask, hidden_states, input_ids, past_flat):
         past_seen_tokens = past_flat[0].shape[-2]
         cache_position = torch.arange(past_seen_tokens, past_seen_tokens + input_ids.shape[1])
-        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen_tokens,
-                                         self.mask_style)
-        out = []
-        for i, block in enumerate(t.h):
-            hidden_states, (k, v) = block(hidden_states, (past_flat[2 * i], past_flat[2 * i + 1]), causal_mask)
-            out += [k, v]
-        logits = self.lm_head(t.ln_f(hidden_states))
-        return tuple([logits] + out)
+        return update_causal_mask(attention_mask, hidden_states, cache_position, past_seen_tokens, self.mask_style)
 
 
 class GPTNeoXAttention(nn.Module):
