@@ -591,6 +591,15 @@ class ModernAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=b)
 
+    def heads(self, hidden_states):
+        """The q, k and v projections viewed as [b, heads, s, head_dim] (with the input's shape)."""
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        return input_shape, query_states, key_states, value_states
+
     def attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape):
         return attend(self, query_states, key_states, value_states, attention_mask, past_key_value, input_shape,
                       self.o_proj)
@@ -627,11 +636,7 @@ class HeadNormAttention(ModernAttention):
         self.rotary = rotary
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
         query_states = self.q_norm(query_states)
         key_states = self.k_norm(key_states)
         if self.rotary:
@@ -667,11 +672,7 @@ class GlmAttention(ModernAttention):
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
         cos, sin = position_embeddings
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         # HF's repeat_interleave(2), written as stack + flatten (torch 1.13's exporter of
@@ -777,11 +778,7 @@ class Cohere2Attention(ModernAttention):
         self.sliding_window = config.sliding_window if (layer_idx + 1) % config.sliding_window_pattern else None
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
         if self.sliding_window is not None:  # the global layers have no position encoding
             cos, sin = position_embeddings
             dtype = query_states.dtype
