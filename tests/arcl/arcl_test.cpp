@@ -134,6 +134,24 @@ TEST(ArclGraphs, GptNeoLocalLayers) {
   EXPECT_NE(error.find("local attention_layers but no positive window_size"), std::string::npos) << error;
 }
 
+// GPT-J gathers its sin / cos rows with torch.gather: GatherElements by position_ids repeated
+// over the rotary dims. The static graphs gather whole rows (Gather by the positions), which
+// the NPU backends take (ARIES has no element-wise gather), and keep torch's greedy tokens.
+TEST(ArclGolden, GptjRotaryRowsGathered) {
+  expect_golden("zoo/gptj", kAr14Cl32);
+  auto ms = load_model("zoo/gptj");
+  ASSERT_EQ(apply_arcl(*ms, kAr14Cl32).error, "");
+  for (const auto& g : ms->graphs) {
+    int gathers_by_position = 0;
+    for (const auto& n : g->nodes) {
+      EXPECT_NE(n->op_type, "GatherElements") << g->name;
+      gathers_by_position += n->op_type == "Gather" && g->initializer(n->inputs.at(0)) != nullptr &&
+                             g->initializer(n->inputs.at(0))->dims.size() == 3;
+    }
+    EXPECT_EQ(gathers_by_position, 1) << g->name << ": one sin / cos row gather, shared by the layers";
+  }
+}
+
 TEST(ArclGraphs, VariantsContractAndMetadata) {
   auto ms = load_model("mistral_swa");
   ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", {256, 512}}, {"kv_layout", "htp"}}).error, "");

@@ -15,6 +15,7 @@ namespace nf::test {
 namespace {
 
 const std::string kArcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 32\n\n";
+const std::string kArclCl256 = "[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\ncontext_length = 256\n\n";
 const std::string kSplit = "[[transform]]\nplugin = \"split\"\nnum_splits = 3\n\n";
 const std::string kMha2sha = "[[transform]]\nplugin = \"mha2sha\"\n\n";
 const std::string kMoe = "[[transform]]\nplugin = \"moe\"\n\n";
@@ -90,6 +91,61 @@ TEST_P(Family, KeepsTorchGreedy) {
 INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), [](const auto& info) {
   return test_name(info.param.model, info.param.chain->name);
 });
+
+// The NPU targets from the same chain (the moe transform on MoE models: their routers'
+// OneHot / ScatterElements have no NPU op): the htp package runs in float and keeps torch's
+// greedy tokens (fp16 activations: logits within 5e-3); the aries package runs W8A8 integer arithmetic, so it must build,
+// open and decode, and its agreement with torch is printed, not asserted. CL 256: ARIES
+// prefills in chunks of 128 rows.
+class FamilyNpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyNpu, HtpKeepsTorchGreedyAndAriesDecodes) {
+  const std::string& model = GetParam();
+  WorkDir work("npu_" + model);
+  const fs::path m = fs::path(model_dir(model));
+  const std::string toml = "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\nconfig = \"" +
+                           (m / "config.json").string() + "\"\n\n" + kArclCl256 + kSplit + kMha2sha + (is_moe(model) ? kMoe : "") +
+                           "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n\n[targets.aries]\nbackend = \"aries\"\n";
+  std::ofstream(work.path / "manifest.toml") << toml;
+  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << "\nmanifest:\n" << toml;
+  nlohmann::json g = golden(model);
+  auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+  auto htp = open_package(work.path / "out" / "htp");
+  Greedy got = greedy(*htp->runner, prompt, want.size());
+  EXPECT_EQ(got.tokens, want) << "htp";
+  const double err = relative_error(got.last_logits, g.at("last_logits").get<std::vector<float>>());
+  EXPECT_LT(err, 5e-3) << "htp (fp16 activations)";
+  std::vector<int32_t> aries = cli_greedy(work.path / "out" / "aries", prompt, want.size());
+  ASSERT_EQ(aries.size(), want.size()) << "aries";
+  size_t agree = 0;
+  while (agree < want.size() && aries[agree] == want[agree]) ++agree;
+  std::printf("%s: htp keeps torch's %zu greedy tokens (last logits within %.2g); aries (W8A8) agrees on the first %zu\n",
+              model.c_str(), want.size(), err, agree);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, FamilyNpu, ::testing::ValuesIn(models()),
+                         [](const auto& info) { return test_name(info.param, "npu"); });
+
+// Without the moe transform a router's OneHot (Qwen2-MoE) or ScatterElements (Mixtral's
+// scatter form) reaches the NPU compilers: one error line that names the transform, no package.
+TEST(FamilyNpu, MoeRouterNamesTheMoeTransform) {
+  for (const char* model : {"zoo/qwen2_moe", "zoo/mixtral_scatter"})
+    for (const char* target : {"htp", "aries"}) {
+      WorkDir work(std::string("npu_router_") + target + "_" + model);
+      const fs::path m = fs::path(model_dir(model));
+      std::ofstream(work.path / "manifest.toml")
+          << "[model]\nonnx = \"" << (m / "model.onnx").string() << "\"\n\n" << kArclCl256 << "[targets.npu]\nbackend = \""
+          << target << "\"\n" << (std::string(target) == "htp" ? "chipset = \"sm8750\"\n" : "");
+      auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+      EXPECT_NE(r.exit_code, 0) << model << " " << target;
+      EXPECT_NE(r.err.find("a mixture-of-experts router: run the moe transform before compiling for " + std::string(target)),
+                std::string::npos)
+          << r.err;
+      EXPECT_FALSE(fs::exists(work.path / "out" / "npu")) << "a refused build leaves no package";
+    }
+}
 
 // spinquant's rotations (the experts' down projections as writers, each times its routing
 // weight) and then the moe transform's gate mask: the same greedy tokens and logits.

@@ -28,6 +28,10 @@ Families (FAMILIES below):
                   head with separate q/k/v (no bias), unscaled float32 scores, and global and
                   local layers alternating (attention_layers): a local layer's `bias` buffer
                   keeps each query's last window_size keys, applied with Where
+  gptj            modeling_gptj.py (4.48+, GPT-J-6B): q and k rotated while still [b, s, heads,
+                  head_dim] (interleaved rotate_every_two over the first rotary_dim dims, sin
+                  and cos GatherElements'd from a sinusoid table by position_ids), then
+                  permuted; one LayerNorm feeds attention and MLP in parallel; lm_head with bias
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -1946,6 +1950,122 @@ class FalconForCausalLM(DecoderLM):
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
 
 
+class GPTJAttention(nn.Module):
+    """modeling_gptj.py (4.48+): q/k/v/out_proj without bias. q and k are viewed [b, s, heads,
+    head_dim] and rotated in that layout (the first rotary_dim dims, interleaved pairs), then
+    permuted; sin and cos come from a [n_positions, rotary_dim] sinusoid table repeated over
+    the batch and gathered by position_ids (torch.gather: GatherElements); scores in float32
+    over the model's additive causal mask, divided by sqrt(head_dim)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.num_attention_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_attention_heads
+        self.scale_attn = torch.sqrt(torch.tensor(self.head_dim, dtype=torch.float32))
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.rotary_dim = config.rotary_dim
+        self.embed_positions = gptj_sinusoidal_positions(config.max_position_embeddings,
+                                                         self.rotary_dim or config.hidden_size)
+
+    def _split_heads(self, tensor, rotary):
+        tensor = tensor.view(tensor.size()[:-1] + (self.num_attention_heads, self.head_dim))
+        return tensor if rotary else tensor.permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        query = self._split_heads(self.q_proj(hidden_states), True)
+        key = self._split_heads(self.k_proj(hidden_states), True)
+        value = self._split_heads(self.v_proj(hidden_states), False)
+        embed_positions = self.embed_positions.repeat(position_ids.shape[0], 1, 1)
+        repeated_position_ids = position_ids.unsqueeze(-1).repeat(1, 1, embed_positions.shape[-1])
+        sincos = torch.gather(embed_positions, 1, repeated_position_ids)
+        sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+        r = self.rotary_dim
+        key = torch.cat([gptj_apply_rotary(key[:, :, :, :r], sin, cos), key[:, :, :, r:]], dim=-1)
+        query = torch.cat([gptj_apply_rotary(query[:, :, :, :r], sin, cos), query[:, :, :, r:]], dim=-1)
+        key = key.permute(0, 2, 1, 3)
+        query = query.permute(0, 2, 1, 3)
+        key = torch.cat((past_key_value[0], key), dim=-2)
+        value = torch.cat((past_key_value[1], value), dim=-2)
+        present = (key, value)
+        attn_weights = torch.matmul(query.to(torch.float32), key.to(torch.float32).transpose(-1, -2))
+        attn_weights = attn_weights / self.scale_attn
+        attn_weights = attn_weights + attention_mask[:, :, :, : key.shape[-2]]
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1).to(value.dtype)
+        attn_output = torch.matmul(attn_weights, value).permute(0, 2, 1, 3).contiguous()
+        attn_output = attn_output.view(attn_output.size()[:-2] + (self.num_attention_heads * self.head_dim,))
+        return self.out_proj(attn_output), present
+
+
+def gptj_sinusoidal_positions(num_pos, dim):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+    sinusoid_inp = torch.einsum("i , j -> i j", torch.arange(num_pos, dtype=torch.int64).float(), inv_freq).float()
+    return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
+
+
+def rotate_every_two(x):
+    x1 = x[:, :, :, ::2]
+    x2 = x[:, :, :, 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def gptj_apply_rotary(tensor, sin, cos):
+    sin = torch.repeat_interleave(sin[:, :, None, :], 2, 3)
+    cos = torch.repeat_interleave(cos[:, :, None, :], 2, 3)
+    return (tensor * cos) + (rotate_every_two(tensor) * sin)
+
+
+class GPTJBlock(nn.Module):
+    """ln_1 feeds attention and the MLP (fc_in, gelu_new, fc_out; both with bias) in parallel."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        inner = config.n_inner if getattr(config, "n_inner", None) is not None else 4 * config.hidden_size
+        self.ln_1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn = GPTJAttention(config, layer_idx)
+        self.mlp = nn.Module()
+        self.mlp.fc_in = nn.Linear(config.hidden_size, inner)
+        self.mlp.fc_out = nn.Linear(inner, config.hidden_size)
+        self.act = ACT2FN[config.activation_function]
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        residual = hidden_states
+        hidden_states = self.ln_1(hidden_states)
+        attn_output, present = self.attn(hidden_states, attention_mask, position_ids, past_key_value)
+        feed_forward_hidden_states = self.mlp.fc_out(self.act(self.mlp.fc_in(hidden_states)))
+        return attn_output + feed_forward_hidden_states + residual, present
+
+
+class GPTJForCausalLM(DecoderLM):
+    """`transformer` (wte, h, ln_f; the Llama-style additive causal mask) and an untied lm_head
+    with bias."""
+
+    def __init__(self, cfg_dict, mask_style="masked_fill"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "gptj", mask_style
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.transformer.h = nn.ModuleList([GPTJBlock(config, i) for i in range(config.num_hidden_layers)])
+        self.transformer.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.wte(input_ids)
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
+        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
+        out = []
+        for i, block in enumerate(t.h):
+            hidden_states, (k, v) = block(hidden_states, causal_mask, position_ids,
+                                          (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
@@ -1956,10 +2076,28 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return GPTNeoForCausalLM(cfg_dict, mask_style)
     if family == "gpt_neox":
         return GPTNeoXForCausalLM(cfg_dict, mask_style)
+    if family == "gptj":
+        return GPTJForCausalLM(cfg_dict, mask_style)
     return CausalLM(cfg_dict, family, mask_style, attn_implementation)
 
 
 # --------------------------------------------------------------------------- export / greedy
+
+def _repeat_interleave_symbolic(g, self, repeats, dim=None, output_size=None):
+    """torch >= 2.0's ONNX export of repeat_interleave by one int along a known dim
+    (symbolic_helper._repeat_interleave_single_value_repeat_helper): Unsqueeze after dim, Tile
+    by a constant, Reshape of the two dims into one. torch 1.13 writes a Loop over splits (and
+    rewrites unrelated -1 constants, see Cohere2RotaryEmbedding), which no current exporter does."""
+    import torch.onnx.symbolic_helper as sym
+    reps = sym._get_const(repeats, "i", "repeats")
+    rank = sym._get_tensor_rank(self)
+    d = sym._get_const(dim, "i", "dim") % rank
+    unsqueezed = g.op("Unsqueeze", self, g.op("Constant", value_t=torch.tensor([d + 1])))
+    per_dim = torch.ones(rank + 1, dtype=torch.int64)
+    per_dim[d + 1] = reps
+    tiled = g.op("Tile", unsqueezed, g.op("Constant", value_t=per_dim))
+    return sym._flatten_helper(g, tiled, d, d + 1, rank + 1)
+
 
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
@@ -1976,6 +2114,7 @@ def export_onnx(model, path, opset=17):
     for _ in range(c.num_hidden_layers):
         flat += [torch.randn(b, c.num_key_value_heads, past, c.head_dim, generator=g) for _ in range(2)]
     ins, outs = io_names(c.num_hidden_layers)
+    torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", _repeat_interleave_symbolic, 13)
     with torch.no_grad():
         torch.onnx.export(model, tuple([input_ids, attention_mask, position_ids] + flat), path,
                           input_names=ins, output_names=outs, dynamic_axes=dynamic_axes(c.num_hidden_layers),

@@ -269,6 +269,15 @@ MODELS = {
         "attention_dropout": 0.0, "hidden_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": False,
         "use_cache": True, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32", "rope_scaling": None,
     },
+    "gptj": {
+        # GPT-J-6B's proportions: rotary over a quarter of each head (64 of 256), the rest
+        # passes through; n_inner null (4 x n_embd)
+        "architectures": ["GPTJForCausalLM"], "model_type": "gptj", "transformers_version": "4.48.0",
+        "vocab_size": 320, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 256, "rotary_dim": 4,
+        "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02, "use_cache": True,
+        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "torch_dtype": "float32",
+    },
     "falcon": {
         "architectures": ["FalconForCausalLM"], "model_type": "falcon", "transformers_version": "4.44.0",
         "vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -291,7 +300,7 @@ MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -329,7 +338,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon"):
+    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon", "gptj"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -368,7 +377,7 @@ def random_init(model, seed, logit_gain=4.0):
 
 
 def gpt2_init(model, g):
-    """GPT-2 (tied) and GPT-NeoX (untied embed_out x4): embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
+    """GPT-2 (tied), GPT-NeoX and GPT-J (untied embed_out / lm_head x4): embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
     and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
     and the projections back to the stream x4 so that tokens do not collapse into a loop."""
     with torch.no_grad():
@@ -385,9 +394,9 @@ def gpt2_init(model, g):
                 if "c_attn" in name or "query_key_value" in name:
                     p.mul_(3.0)
                 elif (name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name
-                      or name.endswith("out_proj.weight")):
+                      or name.endswith("out_proj.weight") or name.endswith("fc_out.weight")):
                     p.mul_(4.0)
-                elif name == "embed_out.weight":
+                elif name in ("embed_out.weight", "lm_head.weight"):
                     p.mul_(4.0)
 
 

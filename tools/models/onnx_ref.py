@@ -95,6 +95,8 @@ def run_node(node, ins):
     if op == "Expand":
         shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in ins[1]))
         return [np.broadcast_to(x, shape).copy()]
+    if op == "Tile":
+        return [np.tile(x, tuple(int(r) for r in ins[1]))]
     if op == "ConstantOfShape":
         v = numpy_helper.to_array(at["value"]) if "value" in at else np.zeros(1, np.float32)
         return [np.full(tuple(int(s) for s in x), v.reshape(-1)[0], dtype=v.dtype)]

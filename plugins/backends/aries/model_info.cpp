@@ -224,7 +224,10 @@ void check_compilable(ModelSet ms) {
       std::string op(n.op_type());
       if ((!n.domain().empty() && n.domain() != "ai.onnx") || !kOps.count(op))
         throw Error("aries backend: operator '" + op + "' (node " + std::to_string(i) + " '" + std::string(n.name()) +
-                    "' of graph '" + g.name() + "') is not supported by ARIES");
+                    "' of graph '" + g.name() + "') is not supported by ARIES" +
+                    (op == "OneHot" || op == "ScatterElements"
+                         ? " (a mixture-of-experts router: run the moe transform before compiling for aries)"
+                         : ""));
       ++i;
     }
   }

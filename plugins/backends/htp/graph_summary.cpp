@@ -11,7 +11,7 @@ const std::set<std::string> kHmx = {"MatMul", "Gemm", "Conv"};
 // Layout and selection ops the HTP graph compiler folds into their consumers (views,
 // strided DMA): they cost no compute of their own.
 const std::set<std::string> kMove = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Concat", "Expand", "Slice",
-                                     "Identity", "Flatten", "Split", "Cast", "Constant"};
+                                     "Identity", "Flatten", "Split", "Cast", "Constant", "Tile"};
 // HVX: vector units (elementwise, reductions, softmax, normalization, top-k selection).
 const std::set<std::string> kHvx = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp",
                                     "Log", "Sin", "Cos", "Erf", "Sigmoid", "Tanh", "Relu", "Clip", "Max", "Min",
@@ -53,6 +53,8 @@ void check_ops(Graph g) {
                   "' is not supported by the HTP backend" +
                   (n.op_type() == "Shape" || n.op_type() == "Range" || n.op_type() == "ConstantOfShape"
                        ? " (shape computations must be folded: run the arcl transform before compiling for htp)"
+                   : n.op_type() == "OneHot" || n.op_type() == "ScatterElements"
+                       ? " (a mixture-of-experts router: run the moe transform before compiling for htp)"
                        : ""));
   }
 }

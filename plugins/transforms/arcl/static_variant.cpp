@@ -10,6 +10,7 @@
 #include <set>
 
 #include "attention_sites.h"
+#include "gather_slices.h"
 
 namespace arcl {
 namespace {
@@ -178,6 +179,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
       check_unused(g, in, what + ": the source input '" + in + "' has no place in the static layout");
 
   nf::graph::make_static(g, what);
+  gather_slices(g);
 
   // The contract the runner relies on.
   auto expect = [&](const std::string& value, const Dims& dims) {

@@ -112,11 +112,85 @@ int64_t fused_columns(const GraphView& view, const nf::Node& cut, const std::str
   throw Reject(where + " does not write '" + taken + "'");
 }
 
+// Whether node `n`, reading values of the head view [1, rows, heads, ...] (the first three
+// axes kept by every such value), works on each (row, head) alone: it reads, cuts, joins,
+// adds or folds axes after the head axis only, and its other operands are the same for every
+// head. Returns 0 when not; 1 when it also works on one head's [1, 1, rows, head_dim] (within
+// the last axis: element-wise with operands that vary along the last axis at most, or
+// ReduceMean over it); 2 when it needs the head's [1, rows, 1, ...] layout (GPT-J rotates q
+// and k before the head transpose: per-row sin / cos, slices with steps, a pairwise
+// Unsqueeze, Concat and Reshape).
+int headwise_before_transpose(const GraphView& view, const nf::Node& n, const std::set<std::string>& derived,
+                              std::string* why) {
+  const std::string op(n.op_type());
+  const Dims out = static_dims(view.graph(), n.output(0), "value before the head transpose");
+  const int64_t rank = static_cast<int64_t>(out.size());
+  auto after_heads = [&](const std::vector<int64_t>& axes, int64_t r) {
+    if (axes.empty()) return false;
+    for (int64_t a : axes)
+      if (normalize_axis(a, r) < 3) return false;
+    return true;
+  };
+  if (op == "ReduceMean") {
+    if (reduces_last_axis(view, n)) return 1;
+    *why = "reduces other than the last axis";
+    return 0;
+  }
+  if (op == "Slice") {
+    if (n.input_count() > 3 && view.is_initializer(n.input(3)) && after_heads(view.constant_ints(n.input(3)), rank)) return 2;
+    *why = "cuts other than the axes after the heads";
+    return 0;
+  }
+  if (op == "Concat") {
+    if (after_heads({n.attr_int("axis", 0)}, rank)) return 2;
+    *why = "joins other than the axes after the heads";
+    return 0;
+  }
+  if (op == "Unsqueeze") {
+    std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+    if (after_heads(axes, rank)) return 2;
+    *why = "adds an axis before the heads";
+    return 0;
+  }
+  if (op == "Reshape") {
+    const Dims in = static_dims(view.graph(), n.input(0), "Reshape input");
+    if (in.size() >= 4 && rank >= 4 && std::equal(in.begin(), in.begin() + 3, out.begin())) return 2;
+    *why = "does not keep [1, rows, heads] in front";
+    return 0;
+  }
+  if (!kLastAxisOps.count(op)) {
+    *why = "does not stay within each head";
+    return 0;
+  }
+  int kind = 1;
+  for (size_t i = 0; i < n.input_count(); ++i) {
+    const std::string in = n.input(i);
+    if (in.empty() || derived.count(in)) continue;
+    Dims d = view.is_initializer(in) ? view.graph().initializer(in).dims() : static_dims(view.graph(), in, "operand");
+    // Right-aligned against the output: operand axis a is output axis a + rank - d.size().
+    for (size_t a = 0; a < d.size(); ++a) {
+      const int64_t axis = static_cast<int64_t>(a) + rank - static_cast<int64_t>(d.size());
+      if (d[a] == 1 || axis == rank - 1) continue;
+      if (axis == 2) {
+        *why = "operand '" + in + "' varies per head";
+        return 0;
+      }
+      kind = 2;
+    }
+  }
+  return kind;
+}
+
 // The nodes on paths from `split` ([1, rows, heads, head_dim]) to `end`, in graph order, when
 // each works within the last axis: element-wise with operands that vary along the last axis
 // at most, or ReduceMean over the last axis. Their values feed nothing outside the paths.
-std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string& split, const std::string& end) {
+// With `row_layout` (the region between a head view and its transpose), nodes may also work
+// on each (row, head) in the head view's layout (headwise_before_transpose); *row_layout says
+// whether one did.
+std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string& split, const std::string& end,
+                                       bool* row_layout = nullptr) {
   std::vector<nf_node*> region;
+  if (row_layout) *row_layout = false;
   if (end == split) return region;
   std::set<std::string> upstream;
   for (std::vector<std::string> todo{end}; !todo.empty();) {
@@ -133,15 +207,12 @@ std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string&
     for (const std::string& in : n.inputs()) reads |= derived.count(in) != 0;
     if (!reads || !upstream.count(n.output(0))) continue;
     const std::string op(n.op_type()), where = "node '" + node_name(n) + "' (" + op + ") before the head transpose";
-    if (!kLastAxisOps.count(op) || n.output_count() != 1) throw Reject(where + " does not stay within each head");
-    if (op == "ReduceMean" && !reduces_last_axis(view, n)) throw Reject(where + " reduces other than the last axis");
-    for (size_t i = 0; i < n.input_count(); ++i) {
-      const std::string in = n.input(i);
-      if (in.empty() || derived.count(in) || (op == "ReduceMean" && i == 1)) continue;
-      Dims d = view.is_initializer(in) ? view.graph().initializer(in).dims() : static_dims(view.graph(), in, "operand");
-      for (size_t a = 0; a + 1 < d.size(); ++a)
-        if (d[a] != 1) throw Reject(where + ": operand '" + in + "' varies along more than the last axis");
-    }
+    if (n.output_count() != 1) throw Reject(where + " does not stay within each head");
+    std::string why;
+    const int kind = headwise_before_transpose(view, n, derived, &why);
+    if (kind == 0) throw Reject(where + " " + why);
+    if (kind == 2 && !row_layout) throw Reject(where + " does not stay within the last axis");
+    if (kind == 2) *row_layout = true;
     derived.insert(n.output(0));
     inside.insert(n.get());
     region.push_back(n.get());
@@ -154,19 +225,27 @@ std::vector<nf_node*> last_axis_region(const GraphView& view, const std::string&
   return region;
 }
 
-// The nearest producer above `v` that `is_it` accepts, walking up through last-axis nodes.
+// The nearest producer above `v` that `is_it` accepts, walking up through the `through` ops.
 template <class Pred>
-std::optional<nf::Node> nearest_above(const GraphView& view, const std::string& v, Pred is_it) {
+std::optional<nf::Node> nearest_above(const GraphView& view, const std::string& v, Pred is_it,
+                                      const std::set<std::string>& through = kLastAxisOps) {
   for (std::vector<std::string> todo{v}; !todo.empty();) {
     auto p = view.producer(todo.back());
     todo.pop_back();
     if (!p) continue;
     if (is_it(*p)) return p;
-    if (kLastAxisOps.count(std::string(p->op_type())))
+    if (through.count(std::string(p->op_type())))
       for (const std::string& in : p->inputs())
         if (!in.empty() && !view.is_initializer(in)) todo.push_back(in);
   }
   return std::nullopt;
+}
+
+// A Reshape that views a projection's rows [1, rows, columns] as heads [1, rows, heads, head_dim].
+bool is_head_view(const GraphView& view, const nf::Node& n) {
+  if (n.op_type() != "Reshape") return false;
+  auto in = nf::graph::get_value_type(view.graph(), n.input(0)), out = nf::graph::get_value_type(view.graph(), n.output(0));
+  return in && out && in->dims && out->dims && in->dims->size() == 3 && out->dims->size() == 4;
 }
 
 // A linear layer on rows flattened to 2-D: Gemm(Reshape(x [1, rows, in] -> [rows, in]),
@@ -227,7 +306,13 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
       }
     }
   }
-  if (!r) r = nearest_above(view, t.input(0), [](const nf::Node& n) { return n.op_type() == "Reshape"; });
+  // Through what a head view may hold before its transpose (headwise_before_transpose).
+  static const std::set<std::string> kBeforeTranspose = [] {
+    std::set<std::string> s = kLastAxisOps;
+    s.insert({"Slice", "Concat", "Unsqueeze", "Reshape"});
+    return s;
+  }();
+  if (!r) r = nearest_above(view, t.input(0), [&](const nf::Node& n) { return is_head_view(view, n); }, kBeforeTranspose);
   if (!r) return false;
   std::string packed = r->input(0);
   auto cut = view.producer(packed);
@@ -277,7 +362,7 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   b.shared_out = shared_region.empty() ? "" : packed;
   b.split_out = head_cut ? head_cut->output(0) : r->output(0);
   b.split_end = t.input(0);
-  b.split_region = last_axis_region(view, b.split_out, b.split_end);
+  b.split_region = last_axis_region(view, b.split_out, b.split_end, &b.split_row_layout);
   b.heads_out = t.output(0);
   b.rows = rd[1];
   b.heads = head_cut ? static_dims(view.graph(), head_cut->output(0), "head cut")[2] : rd[2];

@@ -42,6 +42,9 @@ struct HeadBranch {
   std::string split_out;    // Reshape output [1, rows, heads, head_dim]
   std::vector<nf_node*> split_region;  // nodes from split_out to the Transpose's input, in graph order
   std::string split_end;    // the Transpose's input (split_out when split_region is empty)
+  // The region works on each head's [1, rows, 1, ...] (per-row operands, cuts and reshapes of
+  // the axes after the heads: GPT-J's rotary) rather than within its last axis only.
+  bool split_row_layout = false;
   std::string heads_out;    // Transpose output [1, heads, rows, head_dim]
   std::vector<nf_node*> region;  // nodes from heads_out to end, in graph order
   std::string end;          // [1, heads, rows, head_dim]

@@ -152,7 +152,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_TRANSFORM,
     "mha2sha",
-    "0.1.0",
+    "0.2.0",
     "multi-head attention as one attention per head (GQA aware), per-head projections with sliced weights and encodings",
     options_schema(),
     &kApi,

@@ -66,11 +66,25 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
              {biased.back()}, b.bias + t + "/Add");
       v = biased.back();
     }
-    v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
-    if (!b.split_region.empty()) {  // within head_dim: the same on one head's [1, 1, rows, head_dim]
+    if (b.split_row_layout) {  // the region on one head's [1, rows, 1, ...], then its transpose
+      v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, b.rows, 1, b.head_dim}, b.split_out + t + "/Reshape");
       std::map<std::string, std::string> map{{b.split_out, v}};
+      for (nf_node* p : b.split_region) {  // a Reshape in the region: its shape for one head
+        nf::Node n(p);
+        if (n.op_type() != "Reshape") continue;
+        Dims shape = static_dims(g, n.output(0), "Reshape output");
+        shape[2] = 1;
+        map[n.input(1)] = ed.int64_constant(shape);
+      }
       clone_chain(ed, b.split_region, map, t);
-      v = map.at(b.split_end);
+      v = ed.reshape(map.at(b.split_end), {1, b.rows, 1, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
+    } else {
+      v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
+      if (!b.split_region.empty()) {  // within head_dim: the same on one head's [1, 1, rows, head_dim]
+        std::map<std::string, std::string> map{{b.split_out, v}};
+        clone_chain(ed, b.split_region, map, t);
+        v = map.at(b.split_end);
+      }
     }
     std::map<std::string, std::string> map{{b.heads_out, v}};
     for (nf_node* p : b.region) {  // a Reshape after the head split: its shape for one head
