@@ -76,6 +76,26 @@ TEST(GraphFolding, DynamicInputsKeepShapesAndSayWhich) {
   }
 }
 
+// Shapes computed from Shape nodes of dynamic values are known in part: OPT runs its MLP on
+// x.reshape(-1, x.size(-1)) and views the sum back with the 3-D shape; with batch and
+// sequence symbolic, inference still knows the hidden axis of both (spinquant and split
+// follow the residual stream through them by it). Before shape values, both were unknown.
+TEST(GraphToolkit, ShapeValuesKnownInPartTypeReshapes) {
+  Model m("zoo/opt");
+  nf::Graph g = m.graph();
+  nf::graph::infer_shapes(g);
+  auto rows = nf::graph::get_value_type(g, "/layers.0/Reshape_output_0");
+  ASSERT_TRUE(rows && rows->dims);
+  EXPECT_EQ(*rows->dims, (std::vector<int64_t>{-1, 64}));
+  auto back = nf::graph::get_value_type(g, "/layers.0/Reshape_1_output_0");
+  ASSERT_TRUE(back && back->dims);
+  EXPECT_EQ(*back->dims, (std::vector<int64_t>{-1, -1, 64}));
+  // The head view [batch, seq, heads, head_dim] from Concat(Shape(x)[0], -1, 4, 16).
+  auto heads = nf::graph::get_value_type(g, "/layers.0/self_attn/Reshape_output_0");
+  ASSERT_TRUE(heads && heads->dims);
+  EXPECT_EQ(*heads->dims, (std::vector<int64_t>{-1, -1, 4, 16}));
+}
+
 TEST(GraphToolkit, ViewNamesAndDeadNodes) {
   Model m("llama_gqa");
   nf::Graph g = m.graph();

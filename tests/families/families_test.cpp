@@ -150,7 +150,7 @@ TEST(FamilyNpu, MoeRouterNamesTheMoeTransform) {
 // spinquant's rotations (the experts' down projections as writers, each times its routing
 // weight) and then the moe transform's gate mask: the same greedy tokens and logits.
 TEST(FamilyMoe, SpinquantThenTheMoeTransform) {
-  for (const char* model : {"zoo/mixtral_onehot", "zoo/qwen2_moe"})
+  for (const char* model : {"zoo/mixtral_onehot", "zoo/mixtral_scatter", "zoo/qwen2_moe"})
     expect_golden_package(model, "[[quant]]\nrecipe = \"spinquant\"\n\n" + kMoe + kArcl, "spinquant_moe");
 }
 
@@ -203,15 +203,6 @@ const std::vector<Recipe> kRecipes = {
     {"spinquant_float", "[[quant]]\nrecipe = \"spinquant\"\n\n", 1e-4},
 };
 
-// Families spinquant does not rotate yet, with the one error line it gives.
-std::string spinquant_refusal(const std::string& model) {
-  // Each expert's output times its routing weight is rotated when shape inference finds the
-  // weight one column wide; this router builds it by ScatterElements into a ConstantOfShape of
-  // a runtime shape, whose dims stay unknown.
-  if (model == "zoo/mixtral_scatter") return "which is not a linear layer's output";
-  return "";
-}
-
 struct QuantCase {
   std::string model;
   const Recipe* recipe;
@@ -246,12 +237,6 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
                      kArcl + kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
   std::ofstream(work.path / "manifest.toml") << toml;
   auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
-  if (spinquant && !spinquant_refusal(c.model).empty()) {
-    EXPECT_NE(r.exit_code, 0);
-    EXPECT_NE(r.err.find(spinquant_refusal(c.model)), std::string::npos) << r.err;
-    EXPECT_FALSE(fs::exists(work.path / "out" / "cpu")) << "a failed build leaves no package";
-    return;
-  }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json g = golden(c.model);
   auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();

@@ -32,6 +32,10 @@ Families (FAMILIES below):
                   head_dim] (interleaved rotate_every_two over the first rotary_dim dims, sin
                   and cos GatherElements'd from a sinusoid table by position_ids), then
                   permuted; one LayerNorm feeds attention and MLP in parallel; lm_head with bias
+  opt             modeling_opt.py (4.50+, OPT-1.3B..6.7B, sdpa as optimum exports it): learned
+                  positions Gather(embed_positions, position_ids + 2), q scaled after its
+                  projection (q_proj(x) * head_dim**-0.5) and the attention by 1.0, biases on
+                  every linear, the ReLU MLP on rows flattened to 2-D (Gemm), tied head
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -2066,6 +2070,91 @@ class GPTJForCausalLM(DecoderLM):
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
 
 
+class OPTAttention(nn.Module):
+    """modeling_opt.py (4.50+): q_proj(x) * head_dim**-0.5 before the head view, so the attention
+    function scales by 1.0; q/k/v/out_proj with bias (enable_bias)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.q_scaling = self.head_dim ** -0.5
+        self.scaling = 1.0
+        self.num_key_value_groups = 1
+        self.attention_dropout = 0.0
+        bias = config.raw.get("enable_bias", True)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=bias)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=bias)
+
+    def forward(self, hidden_states, attention_mask, past_key_value):
+        bsz, tgt_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states) * self.q_scaling
+        query_states = query_states.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        return attend(self, query_states, key_states, value_states, attention_mask, past_key_value, (bsz, tgt_len),
+                      self.out_proj)
+
+
+class OPTDecoderLayer(nn.Module):
+    """do_layer_norm_before (every OPT but 350m); the MLP runs on the rows flattened to 2-D, so
+    fc1 / fc2 export as Gemm (transB=1)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.self_attn = OPTAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size)
+        self.fc1 = nn.Linear(config.hidden_size, config.raw["ffn_dim"])
+        self.fc2 = nn.Linear(config.raw["ffn_dim"], config.hidden_size)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size)
+
+    def forward(self, hidden_states, attention_mask, past_key_value):
+        residual = hidden_states
+        hidden_states, present = self.self_attn(self.self_attn_layer_norm(hidden_states), attention_mask, past_key_value)
+        hidden_states = residual + hidden_states
+        hidden_states_shape = hidden_states.shape
+        hidden_states = hidden_states.reshape(-1, hidden_states.size(-1))
+        residual = hidden_states
+        hidden_states = self.fc2(F.relu(self.fc1(self.final_layer_norm(hidden_states))))
+        return (residual + hidden_states).view(hidden_states_shape), present
+
+
+class OPTForCausalLM(DecoderLM):
+    """`model.decoder` (embed_tokens, embed_positions with its offset of 2, layers,
+    final_layer_norm) and lm_head tied to embed_tokens; position_ids given (optimum's export
+    with transformers >= 4.46)."""
+
+    def __init__(self, cfg_dict, mask_style="masked_fill", attn_implementation="sdpa"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        config.attn_implementation = attn_implementation
+        self.config, self.family, self.mask_style = config, "opt", mask_style
+        self.model = nn.Module()
+        d = self.model.decoder = nn.Module()
+        d.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        d.embed_positions = nn.Embedding(config.max_position_embeddings + 2, config.hidden_size)
+        d.final_layer_norm = nn.LayerNorm(config.hidden_size)
+        d.layers = nn.ModuleList([OPTDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = d.embed_tokens.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        d = self.model.decoder
+        inputs_embeds = d.embed_tokens(input_ids)
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + inputs_embeds.shape[1])
+        causal_mask = update_causal_mask(attention_mask, inputs_embeds, cache_position, past_seen, self.mask_style)
+        hidden_states = inputs_embeds + d.embed_positions(position_ids + 2)
+        out = []
+        for i, layer in enumerate(d.layers):
+            hidden_states, (k, v) = layer(hidden_states, causal_mask, (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return tuple([self.lm_head(d.final_layer_norm(hidden_states))] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
@@ -2078,6 +2167,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return GPTNeoXForCausalLM(cfg_dict, mask_style)
     if family == "gptj":
         return GPTJForCausalLM(cfg_dict, mask_style)
+    if family == "opt":
+        return OPTForCausalLM(cfg_dict, mask_style, attn_implementation)
     return CausalLM(cfg_dict, family, mask_style, attn_implementation)
 
 

@@ -278,6 +278,16 @@ MODELS = {
         "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02, "use_cache": True,
         "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "torch_dtype": "float32",
     },
+    "opt": {
+        # OPT-1.3B's layout (do_layer_norm_before, word_embed_proj_dim = hidden_size, ReLU)
+        "architectures": ["OPTForCausalLM"], "model_type": "opt", "transformers_version": "4.50.0",
+        "vocab_size": 320, "hidden_size": 64, "ffn_dim": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "max_position_embeddings": 256, "word_embed_proj_dim": 64, "do_layer_norm_before": True,
+        "enable_bias": True, "layer_norm_elementwise_affine": True, "activation_function": "relu",
+        "dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0, "layerdrop": 0.0,
+        "init_std": 0.02, "use_cache": True, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2,
+        "prefix": "</s>", "tie_word_embeddings": True, "torch_dtype": "float32",
+    },
     "falcon": {
         "architectures": ["FalconForCausalLM"], "model_type": "falcon", "transformers_version": "4.44.0",
         "vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -295,12 +305,15 @@ MODELS = {
 VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa")}
 MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 
+# Families whose zoo model takes transformers' default sdpa attention (as optimum exports it).
+DEFAULT_ATTENTION = {"opt": "sdpa"}
+
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -338,7 +351,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon", "gptj"):
+    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -377,24 +390,27 @@ def random_init(model, seed, logit_gain=4.0):
 
 
 def gpt2_init(model, g):
-    """GPT-2 (tied), GPT-NeoX and GPT-J (untied embed_out / lm_head x4): embeddings N(0, 0.5^2), positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
+    """GPT-2 and OPT (tied), GPT-NeoX and GPT-J (untied embed_out / lm_head x4): embeddings N(0, 0.5^2)
+    (OPT's 0.125^2: with ReLU and its tied head, larger ones make it repeat its input token),
+    positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
     and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
     and the projections back to the stream x4 so that tokens do not collapse into a loop."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("wte.weight") or name.endswith("embed_in.weight") or name.endswith("word_embeddings.weight"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            elif name.endswith("wpe.weight") or name.endswith(".bias"):
+            if name.endswith(("wte.weight", "embed_in.weight", "word_embeddings.weight", "decoder.embed_tokens.weight")):
+                p.copy_((0.125 if model.family == "opt" else 0.5) * torch.randn(p.shape, generator=g))
+            elif name.endswith(("wpe.weight", "embed_positions.weight", ".bias")):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif ".ln_" in name or "layernorm" in name or "layer_norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             else:
                 fan_in = p.shape[0] if model.family == "gpt2" else p.shape[1]  # Conv1D [in, out], Linear [out, in]
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / fan_in ** 0.5)
-                if "c_attn" in name or "query_key_value" in name:
+                if "c_attn" in name or "query_key_value" in name or (
+                        model.family == "opt" and name.endswith(("q_proj.weight", "k_proj.weight"))):
                     p.mul_(3.0)
                 elif (name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name
-                      or name.endswith("out_proj.weight") or name.endswith("fc_out.weight")):
+                      or name.endswith(("out_proj.weight", "fc_out.weight", "fc2.weight"))):
                     p.mul_(4.0)
                 elif name in ("embed_out.weight", "lm_head.weight"):
                     p.mul_(4.0)
@@ -407,7 +423,7 @@ def prompt_for(name, cfg):
 
 def build(name):
     torch.manual_seed(SEEDS[name])
-    family, attention = VARIANTS.get(name, (name, "eager"))
+    family, attention = VARIANTS.get(name, (name, DEFAULT_ATTENTION.get(name, "eager")))
     model = hf.causal_lm(MODELS[name], family, mask_style=MASK_STYLE.get(family, "masked_fill"),
                          attn_implementation=attention)
     random_init(model, SEEDS[name])

@@ -55,6 +55,15 @@ bool post_norm_of(const GraphView& gv, const std::string& value, const std::vect
   return false;
 }
 
+// A Reshape of the rows that keeps the hidden axis stays on the stream (OPT runs its MLP and
+// second residual Add on [rows, hidden] and views the result back): a rotation of the last
+// axis commutes with it.
+bool row_reshape(const GraphView& gv, const nf::Node& n, const std::set<std::string>& stream) {
+  if (n.op_type() != "Reshape" || !stream.count(n.input(0))) return false;
+  const int64_t hidden = gv.last_dim(n.input(0));
+  return hidden > 0 && gv.last_dim(n.output(0)) == hidden;
+}
+
 }  // namespace
 
 ResidualStream find_residual_stream(const GraphView& gv, const std::string& embedding_output,
@@ -68,7 +77,8 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
   };
   for (const nf::Node& n : gv.graph.nodes()) {
     std::string_view op = n.op_type();
-    if ((passthrough(op) && rs.values.count(n.input(0))) || scaled(gv, n, rs.values)) rs.values.insert(n.output(0));
+    if ((passthrough(op) && rs.values.count(n.input(0))) || scaled(gv, n, rs.values) || row_reshape(gv, n, rs.values))
+      rs.values.insert(n.output(0));
     if (op != "Add" || n.input_count() != 2) continue;
     const bool a = rs.values.count(n.input(0)) != 0, b = rs.values.count(n.input(1)) != 0;
     if (a == b) continue;
@@ -99,7 +109,8 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
         rs.readers.push_back(l);
         continue;
       }
-      if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape"))
+      if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape" ||
+            row_reshape(gv, u.node, rs.values)))
         throw nf::Error("spinquant: residual value '" + v + "' feeds a " + std::string(op) + " node ('" +
                         std::string(u.node.name()) + "') that does not commute with a rotation");
     }

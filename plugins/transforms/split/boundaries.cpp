@@ -1,6 +1,7 @@
 #include "boundaries.h"
 
 #include <npuforge/graph/kv_layers.h>
+#include <npuforge/graph/value_types.h>
 
 #include <map>
 #include <optional>
@@ -11,10 +12,17 @@ namespace split {
 namespace {
 
 // Nodes that carry the residual stream on unchanged up to a constant factor: no-op Cast /
-// Identity, and a Mul / Div by a constant (Gemma scales the embeddings by sqrt(hidden)); and
-// an Add of something not computed from the stream (GPT-2's learned position embeddings).
+// Identity, a Reshape of the rows that keeps the hidden axis (OPT runs its MLP and second
+// residual Add on [rows, hidden] and views the result back), and a Mul / Div by a constant
+// (Gemma scales the embeddings by sqrt(hidden)); and an Add of something not computed from the
+// stream (GPT-2's learned position embeddings).
 bool carries_stream(const nf::graph::GraphView& view, const nf::Node& n, const std::string& stream) {
   if ((n.op_type() == "Cast" || n.op_type() == "Identity") && n.input_count() == 1) return true;
+  if (n.op_type() == "Reshape" && n.input(0) == stream) {
+    auto in = nf::graph::get_value_type(view.graph(), stream), out = nf::graph::get_value_type(view.graph(), n.output(0));
+    return in && out && in->dims && out->dims && !in->dims->empty() && !out->dims->empty() &&
+           in->dims->back() > 0 && in->dims->back() == out->dims->back();
+  }
   if (n.op_type() == "Add" && n.input_count() == 2 && n.input(0) != n.input(1)) {
     const std::string& other = n.input(0) == stream ? n.input(1) : n.input(0);
     return !view.upstream(other, false).count(stream);

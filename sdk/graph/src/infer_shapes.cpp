@@ -6,6 +6,7 @@
 #include "npuforge/graph/evaluate_node.h"
 #include "npuforge/graph/kernel_tensors.h"
 #include "npuforge/graph/operators.h"
+#include "shape_values.h"
 
 namespace nf::graph {
 
@@ -49,13 +50,29 @@ InferShapesResult infer_shapes(Graph g) {
     return {};
   };
 
+  // Shape computations known in part (shape_values.h): a fully known one is a constant to the
+  // shape rules; one known in part refines the Reshape / Expand / ConstantOfShape reading it.
+  ShapeValues shape_values;
+  auto int_constant = [&](const std::string& v) -> std::optional<ShapeValue> {
+    const k::Tensor* c = constant(v);
+    if (!c || c->dims().size() > 1 || (c->dtype() != NF_DTYPE_INT64 && c->dtype() != NF_DTYPE_INT32)) return std::nullopt;
+    return ShapeValue{c->to_int64s(), c->dims().empty()};
+  };
+  auto known_value = [&](const std::string& v) -> const k::Tensor* {
+    if (const k::Tensor* c = constant(v)) return c;
+    const ShapeValue* s = shape_values.find(v);
+    if (!s || !s->known()) return nullptr;
+    const std::vector<int64_t> dims = s->scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(s->v.size())};
+    return &constants.emplace(v, k::Tensor::from(NF_DTYPE_INT64, dims, s->v)).first->second;
+  };
+
   InferShapesResult result;
   for (const Node& n : g.nodes()) {
     Types in;
     Values vals;
     for (const std::string& v : n.inputs()) {
       in.push_back(v.empty() ? TensorType{} : type_of(v));
-      vals.push_back(v.empty() ? nullptr : constant(v));
+      vals.push_back(v.empty() ? nullptr : known_value(v));
     }
     Types out;
     // Constant nodes are values, not shapes to reason about.
@@ -65,7 +82,13 @@ InferShapesResult infer_shapes(Graph g) {
       out.push_back({c.dtype(), c.dims()});
     } else {
       out = infer_node_types(n, in, vals);
+      const size_t shape_input = n.op_type() == "ConstantOfShape" ? 0 : 1;
+      if ((n.op_type() == "Reshape" || n.op_type() == "Expand" || n.op_type() == "ConstantOfShape") &&
+          shape_input < n.input_count() && !vals[shape_input] && !out.empty())
+        if (const ShapeValue* s = shape_values.find(n.input(shape_input)))
+          out[0] = refine_with_shape_value(n, in.empty() ? TensorType{} : in[0], *s, out[0]);
     }
+    shape_values.record(n, int_constant, type_of);
     for (size_t i = 0; i < out.size(); ++i) {
       const std::string name = n.output(i);
       if (name.empty()) continue;
