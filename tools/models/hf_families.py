@@ -36,6 +36,8 @@ Families (FAMILIES below):
                   positions Gather(embed_positions, position_ids + 2), q scaled after its
                   projection (q_proj(x) * head_dim**-0.5) and the attention by 1.0, biases on
                   every linear, the ReLU MLP on rows flattened to 2-D (Gemm), tied head
+  smollm3         modeling_smollm3.py (4.53+): Llama with no rotary on the layers no_rope_layers
+                  flags 0 (every fourth: NoPE), GQA, tied
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -630,6 +632,22 @@ class Qwen3Attention(ModernAttention):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class SmolLM3Attention(ModernAttention):
+    """modeling_smollm3.py (transformers 4.53+, SmolLM3-3B): Llama's attention, with the rotary
+    only on the layers no_rope_layers flags 1 (every fourth layer has none: NoPE)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.use_rope = config.no_rope_layers[layer_idx]
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
+        if self.use_rope:
+            cos, sin = position_embeddings
+            query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
@@ -1415,7 +1433,7 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1495,11 +1513,14 @@ def make_layer(config, family, i):
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
+    if family == "smollm3":
+        return DecoderLayer(config, i, SmolLM3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            LlamaRMSNorm)
     raise ValueError(family)
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3")
 
 
 class DecoderLM(nn.Module):

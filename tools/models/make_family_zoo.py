@@ -215,6 +215,17 @@ MODELS = {
         "sliding_window": None, "max_window_layers": 2, "bos_token_id": 0, "eos_token_id": 3,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "smollm3": dict(COMMON, **{
+        # SmolLM3-3B: 36 layers, no rotary on every fourth (no_rope_layer_interval 4); here 4
+        # layers, the last without
+        "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "transformers_version": "4.53.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "rope_theta": 5000000.0, "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
+        "no_rope_layers": [1, 1, 1, 0], "no_rope_layer_interval": 4, "use_sliding_window": False,
+        "sliding_window": None, "layer_types": ["full_attention"] * 4, "tie_word_embeddings": True,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "phi": dict(COMMON, **{
         "architectures": ["PhiForCausalLM"], "model_type": "phi",
         "vocab_size": 320, "hidden_size": 80, "intermediate_size": 320,
@@ -313,7 +324,7 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -334,6 +345,8 @@ TIED_TWEAKS = {
     "phi4_mini": {"embed_scale": 0.25, "qk_gain": 1.0, "o_gain": 2.0, "down_gain": 4.0,
                   "final_norm_scale": 2.0, "post_norm_scale": 1.0},
     "granite": {"embed_scale": 0.5, "qk_gain": 3.0, "o_gain": 4.0, "down_gain": 4.0,
+                "final_norm_scale": 2.0, "post_norm_scale": 1.0},
+    "smollm3": {"embed_scale": 0.5, "qk_gain": 3.0, "o_gain": 1.0, "down_gain": 16.0,
                 "final_norm_scale": 2.0, "post_norm_scale": 1.0},
 }
 # sharper attention so that positions (and so the rope scaling) decide tokens:
