@@ -1543,6 +1543,20 @@ class DecoderLM(nn.Module):
     def moe_blocks(self):
         return []
 
+    def layer_stack(self, layers, hidden_states, attention_mask, past_flat, call):
+        """transformers' additive causal mask for the rows after the cache, then each layer as
+        `call(layer, hidden_states, causal_mask, (key, value) cache)`: the last hidden states
+        and the flat presents (Falcon, GPT-J; GPT-NeoX and OPT compute their rotary or positions
+        between the mask and the layers, as HF does, and keep their own loop)."""
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
+        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
+        out = []
+        for i, layer in enumerate(layers):
+            hidden_states, (k, v) = call(layer, hidden_states, causal_mask, (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return hidden_states, out
+
 
 class CausalLM(DecoderLM):
     """XxxForCausalLM: `model` + `lm_head` (+ Gemma2's final logit soft-capping).
@@ -1963,15 +1977,8 @@ class FalconForCausalLM(DecoderLM):
 
     def forward(self, input_ids, attention_mask, position_ids, *past_flat):
         t = self.transformer
-        hidden_states = t.word_embeddings(input_ids)
-        past_seen = past_flat[0].shape[-2]
-        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
-        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
-        out = []
-        for i, layer in enumerate(t.h):
-            hidden_states, (k, v) = layer(hidden_states, causal_mask, position_ids,
-                                          (past_flat[2 * i], past_flat[2 * i + 1]))
-            out += [k, v]
+        hidden_states, out = self.layer_stack(t.h, t.word_embeddings(input_ids), attention_mask, past_flat,
+                                              lambda layer, h, mask, past: layer(h, mask, position_ids, past))
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
 
 
@@ -2079,15 +2086,8 @@ class GPTJForCausalLM(DecoderLM):
 
     def forward(self, input_ids, attention_mask, position_ids, *past_flat):
         t = self.transformer
-        hidden_states = t.wte(input_ids)
-        past_seen = past_flat[0].shape[-2]
-        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
-        causal_mask = update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
-        out = []
-        for i, block in enumerate(t.h):
-            hidden_states, (k, v) = block(hidden_states, causal_mask, position_ids,
-                                          (past_flat[2 * i], past_flat[2 * i + 1]))
-            out += [k, v]
+        hidden_states, out = self.layer_stack(t.h, t.wte(input_ids), attention_mask, past_flat,
+                                              lambda block, h, mask, past: block(h, mask, position_ids, past))
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
 
 
