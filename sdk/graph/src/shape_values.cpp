@@ -89,11 +89,14 @@ std::optional<ShapeValue> ShapeValues::compute(const Node& n, const std::vector<
     r.scalar = a->scalar && b->scalar;
     for (size_t i = 0; i < std::max(a->v.size(), b->v.size()); ++i) {
       const int64_t x = a->v[a->v.size() == 1 ? 0 : i], y = b->v[b->v.size() == 1 ? 0 : i];
-      if (x == kUnknownDim || y == kUnknownDim || (op == "Div" && y == 0)) {
+      int64_t z = kUnknownDim;  // also on overflow: a hostile model's shape arithmetic stays unknown
+      if (x == kUnknownDim || y == kUnknownDim || (op == "Div" && y == 0) ||
+          (op == "Add" && __builtin_add_overflow(x, y, &z)) || (op == "Sub" && __builtin_sub_overflow(x, y, &z)) ||
+          (op == "Mul" && __builtin_mul_overflow(x, y, &z)) || z == kUnknownDim) {
         r.v.push_back(kUnknownDim);
         continue;
       }
-      r.v.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+      r.v.push_back(op == "Div" ? x / y : z);
     }
     return r;
   }
@@ -112,14 +115,14 @@ TensorType refine_with_shape_value(const Node& n, const TensorType& x, const Sha
       else dims.push_back(-1);  // unknown, or the one dim a -1 leaves to infer
     }
     // The inferred dim: everything else known and the input static.
-    auto minus_one = std::find(shape.v.begin(), shape.v.end(), -1);
-    if (minus_one != shape.v.end() && x.is_static()) {
+    const size_t inferred_at = static_cast<size_t>(std::find(shape.v.begin(), shape.v.end(), -1) - shape.v.begin());
+    if (inferred_at < shape.v.size() && x.is_static()) {
       int64_t total = 1, others = 1;
-      for (int64_t d : *x.dims) total *= d;
       bool known = true;
+      for (int64_t d : *x.dims) known &= !__builtin_mul_overflow(total, d, &total);
       for (size_t i = 0; i < dims.size(); ++i)
-        if (i != static_cast<size_t>(minus_one - shape.v.begin())) known &= dims[i] >= 0, others *= std::max<int64_t>(dims[i], 1);
-      if (known && others > 0) dims[static_cast<size_t>(minus_one - shape.v.begin())] = total / others;
+        if (i != inferred_at) known &= dims[i] > 0 && !__builtin_mul_overflow(others, dims[i], &others);
+      if (known && total % others == 0) dims[inferred_at] = total / others;
     }
   } else if (op == "ConstantOfShape") {
     for (int64_t s : shape.v) dims.push_back(s == kUnknownDim ? -1 : s);
