@@ -438,6 +438,18 @@ TEST(SpinQuant, LayerNormsOffTheCentredStreamAreRefused) {
   }
 }
 
+// OLMo-1 clamps q, k and v after their projections: the rotation of the stream (R1) keeps the
+// projections' outputs and so the clamps, but R2 would rotate each head's values before the
+// clamp. It is refused in one line naming the Clip; without R2 the family suite keeps torch's
+// logits (FamilyQuant zoo_olmo_spinquant_float).
+TEST(SpinQuant, R2RefusesValuesThroughAClip) {
+  auto olmo = host::load_source_model(kModels + "/zoo/olmo/model.onnx", "");
+  std::string err = apply_recipe("spinquant", {{"r2", true}}, *olmo, nullptr);
+  EXPECT_NE(err.find("(the values come through Clip '/model/layers.0/self_attn/Clip_2', which does not commute with a rotation)"),
+            std::string::npos)
+      << err;
+}
+
 // Norms reading one gain initializer (constant folding or deduplication stores equal gains
 // once; a freshly initialized Gemma's 1 + 0 are all equal): each fused norm's readers get
 // that gain, and a post-norm sharing it keeps it. Both were silently wrong before (logits off

@@ -17,6 +17,8 @@ Families (FAMILIES below):
   qwen2_untied    modeling_qwen2.py (4.44): q/k/v bias, rotary tables
                   cos_cached/sin_cached [max_position_embeddings, head_dim]
                   sliced to kv_seq_len and gathered by position_ids, untied lm_head
+  olmo            modeling_olmo.py (4.48+, OLMo-1): LayerNorms without gain or bias, q/k/v
+                  each clamped to +-clip_qkv after its projection (Clip), Llama otherwise
   olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
                   projection (all heads) before the head view; no norm before attention or
                   MLP, a norm after each (post_attention / post_feedforward) before its Add
@@ -649,6 +651,45 @@ class SmolLM3Attention(ModernAttention):
             cos, sin = position_embeddings
             query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class OlmoAttention(ModernAttention):
+    """modeling_olmo.py (transformers 4.48+, OLMo-1): Llama's attention with q, k and v each
+    clamped to [-clip_qkv, clip_qkv] after its projection (clamp_: Clip), before the head view."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states)
+        key_states = self.k_proj(hidden_states)
+        value_states = self.v_proj(hidden_states)
+        clip = self.config.clip_qkv
+        if clip is not None:
+            query_states.clamp_(min=-clip, max=clip)
+            key_states.clamp_(min=-clip, max=clip)
+            value_states.clamp_(min=-clip, max=clip)
+        query_states = query_states.view(hidden_shape).transpose(1, 2)
+        key_states = key_states.view(hidden_shape).transpose(1, 2)
+        value_states = value_states.view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class OlmoLayerNorm(nn.Module):
+    """LayerNorm without a learned gain or bias, in float32 (OLMo-1)."""
+
+    def __init__(self, hidden_size, eps=None):
+        super().__init__()
+        self.normalized_shape = (hidden_size,)
+
+    def forward(self, hidden_states):
+        orig_dtype = hidden_states.dtype
+        return F.layer_norm(hidden_states.to(dtype=torch.float32), self.normalized_shape, None, None,
+                            eps=1e-5).to(orig_dtype)
 
 
 class HeadNormAttention(ModernAttention):
@@ -1431,9 +1472,11 @@ class DecoderModel(nn.Module):
         elif family == "cohere2":
             self.norm = Cohere2LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             self.rotary_emb = Cohere2RotaryEmbedding(config)
+        elif family == "olmo":
+            self.norm = OlmoLayerNorm(config.hidden_size)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1513,6 +1556,9 @@ def make_layer(config, family, i):
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
+    if family == "olmo":
+        return DecoderLayer(config, i, OlmoAttention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            OlmoLayerNorm)
     if family == "smollm3":
         return DecoderLayer(config, i, SmolLM3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1520,7 +1566,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo")
 
 
 class DecoderLM(nn.Module):
@@ -2211,6 +2257,20 @@ def _repeat_interleave_symbolic(g, self, repeats, dim=None, output_size=None):
     return sym._flatten_helper(g, tiled, d, d + 1, rank + 1)
 
 
+def _layer_norm_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn_enable):
+    """torch >= 2.0's LayerNormalization export (symbolic_opset17.layer_norm): a missing gain
+    or bias becomes a Constant of ones or zeros (OLMo-1's norms have neither). torch 1.13
+    leaves the inputs out, which onnx.checker refuses; with both given the nodes are the same."""
+    import torch.onnx.symbolic_helper as sym
+    shape = sym._get_const(normalized_shape, "is", "normalized_shape")
+    if sym._is_none(weight):
+        weight = g.op("Constant", value_t=torch.ones(shape, dtype=torch.float32))
+    if sym._is_none(bias):
+        bias = g.op("Constant", value_t=torch.zeros(shape, dtype=torch.float32))
+    return g.op("LayerNormalization", input, weight, bias, epsilon_f=sym._get_const(eps, "f", "eps"),
+                axis_i=-len(shape))
+
+
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
@@ -2227,6 +2287,7 @@ def export_onnx(model, path, opset=17):
         flat += [torch.randn(b, c.num_key_value_heads, past, c.head_dim, generator=g) for _ in range(2)]
     ins, outs = io_names(c.num_hidden_layers)
     torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", _repeat_interleave_symbolic, 13)
+    torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
     with torch.no_grad():
         torch.onnx.export(model, tuple([input_ids, attention_mask, position_ids] + flat), path,
                           input_names=ins, output_names=outs, dynamic_axes=dynamic_axes(c.num_hidden_layers),

@@ -77,6 +77,14 @@ MODELS = {
         "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "olmo": dict(COMMON, **{
+        # OLMo-7B-0424's clip_qkv is 8.0; 0.5 here so that the clamps cut values of this model
+        "architectures": ["OlmoForCausalLM"], "model_type": "olmo", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "hidden_act": "silu", "rope_theta": 10000.0,
+        "rope_scaling": None, "attention_bias": False, "clip_qkv": 0.5, "tie_word_embeddings": False,
+        "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 2, "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "olmo2": dict(COMMON, **{
         "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "transformers_version": "4.47.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
@@ -324,7 +332,7 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 

@@ -95,6 +95,10 @@ def run_node(node, ins):
     if op == "Expand":
         shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in ins[1]))
         return [np.broadcast_to(x, shape).copy()]
+    if op == "Clip":  # opset 11+: min and max as optional inputs
+        lo = ins[1] if len(ins) > 1 and ins[1] is not None else -np.inf
+        hi = ins[2] if len(ins) > 2 and ins[2] is not None else np.inf
+        return [np.clip(x, lo, hi).astype(x.dtype)]
     if op == "Tile":
         return [np.tile(x, tuple(int(r) for r in ins[1]))]
     if op == "ConstantOfShape":

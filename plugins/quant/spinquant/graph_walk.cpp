@@ -232,6 +232,7 @@ std::vector<Attention> find_attention(const GraphView& gv) {
     // Back from V through layout ops (and the past-KV Concat) to the value projection.
     Attention a;
     bool found_v = false;
+    std::string stopped;  // the first node on V's path that is neither layout nor a projection
     std::vector<std::string> back{pv->input(1)};
     std::set<std::string> seen;
     while (!back.empty() && !found_v) {
@@ -245,10 +246,14 @@ std::vector<Attention> find_attention(const GraphView& gv) {
         break;
       }
       std::string_view op = p->op_type();
-      if (op == "Reshape" || op == "Transpose" || op == "Expand" || op == "Unsqueeze" || op == "Concat" ||
-          op == "Add" || passthrough(op))
+      if (op == "Reshape" || op == "Transpose" || op == "Expand" || op == "Unsqueeze") {
+        back.push_back(p->input(0));  // the data, not the shape
+      } else if (op == "Concat" || op == "Add" || passthrough(op)) {
         for (const auto& in : p->inputs())
           if (!in.empty() && !gv.is_initializer(in)) back.push_back(in);
+      } else if (stopped.empty()) {
+        stopped = std::string(op) + " '" + std::string(p->name()) + "'";
+      }
     }
     // Forward from P @ V through layout ops to the output projection.
     bool found_o = false;
@@ -264,7 +269,10 @@ std::vector<Attention> find_attention(const GraphView& gv) {
       }
     if (!found_v || !found_o)
       throw nf::Error(std::string("spinquant: r2: no ") + (found_v ? "output" : "value") +
-                      " projection found for the attention of Softmax '" + std::string(sm.name()) + "'");
+                      " projection found for the attention of Softmax '" + std::string(sm.name()) + "'" +
+                      (!found_v && !stopped.empty()
+                           ? " (the values come through " + stopped + ", which does not commute with a rotation)"
+                           : ""));
     result.push_back(a);
   }
   return result;

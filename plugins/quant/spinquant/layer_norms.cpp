@@ -2,6 +2,7 @@
 
 #include <npuforge/graph/eliminate_dead_nodes.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -68,9 +69,31 @@ void write_rms_norm(nf::Graph& g, const nf::Node& ln) {
   if (!bias.empty()) g.set_value_type(gained, t.dtype, t.dims, t.dim_params);
 }
 
+
+// torch >= 2.0 exports a LayerNorm without gain or bias (OLMo-1) with Constant nodes of ones
+// and zeros for them: made initializers (copies), they fold into the readers like any gain.
+void norm_constants_as_initializers(nf::Graph& g) {
+  std::set<std::string> wanted;
+  for (const nf::Node& n : g.nodes())
+    if (n.op_type() == "LayerNormalization")
+      for (size_t i : {size_t{1}, size_t{2}})
+        if (i < n.input_count() && !n.input(i).empty()) wanted.insert(n.input(i));
+  for (const nf::Node& n : g.nodes()) {
+    if (n.op_type() != "Constant" || n.output_count() != 1 || !wanted.count(n.output(0))) continue;
+    const nf::Tensor value = n.attr_tensor("value");
+    if (!value || value.dtype() != NF_DTYPE_FLOAT32) continue;
+    nf::Tensor copy = nf::Tensor::create(value.dtype(), value.dims());
+    std::memcpy(copy.mutable_data(), value.data(), value.nbytes());
+    const std::string name = n.output(0);
+    g.remove_node(n);
+    g.set_initializer(name, copy);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> drop_mean_subtractions(nf::Graph& g) {
+  norm_constants_as_initializers(g);
   GraphView gv(g);
   std::vector<std::string> centred;
   std::vector<nf::Node> layer_norms;

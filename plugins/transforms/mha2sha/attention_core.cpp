@@ -13,15 +13,16 @@ struct Reject : nf::Error {
 };
 
 const std::set<std::string> kHeadwiseOps = {"Add", "Sub", "Mul", "Div", "Neg", "Cast", "Identity", "Slice", "Concat",
-                                            "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Abs", "Pow"};
+                                            "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Abs", "Pow", "Clip"};
 // Between the score MatMul and the Softmax: scaling, the mask, casts, and Gemma-2's logit
 // soft-capping (Div, Tanh, Mul).
 const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Cast", "Identity", "Softmax", "Where", "Tanh"};
 
 // Between a head split's Reshape and its Transpose: nodes that stay within the last axis
-// (head_dim), such as an RMSNorm of each head (Pow, ReduceMean over -1, Add, Sqrt, Div, Mul).
+// (head_dim), such as an RMSNorm of each head (Pow, ReduceMean over -1, Add, Sqrt, Div, Mul),
+// or OLMo-1's clamp of q, k and v (Clip, also before the head view).
 const std::set<std::string> kLastAxisOps = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Cast",
-                                            "Identity", "ReduceMean"};
+                                            "Identity", "ReduceMean", "Clip"};
 
 std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 
