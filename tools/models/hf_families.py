@@ -17,6 +17,8 @@ Families (FAMILIES below):
   qwen2_untied    modeling_qwen2.py (4.44): q/k/v bias, rotary tables
                   cos_cached/sin_cached [max_position_embeddings, head_dim]
                   sliced to kv_seq_len and gathered by position_ids, untied lm_head
+  nemotron        modeling_nemotron.py (4.48+, Nemotron-Mini-4B): LayerNorm1p (gain w + 1, bias),
+                  squared-ReLU MLP without a gate, rotary over half of head_dim, GQA, untied
   olmo            modeling_olmo.py (4.48+, OLMo-1): LayerNorms without gain or bias, q/k/v
                   each clamped to +-clip_qkv after its projection (Clip), Llama otherwise
   olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
@@ -690,6 +692,42 @@ class OlmoLayerNorm(nn.Module):
         orig_dtype = hidden_states.dtype
         return F.layer_norm(hidden_states.to(dtype=torch.float32), self.normalized_shape, None, None,
                             eps=1e-5).to(orig_dtype)
+
+
+class NemotronAttention(ModernAttention):
+    """modeling_nemotron.py (transformers 4.48+, Nemotron-Mini / Minitron): Llama's attention with
+    the rotary over the first partial_rotary_factor of head_dim (model-level tables)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_partial_rotary(query_states, key_states, cos.unsqueeze(1), sin.unsqueeze(1))
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class NemotronLayerNorm1p(nn.LayerNorm):
+    """LayerNorm whose stored gain is the offset from 1: F.layer_norm(x, w + 1, b)."""
+
+    def __init__(self, hidden_size, eps=1e-5):
+        super().__init__(hidden_size, eps=eps)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight + 1, self.bias, self.eps)
+
+
+class NemotronMLP(nn.Module):
+    """up_proj, squared ReLU (relu2: torch.square(relu(x))), down_proj: no gate."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.raw.get("mlp_bias", False))
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.raw.get("mlp_bias", False))
+
+    def forward(self, x):
+        return self.down_proj(torch.square(F.relu(self.up_proj(x))))
 
 
 class HeadNormAttention(ModernAttention):
@@ -1474,9 +1512,12 @@ class DecoderModel(nn.Module):
             self.rotary_emb = Cohere2RotaryEmbedding(config)
         elif family == "olmo":
             self.norm = OlmoLayerNorm(config.hidden_size)
+        elif family == "nemotron":
+            self.norm = NemotronLayerNorm1p(config.hidden_size, eps=config.norm_eps)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
-        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo"):
+        if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
+                      "nemotron"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1556,6 +1597,9 @@ def make_layer(config, family, i):
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
+    if family == "nemotron":
+        return DecoderLayer(config, i, NemotronAttention(config, i), NemotronMLP(config),
+                            lambda size, eps: NemotronLayerNorm1p(size, eps=config.norm_eps))
     if family == "olmo":
         return DecoderLayer(config, i, OlmoAttention(config, i), LlamaMLP(config, act=config.hidden_act),
                             OlmoLayerNorm)
@@ -1566,7 +1610,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron")
 
 
 class DecoderLM(nn.Module):

@@ -77,6 +77,15 @@ MODELS = {
         "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "nemotron": dict(COMMON, **{
+        # Nemotron-Mini-4B's proportions: rotary on half of head_dim, GQA 3:1, untied
+        "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 96, "intermediate_size": 288, "num_hidden_layers": 2,
+        "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "relu2",
+        "norm_eps": 1e-5, "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rope_scaling": None,
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "bos_token_id": 2, "eos_token_id": 3, "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "olmo": dict(COMMON, **{
         # OLMo-7B-0424's clip_qkv is 8.0; 0.5 here so that the clamps cut values of this model
         "architectures": ["OlmoForCausalLM"], "model_type": "olmo", "transformers_version": "4.48.0",
@@ -332,7 +341,7 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
