@@ -41,7 +41,7 @@ Families (FAMILIES below):
                   projection (q_proj(x) * head_dim**-0.5) and the attention by 1.0, biases on
                   every linear, the ReLU MLP on rows flattened to 2-D (Gemm), tied head
   smollm3         modeling_smollm3.py (4.53+): Llama with no rotary on the layers no_rope_layers
-                  flags 0 (every fourth: NoPE), GQA, tied
+                  flags 0 (every fourth: NoPE), GQA, tied; masking_utils' causal mask
   phi3            modeling_phi3.py: fused qkv_proj sliced into q/k/v, fused
                   gate_up_proj + chunk(2), per-layer rotary, GQA
   phi4_mini       modeling_phi3.py (transformers 4.49+, Phi-4-mini): the same fused
@@ -108,7 +108,9 @@ With mask_style "hf" the padding is applied with HF's slice assignment
 `causal_mask[:, :, :, :mask_length] = ...masked_fill(...)`, which torch exports
 as a ScatterND over a Range/Expand/Concat index grid; with "masked_fill" the
 same padding is applied to the whole mask (mask_length == target_length for a
-dynamic cache, so the numbers are identical) and there is no ScatterND.
+dynamic cache, so the numbers are identical) and there is no ScatterND. With
+"masking_utils" it is transformers >= 4.53's: a boolean mask from index comparisons and the
+gathered padding mask, made additive by Where (masking_utils_causal_mask).
 
 Every model class takes the optimum ONNX layout directly:
     forward(input_ids, attention_mask, position_ids, *past_flat)
@@ -228,7 +230,33 @@ def prepare_4d_causal_attention_mask_with_cache_position(attention_mask, sequenc
     return causal_mask
 
 
+def masking_utils_causal_mask(attention_mask, input_tensor, cache_position):
+    """transformers >= 4.53 masking_utils: create_causal_mask as an export traces it (no skip while
+    tracing; sdpa_mask without vmap): the 2-D mask made bool, the padding mask gathered at the key
+    indices (prepare_padding_mask), `kv_idx <= q_idx` (causal_mask_function) by broadcast
+    comparison, expanded, AND the padding; eager_mask then makes it additive with
+    where(mask, 0, min)."""
+    batch_size = input_tensor.shape[0]
+    kv_length = attention_mask.shape[-1]
+    attention_mask = attention_mask.to(dtype=torch.bool)
+    mask_indices = torch.arange(kv_length)
+    mask_indices += 0  # kv_offset
+    padding_mask = attention_mask[:, mask_indices]
+    kv_arange = torch.arange(kv_length)
+    kv_arange += 0  # kv_offset
+    causal_mask = kv_arange.reshape(1, kv_arange.shape[0]) <= cache_position.reshape(cache_position.shape[0], 1)
+    causal_mask = causal_mask[None, None, :, :].expand(batch_size, -1, -1, -1)
+    causal_mask = causal_mask * padding_mask[:, None, None, :]
+    # HF passes min as a Python float, which torch >= 2.0's scalar type analysis (Where among
+    # its selector ops) exports in the tensors' dtype; torch 1.13 writes a float64 Constant, an
+    # invalid Where. A float32 tensor gives the newer exporter's graph.
+    min_dtype = torch.tensor(torch.finfo(input_tensor.dtype).min, dtype=input_tensor.dtype)
+    return torch.where(causal_mask, torch.tensor(0.0, dtype=input_tensor.dtype), min_dtype)
+
+
 def update_causal_mask(attention_mask, input_tensor, cache_position, past_seen_tokens, mask_style):
+    if mask_style == "masking_utils":
+        return masking_utils_causal_mask(attention_mask, input_tensor, cache_position)
     dtype = input_tensor.dtype
     sequence_length = input_tensor.shape[1]
     target_length = attention_mask.shape[-1]

@@ -330,7 +330,8 @@ MODELS = {
 # and what optimum exports: (family, attention). llama3_sdpa is 4.44's LlamaSdpaAttention (the
 # scale computed in the graph from Shape(query)); qwen3_sdpa 4.51's sdpa_attention_forward
 # (scale=module.scaling, a constant).
-VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa")}
+VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa"),
+            "llama3_masking_utils": ("llama3", "eager")}
 MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 
 # Families whose zoo model takes transformers' default sdpa attention (as optimum exports it).
@@ -338,10 +339,12 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
-MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf"}
+MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf",
+              # transformers >= 4.53's masks (masking_utils): what current exports of every family hold
+              "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -454,7 +457,7 @@ def prompt_for(name, cfg):
 def build(name):
     torch.manual_seed(SEEDS[name])
     family, attention = VARIANTS.get(name, (name, DEFAULT_ATTENTION.get(name, "eager")))
-    model = hf.causal_lm(MODELS[name], family, mask_style=MASK_STYLE.get(family, "masked_fill"),
+    model = hf.causal_lm(MODELS[name], family, mask_style=MASK_STYLE.get(name, MASK_STYLE.get(family, "masked_fill")),
                          attn_implementation=attention)
     random_init(model, SEEDS[name])
     model.eval()
