@@ -19,6 +19,8 @@ Families (FAMILIES below):
                   sliced to kv_seq_len and gathered by position_ids, untied lm_head
   nemotron        modeling_nemotron.py (4.48+, Nemotron-Mini-4B): LayerNorm1p (gain w + 1, bias),
                   squared-ReLU MLP without a gate, rotary over half of head_dim, GQA, untied
+  stablelm        modeling_stablelm.py (4.48+, StableLM-2-1.6B): LayerNorms with bias, q/k/v
+                  biases, rotary over a quarter of head_dim (cut and joined by hand), untied
   olmo            modeling_olmo.py (4.48+, OLMo-1): LayerNorms without gain or bias, q/k/v
                   each clamped to +-clip_qkv after its projection (Clip), Llama otherwise
   olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
@@ -756,6 +758,31 @@ class NemotronMLP(nn.Module):
 
     def forward(self, x):
         return self.down_proj(torch.square(F.relu(self.up_proj(x))))
+
+
+class StableLmAttention(ModernAttention):
+    """modeling_stablelm.py (transformers 4.48+, StableLM-2-1.6B): q/k/v with bias (use_qkv_bias),
+    o_proj without; the rotary over the first partial_rotary_factor of head_dim, cut and joined
+    back by hand (query_rot / query_pass) around Llama's apply_rotary_pos_emb."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.rotary_ndims = int(self.head_dim * config.partial_rotary_factor)
+        b = config.raw.get("use_qkv_bias", False)
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=b)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
+        cos, sin = position_embeddings
+        r = self.rotary_ndims
+        query_rot, query_pass = query_states[..., :r], query_states[..., r:]
+        key_rot, key_pass = key_states[..., :r], key_states[..., r:]
+        query_rot, key_rot = apply_rotary_pos_emb(query_rot, key_rot, cos, sin)
+        query_states = torch.cat((query_rot, query_pass), dim=-1)
+        key_states = torch.cat((key_rot, key_pass), dim=-1)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
 class HeadNormAttention(ModernAttention):
@@ -1542,10 +1569,12 @@ class DecoderModel(nn.Module):
             self.norm = OlmoLayerNorm(config.hidden_size)
         elif family == "nemotron":
             self.norm = NemotronLayerNorm1p(config.hidden_size, eps=config.norm_eps)
+        elif family == "stablelm":
+            self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron"):
+                      "nemotron", "stablelm"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1625,6 +1654,9 @@ def make_layer(config, family, i):
     if family == "qwen3":
         return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
+    if family == "stablelm":
+        return DecoderLayer(config, i, StableLmAttention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            lambda size, eps: nn.LayerNorm(size, eps=config.layer_norm_eps))
     if family == "nemotron":
         return DecoderLayer(config, i, NemotronAttention(config, i), NemotronMLP(config),
                             lambda size, eps: NemotronLayerNorm1p(size, eps=config.norm_eps))
@@ -1638,7 +1670,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm")
 
 
 class DecoderLM(nn.Module):

@@ -77,6 +77,16 @@ MODELS = {
         "sliding_window": None, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "stablelm": dict(COMMON, **{
+        # StableLM-2-1.6B: rotary on a quarter of head_dim, q/k/v biases, no qk_layernorm,
+        # sequential residual
+        "architectures": ["StableLmForCausalLM"], "model_type": "stablelm", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "hidden_act": "silu", "layer_norm_eps": 1e-5,
+        "partial_rotary_factor": 0.25, "rope_theta": 10000.0, "rope_scaling": None, "use_qkv_bias": True,
+        "qk_layernorm": False, "use_parallel_residual": False, "hidden_dropout": 0.0, "tie_word_embeddings": False,
+        "bos_token_id": 0, "eos_token_id": 0, "num_local_experts": 0, "num_experts_per_tok": 0,
+    }),
     "nemotron": dict(COMMON, **{
         # Nemotron-Mini-4B's proportions: rotary on half of head_dim, GQA 3:1, untied
         "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "transformers_version": "4.48.0",
@@ -344,7 +354,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
