@@ -1196,6 +1196,8 @@ class MixtralSparseMoeBlock(nn.Module):
     over all experts (every expert runs on every token; a token's weight for an
     expert it did not select is exactly 0), so the graph has static shapes.
 
+    routing "hf":      HF's own loop, as modeling_mixtral writes it: per expert, NonZero of its
+                       one-hot mask, its rows gathered, index_add_ back (ScatterElements add)
     routing "onehot":  w_e = (routing_weights * (selected_experts == e)).sum(-1, keepdim=True)
     routing "scatter": dense = zeros_like(router_logits).scatter(1, selected_experts, routing_weights)
                        w_e = dense[:, e].unsqueeze(-1) (even e, Gather) or
@@ -1226,6 +1228,9 @@ class MixtralSparseMoeBlock(nn.Module):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits, routing_weights, selected_experts = self.route(hidden_states)
+        if self.routing == "hf":
+            return self.hf_loop(hidden_states, routing_weights, selected_experts, batch_size,
+                                sequence_length).reshape(batch_size, sequence_length, hidden_dim), router_logits
         if self.routing == "scatter":
             dense = torch.zeros_like(router_logits).scatter(1, selected_experts, routing_weights)
         final_hidden_states = None
@@ -1243,6 +1248,23 @@ class MixtralSparseMoeBlock(nn.Module):
                 else final_hidden_states + current_hidden_states
         final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
         return final_hidden_states, router_logits
+
+
+def mixtral_hf_loop(self, hidden_states, routing_weights, selected_experts, batch_size, sequence_length):
+    """modeling_mixtral 4.44's dispatch: each expert runs on the rows that chose it (torch.where
+    of its one-hot mask: NonZero, data-dependent shapes) and index_add_s its weighted output back."""
+    final_hidden_states = torch.zeros((batch_size * sequence_length, self.hidden_dim), dtype=hidden_states.dtype)
+    expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+    for expert_idx in range(self.num_experts):
+        expert_layer = self.experts[expert_idx]
+        idx, top_x = torch.where(expert_mask[expert_idx])
+        current_state = hidden_states[None, top_x].reshape(-1, self.hidden_dim)
+        current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
+        final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+    return final_hidden_states
+
+
+MixtralSparseMoeBlock.hf_loop = mixtral_hf_loop
 
 
 class Qwen2MoeSparseMoeBlock(nn.Module):
@@ -1628,7 +1650,7 @@ def make_layer(config, family, i):
                             GemmaRMSNorm)
     if family == "gemma2":
         return Gemma2DecoderLayer(config, i)
-    if family in ("mixtral_onehot", "mixtral_scatter"):
+    if family in ("mixtral_onehot", "mixtral_scatter", "mixtral_hf"):
         routing = family.split("_")[1]
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=False),
                             MixtralSparseMoeBlock(config, routing=routing), LlamaRMSNorm,
@@ -1670,7 +1692,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf")
 
 
 class DecoderLM(nn.Module):

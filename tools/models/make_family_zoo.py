@@ -183,6 +183,16 @@ MODELS = {
         "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
         "bos_token_id": 1, "eos_token_id": 2,
     }),
+    "mixtral_hf": dict(COMMON, **{
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "sliding_window": None,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+        "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }),
     "qwen2_moe": dict(COMMON, **{
         "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
         "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
@@ -354,7 +364,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 

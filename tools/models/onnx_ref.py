@@ -191,10 +191,20 @@ def run_node(node, ins):
         grid[axis] = idx
         if op == "GatherElements":
             return [x[tuple(grid)]]
-        assert at.get("reduction", b"none") in ("none", b"none"), at
+        reduction = at.get("reduction", b"none")
+        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+        assert reduction in ("none", "add"), at
         out = x.copy()
-        out[tuple(grid)] = ins[2]
+        if reduction == "add":  # index_add_: repeated indices accumulate
+            np.add.at(out, tuple(grid), ins[2])
+        else:
+            out[tuple(grid)] = ins[2]
         return [out]
+    if op == "NonZero":
+        return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+    if op == "Flatten":
+        axis = at.get("axis", 1) % max(x.ndim, 1)
+        return [x.reshape(int(np.prod(x.shape[:axis])), -1)]
     if op == "OneHot":
         depth = int(ins[1].reshape(-1)[0])
         values = ins[2]

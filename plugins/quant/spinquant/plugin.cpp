@@ -8,6 +8,8 @@
 //   4. R4 (option `online_down_proj`): an online Hadamard inserted before each down_proj (online.h).
 // Weights are rewritten in place; run spinquant before the recipes that set encodings.
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
+#include <npuforge/graph/infer_shapes.h>
+#include <npuforge/graph/dense_dispatch.h>
 #include <npuforge/decoder_graph.hpp>
 #include <npuforge/hf_config.hpp>
 #include <npuforge/plugin.hpp>
@@ -153,6 +155,9 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     throw nf::Error("spinquant: the model set already has encodings; list spinquant before the other [[quant]] recipes");
   nf::Graph g = ms.target_graphs().at(0);
   nlohmann::json config = ms.metadata("config");
+  // HF's per-expert MoE loop (NonZero, gathered rows) made dense: its expert outputs then sum
+  // into the stream times a one-column weight, which the rotation commutes with.
+  if (nf::graph::densify_dispatch(g)) nf::graph::infer_shapes(g);
 
   auto gv = std::make_unique<GraphView>(g);
   Embedding emb = find_embedding(*gv);

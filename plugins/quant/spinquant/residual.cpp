@@ -10,10 +10,18 @@ bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>&
   return !x.empty() && stream.count(x);
 }
 
+// A ConstantOfShape of zeros: the start of a sum (HF's MoE loop adds its experts to one).
+bool zeros(const GraphView& gv, const std::string& v) {
+  const nf::Node* p = gv.producer(v);
+  if (!p || p->op_type() != "ConstantOfShape") return false;
+  const nf::Tensor t = p->attr_tensor("value");
+  return !t || (t.dtype() == NF_DTYPE_FLOAT32 && t.numel() == 1 && t.data_as<float>()[0] == 0.f);
+}
+
 // The linear layers whose outputs `value` sums: one writer, an Add of writer outputs
-// (parallel attention and MLP), or a writer output times a value with one column (a mixture
-// of experts' routing weight of each token, a shared expert's gate), each read only there. A
-// rotation of the last axis commutes with all of these.
+// (parallel attention and MLP; zeros to start from), or a writer output times a value with one
+// column (a mixture of experts' routing weight of each token, a shared expert's gate), each
+// read only there. A rotation of the last axis commutes with all of these.
 bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linear>* out, int depth = 0) {
   Linear w;
   if (linear_writer(gv, value, &w)) {
@@ -28,7 +36,7 @@ bool writers_of(const GraphView& gv, const std::string& value, std::vector<Linea
   auto part = [&](const std::string& v) {
     return !gv.is_initializer(v) && gv.consumers(v).size() == 1 && writers_of(gv, v, &found, depth + 1);
   };
-  const bool sum = p->op_type() == "Add" && part(a) && part(b);
+  const bool sum = p->op_type() == "Add" && (zeros(gv, a) || part(a)) && (zeros(gv, b) || part(b));
   const bool scaled = p->op_type() == "Mul" && ((gv.last_dim(b) == 1 && part(a)) || (gv.last_dim(a) == 1 && part(b)));
   if (!sum && !scaled) return false;
   out->insert(out->end(), found.begin(), found.end());

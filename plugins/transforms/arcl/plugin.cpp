@@ -52,6 +52,13 @@ nlohmann::json make_variants(nf::ModelSet& ms, nf::Graph source, const nlohmann:
                              const ArclOptions& opts, nf::Context& ctx, bool kv_prefix = false,
                              const nlohmann::json& role = nullptr, nlohmann::json* tree_io = nullptr) {
   const std::string source_name = source.name();
+  // Data-dependent shapes cannot be made static; the one decoder export that has them is HF's
+  // per-expert MoE loop, which the moe transform makes dense.
+  for (const nf::Node& n : source.nodes())
+    if (n.op_type() == "NonZero")
+      throw nf::Error("arcl: graph " + source_name + ": NonZero '" + std::string(n.name()) +
+                      "' gives data-dependent shapes (a mixture of experts' per-expert dispatch loop); list the moe "
+                      "transform before arcl");
   ModelInfo info = read_model_info(source, config);
   const std::optional<KvPrefix> rows = kv_prefix ? read_kv_prefix(ms, info) : std::nullopt;
   if (rows) info.prefix_rows = rows->rows;

@@ -1,6 +1,7 @@
 // moe: top-k routed expert blocks in a form NPUs run: routing by a float gate mask (no
 // indices, no one-hot), every kept expert computed densely; optional expert subselection.
 // See README.md.
+#include <npuforge/graph/dense_dispatch.h>
 #include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/infer_shapes.h>
@@ -62,7 +63,7 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     std::optional<std::regex> predicate;
     if (!opts.remove_op_predicate.empty()) predicate.emplace(opts.remove_op_predicate);
     const bool is_static = ms.metadata("io").is_object() && ms.metadata("io").value("layout", "") == "static";
-    size_t blocks = 0, removed_total = 0;
+    size_t blocks = 0, removed_total = 0, dispatch_loops = 0;
     std::set<int64_t> layers_seen;
     bool predicate_hit = false;
     const std::vector<nf::Graph> graphs = ms.target_graphs();
@@ -70,9 +71,11 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     for (size_t i = 0; i < n; ++i) {
       nf::Graph g = graphs[i];
       ctx.progress(i, n, g.name());
+      const size_t densified = nf::graph::densify_dispatch(g);  // HF's per-expert loop (NonZero) first
+      dispatch_loops += densified;
       // The routing probe needs the ranks of the routing values; an export may not record
       // them (dims the graph does not fix stay symbolic).
-      if (!is_static) nf::graph::infer_shapes(g);
+      if (!is_static || densified) nf::graph::infer_shapes(g);
       nf::graph::GraphView view(g);
       nf::graph::UniqueNames names(g);
       std::vector<MoeBlock> found = find_moe_blocks(view);
@@ -101,7 +104,8 @@ nf_status* apply(const char* options_json, nf_model_set* handle, nf_context* ctx
     if (predicate && !predicate_hit)
       throw nf::Error("moe: option 'remove_op_predicate' \"" + opts.remove_op_predicate + "\" matches no expert's node");
     ctx.info("moe: " + std::to_string(blocks) + " routed blocks rewritten to a gate mask over " + std::to_string(n) +
-             " graphs; " + std::to_string(removed_total) + " expert instances removed");
+             " graphs; " + std::to_string(removed_total) + " expert instances removed" +
+             (dispatch_loops ? "; " + std::to_string(dispatch_loops) + " experts of a per-expert dispatch loop made dense" : ""));
   });
 }
 

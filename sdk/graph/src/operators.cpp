@@ -188,6 +188,25 @@ void op_one_hot(const OpNode& n, const Ins& in, Outs& out) {
   if (depth.size() != 1) throw k::KernelError(where(n) + ": depth is not one number");
   out[0] = k::one_hot(need(n, in, 0), depth[0], need(n, in, 2), n.attr_int("axis", -1));
 }
+// The indices of the nonzero elements, one row per axis, in row-major order ([rank, count]:
+// a data-dependent shape; HF's MoE loop picks each expert's rows so).
+void op_non_zero(const OpNode& n, const Ins& in, Outs& out) {
+  const k::Tensor flags = k::cast(need(n, in, 0), NF_DTYPE_BOOL);
+  const bool* f = flags.data<bool>();
+  const k::Dims& d = flags.dims();
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < flags.numel(); ++i)
+    if (f[i]) at.push_back(i);
+  const int64_t rank = static_cast<int64_t>(d.size()), count = static_cast<int64_t>(at.size());
+  std::vector<int64_t> idx(static_cast<size_t>(std::max<int64_t>(rank, 1) * count));
+  for (int64_t c = 0; c < count; ++c)
+    for (int64_t a = rank - 1, rest = at[static_cast<size_t>(c)]; a >= 0; --a) {
+      idx[static_cast<size_t>(a * count + c)] = rest % d[static_cast<size_t>(a)];
+      rest /= d[static_cast<size_t>(a)];
+    }
+  if (rank == 0) idx.assign(static_cast<size_t>(count), 0);  // a scalar: one row of zeros
+  out[0] = k::Tensor::from(NF_DTYPE_INT64, {std::max<int64_t>(rank, 1), count}, idx);
+}
 k::ScatterReduce reduction_of(const OpNode& n) {
   std::string r = n.attr_string("reduction", "none");
   if (r == "add") return k::ScatterReduce::Add;
@@ -354,6 +373,7 @@ const Operator kOperators[] = {
     {"Mod", op_mod, s::arithmetic},
     {"Mul", op_binary<B::Mul>, s::arithmetic},
     {"Neg", op_unary<U::Neg>, s::same_as_input},
+    {"NonZero", op_non_zero, s::non_zero},
     {"Not", op_unary<U::Not>, s::same_as_input},
     {"OneHot", op_one_hot, s::one_hot},
     {"Or", op_binary<B::Or>, s::comparison},

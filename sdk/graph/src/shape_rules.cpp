@@ -217,6 +217,11 @@ Types gather_elements(const OpNode&, const Types& in, const Values&) {
   return {TensorType{in_type(in, 0).dtype, in_type(in, 1).dims}};
 }
 
+Types non_zero(const OpNode&, const Types& in, const Values&) {
+  const TensorType& x = in_type(in, 0);
+  return {ranked(NF_DTYPE_INT64, {x.dims ? std::max<int64_t>(static_cast<int64_t>(x.dims->size()), 1) : -1, -1})};
+}
+
 Types one_hot(const OpNode& n, const Types& in, const Values& v) {
   const TensorType &idx = in_type(in, 0), &values = in_type(in, 2);
   const k::Tensor* depth = in_value(v, 1);

@@ -25,6 +25,7 @@ Types slice(const OpNode& n, const Types& in, const Values& v);
 Types gather(const OpNode& n, const Types& in, const Values& v);
 Types gather_elements(const OpNode& n, const Types& in, const Values& v);
 Types one_hot(const OpNode& n, const Types& in, const Values& v);
+Types non_zero(const OpNode& n, const Types& in, const Values& v);
 Types expand(const OpNode& n, const Types& in, const Values& v);
 Types constant_of_shape(const OpNode& n, const Types& in, const Values& v);
 Types matmul(const OpNode& n, const Types& in, const Values& v);
