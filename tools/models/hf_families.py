@@ -1229,8 +1229,8 @@ class MixtralSparseMoeBlock(nn.Module):
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits, routing_weights, selected_experts = self.route(hidden_states)
         if self.routing == "hf":
-            return self.hf_loop(hidden_states, routing_weights, selected_experts, batch_size,
-                                sequence_length).reshape(batch_size, sequence_length, hidden_dim), router_logits
+            return mixtral_hf_loop(self, hidden_states, routing_weights, selected_experts, batch_size,
+                                   sequence_length).reshape(batch_size, sequence_length, hidden_dim), router_logits
         if self.routing == "scatter":
             dense = torch.zeros_like(router_logits).scatter(1, selected_experts, routing_weights)
         final_hidden_states = None
@@ -1264,17 +1264,18 @@ def mixtral_hf_loop(self, hidden_states, routing_weights, selected_experts, batc
     return final_hidden_states
 
 
-MixtralSparseMoeBlock.hf_loop = mixtral_hf_loop
-
 
 class Qwen2MoeSparseMoeBlock(nn.Module):
     """modeling_qwen2_moe.Qwen2MoeSparseMoeBlock, expert loop dense: the
     expert mask is HF's one_hot(selected_experts, E).permute(2, 1, 0)
     ([E, top_k, T]); a token's weight for expert e is
-    sum_k routing_weights[t, k] * expert_mask[e, k, t]."""
+    sum_k routing_weights[t, k] * expert_mask[e, k, t]. routing "hf": HF's own loop
+    (mixtral_hf_loop: NonZero, gathered rows, index_add_)."""
 
-    def __init__(self, config):
+    def __init__(self, config, routing="dense"):
         super().__init__()
+        self.routing = routing
+        self.hidden_dim = config.hidden_size
         self.num_experts = config.num_experts
         self.top_k = config.num_experts_per_tok
         self.norm_topk_prob = config.norm_topk_prob
@@ -1299,6 +1300,13 @@ class Qwen2MoeSparseMoeBlock(nn.Module):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
         hidden_states = hidden_states.view(-1, hidden_dim)
         router_logits, routing_weights, selected_experts = self.route(hidden_states)
+        if self.routing == "hf":
+            final_hidden_states = mixtral_hf_loop(self, hidden_states, routing_weights, selected_experts, batch_size,
+                                                  sequence_length)
+            shared_expert_output = self.shared_expert(hidden_states)
+            shared_expert_output = F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
+            final_hidden_states = final_hidden_states + shared_expert_output
+            return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim), router_logits
         expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
         final_hidden_states = None
         for expert_idx in range(self.num_experts):
@@ -1655,6 +1663,9 @@ def make_layer(config, family, i):
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=False),
                             MixtralSparseMoeBlock(config, routing=routing), LlamaRMSNorm,
                             mlp_name="block_sparse_moe")
+    if family == "qwen2_moe_hf":
+        return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True),
+                            Qwen2MoeSparseMoeBlock(config, routing="hf"), LlamaRMSNorm)
     if family == "qwen2_moe":
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True), Qwen2MoeSparseMoeBlock(config),
                             LlamaRMSNorm)
@@ -1692,7 +1703,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf")
 
 
 class DecoderLM(nn.Module):

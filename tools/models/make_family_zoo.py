@@ -205,6 +205,18 @@ MODELS = {
         "router_aux_loss_coef": 0.001, "output_router_logits": False,
         "bos_token_id": 0, "eos_token_id": 3,
     }),
+    "qwen2_moe_hf": dict(COMMON, **{
+        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "num_experts": 8, "num_experts_per_tok": 4, "norm_topk_prob": False,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 128,
+        "router_aux_loss_coef": 0.001, "output_router_logits": False,
+        "bos_token_id": 0, "eos_token_id": 3,
+    }),
     "gemma3": dict(COMMON, **{
         "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "transformers_version": "4.50.0",
         "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
@@ -364,7 +376,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
