@@ -21,6 +21,8 @@ Families (FAMILIES below):
                   squared-ReLU MLP without a gate, rotary over half of head_dim, GQA, untied
   stablelm        modeling_stablelm.py (4.48+, StableLM-2-1.6B): LayerNorms with bias, q/k/v
                   biases, rotary over a quarter of head_dim (cut and joined by hand), untied
+  olmoe           modeling_olmoe.py (4.48+, OLMoE-1B-7B): OLMo-2's q/k norms over the whole
+                  projections with pre-norms, and HF's per-expert MoE loop without renormalising
   olmo            modeling_olmo.py (4.48+, OLMo-1): LayerNorms without gain or bias, q/k/v
                   each clamped to +-clip_qkv after its projection (Clip), Llama otherwise
   olmo2           modeling_olmo2.py (transformers 4.47+): q_norm / k_norm over the whole
@@ -1210,6 +1212,7 @@ class MixtralSparseMoeBlock(nn.Module):
         self.ffn_dim = config.intermediate_size
         self.num_experts = config.num_local_experts
         self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = getattr(config, "norm_topk_prob", True)  # OLMoE's block: false
         self.routing = routing
         self.gate = nn.Linear(self.hidden_dim, self.num_experts, bias=False)
         self.experts = nn.ModuleList([MixtralBlockSparseTop2MLP(config) for _ in range(self.num_experts)])
@@ -1219,7 +1222,8 @@ class MixtralSparseMoeBlock(nn.Module):
         router_logits = self.gate(hidden_states)
         routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
         routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if self.norm_topk_prob:
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         # we cast back to the input dtype
         routing_weights = routing_weights.to(hidden_states.dtype)
         return router_logits, routing_weights, selected_experts
@@ -1604,7 +1608,7 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm"):
+                      "nemotron", "stablelm", "olmoe"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1663,6 +1667,10 @@ def make_layer(config, family, i):
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=False),
                             MixtralSparseMoeBlock(config, routing=routing), LlamaRMSNorm,
                             mlp_name="block_sparse_moe")
+    if family == "olmoe":  # OLMo-2's q/k norms before pre-norms, Mixtral's loop without renormalising
+        experts = FamilyConfig(dict(config.raw, num_local_experts=config.num_experts))
+        return DecoderLayer(config, i, Olmo2Attention(config, i), MixtralSparseMoeBlock(experts, routing="hf"),
+                            LlamaRMSNorm)
     if family == "qwen2_moe_hf":
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True),
                             Qwen2MoeSparseMoeBlock(config, routing="hf"), LlamaRMSNorm)
@@ -1703,7 +1711,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe")
 
 
 class DecoderLM(nn.Module):

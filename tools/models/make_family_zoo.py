@@ -104,6 +104,16 @@ MODELS = {
         "rope_scaling": None, "attention_bias": False, "clip_qkv": 0.5, "tie_word_embeddings": False,
         "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 2, "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "olmoe": dict(COMMON, **{
+        # OLMoE-1B-7B: 64 experts, top-8, not renormalised; here 8, top-2
+        "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "clip_qkv": None,
+        "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": False, "output_router_logits": False,
+        "router_aux_loss_coef": 0.01, "tie_word_embeddings": False, "pad_token_id": 1, "bos_token_id": None,
+        "eos_token_id": 2,
+    }),
     "olmo2": dict(COMMON, **{
         "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "transformers_version": "4.47.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
@@ -376,7 +386,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
