@@ -92,7 +92,11 @@ size_t densify_dispatch(nf::Graph g) {
     // The weight side: Gather(Flatten(routing_weights), row * k + slot) -> the routing weights.
     const std::string weight = back_through(view, mul->input(1 - expert_side), {"Reshape", "Cast", "Identity", "Expand"});
     auto weight_gather = view.producer(weight);
-    if (!weight_gather || weight_gather->op_type() != "Gather") continue;
+    // Gathered at indices computed from the same NonZero (row * k + slot), from the routing
+    // weights: anything else is not HF's loop and stays as it is.
+    if (!weight_gather || weight_gather->op_type() != "Gather" ||
+        !view.upstream(weight_gather->input(1)).count(nz->output(0)))
+      continue;
     const std::string routing = back_through(view, weight_gather->input(0), {"Flatten", "Reshape", "Unsqueeze"});
     const std::string mask = back_through(view, nz->input(0), {"Cast"});  // [k, rows], 1 where a row chose the expert
 
