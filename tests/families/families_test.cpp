@@ -171,7 +171,7 @@ TEST(FamilyNpu, MoeRouterNamesTheMoeTransform) {
 // spinquant's rotations (the experts' down projections as writers, each times its routing
 // weight) and then the moe transform's gate mask: the same greedy tokens and logits.
 TEST(FamilyMoe, SpinquantThenTheMoeTransform) {
-  for (const char* model : {"zoo/mixtral_onehot", "zoo/mixtral_scatter", "zoo/mixtral_hf", "zoo/qwen2_moe", "zoo/qwen2_moe_hf", "zoo/olmoe"})
+  for (const char* model : {"zoo/mixtral_onehot", "zoo/mixtral_scatter", "zoo/mixtral_hf", "zoo/qwen2_moe", "zoo/qwen2_moe_hf", "zoo/olmoe", "zoo/qwen3_moe"})
     expect_golden_package(model, "[[quant]]\nrecipe = \"spinquant\"\n\n" + kMoe + kArcl, "spinquant_moe");
 }
 

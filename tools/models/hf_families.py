@@ -21,6 +21,8 @@ Families (FAMILIES below):
                   squared-ReLU MLP without a gate, rotary over half of head_dim, GQA, untied
   stablelm        modeling_stablelm.py (4.48+, StableLM-2-1.6B): LayerNorms with bias, q/k/v
                   biases, rotary over a quarter of head_dim (cut and joined by hand), untied
+  qwen3_moe       modeling_qwen3_moe.py (4.51+, Qwen3-30B-A3B): Qwen3's attention (q/k norms per
+                  head) and HF's per-expert MoE loop, renormalised (norm_topk_prob)
   olmoe           modeling_olmoe.py (4.48+, OLMoE-1B-7B): OLMo-2's q/k norms over the whole
                   projections with pre-norms, and HF's per-expert MoE loop without renormalising
   olmo            modeling_olmo.py (4.48+, OLMo-1): LayerNorms without gain or bias, q/k/v
@@ -1608,7 +1610,7 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm", "olmoe"):
+                      "nemotron", "stablelm", "olmoe", "qwen3_moe"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1667,6 +1669,11 @@ def make_layer(config, family, i):
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=False),
                             MixtralSparseMoeBlock(config, routing=routing), LlamaRMSNorm,
                             mlp_name="block_sparse_moe")
+    if family == "qwen3_moe":  # Qwen3's attention, Mixtral's loop (Qwen3MoeSparseMoeBlock), renormalised
+        experts = FamilyConfig(dict(config.raw, num_local_experts=config.num_experts,
+                                    intermediate_size=config.moe_intermediate_size))
+        return DecoderLayer(config, i, Qwen3Attention(config, i), MixtralSparseMoeBlock(experts, routing="hf"),
+                            LlamaRMSNorm)
     if family == "olmoe":  # OLMo-2's q/k norms before pre-norms, Mixtral's loop without renormalising
         experts = FamilyConfig(dict(config.raw, num_local_experts=config.num_experts))
         return DecoderLayer(config, i, Olmo2Attention(config, i), MixtralSparseMoeBlock(experts, routing="hf"),
@@ -1711,7 +1718,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe")
 
 
 class DecoderLM(nn.Module):

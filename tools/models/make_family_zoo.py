@@ -274,6 +274,17 @@ MODELS = {
         "sliding_window": None, "max_window_layers": 2, "bos_token_id": 0, "eos_token_id": 3,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "qwen3_moe": dict(COMMON, **{
+        # Qwen3-30B-A3B: 128 experts, top-8, renormalised, no shared expert; here 8, top-2
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "transformers_version": "4.51.0",
+        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        "moe_intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "attention_bias": False, "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 2, "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": False, "router_aux_loss_coef": 0.001,
+        "bos_token_id": 0, "eos_token_id": 3,
+    }),
     "smollm3": dict(COMMON, **{
         # SmolLM3-3B: 36 layers, no rotary on every fourth (no_rope_layer_interval 4); here 4
         # layers, the last without
@@ -386,7 +397,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
