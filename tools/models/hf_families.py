@@ -116,7 +116,8 @@ as a ScatterND over a Range/Expand/Concat index grid; with "masked_fill" the
 same padding is applied to the whole mask (mask_length == target_length for a
 dynamic cache, so the numbers are identical) and there is no ScatterND. With
 "masking_utils" it is transformers >= 4.53's: a boolean mask from index comparisons and the
-gathered padding mask, made additive by Where (masking_utils_causal_mask).
+gathered padding mask, made additive by Where (masking_utils_causal_mask); "masking_utils_sdpa"
+hands the boolean mask to SDPA (ScaledDotProductAttention: Where(mask, 0, -inf)).
 
 Every model class takes the optimum ONNX layout directly:
     forward(input_ids, attention_mask, position_ids, *past_flat)
@@ -236,7 +237,7 @@ def prepare_4d_causal_attention_mask_with_cache_position(attention_mask, sequenc
     return causal_mask
 
 
-def masking_utils_causal_mask(attention_mask, input_tensor, cache_position):
+def masking_utils_causal_mask(attention_mask, input_tensor, cache_position, additive=True):
     """transformers >= 4.53 masking_utils: create_causal_mask as an export traces it (no skip while
     tracing; sdpa_mask without vmap): the 2-D mask made bool, the padding mask gathered at the key
     indices (prepare_padding_mask), `kv_idx <= q_idx` (causal_mask_function) by broadcast
@@ -253,6 +254,8 @@ def masking_utils_causal_mask(attention_mask, input_tensor, cache_position):
     causal_mask = kv_arange.reshape(1, kv_arange.shape[0]) <= cache_position.reshape(cache_position.shape[0], 1)
     causal_mask = causal_mask[None, None, :, :].expand(batch_size, -1, -1, -1)
     causal_mask = causal_mask * padding_mask[:, None, None, :]
+    if not additive:  # the sdpa path: SDPA takes the boolean mask itself
+        return causal_mask
     # HF passes min as a Python float, which torch >= 2.0's scalar type analysis (Where among
     # its selector ops) exports in the tensors' dtype; torch 1.13 writes a float64 Constant, an
     # invalid Where. A float32 tensor gives the newer exporter's graph.
@@ -261,8 +264,8 @@ def masking_utils_causal_mask(attention_mask, input_tensor, cache_position):
 
 
 def update_causal_mask(attention_mask, input_tensor, cache_position, past_seen_tokens, mask_style):
-    if mask_style == "masking_utils":
-        return masking_utils_causal_mask(attention_mask, input_tensor, cache_position)
+    if mask_style in ("masking_utils", "masking_utils_sdpa"):
+        return masking_utils_causal_mask(attention_mask, input_tensor, cache_position, additive=mask_style == "masking_utils")
     dtype = input_tensor.dtype
     sequence_length = input_tensor.shape[1]
     target_length = attention_mask.shape[-1]
@@ -556,7 +559,9 @@ class ScaledDotProductAttention(torch.autograd.Function):
         else:
             s = torch.tensor(scale, dtype=torch.float32)
         w = torch.matmul(query * s.sqrt(), key.transpose(-2, -1) * s.sqrt())
-        if attn_mask is not None:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:  # masking_utils' boolean mask
+            w = w + torch.where(attn_mask, torch.tensor(0.0), torch.tensor(-float("inf")))
+        elif attn_mask is not None:
             w = w + attn_mask
         return torch.matmul(torch.softmax(w, dim=-1), value)
 
@@ -575,6 +580,10 @@ class ScaledDotProductAttention(torch.autograd.Function):
         query_scaled = g.op("Mul", query, g.op("Sqrt", s))
         key_scaled = g.op("Mul", key_t, g.op("Sqrt", s))
         w = g.op("MatMul", query_scaled, key_scaled)
+        if attn_mask is not None and attn_mask.type().scalarType() == "Bool":
+            # torch >= 2.1's symbolic: Where(mask, 0, -inf), then added
+            attn_mask = g.op("Where", attn_mask, g.op("Constant", value_t=torch.tensor([0.0])),
+                             g.op("Constant", value_t=torch.tensor([-float("inf")])))
         if attn_mask is not None:
             w = g.op("Add", w, attn_mask)
         return g.op("MatMul", g.op("Softmax", w, axis_i=-1), value)
