@@ -698,32 +698,6 @@ class SmolLM3Attention(ModernAttention):
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
-class OlmoAttention(ModernAttention):
-    """modeling_olmo.py (transformers 4.48+, OLMo-1): Llama's attention with q, k and v each
-    clamped to [-clip_qkv, clip_qkv] after its projection (clamp_: Clip), before the head view."""
-
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx, config.head_dim ** -0.5)
-
-    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states)
-        key_states = self.k_proj(hidden_states)
-        value_states = self.v_proj(hidden_states)
-        clip = self.config.clip_qkv
-        if clip is not None:
-            query_states.clamp_(min=-clip, max=clip)
-            key_states.clamp_(min=-clip, max=clip)
-            value_states.clamp_(min=-clip, max=clip)
-        query_states = query_states.view(hidden_shape).transpose(1, 2)
-        key_states = key_states.view(hidden_shape).transpose(1, 2)
-        value_states = value_states.view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
-
-
 class OlmoLayerNorm(nn.Module):
     """LayerNorm without a learned gain or bias, in float32 (OLMo-1)."""
 
@@ -856,26 +830,47 @@ class GlmAttention(ModernAttention):
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
-class Olmo2Attention(ModernAttention):
-    """modeling_olmo2.py (transformers 4.47+): RMSNorm over all heads' values of q and k."""
+class OlmoAttention(ModernAttention):
+    """modeling_olmo.py (transformers 4.48+, OLMo-1): Llama's attention with q, k and v each
+    clamped to [-clip_qkv, clip_qkv] after its projection (clamp_: Clip), before the head view."""
 
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx, config.head_dim ** -0.5)
-        self.q_norm = LlamaRMSNorm(config.num_attention_heads * self.head_dim, config.rms_norm_eps)
-        self.k_norm = LlamaRMSNorm(config.num_key_value_heads * self.head_dim, config.rms_norm_eps)
+
+    def qkv(self, hidden_states):
+        return self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+
+    def project(self, hidden_states):
+        query_states, key_states, value_states = self.qkv(hidden_states)
+        clip = getattr(self.config, "clip_qkv", None)  # OLMo-1 and OLMoE configs may set it
+        if clip is not None:
+            query_states.clamp_(min=-clip, max=clip)
+            key_states.clamp_(min=-clip, max=clip)
+            value_states.clamp_(min=-clip, max=clip)
+        return query_states, key_states, value_states
 
     def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_norm(self.q_proj(hidden_states))
-        key_states = self.k_norm(self.k_proj(hidden_states))
-        value_states = self.v_proj(hidden_states)
+        query_states, key_states, value_states = self.project(hidden_states)
         query_states = query_states.view(hidden_shape).transpose(1, 2)
         key_states = key_states.view(hidden_shape).transpose(1, 2)
         value_states = value_states.view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class Olmo2Attention(OlmoAttention):
+    """modeling_olmo2.py (transformers 4.47+): RMSNorm over all heads' values of q and k."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.q_norm = LlamaRMSNorm(config.num_attention_heads * self.head_dim, config.rms_norm_eps)
+        self.k_norm = LlamaRMSNorm(config.num_key_value_heads * self.head_dim, config.rms_norm_eps)
+
+    def qkv(self, hidden_states):
+        return self.q_norm(self.q_proj(hidden_states)), self.k_norm(self.k_proj(hidden_states)), self.v_proj(hidden_states)
 
 
 class Olmo2DecoderLayer(nn.Module):

@@ -193,29 +193,7 @@ MODELS = {
         "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
         "bos_token_id": 1, "eos_token_id": 2,
     }),
-    "mixtral_hf": dict(COMMON, **{
-        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
-        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 48,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
-        "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "rope_scaling": None,
-        "tie_word_embeddings": False, "sliding_window": None,
-        "num_local_experts": 8, "num_experts_per_tok": 2,
-        "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
-        "bos_token_id": 1, "eos_token_id": 2,
-    }),
     "qwen2_moe": dict(COMMON, **{
-        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
-        "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
-        "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
-        "max_window_layers": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "num_experts": 8, "num_experts_per_tok": 4, "norm_topk_prob": False,
-        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 128,
-        "router_aux_loss_coef": 0.001, "output_router_logits": False,
-        "bos_token_id": 0, "eos_token_id": 3,
-    }),
-    "qwen2_moe_hf": dict(COMMON, **{
         "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
         "hidden_act": "silu", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
@@ -378,6 +356,9 @@ MODELS = {
         "use_cache": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
     },
 }
+
+# HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
+MODELS.update({"mixtral_hf": MODELS["mixtral_scatter"], "qwen2_moe_hf": MODELS["qwen2_moe"]})
 
 # The same families exported with attn_implementation "sdpa", transformers' default since 4.36
 # and what optimum exports: (family, attention). llama3_sdpa is 4.44's LlamaSdpaAttention (the
