@@ -69,7 +69,6 @@ void write_rms_norm(nf::Graph& g, const nf::Node& ln) {
   if (!bias.empty()) g.set_value_type(gained, t.dtype, t.dims, t.dim_params);
 }
 
-
 // torch >= 2.0 exports a LayerNorm without gain or bias (OLMo-1) with Constant nodes of ones
 // and zeros for them: made initializers (copies), they fold into the readers like any gain.
 void norm_constants_as_initializers(nf::Graph& g) {
