@@ -237,7 +237,7 @@ def prepare_4d_causal_attention_mask_with_cache_position(attention_mask, sequenc
     return causal_mask
 
 
-def masking_utils_causal_mask(attention_mask, input_tensor, cache_position, additive=True):
+def masking_utils_causal_mask(attention_mask, input_tensor, cache_position, additive=True, window=None):
     """transformers >= 4.53 masking_utils: create_causal_mask as an export traces it (no skip while
     tracing; sdpa_mask without vmap): the 2-D mask made bool, the padding mask gathered at the key
     indices (prepare_padding_mask), `kv_idx <= q_idx` (causal_mask_function) by broadcast
@@ -251,7 +251,11 @@ def masking_utils_causal_mask(attention_mask, input_tensor, cache_position, addi
     padding_mask = attention_mask[:, mask_indices]
     kv_arange = torch.arange(kv_length)
     kv_arange += 0  # kv_offset
-    causal_mask = kv_arange.reshape(1, kv_arange.shape[0]) <= cache_position.reshape(cache_position.shape[0], 1)
+    if window is None:  # causal_mask_function
+        causal_mask = kv_arange.reshape(1, kv_arange.shape[0]) <= cache_position.reshape(cache_position.shape[0], 1)
+    else:  # create_sliding_window_causal_mask: and_masks(sliding_window_overlay(window), causal)
+        kv, q = kv_arange.reshape(1, kv_arange.shape[0]), cache_position.reshape(cache_position.shape[0], 1)
+        causal_mask = (kv > q - window) & (kv <= q)
     causal_mask = causal_mask[None, None, :, :].expand(batch_size, -1, -1, -1)
     causal_mask = causal_mask * padding_mask[:, None, None, :]
     if not additive:  # the sdpa path: SDPA takes the boolean mask itself
@@ -1628,6 +1632,10 @@ class DecoderModel(nn.Module):
         cache_position = torch.arange(past_seen_tokens, past_seen_tokens + inputs_embeds.shape[1])
         causal_mask = update_causal_mask(attention_mask, inputs_embeds, cache_position, past_seen_tokens,
                                          mask_style)
+        sliding = self.family in ("gemma3", "cohere2", "exaone4")  # (full, sliding) masks; each layer takes its own
+        if sliding and mask_style == "masking_utils":  # transformers >= 4.53 makes both first
+            causal_mask = (causal_mask, masking_utils_causal_mask(attention_mask, inputs_embeds, cache_position,
+                                                                  window=self.config.sliding_window))
         hidden_states = inputs_embeds
         position_embeddings = None
         if hasattr(self, "rotary_emb"):
@@ -1635,7 +1643,7 @@ class DecoderModel(nn.Module):
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
         if self.family == "gemma3":
             position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
-        if self.family in ("gemma3", "cohere2", "exaone4"):  # (full, sliding) masks; each layer takes its own
+        if sliding and mask_style != "masking_utils":
             causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
         if self.family == "starcoder2":  # Mistral's mask: every layer sliding
             causal_mask = sliding_window_mask(causal_mask, cache_position, self.config.sliding_window)

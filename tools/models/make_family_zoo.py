@@ -365,7 +365,8 @@ MODELS.update({"mixtral_hf": MODELS["mixtral_scatter"], "qwen2_moe_hf": MODELS["
 # scale computed in the graph from Shape(query)); qwen3_sdpa 4.51's sdpa_attention_forward
 # (scale=module.scaling, a constant).
 VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa"),
-            "llama3_masking_utils": ("llama3", "eager"), "qwen3_sdpa_masking_utils": ("qwen3", "sdpa")}
+            "llama3_masking_utils": ("llama3", "eager"), "qwen3_sdpa_masking_utils": ("qwen3", "sdpa"),
+            "gemma3_masking_utils": ("gemma3", "eager")}
 MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 
 # Families whose zoo model takes transformers' default sdpa attention (as optimum exports it).
@@ -375,12 +376,12 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
 MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf",
               # transformers >= 4.53's masks (masking_utils): what current exports of every family hold
-              "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils",
+              "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils", "gemma3_masking_utils": "masking_utils",
               # the sdpa path of those masks: SDPA takes the boolean mask (Where(mask, 0, -inf))
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
