@@ -48,6 +48,18 @@ bool has_dispatch_loop(const std::string& model) {
   return slurp(model_dir(model) + "/model.onnx").find("NonZero") != std::string::npos;
 }
 
+// Builds tests/models/<model> with `body` after its [model] table and expects a refusal whose
+// message holds `message` and no package for target `target`.
+void expect_refused(const std::string& tag, const std::string& model, const std::string& body, const std::string& target,
+                    const std::string& message) {
+  WorkDir work(tag + "_" + model);
+  std::ofstream(work.path / "manifest.toml") << "[model]\nonnx = \"" << model_dir(model) << "/model.onnx\"\n\n" << body;
+  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  EXPECT_NE(r.exit_code, 0) << tag << " " << model;
+  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(work.path / "out" / target)) << "a refused build leaves no package";
+}
+
 struct Chain {
   std::string name, stages;
   bool moe_only = false;
@@ -93,19 +105,9 @@ TEST_P(Family, KeepsTorchGreedy) {
   const Case& c = GetParam();
   std::string tag = c.chain->name;
   std::replace(tag.begin(), tag.end(), '+', '_');
-  if (has_dispatch_loop(c.model) && c.chain->name.rfind("moe", 0) != 0) {
-    WorkDir work(tag + "_" + c.model);
-    const fs::path m = fs::path(model_dir(c.model));
-    std::ofstream(work.path / "manifest.toml") << "[model]\nonnx = \"" << (m / "model.onnx").string() << "\"\n\n"
-                                               << c.chain->stages << "[targets.cpu]\nbackend = \"cpu\"\n";
-    auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
-    EXPECT_NE(r.exit_code, 0);
-    EXPECT_NE(r.err.find("(a mixture of experts' per-expert dispatch loop); list the moe transform before arcl"),
-              std::string::npos)
-        << r.err;
-    EXPECT_FALSE(fs::exists(work.path / "out" / "cpu")) << "a refused build leaves no package";
-    return;
-  }
+  if (has_dispatch_loop(c.model) && c.chain->name.rfind("moe", 0) != 0)
+    return expect_refused(tag, c.model, c.chain->stages + "[targets.cpu]\nbackend = \"cpu\"\n", "cpu",
+                          "(a mixture of experts' per-expert dispatch loop); list the moe transform before arcl");
   expect_golden_package(c.model, c.chain->stages, tag);
 }
 
@@ -153,19 +155,11 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FamilyNpu, ::testing::ValuesIn(models()),
 // scatter form) reaches the NPU compilers: one error line that names the transform, no package.
 TEST(FamilyNpu, MoeRouterNamesTheMoeTransform) {
   for (const char* model : {"zoo/qwen2_moe", "zoo/mixtral_scatter"})
-    for (const char* target : {"htp", "aries"}) {
-      WorkDir work(std::string("npu_router_") + target + "_" + model);
-      const fs::path m = fs::path(model_dir(model));
-      std::ofstream(work.path / "manifest.toml")
-          << "[model]\nonnx = \"" << (m / "model.onnx").string() << "\"\n\n" << kArclCl256 << "[targets.npu]\nbackend = \""
-          << target << "\"\n" << (std::string(target) == "htp" ? "chipset = \"sm8750\"\n" : "");
-      auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
-      EXPECT_NE(r.exit_code, 0) << model << " " << target;
-      EXPECT_NE(r.err.find("a mixture-of-experts router: run the moe transform before compiling for " + std::string(target)),
-                std::string::npos)
-          << r.err;
-      EXPECT_FALSE(fs::exists(work.path / "out" / "npu")) << "a refused build leaves no package";
-    }
+    for (const std::string target : {"htp", "aries"})
+      expect_refused("npu_router_" + target, model,
+                     kArclCl256 + "[targets.npu]\nbackend = \"" + target + "\"\n" +
+                         (target == "htp" ? "chipset = \"sm8750\"\n" : ""),
+                     "npu", "a mixture-of-experts router: run the moe transform before compiling for " + target);
 }
 
 // spinquant's rotations (the experts' down projections as writers, each times its routing

@@ -1,5 +1,7 @@
 #include "spinquant/residual.h"
 
+#include <npuforge/graph/dense_dispatch.h>
+
 namespace spinquant {
 namespace {
 
@@ -10,12 +12,10 @@ bool scaled(const GraphView& gv, const nf::Node& n, const std::set<std::string>&
   return !x.empty() && stream.count(x);
 }
 
-// A ConstantOfShape of zeros: the start of a sum (HF's MoE loop adds its experts to one).
+// Zeros a sum starts from (HF's MoE loop adds its experts to one).
 bool zeros(const GraphView& gv, const std::string& v) {
   const nf::Node* p = gv.producer(v);
-  if (!p || p->op_type() != "ConstantOfShape") return false;
-  const nf::Tensor t = p->attr_tensor("value");
-  return !t || (t.dtype() == NF_DTYPE_FLOAT32 && t.numel() == 1 && t.data_as<float>()[0] == 0.f);
+  return p && nf::graph::fills_zeros(*p);
 }
 
 // The linear layers whose outputs `value` sums: one writer, an Add of writer outputs

@@ -28,6 +28,19 @@ void clone_chain(GraphEditor& ed, const std::vector<nf_node*>& nodes, std::map<s
   }
 }
 
+// Each Reshape in `nodes` reshapes one head's copy to its static output dims with the head
+// axis `axis` set to 1: the copy reads that shape constant instead (through `map`).
+void one_head_reshapes(GraphEditor& ed, const std::vector<nf_node*>& nodes, size_t axis,
+                       std::map<std::string, std::string>& map) {
+  for (nf_node* p : nodes) {
+    nf::Node n(p);
+    if (n.op_type() != "Reshape") continue;
+    Dims shape = static_dims(ed.graph(), n.output(0), "Reshape output");
+    shape[axis] = 1;
+    map[n.input(1)] = ed.int64_constant(shape);
+  }
+}
+
 // `v` through copies of scalar Mul/Div nodes (their constant operand kept), one after another.
 std::string apply_scales(const GraphView& view, GraphEditor& ed, const std::vector<nf_node*>& scales, std::string v,
                          const std::string& suffix) {
@@ -66,34 +79,21 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
              {biased.back()}, b.bias + t + "/Add");
       v = biased.back();
     }
-    if (b.split_row_layout) {  // the region on one head's [1, rows, 1, ...], then its transpose
-      v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, b.rows, 1, b.head_dim}, b.split_out + t + "/Reshape");
+    // The region before the transpose runs on one head's [1, 1, rows, head_dim] when it stays
+    // within head_dim, else on its [1, rows, 1, ...] (reshaped to the former afterwards).
+    const Dims one_head{1, 1, b.rows, b.head_dim}, rows_first{1, b.rows, 1, b.head_dim};
+    const bool row_layout = b.split_row_layout;
+    v = ed.reshape(v, {1, b.rows, b.head_dim}, row_layout ? rows_first : one_head,
+                   (row_layout ? b.split_out : b.heads_out) + t + "/Reshape");
+    if (!b.split_region.empty()) {
       std::map<std::string, std::string> map{{b.split_out, v}};
-      for (nf_node* p : b.split_region) {  // a Reshape in the region: its shape for one head
-        nf::Node n(p);
-        if (n.op_type() != "Reshape") continue;
-        Dims shape = static_dims(g, n.output(0), "Reshape output");
-        shape[2] = 1;
-        map[n.input(1)] = ed.int64_constant(shape);
-      }
+      one_head_reshapes(ed, b.split_region, 2, map);
       clone_chain(ed, b.split_region, map, t);
-      v = ed.reshape(map.at(b.split_end), {1, b.rows, 1, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
-    } else {
-      v = ed.reshape(v, {1, b.rows, b.head_dim}, {1, 1, b.rows, b.head_dim}, b.heads_out + t + "/Reshape");
-      if (!b.split_region.empty()) {  // within head_dim: the same on one head's [1, 1, rows, head_dim]
-        std::map<std::string, std::string> map{{b.split_out, v}};
-        clone_chain(ed, b.split_region, map, t);
-        v = map.at(b.split_end);
-      }
+      v = map.at(b.split_end);
     }
+    if (row_layout) v = ed.reshape(v, rows_first, one_head, b.heads_out + t + "/Reshape");
     std::map<std::string, std::string> map{{b.heads_out, v}};
-    for (nf_node* p : b.region) {  // a Reshape after the head split: its shape for one head
-      nf::Node n(p);
-      if (n.op_type() != "Reshape") continue;
-      Dims shape = static_dims(g, n.output(0), "Reshape output");
-      shape[1] = 1;
-      map[n.input(1)] = ed.int64_constant(shape);
-    }
+    one_head_reshapes(ed, b.region, 1, map);
     clone_chain(ed, b.region, map, t);
     out.push_back(map.at(b.end));
   }

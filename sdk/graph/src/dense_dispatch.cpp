@@ -56,14 +56,17 @@ std::optional<nf::Node> row_gather_above(const GraphView& view, const std::strin
 
 bool is_zeros(const GraphView& view, const std::string& v) {
   auto p = view.producer(v);
-  if (!p || p->op_type() != "ConstantOfShape") return false;
-  const nf::Tensor value = p->attr_tensor("value");
-  if (!value) return true;  // the default is a float 0
-  if (value.dtype() != NF_DTYPE_FLOAT32 || value.numel() != 1) return false;
-  return static_cast<const float*>(value.data())[0] == 0.f;
+  return p && fills_zeros(*p);
 }
 
 }  // namespace
+
+bool fills_zeros(const nf::Node& n) {
+  if (n.op_type() != "ConstantOfShape") return false;
+  const nf::Tensor value = n.attr_tensor("value");
+  if (!value) return true;  // the default is a float 0
+  return value.dtype() == NF_DTYPE_FLOAT32 && value.numel() == 1 && static_cast<const float*>(value.data())[0] == 0.f;
+}
 
 size_t densify_dispatch(nf::Graph g) {
   GraphView view(g);

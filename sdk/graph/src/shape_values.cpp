@@ -1,6 +1,7 @@
 #include "shape_values.h"
 
 #include <algorithm>
+#include <set>
 
 #include "npuforge/graph/operators.h"
 
@@ -8,6 +9,12 @@ namespace nf::graph {
 
 bool ShapeValue::known() const {
   return std::none_of(v.begin(), v.end(), [](int64_t e) { return e == kUnknownDim; });
+}
+
+bool ShapeValues::computes(std::string_view op) {
+  static const std::set<std::string_view> kOps = {"Shape", "Cast", "Identity", "Gather", "Slice", "Concat",
+                                                  "Unsqueeze", "Squeeze", "Add", "Sub", "Mul", "Div"};
+  return kOps.count(op) != 0;
 }
 
 const ShapeValue* ShapeValues::find(const std::string& value) const {

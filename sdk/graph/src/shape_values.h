@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "npuforge/graph/value_types.h"
@@ -34,6 +35,8 @@ class ShapeValues {
   const ShapeValue* find(const std::string& value) const;
 
  private:
+  // The ops compute() knows: only their inputs are looked up (record runs on every node).
+  static bool computes(std::string_view op);
   std::optional<ShapeValue> compute(const Node& n, const std::vector<std::optional<ShapeValue>>& in,
                                     const std::vector<std::optional<TensorType>>& types) const;
   std::map<std::string, ShapeValue> values_;
@@ -45,6 +48,7 @@ TensorType refine_with_shape_value(const Node& n, const TensorType& x, const Sha
 
 template <class Constant, class Type>
 void ShapeValues::record(const Node& n, Constant constant, Type type) {
+  if (n.output_count() != 1 || !computes(n.op_type())) return;
   std::vector<std::optional<ShapeValue>> in;
   std::vector<std::optional<TensorType>> types;
   for (const std::string& name : n.inputs()) {
@@ -57,8 +61,7 @@ void ShapeValues::record(const Node& n, Constant constant, Type type) {
       in.push_back(std::nullopt);
     }
   }
-  if (n.output_count() == 1)
-    if (auto r = compute(n, in, types)) values_[n.output(0)] = *r;
+  if (auto r = compute(n, in, types)) values_[n.output(0)] = *r;
 }
 
 }  // namespace nf::graph

@@ -17,4 +17,7 @@ namespace nf::graph {
 // rotates (both call this first). Returns how many experts it rewrote.
 size_t densify_dispatch(nf::Graph g);
 
+// Whether `n` is a ConstantOfShape of float zeros: where HF's loop starts its sum.
+bool fills_zeros(const nf::Node& n);
+
 }  // namespace nf::graph
