@@ -10,17 +10,18 @@ leave-one-out fit uses instead) are in bench/sim_figures.json.
 htp: one estimate-only package per model shape (synth_model.py --zeros -> arcl AR {1, 128}
 x CL 4096 -> htp, one target per chip with a figure for that model; weights costed as AI
 Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
-KV cache at 8 bits for the genie exports (AIMET's LLM recipe, facts.md) and at the
-activations' 16 bits for the qnn_context_binary ones, whose own encodings do not say:
-`kv_bits` per figure in sim_figures.json), timed with `npuforge estimate`. The fits, stated
+KV cache at `kv_bits` per figure in sim_figures.json: 8 when not given, as AIMET's LLM recipe
+stores it (facts.md) and as AI Hub's qnn_context_binary input specs declare it (uint8) for
+Qwen2-7B and Mistral-7B; 16 for the exports with no such spec, an assumption), timed with
+`npuforge estimate`. The fits, stated
 as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the chip files
 (plugins/backends/htp/chips/, and the build's copy the plugin reads); ours:
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
             the HVX rate on 1B TTFT
   sm8850    per-op and HVX = sm8750's x 1.37 (published NPU speed-up); a16w8 alone on its
             3B TTFT; npu_gb_per_s on its 1B decode
-  sc8380xp  a16w8 on its 3B TTFT with per-op and HVX by the same ratio (no published NPU
-            speed-up); npu_gb_per_s on its 3B decode
+  sc8380xp  a16w8 on its 3B and 8B TTFTs with per-op and HVX by the same ratio (no published
+            NPU speed-up); npu_gb_per_s on its 3B decode
   sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
 A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
@@ -28,11 +29,10 @@ aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip 
 written to plugins/backends/aries/devices/aries-rb.json; predictions with aries_sim predict
 from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
 """
-import copy
 import json
+import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -98,6 +98,12 @@ def config_of(name):
 
 
 # ---------------------------------------------------------------- htp packages and estimates
+def kv_bits(f):
+    """The KV cache width a figure's export stores: the figure's "kv_bits", else 8 (AIMET's LLM
+    recipe, and the uint8 caches of AI Hub's qnn_context_binary input specs)."""
+    return f.get("kv_bits", 8)
+
+
 def package_of(f):
     """The package directory a figure is costed on: models of the same shapes share one
     (costs depend on shapes and widths only), named after the first such config; a shape with
@@ -105,7 +111,7 @@ def package_of(f):
     shape = config_of(f["config"])[1]
     same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape]
     name = min(os.path.basename(config_of(g["config"])[0])[:-len(".json")] for g in same)
-    return name if len({g["kv_bits"] for g in same}) == 1 else f"{name}-kv{f['kv_bits']}"
+    return name if len({kv_bits(g) for g in same}) == 1 else f"{name}-kv{kv_bits(f)}"
 
 
 def has_chip(f):
@@ -116,9 +122,9 @@ def build_htp_packages():
     chips_of, source_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp" and has_chip(f):
-            chips_of.setdefault((package_of(f), f["kv_bits"]), set()).add(f["chip"])
+            chips_of.setdefault((package_of(f), kv_bits(f)), set()).add(f["chip"])
             source_of.setdefault(package_of(f), config_of(f["config"])[0])
-    for (cfg, kv_bits), chips in sorted(chips_of.items()):
+    for (cfg, kv), chips in sorted(chips_of.items()):
         d = f"{WORK}/htp/{cfg}"
         if not os.path.exists(f"{d}/model.onnx"):
             log(f"synthesizing {cfg}")
@@ -129,7 +135,7 @@ def build_htp_packages():
 backend = "htp"
 chipset = "{c}"
 assume_activation_bw = 16
-assume_kv_bw = {kv_bits}
+assume_kv_bw = {kv}
 assume_weight_bw = 4
 pack_weights = false
 ''' for c in sorted(chips))
@@ -225,14 +231,20 @@ def bisect(lo, hi, too_low, steps=18):
     return (lo * hi) ** 0.5
 
 
-def fit_bw(chip, model):
-    f = fig(chip, model, "decode_tokens_per_s")
+def log_error(chip, figs, metric):
+    """The mean log error of a chip's estimates over figures (> 0: estimates above the
+    published values). One parameter fitted on several figures makes it zero."""
+    return sum(math.log(htp_estimate(chip, f)[metric] / f["published"]) for f in figs) / len(figs)
+
+
+def fit_bw(chip, models):
+    figs = [fig(chip, m, "decode_tokens_per_s") for m in models]
 
     def too_low(bw):
         j = load_chip(chip)
         put(j, "dram.npu_gb_per_s", bw)
         save_chip(chip, j)
-        return htp_estimate(chip, f)["decode_tokens_per_s"] < f["published"]
+        return log_error(chip, figs, "decode_tokens_per_s") < 0
     bw = bisect(1.0, get(load_chip(chip), "dram.peak_gb_per_s"), too_low)
     j = load_chip(chip)
     put(j, "dram.npu_gb_per_s", bw)
@@ -240,10 +252,10 @@ def fit_bw(chip, model):
     return bw
 
 
-def fit_rate(chip, model, scale_overheads, key="hmx_macs_per_s.a16w8"):
-    """A rate (HMX a16w8, or HVX bytes/s) on a TTFT figure; with scale_overheads the chip's
-    per-op cost and HVX rate follow the a16w8 rate (one NPU-speed ratio to sm8750)."""
-    f = fig(chip, model, "ttft_ms")
+def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
+    """A rate (HMX a16w8, or HVX bytes/s) on one or more TTFT figures; with scale_overheads
+    the chip's per-op cost and HVX rate follow the a16w8 rate (one NPU-speed ratio to sm8750)."""
+    figs = [fig(chip, m, "ttft_ms") for m in models]
 
     def too_low(rate):
         if scale_overheads:
@@ -252,7 +264,7 @@ def fit_rate(chip, model, scale_overheads, key="hmx_macs_per_s.a16w8"):
             j = load_chip(chip)
             put(j, key, rate)
             save_chip(chip, j)
-        return htp_estimate(chip, f)["ttft_ms"] > f["published"]
+        return log_error(chip, figs, "ttft_ms") > 0
     rate = bisect(1e10, 1e15, too_low)
     too_low(rate)
     return rate
@@ -308,12 +320,13 @@ def share_v73_bandwidth():
 #   a16w8 + hvx_bytes_per_s         two TTFT figures: the HMX rate on the first, HVX on the
 #                                   second, alternated
 #   a16w8 + per_op_us + hvx_bytes_per_s
-#                                   one TTFT figure: one NPU speed (per-op and HVX follow the
+#                                   TTFT figures: one NPU speed (per-op and HVX follow the
 #                                   a16w8 ratio to sm8750)
-#   a16w8                           one TTFT figure: the HMX rate alone, per-op and HVX kept at
+#   a16w8                           TTFT figures: the HMX rate alone, per-op and HVX kept at
 #                                   the chip's published NPU speed-up (SPEED); a chip without
 #                                   one has nothing to hold them, so this fits its NPU speed
-#   npu_gb_per_s                    one decode figure
+#   npu_gb_per_s                    decode figures
+# A parameter fitted on several figures makes their mean log error zero (log_error).
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
 # chip's rate groups, then its bandwidth groups (decode depends little on the rates).
 DECODE_PAIR = {"dram.npu_gb_per_s", "overheads.per_op_us"}
@@ -330,12 +343,12 @@ def fit_group(g, subst):
         fit_decode_pair(chip, *models)
     elif params == RATES and len(models) == 2:
         for _ in range(4):  # the HMX and HVX rates share both TTFTs: alternate until settled
-            fit_rate(chip, models[0], scale_overheads=False)
-            fit_rate(chip, models[1], scale_overheads=False, key="hvx_bytes_per_s")
-    elif params in (NPU_SPEED, HMX_ONLY) and len(models) == 1:
-        fit_rate(chip, models[0], scale_overheads=params == NPU_SPEED or chip not in SPEED)
-    elif params == BANDWIDTH and len(models) == 1:
-        fit_bw(chip, models[0])
+            fit_rate(chip, models[:1], scale_overheads=False)
+            fit_rate(chip, models[1:], scale_overheads=False, key="hvx_bytes_per_s")
+    elif params in (NPU_SPEED, HMX_ONLY):
+        fit_rate(chip, models, scale_overheads=params == NPU_SPEED or chip not in SPEED)
+    elif params == BANDWIDTH:
+        fit_bw(chip, models)
     else:
         raise SystemExit(f"sim_figures.json: no fit of {sorted(params)} on {len(models)} figure(s) ({chip})")
 

@@ -54,8 +54,12 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
     // graph outputs are counted as writes once, below.
     const double row_tiles = std::ceil(static_cast<double>(g.at("ar").get<int64_t>()) / kHmxTile);
     bool spills = !op.value("is_output", false) && out / std::max(1.0, op.value("outer", 1.0)) / row_tiles > half_vtcm;
-    double dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
-    double compute = 0;
+    // Weights are constants: the compiled graph prefetches them into VTCM behind the previous
+    // op's compute. Activations in DRAM (the KV cache and other graph inputs, spilled results)
+    // are filled into VTCM before the op can use them and spilled after it, so their transfer
+    // adds to the op's time rather than hiding under it.
+    const double act_dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
+    double weight_dram = 0, compute = 0;
     if (kind == "hmx") {
       double macs = op.at("macs").get<double>();
       compute = macs / c.macs_per_s(precision_of(op));
@@ -69,10 +73,10 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
         double m = op.value("m", 1.0);
         double act = m * op.value("k", 1.0) * op.value("a_bits", 16) / 8.0;
         double acc = m * op.value("n", 1.0) * 4.0;
-        dram += act <= half_vtcm || acc <= half_vtcm ? wb : wb * std::ceil(act / half_vtcm);
+        weight_dram = act <= half_vtcm || acc <= half_vtcm ? wb : wb * std::ceil(act / half_vtcm);
       }
     } else if (kind == "lookup") {
-      dram += out;
+      weight_dram = out;  // the embedding rows a Gather reads from its table
     } else {
       compute = (op.value("in_bytes", 0.0) + out) / hvx_rate;
     }
@@ -81,12 +85,11 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
       throw Error("htp: graph '" + g.value("name", std::string()) + "': an op's dispatch share " + std::to_string(share) +
                   " is not in (0, 1]: the package's graphs.json is damaged");
     const double overhead = c.per_op_s * share;
-    double dram_s = dram / bw;
     cost.compute_s += compute;
-    cost.dram_s += dram_s;
-    cost.dram_bytes += dram;
+    cost.dram_s += (weight_dram + act_dram) / bw;
+    cost.dram_bytes += weight_dram + act_dram;
     cost.overhead_s += overhead;
-    cost.seconds += std::max(compute, dram_s) + overhead;
+    cost.seconds += std::max(compute, weight_dram / bw) + act_dram / bw + overhead;
   }
   double writes = 0;
   for (const auto& [name, b] : g.at("outputs").items()) writes += b.get<double>();
