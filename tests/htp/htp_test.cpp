@@ -342,6 +342,19 @@ TEST(HtpEstimate, SaneAndMonotoneInContext) {
       << beyond.err;
 }
 
+// The breakdown names the activation traffic (the KV cache read, spills) apart from the
+// weights: it adds to an op's time (estimate_test.cpp has the model term by term).
+TEST(HtpEstimate, BreakdownShowsCacheTraffic) {
+  const auto e = estimate(float_package(), {"--context-len", "256", "--prompt-len", "64"});
+  for (const char* part : {"prefill_chunk", "decode_step"})
+    for (const auto& g : e["breakdown"][part]) {
+      const double act = g["activation_dram_ms"].get<double>();
+      EXPECT_GT(act, 0) << part << ": the KV cache is read from DRAM";
+      EXPECT_LT(act, g["dram_ms"].get<double>()) << part << ": the weights are DRAM traffic too";
+      EXPECT_GE(g["ms"].get<double>(), (1 - 1e-9) * (g["compute_ms"].get<double>() + act + g["overhead_ms"].get<double>()));
+    }
+}
+
 TEST(HtpEstimate, SmallerWeightsDecodeFaster) {
   auto b = build("w4", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n\n" + kArcl +
                            "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n",

@@ -14,7 +14,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int64_t kHmxTile = 32;  // rows/columns of one HMX tile pass
 
 struct Cost {
-  double seconds = 0, compute_s = 0, dram_s = 0, overhead_s = 0;
+  double seconds = 0, compute_s = 0, dram_s = 0, activation_dram_s = 0, overhead_s = 0;
   double dram_bytes = 0, macs = 0;
 };
 
@@ -87,6 +87,7 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
     const double overhead = c.per_op_s * share;
     cost.compute_s += compute;
     cost.dram_s += (weight_dram + act_dram) / bw;
+    cost.activation_dram_s += act_dram / bw;
     cost.dram_bytes += weight_dram + act_dram;
     cost.overhead_s += overhead;
     cost.seconds += std::max(compute, weight_dram / bw) + act_dram / bw + overhead;
@@ -144,12 +145,14 @@ Cost pass_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann::
     total.seconds += c.seconds;
     total.compute_s += c.compute_s;
     total.dram_s += c.dram_s;
+    total.activation_dram_s += c.activation_dram_s;
     total.overhead_s += c.overhead_s;
     total.dram_bytes += c.dram_bytes;
     total.macs += c.macs;
     if (breakdown)
       breakdown->push_back({{"graph", name}, {"ms", c.seconds * 1e3}, {"compute_ms", c.compute_s * 1e3},
-                            {"dram_ms", c.dram_s * 1e3}, {"overhead_ms", c.overhead_s * 1e3},
+                            {"dram_ms", c.dram_s * 1e3}, {"activation_dram_ms", c.activation_dram_s * 1e3},
+                            {"overhead_ms", c.overhead_s * 1e3},
                             {"dram_bytes", c.dram_bytes}, {"macs", c.macs}});
   }
   return total;

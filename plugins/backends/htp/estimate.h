@@ -1,7 +1,8 @@
-// The hardware model: a roofline per op over VTCM-tiled matmuls (HMX MACs at the
-// operands' precision vs DRAM bytes at their stored widths), HVX vector work, the KV cache
-// and other graph inputs read from DRAM once, per-op and per-graph overheads. Every figure
-// comes from the chip file; the output fields follow host/cli/cmd_estimate.cpp.
+// The hardware model, per op: HMX MACs at the operands' precision (VTCM-tiled matmuls) or
+// HVX vector work, against the weight bytes streamed behind it; plus the activation traffic
+// (the KV cache and other graph inputs read from DRAM once, spills), which does not hide
+// under compute; plus per-op and per-graph overheads. Every figure comes from the chip file;
+// the output fields follow host/cli/cmd_estimate.cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>
