@@ -95,6 +95,11 @@ Families (FAMILIES below):
                   weights [in, out]), fused c_attn split in three, learned position
                   embeddings, the causal mask from a tril buffer sliced to the lengths and
                   applied with Where, LayerNorm with bias, gelu_new, tied head
+  gpt_bigcode     modeling_gpt_bigcode.py 4.54+ (StarCoder, SantaCoder, Granite-Code): GPT-2's
+                  layout with nn.Linear, multi-query attention from one c_attn
+                  (unsqueeze(1).split on dim 3: the one KV head is [b, 1, s, head_dim] as
+                  cut, broadcast over the queries by the score MatMul), gelu_pytorch_tanh,
+                  masking_utils' mask, tied
   starcoder2      modeling_starcoder2.py (4.44): Qwen2-style attention with biases on q/k/v/o,
                   LayerNorm with bias, c_fc/c_proj GELU MLP, Mistral's sliding window on
                   every layer, tied
@@ -1949,6 +1954,68 @@ class GPT2LMHeadModel(DecoderLM):
         return tuple([logits] + out)
 
 
+class GPTBigCodeAttention(nn.Module):
+    """modeling_gpt_bigcode.py 4.54+ (the Cache-object rewrite; exports hold key/value pairs), eager,
+    multi_query: one nn.Linear c_attn to [E + 2 kv_dim], `unsqueeze(1).split(.., dim=3)` gives
+    the queries [b, 1, s, E] (viewed as heads, transposed) and the one KV head's key and value
+    [b, 1, s, head_dim] as they are; the scores `matmul(query, key^T) * scaling` broadcast that
+    head over the queries (no repeat_kv), the mask added, softmax in float32."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.embed_dim = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        self.kv_dim = config.num_key_value_heads * self.head_dim
+        self.scaling = self.head_dim ** -0.5 if config.raw.get("scale_attn_weights", True) else 1.0
+        self.c_attn = nn.Linear(self.embed_dim, self.embed_dim + 2 * self.kv_dim)
+        self.c_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.resid_dropout = nn.Dropout(config.raw.get("resid_pdrop", 0.0))
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        input_shape = hidden_states.shape[:-1]
+        query, key, value = self.c_attn(hidden_states).unsqueeze(1).split((self.embed_dim, self.kv_dim, self.kv_dim), dim=3)
+        query = query.view(*input_shape, -1, self.head_dim).transpose(1, 2)
+        past_key, past_value = layer_past
+        key = torch.cat((past_key, key), dim=-2)
+        value = torch.cat((past_value, value), dim=-2)
+        attn_weights = torch.matmul(query, key.transpose(2, 3)) * self.scaling
+        attn_weights = attn_weights + attention_mask[:, :, :, : key.shape[-2]]
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        attn_output = torch.matmul(attn_weights, value).transpose(1, 2)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.resid_dropout(self.c_proj(attn_output)), (key, value)
+
+
+class GPTBigCodeBlock(GPT2Block):
+    """GPT-2's block with nn.Linear (not Conv1D) in the MLP and GPTBigCodeAttention."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        inner = self.mlp.c_fc.nf
+        self.attn = GPTBigCodeAttention(config)
+        self.mlp.c_fc = nn.Linear(config.hidden_size, inner)
+        self.mlp.c_proj = nn.Linear(inner, config.hidden_size)
+
+
+class GPTBigCodeForCausalLM(GPT2LMHeadModel):
+    """modeling_gpt_bigcode.py 4.54+ (StarCoder, SantaCoder, Granite-Code): GPT-2's `transformer`
+    (wte + wpe, LayerNorms, gelu_pytorch_tanh MLP, tied head) with multi-query attention and
+    transformers >= 4.53's mask (masking_utils)."""
+
+    def __init__(self, cfg_dict):
+        assert cfg_dict.get("multi_query", True), "only multi_query (every published GPTBigCode checkpoint)"
+        super().__init__(dict(cfg_dict, num_key_value_heads=1), family="gpt_bigcode", mask_style="masking_utils")
+
+    def block(self, config, layer_id):
+        return GPTBigCodeBlock(config)
+
+    def causal_mask(self, attention_mask, hidden_states, input_ids, past_flat):
+        past_seen = past_flat[0].shape[-2]
+        cache_position = torch.arange(past_seen, past_seen + hidden_states.shape[1])
+        return update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
+
+
 class GPTNeoSelfAttention(GPT2Attention):
     """modeling_gpt_neo.py 4.44: q/k/v without bias, out_proj with; scores in float32 and not
     scaled; a local layer's `bias` buffer keeps each query's last window_size keys (tril xor
@@ -2392,6 +2459,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return FalconForCausalLM(cfg_dict, mask_style)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
+    if family == "gpt_bigcode":
+        return GPTBigCodeForCausalLM(cfg_dict)
     if family == "gpt_neo":
         return GPTNeoForCausalLM(cfg_dict, mask_style)
     if family == "gpt_neox":

@@ -309,6 +309,15 @@ MODELS = {
         "attn_pdrop": 0.0, "initializer_range": 0.02, "scale_attn_weights": True, "use_cache": True,
         "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "torch_dtype": "float32",
     },
+    "gpt_bigcode": {
+        # SantaCoder / StarCoderBase-1B proportions: multi-query, n_inner 4 x n_embd
+        "architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "transformers_version": "4.55.0",
+        "vocab_size": 320, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 256, "n_inner": 256,
+        "activation_function": "gelu_pytorch_tanh", "layer_norm_epsilon": 1e-5, "multi_query": True,
+        "scale_attn_weights": True, "attention_softmax_in_fp32": True, "scale_attention_softmax_in_fp32": True,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02, "use_cache": True,
+        "bos_token_id": 0, "eos_token_id": 0, "tie_word_embeddings": True, "torch_dtype": "float32",
+    },
     "gpt_neo": {
         "architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "transformers_version": "4.44.0",
         "vocab_size": 320, "hidden_size": 64, "num_layers": 4, "num_heads": 4, "intermediate_size": None,
@@ -381,7 +390,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -421,7 +430,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt"):
+    if model.family in ("gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():

@@ -12,6 +12,7 @@
 #include "head_weights.h"
 #include "options.h"
 #include "sha_rewrite.h"
+#include "unit_head_views.h"
 
 namespace mha2sha {
 namespace {
@@ -55,6 +56,7 @@ std::vector<std::string> pick_targets(const nf::graph::GraphView& view, const Co
 GraphResult rewrite_graph(nf::Graph g, const Mha2shaOptions& opts, HeadWeights& weights, std::set<std::string>& found,
                           std::vector<std::string>& rejected, std::vector<std::string>& left) {
   GraphResult r;
+  unit_head_views(g);
   nf::graph::GraphView view(g);
   CoreSearch search = find_attention_cores(view);
   for (const Rejection& x : search.rejected) {
