@@ -60,6 +60,17 @@ TEST(Elementwise, UnaryMath) {
   }
 }
 
+// log(1 + e^v) written as such overflows to inf past v = 88 in float32; softplus(v) is v there.
+TEST(Elementwise, SoftplusStaysFiniteForLargeInputs) {
+  Tensor x = Tensor::from(NF_DTYPE_FLOAT32, {5}, std::vector<float>{-100.f, -1.f, 0.f, 1.f, 100.f});
+  std::vector<float> y = values(unary(Unary::Softplus, x));
+  EXPECT_NEAR(y[0], 0.f, 1e-30);
+  EXPECT_NEAR(y[1], std::log1p(std::exp(-1.f)), 1e-6);
+  EXPECT_NEAR(y[2], std::log(2.f), 1e-6);
+  EXPECT_NEAR(y[3], 1.f + std::log1p(std::exp(-1.f)), 1e-6);
+  EXPECT_EQ(y[4], 100.f);
+}
+
 TEST(Elementwise, WhereBroadcasts) {
   Tensor c = Tensor::from(NF_DTYPE_BOOL, {2, 1}, std::vector<uint8_t>{1, 0});
   Tensor x = Tensor::from(NF_DTYPE_FLOAT32, {3}, std::vector<float>{1, 2, 3});

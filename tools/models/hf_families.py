@@ -100,6 +100,11 @@ Families (FAMILIES below):
                   (unsqueeze(1).split on dim 3: the one KV head is [b, 1, s, head_dim] as
                   cut, broadcast over the queries by the score MatMul), gelu_pytorch_tanh,
                   masking_utils' mask, tied
+  apertus         modeling_apertus.py (transformers 4.56+, Apertus-8B): Qwen3's attention (per-head
+                  q/k RMSNorm before the transpose), Llama-3 rotary, an MLP without gate whose
+                  activation is xIELU (learnable alpha_p / alpha_n through softplus, Where on
+                  x > 0, expm1 of min(x, eps) exported as torchlib's Exp - 1), the pre-norms
+                  named attention_layernorm / feedforward_layernorm, untied
   starcoder2      modeling_starcoder2.py (4.44): Qwen2-style attention with biases on q/k/v/o,
                   LayerNorm with bias, c_fc/c_proj GELU MLP, Mistral's sliding window on
                   every layer, tied
@@ -1143,6 +1148,38 @@ def gelu_new(x):
 ACT2FN = {"silu": F.silu, "gelu_pytorch_tanh": gelu_pytorch_tanh, "gelu_new": gelu_new}
 
 
+class XIELUActivation(nn.Module):
+    """transformers activations.py XIELUActivation, its Python path (what an export traces):
+    learnable alpha_p / alpha_n stored through softplus, beta and eps buffers;
+    where(x > 0, alpha_p x^2 + beta x, (expm1(min(x, eps)) - x) alpha_n + beta x)."""
+
+    def __init__(self, alpha_p_init=0.8, alpha_n_init=0.8, beta=0.5, eps=-1e-6):
+        super().__init__()
+        self.alpha_p = nn.Parameter(torch.log(torch.expm1(torch.tensor(alpha_p_init))).unsqueeze(0))
+        self.alpha_n = nn.Parameter(torch.log(torch.expm1(torch.tensor(alpha_n_init - beta))).unsqueeze(0))
+        self.register_buffer("beta", torch.tensor(beta))
+        self.register_buffer("eps", torch.tensor(eps))
+
+    def forward(self, x):
+        alpha_p = nn.functional.softplus(self.alpha_p)
+        alpha_n = self.beta + nn.functional.softplus(self.alpha_n)
+        return torch.where(x > 0, alpha_p * x * x + self.beta * x,
+                           (torch.expm1(torch.min(x, self.eps)) - x) * alpha_n + self.beta * x)
+
+
+class ApertusMLP(nn.Module):
+    """modeling_apertus.py (transformers 4.56+, Apertus-8B): no gate, down(xielu(up(x)))."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = XIELUActivation()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.up_proj(x)))
+
+
 class LlamaMLP(nn.Module):
     """LlamaMLP / Qwen2MLP / GemmaMLP / Qwen2MoeMLP: down(act(gate(x)) * up(x))."""
 
@@ -1583,6 +1620,26 @@ class Exaone4DecoderLayer(Olmo2DecoderLayer):
         return super().forward(hidden_states, attention_mask, position_ids, past_key_value, position_embeddings)
 
 
+class ApertusDecoderLayer(DecoderLayer):
+    """Llama's layer; the two pre-norms are named attention_layernorm and feedforward_layernorm."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, Qwen3Attention(config, layer_idx), ApertusMLP(config), LlamaRMSNorm)
+        self.attention_layernorm = self.input_layernorm
+        self.feedforward_layernorm = self.post_attention_layernorm
+        del self.input_layernorm, self.post_attention_layernorm
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        residual = hidden_states
+        hidden_states = self.attention_layernorm(hidden_states)
+        hidden_states, present = self.self_attn(hidden_states, attention_mask, position_ids, past_key_value,
+                                                position_embeddings)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = residual + self.mlp(self.feedforward_layernorm(hidden_states))
+        return hidden_states, present
+
+
 def sliding_window_mask(causal_mask, cache_position, window):
     """masking_utils' sliding overlay on the causal mask: a query at position p sees keys
     kv_idx > p - window."""
@@ -1623,7 +1680,7 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm", "olmoe", "qwen3_moe"):
+                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1731,11 +1788,13 @@ def make_layer(config, family, i):
     if family == "smollm3":
         return DecoderLayer(config, i, SmolLM3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
+    if family == "apertus":
+        return ApertusDecoderLayer(config, i)
     raise ValueError(family)
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus")
 
 
 class DecoderLM(nn.Module):
@@ -2504,6 +2563,12 @@ def _layer_norm_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn_en
                 axis_i=-len(shape))
 
 
+def _expm1_symbolic(g, self):
+    """torchlib's aten_expm1 (the dynamo exporter, torch's default since 2.9): Exp(x) - 1.
+    The TorchScript exporter has no symbolic for expm1 (xIELU's negative branch)."""
+    return g.op("Sub", g.op("Exp", self), g.op("Constant", value_t=torch.tensor(1.0)))
+
+
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
@@ -2521,6 +2586,7 @@ def export_onnx(model, path, opset=17):
     ins, outs = io_names(c.num_hidden_layers)
     torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", _repeat_interleave_symbolic, 13)
     torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
+    torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1_symbolic, 9)
     with torch.no_grad():
         torch.onnx.export(model, tuple([input_ids, attention_mask, position_ids] + flat), path,
                           input_names=ins, output_names=outs, dynamic_axes=dynamic_axes(c.num_hidden_layers),

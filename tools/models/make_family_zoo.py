@@ -274,6 +274,17 @@ MODELS = {
         "sliding_window": None, "layer_types": ["full_attention"] * 4, "tie_word_embeddings": True,
         "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "apertus": dict(COMMON, **{
+        # Apertus-8B: 32 x 128 on 4096, 8 KV heads, xIELU MLP 21504 wide, llama3 rope scaling
+        "architectures": ["ApertusForCausalLM"], "model_type": "apertus", "transformers_version": "4.56.0",
+        "vocab_size": 320, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "xielu",
+        "rms_norm_eps": 1e-5, "rope_theta": 12000000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "attention_bias": False, "mlp_bias": False, "qk_norm": True, "post_norm": False,
+        "tie_word_embeddings": False, "pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 68,
+    }),
     "phi": dict(COMMON, **{
         "architectures": ["PhiForCausalLM"], "model_type": "phi",
         "vocab_size": 320, "hidden_size": 80, "intermediate_size": 320,
@@ -390,7 +401,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -441,6 +452,8 @@ def random_init(model, seed, logit_gain=4.0):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif "norm" in name:
                 p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith(("act_fn.alpha_p", "act_fn.alpha_n")):  # xIELU's, kept near HF's init
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
             else:
                 bound = 1.0 / (p.shape[1] ** 0.5)
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)

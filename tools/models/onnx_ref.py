@@ -121,7 +121,8 @@ def run_node(node, ins):
         return [(x / ins[1]).astype(x.dtype)]
     unops = {"Sqrt": np.sqrt, "Neg": np.negative, "Cos": np.cos, "Sin": np.sin, "Exp": np.exp,
              "Tanh": np.tanh, "Not": np.logical_not, "Abs": np.abs, "Log": np.log,
-             "Reciprocal": np.reciprocal, "Relu": lambda v: np.maximum(v, 0)}
+             "Reciprocal": np.reciprocal, "Relu": lambda v: np.maximum(v, 0),
+             "Softplus": lambda v: np.logaddexp(np.zeros((), v.dtype), v)}
     if op in unops:
         return [unops[op](x).astype(x.dtype)]
     if op == "Sigmoid":

@@ -204,7 +204,7 @@ void check_compilable(ModelSet ms) {
   // max-and-mask on the vector unit (priced so: simulator.cpp).
   static const std::set<std::string> kOps = {
       "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf", "Tanh",
-      "Sigmoid", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "LogSoftmax", "ReduceMean",
+      "Sigmoid", "Softplus", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "LogSoftmax", "ReduceMean",
       "ReduceSum", "ReduceMax", "LayerNormalization", "Reshape", "Transpose", "Concat", "Slice", "Split",
       "Squeeze", "Unsqueeze", "Gather", "Expand", "Tile", "Where", "Cast", "Constant", "ConstantOfShape",
       "Shape", "Identity", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Not",

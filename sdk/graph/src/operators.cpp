@@ -396,6 +396,7 @@ const Operator kOperators[] = {
     {"Sin", op_unary<U::Sin>, s::same_as_input},
     {"Slice", op_slice, s::slice},
     {"Softmax", op_softmax<false>, s::same_as_input},
+    {"Softplus", op_unary<U::Softplus>, s::same_as_input},
     {"Split", op_split, s::split},
     {"Sqrt", op_unary<U::Sqrt>, s::same_as_input},
     {"Squeeze", op_squeeze, s::squeeze},

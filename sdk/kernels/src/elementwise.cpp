@@ -168,7 +168,10 @@ Tensor unary(Unary op, const Tensor& x) {
         case Unary::Floor: each([](T v) { return std::floor(F(v)); }); break;
         case Unary::Ceil: each([](T v) { return std::ceil(F(v)); }); break;
         case Unary::Sign: each([](T v) { return T(v > T(0)) - T(v < T(0)); }); break;
-        case Unary::Softplus: each([](T v) { return std::log1p(std::exp(F(v))); }); break;
+        // log(1 + e^v) without overflow: v + log(1 + e^-v) for v > 0.
+        case Unary::Softplus:
+          each([](T v) { return F(v) > F(0) ? F(v) + std::log1p(std::exp(-F(v))) : std::log1p(std::exp(F(v))); });
+          break;
         case Unary::Not: throw KernelError("Not: input must be bool");
       }
     }
