@@ -272,8 +272,12 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   // prompt's o_proj outputs fall outside the ranges the 128 calibration ids give (layer 0:
   // -1.93 against a calibrated -1.79) and min/max clips them, 0.12 at W8A16. The numpy
   // interpreter with only those activation grids gives the same 0.12 (the engine is exact);
-  // 512 random calibration ids give 0.06.
-  const double clipped = c.model == "zoo/exaone4" && c.recipe->name == "minmax_w8a16" ? 2.5 : 1.0;
+  // 512 random calibration ids give 0.06. Hunyuan-dense likewise: a golden prompt token outside
+  // the 128 calibration ids takes layer 0's input norm to -4.36 against a calibrated -3.69,
+  // 0.115 at W8A16 (weights alone 0.023; the numpy interpreter with the package's encodings
+  // gives the same 0.115; calibrating on every token id once gives 0.024).
+  const bool clips = c.model == "zoo/exaone4" || c.model == "zoo/hunyuan_v1_dense";
+  const double clipped = clips && c.recipe->name == "minmax_w8a16" ? 2.5 : 1.0;
   EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0) * clipped);
   if (c.recipe->name == "spinquant_float") {
     EXPECT_EQ(same, want.size());

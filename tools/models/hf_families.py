@@ -105,6 +105,9 @@ Families (FAMILIES below):
                   activation is xIELU (learnable alpha_p / alpha_n through softplus, Where on
                   x > 0, expm1 of min(x, eps) exported as torchlib's Exp - 1), the pre-norms
                   named attention_layernorm / feedforward_layernorm, untied
+  hunyuan_v1_dense modeling_hunyuan_v1_dense.py (transformers 4.57+, Hunyuan-7B): Llama's layer;
+                  per-head RMSNorms on q and k applied after the rotary (on [b, heads, s,
+                  head_dim]), dynamic NTK-alpha rotary base, tied
   starcoder2      modeling_starcoder2.py (4.44): Qwen2-style attention with biases on q/k/v/o,
                   LayerNorm with bias, c_fc/c_proj GELU MLP, Mistral's sliding window on
                   every layer, tied
@@ -357,6 +360,10 @@ class LlamaRotaryEmbedding(nn.Module):
         self.rope_type = (rs.get("rope_type", rs.get("type")) if rs else None) or "default"
         if self.rope_type == "llama3":
             inv_freq, self.attention_scaling = compute_llama3_parameters(config)
+        elif self.rope_type == "dynamic" and rs.get("alpha"):  # HunYuanDenseV1RotaryEmbedding: NTK-alpha base
+            base = config.rope_theta * rs["alpha"] ** (config.head_dim / (config.head_dim - 2))
+            inv_freq = 1.0 / (base ** (torch.arange(0, config.head_dim, 2).float() / config.head_dim))
+            self.attention_scaling = 1.0
         elif self.rope_type == "default":
             inv_freq, self.attention_scaling = compute_default_rope_parameters(config)
         else:
@@ -693,6 +700,25 @@ class Qwen3Attention(ModernAttention):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class HunYuanDenseV1Attention(ModernAttention):
+    """modeling_hunyuan_v1_dense.py (transformers 4.57+, Hunyuan-0.5B..7B): Llama's attention with
+    per-head RMSNorms (query_layernorm / key_layernorm over head_dim) applied AFTER the rotary,
+    on [b, heads, s, head_dim]."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+        self.query_layernorm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.key_layernorm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        query_states = self.query_layernorm(query_states)
+        key_states = self.key_layernorm(key_states)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
@@ -1680,7 +1706,7 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus"):
+                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1790,11 +1816,14 @@ def make_layer(config, family, i):
                             LlamaRMSNorm)
     if family == "apertus":
         return ApertusDecoderLayer(config, i)
+    if family == "hunyuan_v1_dense":
+        return DecoderLayer(config, i, HunYuanDenseV1Attention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            LlamaRMSNorm)
     raise ValueError(family)
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense")
 
 
 class DecoderLM(nn.Module):

@@ -285,6 +285,17 @@ MODELS = {
         "attention_bias": False, "mlp_bias": False, "qk_norm": True, "post_norm": False,
         "tie_word_embeddings": False, "pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 68,
     }),
+    "hunyuan_v1_dense": dict(COMMON, **{
+        # Hunyuan-7B-Instruct: 32 x 128 on 4096, 8 KV heads, NTK-alpha 1000 rotary, tied
+        "architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense",
+        "transformers_version": "4.57.0", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "rope_scaling": {"alpha": 1000.0, "factor": 1.0, "type": "dynamic", "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 1.0},
+        "attention_bias": False, "mlp_bias": False, "use_qk_norm": True, "tie_word_embeddings": True,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    }),
     "phi": dict(COMMON, **{
         "architectures": ["PhiForCausalLM"], "model_type": "phi",
         "vocab_size": 320, "hidden_size": 80, "intermediate_size": 320,
@@ -401,7 +412,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
