@@ -275,8 +275,10 @@ TEST_P(FamilyQuant, ReportsAccuracyAgainstFloat) {
   // 512 random calibration ids give 0.06. Hunyuan-dense likewise: a golden prompt token outside
   // the 128 calibration ids takes layer 0's input norm to -4.36 against a calibrated -3.69,
   // 0.115 at W8A16 (weights alone 0.023; the numpy interpreter with the package's encodings
-  // gives the same 0.115; calibrating on every token id once gives 0.024).
-  const bool clips = c.model == "zoo/exaone4" || c.model == "zoo/hunyuan_v1_dense";
+  // gives the same 0.115; calibrating on every token id once gives 0.024). OLMo-3: 17 values of
+  // the prompt outside the calibrated ranges, 0.061 (weights alone 0.011, the interpreter with the
+  // package's encodings 0.062), and its top two prefill logits are 0.012 apart.
+  const bool clips = c.model == "zoo/exaone4" || c.model == "zoo/hunyuan_v1_dense" || c.model == "zoo/olmo3";
   const double clipped = clips && c.recipe->name == "minmax_w8a16" ? 2.5 : 1.0;
   EXPECT_LT(err, c.recipe->max_error * (capped ? 1.5 : 1.0) * clipped);
   if (c.recipe->name == "spinquant_float") {

@@ -105,6 +105,10 @@ Families (FAMILIES below):
                   activation is xIELU (learnable alpha_p / alpha_n through softplus, Where on
                   x > 0, expm1 of min(x, eps) exported as torchlib's Exp - 1), the pre-norms
                   named attention_layernorm / feedforward_layernorm, untied
+  olmo3           modeling_olmo3.py (transformers 4.57+, OLMo-3-7B): OLMo-2's layer (q/k RMSNorm over
+                  all heads, post-norms), a sliding window on three of every four layers
+                  (layer_types), those with the default rotary table and the full ones with the
+                  configured one (two tables), masking_utils' masks
   hunyuan_v1_dense modeling_hunyuan_v1_dense.py (transformers 4.57+, Hunyuan-7B): Llama's layer;
                   per-head RMSNorms on q and k applied after the rotary (on [b, heads, s,
                   head_dim]), dynamic NTK-alpha rotary base, tied
@@ -936,6 +940,20 @@ class Olmo2DecoderLayer(nn.Module):
         return hidden_states, present
 
 
+class Olmo3DecoderLayer(Olmo2DecoderLayer):
+    """modeling_olmo3.py (transformers 4.57+, OLMo-3-7B): OLMo-2's layer and attention; the layers
+    layer_types calls sliding attend over a window and take the default rotary, the full ones
+    the configured rotary. The model hands each layer (full, sliding) masks and tables."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.is_sliding = config.layer_types[layer_idx] == "sliding_attention"
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        pick = 1 if self.is_sliding else 0
+        return super().forward(hidden_states, attention_mask[pick], position_ids, past_key_value, position_embeddings[pick])
+
+
 class Cohere2LayerNorm(nn.Module):
     """modeling_cohere2.py: LayerNorm without bias, in float32."""
 
@@ -1706,11 +1724,13 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense"):
+                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
             self.rotary_emb_local = LlamaRotaryEmbedding(local)
+        if family == "olmo3":  # Olmo3Model.rotary_embs: the sliding layers' default rotary
+            self.rotary_emb_local = LlamaRotaryEmbedding(FamilyConfig(dict(config.raw, rope_scaling=None)))
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, mask_style):
         inputs_embeds = self.embed_tokens(input_ids)
@@ -1720,7 +1740,7 @@ class DecoderModel(nn.Module):
         cache_position = torch.arange(past_seen_tokens, past_seen_tokens + inputs_embeds.shape[1])
         causal_mask = update_causal_mask(attention_mask, inputs_embeds, cache_position, past_seen_tokens,
                                          mask_style)
-        sliding = self.family in ("gemma3", "cohere2", "exaone4")  # (full, sliding) masks; each layer takes its own
+        sliding = self.family in ("gemma3", "cohere2", "exaone4", "olmo3")  # (full, sliding) masks; each layer takes its own
         if sliding and mask_style == "masking_utils":  # transformers >= 4.53 makes both first
             causal_mask = (causal_mask, masking_utils_causal_mask(attention_mask, inputs_embeds, cache_position,
                                                                   window=self.config.sliding_window))
@@ -1729,7 +1749,7 @@ class DecoderModel(nn.Module):
         if hasattr(self, "rotary_emb"):
             # create position embeddings to be shared across the decoder layers
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        if self.family == "gemma3":
+        if self.family in ("gemma3", "olmo3"):
             position_embeddings = (position_embeddings, self.rotary_emb_local(hidden_states, position_ids))
         if sliding and mask_style != "masking_utils":
             causal_mask = (causal_mask, sliding_window_mask(causal_mask, cache_position, self.config.sliding_window))
@@ -1816,6 +1836,8 @@ def make_layer(config, family, i):
                             LlamaRMSNorm)
     if family == "apertus":
         return ApertusDecoderLayer(config, i)
+    if family == "olmo3":
+        return Olmo3DecoderLayer(config, i)
     if family == "hunyuan_v1_dense":
         return DecoderLayer(config, i, HunYuanDenseV1Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1823,7 +1845,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3")
 
 
 class DecoderLM(nn.Module):

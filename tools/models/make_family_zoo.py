@@ -136,6 +136,17 @@ MODELS = {
         "bos_token_id": 1, "eos_token_id": 361 % 320, "pad_token_id": 0,
         "num_local_experts": 0, "num_experts_per_tok": 0,
     }),
+    "olmo3": dict(COMMON, **{
+        # OLMo-3-7B: 32 MHA heads of 128 on 4096, 11008 MLP, window 4096 on three of every four
+        # layers; here a window of 4 so that it is active in the 23-token golden
+        "architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "transformers_version": "4.57.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "rope_scaling": None, "attention_bias": False,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "tie_word_embeddings": False, "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 2,
+    }),
     "phi4_mini": dict(COMMON, **{
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "transformers_version": "4.49.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
@@ -409,10 +420,10 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               # transformers >= 4.53's masks (masking_utils): what current exports of every family hold
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils", "gemma3_masking_utils": "masking_utils",
               # the sdpa path of those masks: SDPA takes the boolean mask (Where(mask, 0, -inf))
-              "qwen3_sdpa_masking_utils": "masking_utils_sdpa"}
+              "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
