@@ -24,7 +24,7 @@ std::optional<Dims> dims_of(const nf::Graph& g, const std::string& v) {
   return *t->dims;
 }
 
-// The cut's axis when it cuts only the last axis of a rank-4 value: Split's attribute, or a
+// Whether the cut takes only the last axis of a rank-4 value: by Split's attribute, or a
 // Slice's constant axes with unit steps.
 bool cuts_last_of_four(const nf::graph::GraphView& view, const nf::Node& cut) {
   if (cut.op_type() == "Split") return normalize_axis(cut.attr_int("axis", 0), 4) == 3;
