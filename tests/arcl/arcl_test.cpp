@@ -263,6 +263,16 @@ TEST(ArclOptions, SlidingContextOnNonSlidingModel) {
   EXPECT_NE(e.find("only valid for sliding-window models"), std::string::npos) << e;
 }
 
+// optimum's GPT-BigCode exports before transformers 4.54 fuse each layer's key and value in
+// one cache tensor (tools/models/make_fused_kv_export.py): refused in one line that says how
+// to get the pairs arcl reads.
+TEST(ArclGraphs, FusedKeyValueCacheRefusedNamingTheFix) {
+  std::string e = arcl_error("legacy/gpt_bigcode_fused_kv", {{"arn", {1, 4}}, {"context_length", 32}});
+  EXPECT_NE(e.find("'past_key_values.0.key_value'"), std::string::npos) << e;
+  EXPECT_NE(e.find("re-export the model with transformers >= 4.54"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 TEST(ArclOptions, ArnZeroOnDynamicSource) {
   std::string e = arcl_error("llama_gqa", {{"arn", 0}, {"context_length", 64}});
   EXPECT_NE(e.find("'arn' = 0"), std::string::npos) << e;

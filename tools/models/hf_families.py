@@ -2126,6 +2126,68 @@ class GPTBigCodeForCausalLM(GPT2LMHeadModel):
         return update_causal_mask(attention_mask, hidden_states, cache_position, past_seen, self.mask_style)
 
 
+class GPTBigCodeFusedAttention(nn.Module):
+    """modeling_gpt_bigcode.py before 4.54 (what optimum exported until then), eager, multi_query:
+    the one KV head's key and value stay fused as one cache tensor [b, t, 2 head_dim] per layer
+    (`past_key_values.N.key_value`), appended along t and split after; the heads are folded into
+    the rows: query [b, s * heads, hd] times key^T by baddbmm, viewed [b, s, heads, t], the
+    boolean mask [b, s, 1, t] applied by Where, softmax, bmm with value [b, t, hd]."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.embed_dim = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.embed_dim // self.num_heads
+        self.kv_dim = self.head_dim
+        self.scale = self.head_dim ** -0.5
+        self.c_attn = nn.Linear(self.embed_dim, self.embed_dim + 2 * self.kv_dim)
+        self.c_proj = nn.Linear(self.embed_dim, self.embed_dim)
+
+    def forward(self, hidden_states, layer_past, attention_mask):
+        query, key_value = self.c_attn(hidden_states).split((self.embed_dim, 2 * self.kv_dim), dim=2)
+        key_value = torch.cat((layer_past, key_value), dim=-2)
+        key, value = key_value.split((self.head_dim, self.head_dim), dim=-1)
+        key = key.transpose(-1, -2)
+        batch_size, query_length = query.shape[0], query.shape[1]
+        key_length = key.size(-1)
+        query = query.reshape(batch_size, query_length * self.num_heads, self.head_dim)
+        attn_weights = torch.zeros((batch_size, query_length * self.num_heads, key_length), dtype=query.dtype)
+        attn_weights = torch.baddbmm(attn_weights, query, key, beta=1, alpha=self.scale)
+        attn_weights = attn_weights.view(batch_size, query_length, self.num_heads, key_length)
+        mask_value = torch.full([], torch.finfo(attn_weights.dtype).min, dtype=attn_weights.dtype)
+        attn_weights = torch.where(attention_mask, attn_weights, mask_value)
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_output = torch.bmm(attn_weights.view(batch_size, query_length * self.num_heads, key_length), value)
+        attn_output = attn_output.view(batch_size, query_length, self.embed_dim)
+        return self.c_proj(attn_output), key_value
+
+
+class GPTBigCodeFusedForCausalLM(GPTBigCodeForCausalLM):
+    """GPTBigCodeForCausalLM as transformers < 4.54 writes it: GPTBigCodeFusedAttention, and the
+    mask from the model's `bias` buffer (tril [n_positions, n_positions] bool) sliced to the
+    lengths, ANDed with the padding mask, unsqueezed to [b, s, 1, t]. forward takes one fused
+    cache tensor per layer and returns (logits, present.0.key_value, ...)."""
+
+    def __init__(self, cfg_dict):
+        super().__init__(cfg_dict)
+        for block in self.transformer.h:
+            block.attn = GPTBigCodeFusedAttention(self.config)
+        n = self.config.max_position_embeddings
+        self.register_buffer("bias", torch.tril(torch.ones((n, n), dtype=torch.bool)), persistent=False)
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        t = self.transformer
+        hidden_states = t.drop(t.wte(input_ids) + t.wpe(position_ids))
+        query_length, key_length = input_ids.shape[1], attention_mask.shape[1]
+        mask = self.bias[None, key_length - query_length: key_length, :key_length]
+        mask = (mask * attention_mask.view(input_ids.shape[0], 1, -1).to(dtype=torch.bool)).unsqueeze(2)
+        presents = []
+        for block, layer_past in zip(t.h, past):
+            hidden_states, present = block(hidden_states, layer_past, mask)
+            presents.append(present)
+        return tuple([self.lm_head(t.ln_f(hidden_states))] + presents)
+
+
 class GPTNeoSelfAttention(GPT2Attention):
     """modeling_gpt_neo.py 4.44: q/k/v without bias, out_proj with; scores in float32 and not
     scaled; a local layer's `bias` buffer keeps each query's last window_size keys (tril xor
