@@ -1,6 +1,7 @@
 #include "pipeline/pipeline.h"
 
 #include <npuforge/graph_roles.hpp>
+#include <npuforge/hf_config.hpp>
 
 #include <malloc.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/checkpoints.h"
+#include "pipeline/fused_cache.h"
 #include "pipeline/last_row_logits.h"
 #include "pipeline/resources.h"
 #include "pipeline/stage_cache.h"
@@ -299,8 +301,12 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   auto ms = map_source_model(onnx_path, config_path, &config_text);
   ir::Graph& g = *ms->graphs[0];
 
+  const int64_t heads = ms->metadata.count("config")
+                            ? hf_config::get_int(nlohmann::json::parse(ms->metadata.at("config")), "num_attention_heads").value_or(-1)
+                            : -1;
   if (!known_key.empty()) {
     tie_lm_head(g);
+    read_fused_cache_as_pairs(g, heads);
     ms->metadata["source_key"] = nlohmann::json(known_key).dump();
     return ms;
   }
@@ -312,6 +318,11 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   if (std::string copy = tie_lm_head(g); !copy.empty()) {
     spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
     key += hash_string("tie_lm_head " + copy);
+  }
+  if (int64_t layers = read_fused_cache_as_pairs(g, heads)) {
+    spdlog::info("fused KV cache (GPT-BigCode exported with transformers < 4.54): {} layers read as key/value pairs",
+                 layers);
+    key += hash_string("fused_cache_as_pairs");
   }
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();

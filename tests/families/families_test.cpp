@@ -21,11 +21,11 @@ const std::string kMha2sha = "[[transform]]\nplugin = \"mha2sha\"\n\n";
 const std::string kMoe = "[[transform]]\nplugin = \"moe\"\n\n";
 const std::string kHidden = "[[transform]]\nplugin = \"hidden_states\"\n\n";
 
-// Every model folder with a golden.json: "llama_gqa", ..., "zoo/phi3", ...
+// Every model folder with a golden.json: "llama_gqa", ..., "zoo/phi3", ..., "legacy/gpt_bigcode_fused_kv"
 std::vector<std::string> models() {
   std::vector<std::string> r;
   const fs::path root = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "models";
-  for (const fs::path& base : {root, root / "zoo"}) {
+  for (const fs::path& base : {root, root / "zoo", root / "legacy"}) {
     if (!fs::is_directory(base)) continue;
     for (const auto& e : fs::directory_iterator(base))
       if (fs::exists(e.path() / "golden.json") && fs::exists(e.path() / "model.onnx"))
@@ -226,7 +226,7 @@ struct QuantCase {
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> r;
   for (const std::string& m : models())
-    if ((m.rfind("zoo/", 0) == 0 && m.find("opset14") == std::string::npos) || m == "llama_fp16")
+    if (((m.rfind("zoo/", 0) == 0 || m.rfind("legacy/", 0) == 0) && m.find("opset14") == std::string::npos) || m == "llama_fp16")
       for (const Recipe& q : kRecipes) r.push_back({m, &q});
   return r;
 }

@@ -153,6 +153,18 @@ TEST(FaultInput, ExternalDataIsAFifo) {
   expect_one_error_line(r, "model.onnx.data");
 }
 
+// A fused past_key_values.N.key_value cache is read as pairs on load only when its attention
+// has GPT-BigCode's legacy form; here the Softmax is made a LogSoftmax: one error line.
+TEST(FaultInput, FusedCacheWithAnotherAttentionIsRefused) {
+  fs::path d = scratch("fused_other_attention");
+  auto g = nf::onnx_io::load_model(nf::test::model_dir("legacy/gpt_bigcode_fused_kv") + "/model.onnx");
+  for (auto& n : g->nodes)
+    if (n->op_type == "Softmax") n->op_type = "LogSoftmax";
+  nf::onnx_io::save_model(*g, (d / "model.onnx").string());
+  auto r = run({"run", (d / "model.onnx").string(), "--prompt-ids", "1,2"}, {}, 30);
+  expect_clean_error(r, "the model's fused KV cache: 2 fused-cache layers but 0 attentions of GPT-BigCode's legacy form");
+}
+
 // ---- package.json names what the host reads -------------------------------------------
 
 namespace {

@@ -90,16 +90,7 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   info.first_layer = INT64_MAX;
   for (const std::string& in : inputs)
     if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present) info.first_layer = std::min(info.first_layer, kv->layer);
-  if (info.first_layer == INT64_MAX) {
-    // GPT-BigCode exports of transformers < 4.54 keep each layer's key and value fused in one
-    // [batch, past, 2 x head_dim] tensor; transformers >= 4.54 exports the pairs.
-    for (const std::string& in : inputs)
-      if (in.rfind("past_key_values.", 0) == 0 && in.ends_with(".key_value"))
-        throw nf::Error("arcl: the source graph keeps each layer's cache fused ('" + in +
-                        "', GPT-BigCode as exported with transformers < 4.54); arcl needs past_key_values.N.key "
-                        "and .value pairs: re-export the model with transformers >= 4.54");
-    throw nf::Error("arcl: the source graph has no past_key_values.N.key/value inputs");
-  }
+  if (info.first_layer == INT64_MAX) throw nf::Error("arcl: the source graph has no past_key_values.N.key/value inputs");
   while (input_set.count(info.past_key(info.layers)) && input_set.count(info.past_value(info.layers))) ++info.layers;
   if (info.layers == 0) throw nf::Error("arcl: the source graph has no " + info.past_key(0) + "/value inputs");
 
