@@ -105,6 +105,9 @@ Families (FAMILIES below):
                   activation is xIELU (learnable alpha_p / alpha_n through softplus, Where on
                   x > 0, expm1 of min(x, eps) exported as torchlib's Exp - 1), the pre-norms
                   named attention_layernorm / feedforward_layernorm, untied
+  ernie4_5        modeling_ernie4_5.py (transformers 4.54+, ERNIE-4.5-0.3B): Llama's layer with GLM's
+                  pairwise rotary over the whole head_dim (tables by repeat_interleave, rotated in
+                  float32), tied
   olmo3           modeling_olmo3.py (transformers 4.57+, OLMo-3-7B): OLMo-2's layer (q/k RMSNorm over
                   all heads, post-norms), a sliding window on three of every four layers
                   (layer_types), those with the default rotary table and the full ones with the
@@ -871,6 +874,26 @@ class GlmAttention(ModernAttention):
         cos = torch.stack((cos[..., : cos.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
         sin = torch.stack((sin[..., : sin.shape[-1] // 2],) * 2, dim=-1).flatten(-2)
         query_states, key_states = apply_partial_rotary(query_states, key_states, cos, sin, cohere_rotate_half)
+        return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
+
+
+class Ernie4_5Attention(ModernAttention):
+    """modeling_ernie4_5.py (transformers 4.54+, ERNIE-4.5-0.3B): Llama's attention with GLM's
+    pairwise rotary over the whole head_dim: the tables' first half repeat_interleave'd, q and k
+    rotated in float32 (`.float()`, back with `.to(dtype)`)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx, config.head_dim ** -0.5)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings):
+        input_shape, query_states, key_states, value_states = self.heads(hidden_states)
+        cos, sin = position_embeddings
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        dtype = query_states.dtype
+        query_states = ((query_states.float() * cos) + (cohere_rotate_half(query_states).float() * sin)).to(dtype)
+        key_states = ((key_states.float() * cos) + (cohere_rotate_half(key_states).float() * sin)).to(dtype)
         return self.attend(query_states, key_states, value_states, attention_mask, past_key_value, input_shape)
 
 
@@ -1724,7 +1747,7 @@ class DecoderModel(nn.Module):
         else:
             self.norm = (GemmaRMSNorm if gemma else LlamaRMSNorm)(config.hidden_size, eps=config.rms_norm_eps)
         if family in ("llama3", "mqa", "qwen3", "gemma3", "granite", "phi4_mini", "olmo2", "glm", "exaone4", "smollm3", "olmo",
-                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3"):
+                      "nemotron", "stablelm", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3", "ernie4_5"):
             self.rotary_emb = LlamaRotaryEmbedding(config)  # Qwen3's and Gemma3's are the same
         if family == "gemma3":  # the sliding layers' table: rope_local_base_freq, no scaling
             local = FamilyConfig(dict(config.raw, rope_theta=config.rope_local_base_freq, rope_scaling=None))
@@ -1838,6 +1861,9 @@ def make_layer(config, family, i):
         return ApertusDecoderLayer(config, i)
     if family == "olmo3":
         return Olmo3DecoderLayer(config, i)
+    if family == "ernie4_5":
+        return DecoderLayer(config, i, Ernie4_5Attention(config, i), LlamaMLP(config, act=config.hidden_act),
+                            LlamaRMSNorm)
     if family == "hunyuan_v1_dense":
         return DecoderLayer(config, i, HunYuanDenseV1Attention(config, i), LlamaMLP(config, act=config.hidden_act),
                             LlamaRMSNorm)
@@ -1845,7 +1871,7 @@ def make_layer(config, family, i):
 
 
 FAMILIES = ("llama3", "mqa", "qwen2_untied", "phi3", "gemma", "gemma2",
-            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3")
+            "mixtral_onehot", "mixtral_scatter", "qwen2_moe", "qwen3", "gemma3", "granite", "cohere2", "phi4_mini", "olmo2", "phi", "starcoder2", "glm", "exaone4", "smollm3", "olmo", "nemotron", "stablelm", "mixtral_hf", "qwen2_moe_hf", "olmoe", "qwen3_moe", "apertus", "hunyuan_v1_dense", "olmo3", "ernie4_5")
 
 
 class DecoderLM(nn.Module):

@@ -147,6 +147,14 @@ MODELS = {
         "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
         "tie_word_embeddings": False, "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 2,
     }),
+    "ernie4_5": dict(COMMON, **{
+        # ERNIE-4.5-0.3B: 16 heads of 128 on 1024, 2 KV heads, 18 layers, tied
+        "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "transformers_version": "4.54.0",
+        "hidden_act": "silu", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 192,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "rope_scaling": None, "use_bias": False,
+        "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    }),
     "phi4_mini": dict(COMMON, **{
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "transformers_version": "4.49.0",
         "hidden_act": "silu", "vocab_size": 320, "hidden_size": 96, "intermediate_size": 192,
@@ -423,7 +431,7 @@ MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemm
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
