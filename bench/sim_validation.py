@@ -26,7 +26,8 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
 A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
 aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip buffer),
-written to plugins/backends/aries/devices/aries-rb.json; predictions with aries_sim predict
+written to plugins/backends/aries/devices/aries-rb.json (a figures file without the buffer
+group keeps the buffer, one without aries groups keeps the device file as it is); predictions with aries_sim predict
 from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
 """
 import json
@@ -377,9 +378,13 @@ def fit_htp(subst=None, only=None):
 
 
 # ---------------------------------------------------------------- aries
+ARIES_PARAMS = ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes")
+
+
 def aries_fit_models():
     """The models of sim_figures.json's aries fits: bandwidth and MAC efficiency on one
-    model's decode and TTFT, the on-chip buffer on another's TTFT."""
+    model's decode and TTFT, the on-chip buffer on another's TTFT; None for a group the file
+    does not state (its parameters stay as the device file gives them)."""
     small = big = None
     for g in DATA["fits"]:
         if g["chip"] != "aries-rb":
@@ -390,28 +395,40 @@ def aries_fit_models():
             big = g["figures"][0][0]
         else:
             raise SystemExit(f"sim_figures.json: no aries fit of {sorted(g['params'])}")
-    if not small or not big:
-        raise SystemExit("sim_figures.json: the aries fits need a bandwidth + mac_efficiency group and an onchip_buffer_bytes group")
+    if big and not small:
+        raise SystemExit("sim_figures.json: the aries onchip_buffer_bytes fit needs a bandwidth + mac_efficiency group "
+                         "(the buffer is fitted with them)")
     return small, big
+
+
+def aries_device_params():
+    text = open(DEVICE).read()
+    return {k: float(re.search(rf'"{k}": {{"value": ([^,]+)', text).group(1)) for k in ARIES_PARAMS}
 
 
 def fit_aries(small_model=None, big_model=None):
     dflt_small, dflt_big = aries_fit_models()
     small_model, big_model = small_model or dflt_small, big_model or dflt_big
+    if not small_model:
+        log("no aries fit stated: the device file's parameters as they are")
+        return aries_device_params()
     fd, ft = fig("aries-rb", small_model, "decode_tokens_per_s"), fig("aries-rb", small_model, "ttft_ms")
-    fb = fig("aries-rb", big_model, "ttft_ms")
-    out = subprocess.run([SIM, "fit", DEVICE, config_of(fd["config"])[0], str(fd["published"]), str(ft["published"]),
-                          "240", "245", config_of(fb["config"])[0], str(fb["published"])],
-                         check=True, capture_output=True, text=True).stdout
+    args = [SIM, "fit", DEVICE, config_of(fd["config"])[0], str(fd["published"]), str(ft["published"]), "240", "245"]
+    if big_model:
+        fb = fig("aries-rb", big_model, "ttft_ms")
+        args += [config_of(fb["config"])[0], str(fb["published"])]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     vals = dict(re.findall(r"^(\w+) ([0-9.e+]+)$", out, re.M))
     text = open(DEVICE).read()
-    for k in ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes"):
+    for k in ARIES_PARAMS:
+        if k not in vals:
+            continue  # not fitted: the buffer without its group
         v = float(vals[k])
         v = int(v) if k == "onchip_buffer_bytes" else float(f"{v:.4g}")
         text = re.sub(rf'("{k}": {{"value": )[^,]+', rf"\g<1>{v}", text)
     for path in (DEVICE, DEVICE_BUILD):
         open(path, "w").write(text)
-    return {k: float(vals[k]) for k in ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes")}
+    return aries_device_params()
 
 
 # ---------------------------------------------------------------- main

@@ -9,7 +9,8 @@
 #   the figures file, to any HF decoder config.json (tools/models/hf_config.py reads the
 #   families' key names); "fits" say which figures fit what). A figure the simulators cannot
 #   cost (a chip without a chip file, or without a figure its estimate needs) is listed as
-#   "not simulated" with the reason; a set without aries figures skips the aries fit.
+#   "not simulated" with the reason; a set without aries figures skips the aries fit, and a
+#   parameter no stated group fits keeps its chip or device file's value.
 #
 # Needs the targets npuforge, npuforge_plugin_htp, npuforge_plugin_arcl and aries_sim built
 # in BUILD_DIR. Models are synthesized with tools/models/synth_model.py --zeros (weights
