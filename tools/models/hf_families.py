@@ -1791,10 +1791,16 @@ class DecoderModel(nn.Module):
         return hidden_states, presents
 
 
+# Families whose layer is Llama's (pre-norm RMSNorms, gated MLP) with their own attention.
+LLAMA_LAYER_ATTENTION = {"llama3": LlamaAttention, "mqa": LlamaAttention, "granite": LlamaAttention,
+                         "qwen3": Qwen3Attention, "smollm3": SmolLM3Attention, "ernie4_5": Ernie4_5Attention,
+                         "hunyuan_v1_dense": HunYuanDenseV1Attention}
+
+
 def make_layer(config, family, i):
-    if family in ("llama3", "mqa", "granite"):
-        return DecoderLayer(config, i, LlamaAttention(config, i), LlamaMLP(config, act=config.hidden_act),
-                            LlamaRMSNorm)
+    if family in LLAMA_LAYER_ATTENTION:  # Llama's layer around the family's own attention
+        return DecoderLayer(config, i, LLAMA_LAYER_ATTENTION[family](config, i),
+                            LlamaMLP(config, act=config.hidden_act), LlamaRMSNorm)
     if family == "qwen2_untied":
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=True),
                             LlamaMLP(config, act=config.hidden_act), LlamaRMSNorm)
@@ -1842,9 +1848,6 @@ def make_layer(config, family, i):
     if family == "starcoder2":  # modeling_starcoder2.py 4.44: Qwen2's attention (+ o_proj bias), LayerNorms
         return DecoderLayer(config, i, Qwen2Attention(config, i, bias=config.use_bias, o_bias=config.use_bias),
                             Starcoder2MLP(config), layer_norm)
-    if family == "qwen3":
-        return DecoderLayer(config, i, Qwen3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
-                            LlamaRMSNorm)
     if family == "stablelm":
         return DecoderLayer(config, i, StableLmAttention(config, i), LlamaMLP(config, act=config.hidden_act),
                             lambda size, eps: nn.LayerNorm(size, eps=config.layer_norm_eps))
@@ -1854,19 +1857,10 @@ def make_layer(config, family, i):
     if family == "olmo":
         return DecoderLayer(config, i, OlmoAttention(config, i), LlamaMLP(config, act=config.hidden_act),
                             OlmoLayerNorm)
-    if family == "smollm3":
-        return DecoderLayer(config, i, SmolLM3Attention(config, i), LlamaMLP(config, act=config.hidden_act),
-                            LlamaRMSNorm)
     if family == "apertus":
         return ApertusDecoderLayer(config, i)
     if family == "olmo3":
         return Olmo3DecoderLayer(config, i)
-    if family == "ernie4_5":
-        return DecoderLayer(config, i, Ernie4_5Attention(config, i), LlamaMLP(config, act=config.hidden_act),
-                            LlamaRMSNorm)
-    if family == "hunyuan_v1_dense":
-        return DecoderLayer(config, i, HunYuanDenseV1Attention(config, i), LlamaMLP(config, act=config.hidden_act),
-                            LlamaRMSNorm)
     raise ValueError(family)
 
 

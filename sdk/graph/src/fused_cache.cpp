@@ -54,6 +54,8 @@ struct Builder {
   std::string value(const std::string& base) { return names.make(base); }
 };
 
+// GraphView::replace_uses without its refresh: the callers iterate the view's consumer lists,
+// and the view is refreshed once after every layer is rewritten.
 void replace_uses(GraphView& view, const std::string& from, const std::string& to) {
   for (nf::Node user : view.consumers(from))
     for (size_t i = 0; i < user.input_count(); ++i)
