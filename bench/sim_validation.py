@@ -13,7 +13,9 @@ Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activat
 KV cache at `kv_bits` per figure in sim_figures.json: 8 when not given, as AIMET's LLM recipe
 stores it (facts.md) and as AI Hub's qnn_context_binary input specs declare it (uint8) for
 Qwen2-7B and Mistral-7B; 16 for the exports with no such spec, an assumption), timed with
-`npuforge estimate`. The fits, stated
+`npuforge estimate`; a figure of "precision" "w4" (4-bit weights, fp16
+activations and cache) gets a package of its own without the activation and cache
+assumptions, so its HMX ops run at the fp16 rate over expanded weights. The fits, stated
 as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the chip files
 (plugins/backends/htp/chips/, and the build's copy the plugin reads); ours:
   sm8750    npu_gb_per_s + per_op_us on 1B and 8B decode, a16w8 on 3B TTFT (hardware.md),
@@ -24,6 +26,8 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
             NPU speed-up); npu_gb_per_s on its 3B decode
   sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
+  fp16      sm8750's fp16 rate and weight expansion on its Llama-3.2-1B w4 decode and TTFT;
+            sc8380xp's expansion on its Qwen2.5-1.5B w4 decode; the other chips by NPU speed
 A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
 aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip buffer),
 written to plugins/backends/aries/devices/aries-rb.json (a figures file without the buffer
@@ -99,20 +103,36 @@ def config_of(name):
 
 
 # ---------------------------------------------------------------- htp packages and estimates
+def precision(f):
+    """A figure's "precision" as AI Hub names it: "w4a16" (the default: 4-bit weights, 16-bit
+    integer activations) or "w4" (4-bit weights, fp16 activations and KV cache)."""
+    p = f.get("precision", "w4a16")
+    if p not in ("w4a16", "w4"):
+        raise SystemExit(f"sim_validation: figure {f['model']}: precision '{p}' is not one we simulate (w4a16, w4)")
+    return p
+
+
+def label(f):
+    """A figure's model as fits and the table name it: the model, with a precision other than
+    w4a16 in brackets ("Llama-3.2-1B-Instruct (w4)")."""
+    return f["model"] if precision(f) == "w4a16" else f"{f['model']} ({precision(f)})"
+
+
 def kv_bits(f):
     """The KV cache width a figure's export stores: the figure's "kv_bits", else 8 (AIMET's LLM
-    recipe, and the uint8 caches of AI Hub's qnn_context_binary input specs)."""
-    return f.get("kv_bits", 8)
+    recipe, and the uint8 caches of AI Hub's qnn_context_binary input specs); 16 (fp16) at w4."""
+    return 16 if precision(f) == "w4" else f.get("kv_bits", 8)
 
 
 def package_of(f):
     """The package directory a figure is costed on: models of the same shapes share one
     (costs depend on shapes and widths only), named after the first such config; a shape with
-    two KV widths gets one package per width."""
+    two KV widths gets one package per width, and one at w4 (fp16 activations) its own."""
     shape = config_of(f["config"])[1]
-    same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape]
+    same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape and precision(g) == precision(f)]
     name = min(os.path.basename(config_of(g["config"])[0])[:-len(".json")] for g in same)
-    return name if len({kv_bits(g) for g in same}) == 1 else f"{name}-kv{kv_bits(f)}"
+    name = name if len({kv_bits(g) for g in same}) == 1 else f"{name}-kv{kv_bits(f)}"
+    return name if precision(f) == "w4a16" else f"{name}-{precision(f)}"
 
 
 def has_chip(f):
@@ -123,21 +143,22 @@ def build_htp_packages():
     chips_of, source_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp" and has_chip(f):
-            chips_of.setdefault((package_of(f), kv_bits(f)), set()).add(f["chip"])
+            chips_of.setdefault((package_of(f), kv_bits(f), precision(f)), set()).add(f["chip"])
             source_of.setdefault(package_of(f), config_of(f["config"])[0])
-    for (cfg, kv), chips in sorted(chips_of.items()):
+    for (cfg, kv, prec), chips in sorted(chips_of.items()):
         d = f"{WORK}/htp/{cfg}"
         if not os.path.exists(f"{d}/model.onnx"):
             log(f"synthesizing {cfg}")
             subprocess.run(["/usr/bin/python3", f"{ROOT}/tools/models/synth_model.py", source_of[cfg], d, "--zeros"],
                            check=True, stdout=subprocess.DEVNULL)
+        # w4a16: activations timed as 16-bit integers, the cache at its width; w4: both stay
+        # fp16 (no assumption), so HMX ops run at the fp16 rate over expanded 4-bit weights.
+        widths = f"assume_activation_bw = 16\nassume_kv_bw = {kv}\n" if prec == "w4a16" else ""
         targets = "".join(f'''
 [targets.{c}]
 backend = "htp"
 chipset = "{c}"
-assume_activation_bw = 16
-assume_kv_bw = {kv}
-assume_weight_bw = 4
+{widths}assume_weight_bw = 4
 pack_weights = false
 ''' for c in sorted(chips))
         manifest = f'''[model]
@@ -184,7 +205,7 @@ def try_predict(f):
 
 def fig(chip, model, metric):
     for f in FIGS:
-        if f["chip"] == chip and f["model"] == model and f["metric"] == metric:
+        if f["chip"] == chip and label(f) == model and f["metric"] == metric:
             return f
     raise SystemExit(f"no figure {chip} {model} {metric} in sim_figures.json")
 
@@ -202,25 +223,40 @@ def save_chip(c, j):
         open(f"{d}/{c}.json", "w").write(text)
 
 
-def get(j, path):
-    for k in path.split("."):
+def entry(j, path):
+    """The documented figure at path, and the key inside its value when the value is a table
+    ("hmx_macs_per_s.relative.fp16")."""
+    keys = path.split(".")
+    for i, k in enumerate(keys):
         j = j[k]
-    return j["value"]
+        if "value" in j:
+            return j, ".".join(keys[i + 1:]) or None
+    raise KeyError(path)
+
+
+def get(j, path):
+    e, key = entry(j, path)
+    return e["value"][key] if key else e["value"]
 
 
 def put(j, path, value):
-    for k in path.split("."):
-        j = j[k]
-    j["value"] = float(f"{value:.4g}")
+    e, key = entry(j, path)
+    if key:
+        e["value"][key] = float(f"{value:.4g}")
+    else:
+        e["value"] = float(f"{value:.4g}")
 
 
 def set_speed(c, rate):
-    """The chip's a16w8 rate; its per-op cost and HVX rate follow the same NPU-speed ratio to sm8750."""
+    """The chip's a16w8 rate; its per-op cost, HVX rate and fp16 weight expansion follow the
+    same NPU-speed ratio to sm8750, and its fp16 rate is sm8750's ratio to a16w8."""
     ref, j = load_chip("sm8750"), load_chip(c)
     ratio = rate / get(ref, "hmx_macs_per_s.a16w8")
     put(j, "hmx_macs_per_s.a16w8", rate)
     put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") / ratio)
     put(j, "hvx_bytes_per_s", get(ref, "hvx_bytes_per_s") * ratio)
+    put(j, EXPAND_KEY, get(ref, EXPAND_KEY) * ratio)
+    put(j, FP16_KEY, get(ref, FP16_KEY))
     save_chip(c, j)
 
 
@@ -230,6 +266,36 @@ def bisect(lo, hi, too_low, steps=18):
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if too_low(mid) else (lo, mid)
     return (lo * hi) ** 0.5
+
+
+def speed_error(chip, figs):
+    """The mean log error of a chip's speeds (tokens/s, 1 / TTFT) over figures of either kind
+    (< 0: estimates too slow)."""
+    speed = lambda f, v: v if f["metric"] == "decode_tokens_per_s" else 1 / v
+    return sum(math.log(speed(f, htp_estimate(chip, f)[f["metric"]]) / speed(f, f["published"])) for f in figs) / len(figs)
+
+
+def fit_param(chip, figs, key, lo, hi):
+    """One speed-like parameter (more is faster) on figures of either kind."""
+    def too_low(x):
+        j = load_chip(chip)
+        put(j, key, x)
+        save_chip(chip, j)
+        return speed_error(chip, figs) < 0
+    x = bisect(lo, hi, too_low)
+    too_low(x)
+    return x
+
+
+def fit_fp16_path(chip, figs):
+    """The fp16 rate (relative to a16w8) and the weight expansion rate on fp16-activation
+    figures: the expansion on the decodes (a decode's fp16 MACs are few), the rate on the
+    TTFTs, alternated (a prefill pays both)."""
+    decodes = [f for f in figs if f["metric"] == "decode_tokens_per_s"]
+    ttfts = [f for f in figs if f["metric"] == "ttft_ms"]
+    for _ in range(6):
+        fit_param(chip, decodes, EXPAND_KEY, 1e9, 1e14)
+        fit_param(chip, ttfts, FP16_KEY, 0.01, 4.0)
 
 
 def log_error(chip, figs, metric):
@@ -327,6 +393,10 @@ def share_v73_bandwidth():
 #                                   the chip's published NPU speed-up (SPEED); a chip without
 #                                   one has nothing to hold them, so this fits its NPU speed
 #   npu_gb_per_s                    decode figures
+#   relative.fp16 + fp16_weight_expand_per_s
+#                                   fp16-activation ("w4") figures: the expansion on the
+#                                   decodes, the fp16 rate on the TTFTs (fit_fp16_path)
+#   fp16_weight_expand_per_s        fp16-activation figures of either kind
 # A parameter fitted on several figures makes their mean log error zero (log_error).
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
 # chip's rate groups, then its bandwidth groups (decode depends little on the rates).
@@ -335,6 +405,9 @@ RATES = {"hmx_macs_per_s.a16w8", "hvx_bytes_per_s"}
 NPU_SPEED = {"hmx_macs_per_s.a16w8", "overheads.per_op_us", "hvx_bytes_per_s"}
 HMX_ONLY = {"hmx_macs_per_s.a16w8"}
 BANDWIDTH = {"dram.npu_gb_per_s"}
+FP16_KEY, EXPAND_KEY = "hmx_macs_per_s.relative.fp16", "fp16_weight_expand_per_s"
+FP16_PATH = {FP16_KEY, EXPAND_KEY}
+EXPAND = {EXPAND_KEY}
 
 
 def fit_group(g, subst):
@@ -350,6 +423,11 @@ def fit_group(g, subst):
         fit_rate(chip, models, scale_overheads=params == NPU_SPEED or chip not in SPEED)
     elif params == BANDWIDTH:
         fit_bw(chip, models)
+    elif params == FP16_PATH and any(k == "decode_tokens_per_s" for _, k in g["figures"]) and \
+            any(k == "ttft_ms" for _, k in g["figures"]):
+        fit_fp16_path(chip, [fig(chip, m, k) for m, (_, k) in zip(models, g["figures"])])
+    elif params == EXPAND:
+        fit_param(chip, [fig(chip, m, k) for m, (_, k) in zip(models, g["figures"])], EXPAND_KEY, 1e9, 1e14)
     else:
         raise SystemExit(f"sim_figures.json: no fit of {sorted(params)} on {len(models)} figure(s) ({chip})")
 
@@ -363,7 +441,7 @@ def fit_htp(subst=None, only=None):
     of = lambda chip, kinds: [g for g in groups if g["chip"] == chip and set(g["params"]) in kinds]
     if only in (None, "sm8750"):
         for _ in range(3):  # decode barely depends on the rates, TTFT on all: a few rounds
-            for g in of("sm8750", [DECODE_PAIR, RATES, NPU_SPEED, HMX_ONLY, BANDWIDTH]):
+            for g in of("sm8750", [DECODE_PAIR, RATES, NPU_SPEED, HMX_ONLY, BANDWIDTH]) + of("sm8750", [FP16_PATH, EXPAND]):
                 fit_group(g, s)
     if only is None:
         derive_from_sm8750()
@@ -371,7 +449,7 @@ def fit_htp(subst=None, only=None):
         if only not in (None, chip):
             continue
         for _ in range(2):
-            for g in of(chip, [RATES, NPU_SPEED, HMX_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]):
+            for g in of(chip, [RATES, NPU_SPEED, HMX_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]) + of(chip, [FP16_PATH, EXPAND]):
                 fit_group(g, s)
     if only is None:
         share_v73_bandwidth()
@@ -454,7 +532,7 @@ def main():
     rows = []
     for f in FIGS:
         p, why = try_predict(f)
-        kind = "fitted" if (f["chip"], f["model"], f["metric"]) in fitted else "predicted"
+        kind = "fitted" if (f["chip"], label(f), f["metric"]) in fitted else "predicted"
         rows.append(dict(f, predicted=p, error=None if p is None else p / f["published"] - 1,
                          kind=kind if p is not None else "not simulated", why=why))
     # Leave-one-out: refit without the figure (its group uses the stated substitute) and predict it.
@@ -484,7 +562,7 @@ def main():
             for path in (DEVICE, DEVICE_BUILD):
                 open(path, "w").write(device_text)
     params = {c: {k: get(j, k) for k in ("dram.npu_gb_per_s", "hmx_macs_per_s.a16w8", "overheads.per_op_us",
-                                         "hvx_bytes_per_s")} for c, j in snapshot.items()}
+                                         "hvx_bytes_per_s", FP16_KEY, EXPAND_KEY)} for c, j in snapshot.items()}
     json.dump({"rows": rows, "loo": loo, "htp_params": params, "aries_params": aries},
               open(f"{WORK}/validation.json", "w"), indent=1)
     report(rows, loo, params, aries)
@@ -497,10 +575,10 @@ def report(rows, loo, params, aries):
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["predicted"] is None:
-            print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
+            print(f"| {r['sim']} | {r['chip']} | {label(r)} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
                   f"— | n/a | not simulated: {r['why']} |")
             continue
-        print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
+        print(f"| {r['sim']} | {r['chip']} | {label(r)} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | "
               f"{fmt(r['metric'], r['predicted'])} | {100 * r['error']:+.1f}% | {r['kind']} |")
     pred = [abs(r["error"]) for r in rows if r["kind"] == "predicted"]
     n_fit = sum(r["kind"] == "fitted" for r in rows)
@@ -513,17 +591,17 @@ def report(rows, loo, params, aries):
     print("|---|---|---|---|---|---|---|")
     for r in loo:
         if r["loo"] is None:
-            print(f"| {r['sim']} | {r['chip']} | {r['model']} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | — | "
+            print(f"| {r['sim']} | {r['chip']} | {label(r)} | {name(r['metric'])} | {fmt(r['metric'], r['published'])} | — | "
                   f"n/a: {r['note']} |")
         else:
-            print(f"| {r['sim']} ({r['note']}) | {r['chip']} | {r['model']} | {name(r['metric'])} | "
+            print(f"| {r['sim']} ({r['note']}) | {r['chip']} | {label(r)} | {name(r['metric'])} | "
                   f"{fmt(r['metric'], r['published'])} | {fmt(r['metric'], r['loo'])} | {100 * r['error']:+.1f}% |")
-    print("\n| chip | NPU GB/s | a16w8 T MAC/s | per-op us | HVX GB/s |")
-    print("|---|---|---|---|---|")
+    print("\n| chip | NPU GB/s | a16w8 T MAC/s | per-op us | HVX GB/s | fp16 / a16w8 | fp16 weight expansion G/s |")
+    print("|---|---|---|---|---|---|---|")
     for c, p in sorted(params.items()):
         bw = p["dram.npu_gb_per_s"]
         print(f"| {c} | {'—' if bw is None else f'{bw:.1f}'} | {p['hmx_macs_per_s.a16w8'] / 1e12:.2f} | "
-              f"{p['overheads.per_op_us']:.2f} | {p['hvx_bytes_per_s'] / 1e9:.0f} |")
+              f"{p['overheads.per_op_us']:.2f} | {p['hvx_bytes_per_s'] / 1e9:.0f} | {p[FP16_KEY]:.3f} | {p[EXPAND_KEY] / 1e9:.0f} |")
     if aries:
         print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
               f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")

@@ -2,6 +2,8 @@
 // one op costs, term by term, so a change to the model is a deliberate one.
 #include <gtest/gtest.h>
 
+#include <npuforge/plugin.hpp>
+
 #include "estimate.h"
 
 namespace {
@@ -71,4 +73,26 @@ TEST(HtpCostModel, SpillAddsToCompute) {
   json op = {{"kind", "hvx"}, {"op", "Mul"}, {"in_bytes", 0}, {"out_bytes", 4 * 16 * 1048576.0}, {"dram_in_bytes", 0}};
   const double vector_ms = 64 * 1048576.0 / 1e12 * 1e3, spill_ms = 2 * 64 * 1048576.0 / 1e10 * 1e3;
   EXPECT_NEAR(ttft_ms(json::array({op})), vector_ms + spill_ms + 0.01 + 0.1, 1e-9);
+}
+
+// fp16 activations over integer weights (AI Hub's "w4"): the weights are expanded to fp16
+// before the op, K x N of them per pass at the chip's expansion rate, in series with the op;
+// integer activations (w4a16) run on the integer kernel with no expansion.
+TEST(HtpCostModel, Fp16ActivationsPayTheWeightExpansion) {
+  json linear = kAttention;
+  linear["weight"] = "w";
+  linear["dram_in_bytes"] = 0;
+  linear["k"] = 1000;
+  linear["n"] = 2000;
+  linear["macs"] = 1e9;  // 1 ms at a16w8, 2 ms at fp16 (relative 0.5)
+  auto o = options();
+  o.chip.fp16_weight_expand_per_s = 1e9;  // 2e6 weights: 2 ms
+  auto ms = [&](const json& op) {
+    return nf::htp::estimate(o, package_meta(1e6), summaries(json::array({op})), {{"prompt_len", 128}})["ttft_ms"].get<double>();
+  };
+  EXPECT_NEAR(ms(linear), 1.0 + 0.01 + 0.1, 1e-9);  // w4a16: 1 ms of MACs over 0.1 ms of weights
+  linear["a_int"] = false;
+  EXPECT_NEAR(ms(linear), 2.0 + 2.0 + 0.01 + 0.1, 1e-9);
+  o.chip.fp16_weight_expand_per_s.reset();  // a chip file without the figure: refused, not guessed
+  EXPECT_THROW(ms(linear), nf::Error);
 }

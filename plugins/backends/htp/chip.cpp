@@ -94,6 +94,10 @@ Chip load_chip(const std::string& chipset) {
   c.a16w8_macs_per_s = number(j, "hmx_macs_per_s.a16w8", file);
   for (const auto& [k, v] : value(j, "hmx_macs_per_s.relative", file).items()) c.relative_rate[k] = v.get<double>();
   c.hvx_bytes_per_s = number(j, "hvx_bytes_per_s", file);
+  if (j.contains("fp16_weight_expand_per_s")) {  // optional: chip files before it still load
+    const auto& e = value(j, "fp16_weight_expand_per_s", file);
+    if (!e.is_null()) c.fp16_weight_expand_per_s = number(j, "fp16_weight_expand_per_s", file);
+  }
   const auto& peak = value(j, "dram.peak_gb_per_s", file);
   if (peak.is_number()) c.dram_peak_bytes_per_s = peak.get<double>() * 1e9;
   // The NPU's own ceiling, not the SoC's peak: its bus to memory is narrower than the DRAM.

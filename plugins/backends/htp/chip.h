@@ -25,6 +25,9 @@ struct Chip {
   double a16w8_macs_per_s = 0;                  // HMX rate at 16-bit activations, 8-bit weights
   std::map<std::string, double> relative_rate;  // precision -> rate / a16w8 rate
   double hvx_bytes_per_s = 0;
+  // Integer weights the NPU expands to fp16 per second for an HMX op on fp16 activations
+  // (none: estimate refuses such ops).
+  std::optional<double> fp16_weight_expand_per_s;
   std::optional<double> dram_peak_bytes_per_s;  // the SoC's DRAM peak (none when unpublished)
   std::optional<double> npu_bytes_per_s;        // what the NPU itself can draw from DRAM (none: estimate refuses)
   double per_graph_s = 0;

@@ -28,6 +28,17 @@ double npu_bandwidth(const HtpOptions& o) {
   return *o.chip.npu_bytes_per_s;
 }
 
+// An HMX op on fp16 activations over integer weights (AI Hub's "w4": 4-bit weights, fp16
+// activations) first expands its weights to fp16 on the vector units; the expansion is paid
+// on every pass, in series with the op, and scales with the weight count, not the rows.
+double weight_expand_s(const HtpOptions& o, const nlohmann::json& op) {
+  const auto& rate = o.chip.fp16_weight_expand_per_s;
+  if (!rate)
+    throw Error("htp: chip " + o.chipset + " has no fp16_weight_expand_per_s in " + o.chip.file +
+                ": cannot estimate an fp16-activation op over integer weights; add the figure with its source");
+  return op.value("k", 1.0) * op.value("n", 1.0) / *rate;
+}
+
 std::string precision_of(const nlohmann::json& op) {
   int a = op.value("a_bits", 16), w = op.value("w_bits", 16);
   bool a_int = op.value("a_int", false), w_int = op.value("w_int", false);
@@ -59,10 +70,11 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
     // are filled into VTCM before the op can use them and spilled after it, so their transfer
     // adds to the op's time rather than hiding under it.
     const double act_dram = op.value("dram_in_bytes", 0.0) + (spills ? 2 * out : 0.0);
-    double weight_dram = 0, compute = 0;
+    double weight_dram = 0, compute = 0, expand = 0;
     if (kind == "hmx") {
       double macs = op.at("macs").get<double>();
-      compute = macs / c.macs_per_s(precision_of(op));
+      const std::string precision = precision_of(op);
+      compute = macs / c.macs_per_s(precision);
       cost.macs += macs;
       if (op.contains("weight") && op["weight"].is_string()) {
         double wb = weights.at(op["weight"].get<std::string>()).at("bytes").get<double>();
@@ -74,6 +86,7 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
         double act = m * op.value("k", 1.0) * op.value("a_bits", 16) / 8.0;
         double acc = m * op.value("n", 1.0) * 4.0;
         weight_dram = act <= half_vtcm || acc <= half_vtcm ? wb : wb * std::ceil(act / half_vtcm);
+        if (precision == "fp16" && op.value("w_int", false)) expand = weight_expand_s(o, op);
       }
     } else if (kind == "lookup") {
       weight_dram = out;  // the embedding rows a Gather reads from its table
@@ -85,12 +98,12 @@ Cost graph_cost(const HtpOptions& o, const nlohmann::json& meta, const nlohmann:
       throw Error("htp: graph '" + g.value("name", std::string()) + "': an op's dispatch share " + std::to_string(share) +
                   " is not in (0, 1]: the package's graphs.json is damaged");
     const double overhead = c.per_op_s * share;
-    cost.compute_s += compute;
+    cost.compute_s += compute + expand;
     cost.dram_s += (weight_dram + act_dram) / bw;
     cost.activation_dram_s += act_dram / bw;
     cost.dram_bytes += weight_dram + act_dram;
     cost.overhead_s += overhead;
-    cost.seconds += std::max(compute, weight_dram / bw) + act_dram / bw + overhead;
+    cost.seconds += std::max(compute, weight_dram / bw) + expand + act_dram / bw + overhead;
   }
   double writes = 0;
   for (const auto& [name, b] : g.at("outputs").items()) writes += b.get<double>();
