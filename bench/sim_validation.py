@@ -247,10 +247,11 @@ def put(j, path, value):
         e["value"] = float(f"{value:.4g}")
 
 
-def set_speed(c, rate):
+def set_speed(c, rate, ref=None):
     """The chip's a16w8 rate; its per-op cost, HVX rate and fp16 weight expansion follow the
-    same NPU-speed ratio to sm8750, and its fp16 rate is sm8750's ratio to a16w8."""
-    ref, j = load_chip("sm8750"), load_chip(c)
+    same NPU-speed ratio to the reference (sm8750, or the chip as it was when sm8750 itself is
+    fitted), and its fp16 rate is the reference's ratio to a16w8."""
+    ref, j = ref or load_chip("sm8750"), load_chip(c)
     ratio = rate / get(ref, "hmx_macs_per_s.a16w8")
     put(j, "hmx_macs_per_s.a16w8", rate)
     put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") / ratio)
@@ -323,10 +324,11 @@ def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
     """A rate (HMX a16w8, or HVX bytes/s) on one or more TTFT figures; with scale_overheads
     the chip's per-op cost and HVX rate follow the a16w8 rate (one NPU-speed ratio to sm8750)."""
     figs = [fig(chip, m, "ttft_ms") for m in models]
+    ref = load_chip(chip) if chip == "sm8750" else None  # sm8750 scales from itself as it was
 
     def too_low(rate):
         if scale_overheads:
-            set_speed(chip, rate)
+            set_speed(chip, rate, ref)
         else:
             j = load_chip(chip)
             put(j, key, rate)
@@ -335,6 +337,53 @@ def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
     rate = bisect(1e10, 1e15, too_low)
     too_low(rate)
     return rate
+
+
+# Every parameter a fit may name: (more of it makes the chip faster, search bounds).
+PARAMS = {
+    "dram.npu_gb_per_s": (True, 1.0, 1000.0),
+    "hmx_macs_per_s.a16w8": (True, 1e10, 1e15),
+    "hvx_bytes_per_s": (True, 1e9, 1e14),
+    "overheads.per_op_us": (False, 0.01, 1000.0),
+    "hmx_macs_per_s.relative.fp16": (True, 0.01, 4.0),
+    "fp16_weight_expand_per_s": (True, 1e9, 1e14),
+}
+
+
+def fit_least_squares(chip, params, figs, rounds=5):
+    """Any other group: the parameters that minimise the summed squared log errors of the
+    group's figures, one parameter at a time (golden section in log space), a few rounds.
+    Needs at least as many figures as parameters."""
+    unknown = [p for p in params if p not in PARAMS]
+    if unknown:
+        raise SystemExit(f"sim_figures.json: {chip}: no parameter {unknown[0]}; fits name {', '.join(PARAMS)}")
+    if len(figs) < len(params):
+        raise SystemExit(f"sim_figures.json: {chip}: {len(params)} parameters need at least as many figures ({len(figs)} given)")
+
+    def cost(p, x):
+        j = load_chip(chip)
+        put(j, p, x)
+        save_chip(chip, j)
+        return sum(math.log((htp_estimate(chip, f)[f["metric"]]) / f["published"]) ** 2 for f in figs)
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(rounds):
+        for p in params:
+            top = PARAMS[p][2]
+            if p == "dram.npu_gb_per_s":  # the NPU's ceiling may not exceed the SoC's peak
+                top = get(load_chip(chip), "dram.peak_gb_per_s") or top
+            lo, hi = math.log(PARAMS[p][1]), math.log(top)
+            a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+            ca, cb = cost(p, math.exp(a)), cost(p, math.exp(b))
+            for _ in range(28):
+                if ca <= cb:
+                    hi, b, cb = b, a, ca
+                    a = hi - g * (hi - lo)
+                    ca = cost(p, math.exp(a))
+                else:
+                    lo, a, ca = a, b, cb
+                    b = lo + g * (hi - lo)
+                    cb = cost(p, math.exp(b))
+            cost(p, math.exp((lo + hi) / 2))
 
 
 def fit_decode_pair(chip, small, big):
@@ -397,6 +446,7 @@ def share_v73_bandwidth():
 #                                   fp16-activation ("w4") figures: the expansion on the
 #                                   decodes, the fp16 rate on the TTFTs (fit_fp16_path)
 #   fp16_weight_expand_per_s        fp16-activation figures of either kind
+#   any other set of PARAMS         least squares of the log errors (fit_least_squares)
 # A parameter fitted on several figures makes their mean log error zero (log_error).
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
 # chip's rate groups, then its bandwidth groups (decode depends little on the rates).
@@ -429,7 +479,7 @@ def fit_group(g, subst):
     elif params == EXPAND:
         fit_param(chip, [fig(chip, m, k) for m, (_, k) in zip(models, g["figures"])], EXPAND_KEY, 1e9, 1e14)
     else:
-        raise SystemExit(f"sim_figures.json: no fit of {sorted(params)} on {len(models)} figure(s) ({chip})")
+        fit_least_squares(chip, g["params"], [fig(chip, m, k) for m, (_, k) in zip(models, g["figures"])])
 
 
 def fit_htp(subst=None, only=None):
@@ -439,9 +489,11 @@ def fit_htp(subst=None, only=None):
     s = subst or {}
     groups = [g for g in DATA["fits"] if g["chip"] != "aries-rb"]
     of = lambda chip, kinds: [g for g in groups if g["chip"] == chip and set(g["params"]) in kinds]
+    known = [DECODE_PAIR, RATES, NPU_SPEED, HMX_ONLY, BANDWIDTH, FP16_PATH, EXPAND]
+    other = lambda chip: [g for g in groups if g["chip"] == chip and set(g["params"]) not in known]
     if only in (None, "sm8750"):
         for _ in range(3):  # decode barely depends on the rates, TTFT on all: a few rounds
-            for g in of("sm8750", [DECODE_PAIR, RATES, NPU_SPEED, HMX_ONLY, BANDWIDTH]) + of("sm8750", [FP16_PATH, EXPAND]):
+            for g in of("sm8750", known[:5]) + of("sm8750", [FP16_PATH, EXPAND]) + other("sm8750"):
                 fit_group(g, s)
     if only is None:
         derive_from_sm8750()
@@ -449,7 +501,8 @@ def fit_htp(subst=None, only=None):
         if only not in (None, chip):
             continue
         for _ in range(2):
-            for g in of(chip, [RATES, NPU_SPEED, HMX_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]) + of(chip, [FP16_PATH, EXPAND]):
+            for g in (of(chip, [RATES, NPU_SPEED, HMX_ONLY]) + of(chip, [DECODE_PAIR, BANDWIDTH]) +
+                      of(chip, [FP16_PATH, EXPAND]) + other(chip)):
                 fit_group(g, s)
     if only is None:
         share_v73_bandwidth()
