@@ -3,14 +3,16 @@
 // parameters / parameter_bytes: numeric initializers (a tied head's transposed copy counted
 // once in parameters, its bytes in parameter_bytes). layers: distinct N in
 // past_key_values.N / present.N, else in name prefixes like /model/layers.N/. kv_heads and
-// head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from the q
-// projection's output size / head_dim.
+// head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from an attention
+// op's num_heads, else from the query projection found by structure (query_projection),
+// its output size / head_dim; by the projection's name only when the structure is not found.
 #include "onnx/internal.h"
 
 #include <cctype>
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 using nlohmann::json;
 
@@ -69,8 +71,103 @@ int64_t linear_out_features(const ir::Node& n, const ir::Tensor& w) {
   return w.dims[0];  // Conv and torch layout [out, in]
 }
 
-// (output features, fused qkv?) of the first q projection found, or -1.
-std::pair<int64_t, bool> q_projection(const ir::Graph& g) {
+// A linear layer's constant weight: an initializer, or one behind Transpose / Cast (torch's
+// dynamo exporter keeps [out, in] weights behind a Transpose).
+const ir::Tensor* linear_weight(const ir::Graph& g, const std::map<std::string, const ir::Node*>& producer,
+                                const ir::Node& n, bool* transposed) {
+  *transposed = false;
+  for (size_t i = 1; i < n.inputs.size() && i < 2; ++i) {
+    std::string v = n.inputs[i];
+    for (int hops = 0; hops < 3; ++hops) {
+      if (const ir::Tensor* w = g.initializer(v)) return w;
+      auto it = producer.find(v);
+      if (it == producer.end() || (it->second->op_type != "Transpose" && it->second->op_type != "Cast") ||
+          it->second->inputs.empty())
+        break;
+      *transposed ^= it->second->op_type == "Transpose";
+      v = it->second->inputs[0];
+    }
+  }
+  return nullptr;
+}
+
+// The nodes that produce `from` and its inputs, nearest first, at most `limit`, not entering
+// graph inputs that `stop` accepts.
+template <class Stop>
+std::vector<const ir::Node*> upstream(const std::map<std::string, const ir::Node*>& producer, const std::string& from,
+                                      size_t limit, Stop stop, bool* reached_stop = nullptr) {
+  std::vector<const ir::Node*> order;
+  std::set<const ir::Node*> seen;
+  std::vector<std::string> frontier = {from};
+  for (size_t head = 0; head < frontier.size() && order.size() < limit; ++head) {
+    if (stop(frontier[head])) {
+      if (reached_stop) *reached_stop = true;
+      continue;
+    }
+    auto it = producer.find(frontier[head]);
+    if (it == producer.end() || !seen.insert(it->second).second) continue;
+    order.push_back(it->second);
+    if (it->second->op_type == "Shape" || it->second->op_type == "Size") continue;  // no data flows through
+    for (const auto& in : it->second->inputs) frontier.push_back(in);
+  }
+  return order;
+}
+
+// (output features, fused qkv?) of the query projection, found by what the graph computes:
+// the scores MatMul before a Softmax (through the mask add, scaling, soft cap), its operand
+// that does not come from the KV cache, and the nearest linear layer above it whose output
+// is whole heads. Fused when the key rows come from the same layer. {-1, false} if not found.
+std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) {
+  std::map<std::string, const ir::Node*> producer;
+  for (const auto& n : g.nodes)
+    for (const auto& o : n->outputs) producer[o] = n.get();
+  auto is_cache = [](const std::string& v) { return is_kv_input(v); };
+  auto never = [](const std::string&) { return false; };
+  auto projection_above = [&](const std::string& v) -> std::pair<const ir::Node*, int64_t> {
+    for (const ir::Node* n : upstream(producer, v, 256, is_cache)) {
+      if (n->op_type != "MatMul" && n->op_type != "Gemm") continue;
+      bool transposed = false;
+      const ir::Tensor* w = linear_weight(g, producer, *n, &transposed);
+      if (!w || w->dims.size() != 2) continue;
+      int64_t out = linear_out_features(*n, *w);
+      if (transposed && n->op_type == "MatMul") out = w->dims[0];
+      if (out >= head_dim && out % head_dim == 0) return {n, out};
+    }
+    return {nullptr, -1};
+  };
+  for (const auto& sm : g.nodes) {
+    if (sm->op_type != "Softmax" || sm->inputs.empty()) continue;
+    // The scores: the nearest MatMul of two activations, one of them from the cache (the
+    // rotary tables' MatMul above the query reads no cache).
+    for (const ir::Node* scores : upstream(producer, sm->inputs[0], 256, never)) {
+      if (scores->op_type != "MatMul" || scores->inputs.size() != 2 || g.initializer(scores->inputs[1])) continue;
+      bool from_cache[2] = {false, false};
+      for (int i = 0; i < 2; ++i) upstream(producer, scores->inputs[i], 256, is_cache, &from_cache[i]);
+      if (from_cache[0] == from_cache[1]) continue;
+      const std::string& query = scores->inputs[from_cache[0] ? 1 : 0];
+      const std::string& key = scores->inputs[from_cache[0] ? 0 : 1];
+      auto [q, q_out] = projection_above(query);
+      if (!q) break;
+      return {q_out, projection_above(key).first == q};
+    }
+  }
+  return {-1, false};
+}
+
+// num_heads of a fused attention op (onnxruntime's contrib ops, ONNX's opset-23 Attention), or -1.
+int64_t attention_op_heads(const ir::Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (n->op_type != "Attention" && n->op_type != "MultiHeadAttention" && n->op_type != "GroupQueryAttention") continue;
+    for (const char* key : {"num_heads", "q_num_heads"}) {
+      auto it = n->attrs.find(key);
+      if (it != n->attrs.end() && it->second.i > 0) return it->second.i;
+    }
+  }
+  return -1;
+}
+
+// (output features, fused qkv?) of the first q projection found by name, or -1.
+std::pair<int64_t, bool> q_projection_by_name(const ir::Graph& g) {
   // The fused projections' names: Phi-3 qkv_proj, GPT-NeoX / Falcon query_key_value, GPT-2
   // c_attn, Baichuan W_pack, MPT / DBRX Wqkv.
   const std::pair<const char*, bool> kinds[] = {{"q_proj", false}, {"qkv_proj", true}, {"query_key_value", true},
@@ -166,12 +263,19 @@ json inspect(const ir::Graph& g) {
   }
   r["layers"] = kv_layers.size();
 
-  // KV input [batch, kv_heads, past, head_dim] (HF layout).
+  // KV input [batch, kv_heads, past, head_dim] (HF layout), or GPT-BigCode's fused
+  // multi-query cache [batch, past, 2 x head_dim] (transformers < 4.54).
   int64_t kv_heads = -1, head_dim = -1;
   for (const auto& name : kv_in) {
     auto it = g.types.find(name.get<std::string>());
-    if (it == g.types.end() || !it->second.shape || it->second.shape->size() != 4) continue;
+    if (it == g.types.end() || !it->second.shape) continue;
     const auto& s = *it->second.shape;
+    if (s.size() == 3 && s[2].value > 0 && s[2].value % 2 == 0 && s[2].value < (1 << 24)) {
+      kv_heads = 1;
+      head_dim = s[2].value / 2;
+      break;
+    }
+    if (s.size() != 4) continue;
     // Plausible sizes only (this also keeps the arithmetic below far from overflow).
     if (s[1].value > 0 && s[3].value > 0 && s[1].value < (1 << 24) && s[3].value < (1 << 24)) {
       kv_heads = s[1].value;
@@ -182,8 +286,11 @@ json inspect(const ir::Graph& g) {
   if (kv_heads > 0) {
     r["kv_heads"] = kv_heads;
     r["head_dim"] = head_dim;
-    auto [q_out, fused] = q_projection(g);
-    if (q_out > 0 && q_out % head_dim == 0) {
+    auto [q_out, fused] = query_projection(g, head_dim);
+    if (q_out < 0) std::tie(q_out, fused) = q_projection_by_name(g);
+    if (int64_t heads = attention_op_heads(g); heads > 0) {
+      r["heads"] = heads;
+    } else if (q_out > 0 && q_out % head_dim == 0) {
       int64_t heads = q_out / head_dim - (fused ? 2 * kv_heads : 0);
       if (heads > 0) r["heads"] = heads;
     }

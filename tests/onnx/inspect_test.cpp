@@ -84,3 +84,44 @@ TEST(Inspect, HeadsOfFusedProjections) {
     EXPECT_EQ(info.value("heads", 0), 4) << m;
   }
 }
+
+// The heads come from what the graph computes, not from its names or node order: every
+// decoder of tests/models with its nodes reversed and every node, initializer and
+// intermediate value renamed gives the config's head count (by the names alone, such a
+// graph had none).
+TEST(Inspect, HeadsByStructureWhateverTheNames) {
+  const fs::path root = fs::path(NPUFORGE_SOURCE_DIR) / "tests" / "models";
+  int checked = 0;
+  for (const fs::path& base : {root, root / "zoo", root / "legacy"}) {
+    for (const auto& e : fs::directory_iterator(base)) {
+      if (!fs::exists(e.path() / "model.onnx") || !fs::exists(e.path() / "config.json")) continue;
+      json config = json::parse(std::ifstream(e.path() / "config.json"));
+      int64_t heads = -1;
+      for (const char* key : {"num_attention_heads", "n_head", "num_heads"})
+        if (config.contains(key)) heads = config[key].get<int64_t>();
+      auto g = onnx_io::load_model((e.path() / "model.onnx").string());
+      std::set<std::string> io(g->inputs.begin(), g->inputs.end());
+      io.insert(g->outputs.begin(), g->outputs.end());
+      std::map<std::string, std::string> renamed;
+      auto rename = [&](const std::string& v, const char* prefix) {
+        if (v.empty() || io.count(v)) return v;
+        auto [it, added] = renamed.try_emplace(v, prefix + std::to_string(renamed.size()));
+        return it->second;
+      };
+      std::map<std::string, std::shared_ptr<ir::TensorRef>> inits;
+      for (auto& [name, ref] : g->initializers) inits[rename(name, "w")] = ref;
+      g->initializers = inits;
+      std::reverse(g->nodes.begin(), g->nodes.end());
+      for (size_t i = 0; i < g->nodes.size(); ++i) {
+        ir::Node& n = *g->nodes[i];
+        n.name = "n" + std::to_string(i);
+        for (auto& v : n.inputs) v = rename(v, "v");
+        for (auto& v : n.outputs) v = rename(v, "v");
+      }
+      json info = onnx_io::inspect(*g);
+      EXPECT_EQ(info.value("heads", -1), heads) << e.path();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 50);
+}
