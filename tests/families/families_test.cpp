@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
+#include <set>
 
+#include "onnx/onnx_io.h"
 #include "support/packages.h"
 
 namespace nf::test {
@@ -114,6 +118,122 @@ TEST_P(Family, KeepsTorchGreedy) {
 INSTANTIATE_TEST_SUITE_P(Matrix, Family, ::testing::ValuesIn(cases()), [](const auto& info) {
   return test_name(info.param.model, info.param.chain->name);
 });
+
+// Renames every initializer, typed value, graph input/output and node of g (and of its
+// subgraphs) through `rename`.
+void rename_values(ir::Graph& g, const std::function<std::string(const std::string&, const char*)>& rename) {
+  std::map<std::string, std::shared_ptr<ir::TensorRef>> inits;
+  for (auto& [name, ref] : g.initializers) inits[rename(name, "w")] = ref;
+  g.initializers = std::move(inits);
+  std::map<std::string, ir::ValueType> types;
+  for (auto& [name, t] : g.types) types[rename(name, "v")] = t;
+  g.types = std::move(types);
+  for (auto& v : g.inputs) v = rename(v, "v");
+  for (auto& v : g.outputs) v = rename(v, "v");
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    ir::Node& n = *g.nodes[i];
+    n.name = "n" + std::to_string(i);
+    for (auto& v : n.inputs) v = rename(v, "v");
+    for (auto& v : n.outputs) v = rename(v, "v");
+    for (auto& [key, a] : n.attrs)
+      if (a.g) rename_values(*a.g, rename);
+  }
+}
+
+// Every value a node reads, its subgraphs' reads of outer values included.
+void reads_of(const ir::Node& n, std::set<std::string>& out) {
+  out.insert(n.inputs.begin(), n.inputs.end());
+  for (const auto& [key, a] : n.attrs)
+    if (a.g)
+      for (const auto& sub : a.g->nodes) reads_of(*sub, out);
+}
+
+// tests/models/<model> written to dir with its nodes in a random topological order (seed)
+// and every name but the graph's inputs and outputs replaced; config.json beside it.
+fs::path reordered_copy(const std::string& model, const fs::path& dir, uint32_t seed) {
+  auto g = onnx_io::load_model(model_dir(model) + "/model.onnx");
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < g->nodes.size(); ++i)
+    for (const auto& o : g->nodes[i]->outputs) producer[o] = i;
+  std::vector<std::set<size_t>> needs(g->nodes.size());
+  std::vector<std::vector<size_t>> users(g->nodes.size());
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    std::set<std::string> reads;
+    reads_of(*g->nodes[i], reads);
+    for (const auto& v : reads)
+      if (auto it = producer.find(v); it != producer.end() && it->second != i && needs[i].insert(it->second).second)
+        users[it->second].push_back(i);
+  }
+  std::mt19937 rng(seed);
+  std::vector<size_t> ready, order;
+  for (size_t i = 0; i < needs.size(); ++i)
+    if (needs[i].empty()) ready.push_back(i);
+  while (!ready.empty()) {
+    std::swap(ready[rng() % ready.size()], ready.back());
+    size_t i = ready.back();
+    ready.pop_back();
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (needs[u].erase(i) && needs[u].empty()) ready.push_back(u);
+  }
+  EXPECT_EQ(order.size(), g->nodes.size()) << model << ": not a DAG";
+  EXPECT_FALSE(std::is_sorted(order.begin(), order.end())) << model << ": the shuffle kept the exported order";
+  std::vector<std::unique_ptr<ir::Node>> nodes;
+  for (size_t i : order) nodes.push_back(std::move(g->nodes[i]));
+  g->nodes = std::move(nodes);
+  std::set<std::string> io(g->inputs.begin(), g->inputs.end());
+  io.insert(g->outputs.begin(), g->outputs.end());
+  std::map<std::string, std::string> renamed;
+  rename_values(*g, [&](const std::string& v, const char* prefix) {
+    if (v.empty() || io.count(v)) return v;
+    return renamed.try_emplace(v, prefix + std::to_string(renamed.size())).first->second;
+  });
+  fs::create_directories(dir);
+  onnx_io::save_model(*g, (dir / "model.onnx").string());
+  fs::copy_file(model_dir(model) + "/config.json", dir / "config.json");
+  return dir;
+}
+
+// The models FamilyQuant rotates: the zoo's and legacy exports at their current opset.
+bool takes_spinquant(const std::string& model) {
+  return (model.rfind("zoo/", 0) == 0 || model.rfind("legacy/", 0) == 0) && model.find("opset14") == std::string::npos;
+}
+
+// Passes must find what they rewrite by what the graph computes, not by our exporter's node
+// order or names: each model again with its nodes in another topological order (seeded
+// shuffle) and every node, initializer and intermediate value renamed (the graph's inputs and
+// outputs keep the optimum names the runner contract uses), through spinquant (the rotations
+// in float, where the model takes them) and arcl + split + mha2sha (the moe transform first
+// on MoE models): torch's greedy tokens.
+class FamilyNodeOrder : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyNodeOrder, ShuffledAndRenamedKeepsTorchGreedy) {
+  const std::string& model = GetParam();
+  WorkDir work("order_" + model);
+  const fs::path m = reordered_copy(model, work.path / "model", static_cast<uint32_t>(std::hash<std::string>{}(model)));
+  nlohmann::json config = nlohmann::json::parse(slurp(m / "config.json"));
+  std::string stages;
+  if (takes_spinquant(model)) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 4 * 32; ++i) ids.push_back((i * 7919 + 13) % config.at("vocab_size").get<int64_t>());
+    std::ofstream(work.path / "calib.json") << nlohmann::json(ids).dump();
+    stages = "[calibration]\nids = \"" + (work.path / "calib.json").string() +
+             "\"\nnum_samples = 4\nsequence_length = 32\n\n[[quant]]\nrecipe = \"spinquant\"\n" +
+             (config.value("tie_word_embeddings", false) ? "untie_embedding = true\n" : "") + "\n";
+  }
+  const std::string toml = "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\nconfig = \"" +
+                           (m / "config.json").string() + "\"\n\n" + stages + (is_moe(model) ? kMoe : "") + kArcl +
+                           kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+  std::ofstream(work.path / "manifest.toml") << toml;
+  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << "\nmanifest:\n" << toml;
+  nlohmann::json g = golden(model);
+  auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+  EXPECT_EQ(cli_greedy(work.path / "out" / "cpu", g.at("prompt_ids").get<std::vector<int32_t>>(), want.size()), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, FamilyNodeOrder, ::testing::ValuesIn(models()),
+                         [](const auto& info) { return test_name(info.param, "order"); });
 
 // The NPU targets from the same chain (the moe transform first on MoE models: their routers'
 // OneHot / ScatterElements / NonZero have no NPU op): the htp package runs in float and keeps torch's
