@@ -307,17 +307,7 @@ def log_error(chip, figs, metric):
 
 def fit_bw(chip, models):
     figs = [fig(chip, m, "decode_tokens_per_s") for m in models]
-
-    def too_low(bw):
-        j = load_chip(chip)
-        put(j, "dram.npu_gb_per_s", bw)
-        save_chip(chip, j)
-        return log_error(chip, figs, "decode_tokens_per_s") < 0
-    bw = bisect(1.0, get(load_chip(chip), "dram.peak_gb_per_s"), too_low)
-    j = load_chip(chip)
-    put(j, "dram.npu_gb_per_s", bw)
-    save_chip(chip, j)
-    return bw
+    return fit_param(chip, figs, "dram.npu_gb_per_s", 1.0, get(load_chip(chip), "dram.peak_gb_per_s"))
 
 
 def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
@@ -339,14 +329,14 @@ def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
     return rate
 
 
-# Every parameter a fit may name: (more of it makes the chip faster, search bounds).
+# Every parameter a fit may name, with its search bounds.
 PARAMS = {
-    "dram.npu_gb_per_s": (True, 1.0, 1000.0),
-    "hmx_macs_per_s.a16w8": (True, 1e10, 1e15),
-    "hvx_bytes_per_s": (True, 1e9, 1e14),
-    "overheads.per_op_us": (False, 0.01, 1000.0),
-    "hmx_macs_per_s.relative.fp16": (True, 0.01, 4.0),
-    "fp16_weight_expand_per_s": (True, 1e9, 1e14),
+    "dram.npu_gb_per_s": (1.0, 1000.0),  # at most the chip's dram.peak_gb_per_s
+    "hmx_macs_per_s.a16w8": (1e10, 1e15),
+    "hvx_bytes_per_s": (1e9, 1e14),
+    "overheads.per_op_us": (0.01, 1000.0),
+    "hmx_macs_per_s.relative.fp16": (0.01, 4.0),
+    "fp16_weight_expand_per_s": (1e9, 1e14),
 }
 
 
@@ -365,23 +355,23 @@ def fit_least_squares(chip, params, figs, rounds=5):
         put(j, p, x)
         save_chip(chip, j)
         return sum(math.log((htp_estimate(chip, f)[f["metric"]]) / f["published"]) ** 2 for f in figs)
-    g = (math.sqrt(5) - 1) / 2
+    phi = (math.sqrt(5) - 1) / 2
     for _ in range(rounds):
         for p in params:
-            top = PARAMS[p][2]
-            if p == "dram.npu_gb_per_s":  # the NPU's ceiling may not exceed the SoC's peak
+            bottom, top = PARAMS[p]
+            if p == "dram.npu_gb_per_s":
                 top = get(load_chip(chip), "dram.peak_gb_per_s") or top
-            lo, hi = math.log(PARAMS[p][1]), math.log(top)
-            a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+            lo, hi = math.log(bottom), math.log(top)
+            a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
             ca, cb = cost(p, math.exp(a)), cost(p, math.exp(b))
             for _ in range(28):
                 if ca <= cb:
                     hi, b, cb = b, a, ca
-                    a = hi - g * (hi - lo)
+                    a = hi - phi * (hi - lo)
                     ca = cost(p, math.exp(a))
                 else:
                     lo, a, ca = a, b, cb
-                    b = lo + g * (hi - lo)
+                    b = lo + phi * (hi - lo)
                     cb = cost(p, math.exp(b))
             cost(p, math.exp((lo + hi) / 2))
 

@@ -76,17 +76,16 @@ int64_t linear_out_features(const ir::Node& n, const ir::Tensor& w) {
 const ir::Tensor* linear_weight(const ir::Graph& g, const std::map<std::string, const ir::Node*>& producer,
                                 const ir::Node& n, bool* transposed) {
   *transposed = false;
-  for (size_t i = 1; i < n.inputs.size() && i < 2; ++i) {
-    std::string v = n.inputs[i];
-    for (int hops = 0; hops < 3; ++hops) {
-      if (const ir::Tensor* w = g.initializer(v)) return w;
-      auto it = producer.find(v);
-      if (it == producer.end() || (it->second->op_type != "Transpose" && it->second->op_type != "Cast") ||
-          it->second->inputs.empty())
-        break;
-      *transposed ^= it->second->op_type == "Transpose";
-      v = it->second->inputs[0];
-    }
+  if (n.inputs.size() < 2) return nullptr;
+  std::string v = n.inputs[1];
+  for (int hops = 0; hops < 3; ++hops) {
+    if (const ir::Tensor* w = g.initializer(v)) return w;
+    auto it = producer.find(v);
+    if (it == producer.end() || (it->second->op_type != "Transpose" && it->second->op_type != "Cast") ||
+        it->second->inputs.empty())
+      return nullptr;
+    *transposed ^= it->second->op_type == "Transpose";
+    v = it->second->inputs[0];
   }
   return nullptr;
 }
