@@ -27,6 +27,7 @@
 #include "pipeline/stage_graph.h"
 #include "pipeline/tied_head.h"
 #include "pipeline/weight_spill.h"
+#include "pipeline/weight_transposes.h"
 #include "pipeline/widen_floats.h"
 #include "runtime/package.h"
 
@@ -324,6 +325,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
                  layers);
     key += hash_string("fused_cache_as_pairs");
   }
+  if (foldable_weight_transposes(g)) key += hash_string("fold_weight_transposes");  // prepare() folds them
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
   return ms;
@@ -407,12 +409,18 @@ class BuildSteps {
     model_key_ = key;
   }
 
-  // The source as the stages see it: 16-bit floats widened to float32, new weights in the
-  // scratch file.
+  // The source as the stages see it: 16-bit floats widened to float32, weights behind a
+  // Transpose folded, new weights in the scratch file.
   std::unique_ptr<ir::ModelSet> prepare(std::unique_ptr<ir::ModelSet> ms) {
     if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); w.any())
       spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
                    human_bytes(w.bytes));
+    if (FoldedTransposes f = fold_weight_transposes(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); f.weights) {
+      spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
+                   f.weights, human_bytes(f.bytes));
+      if (std::string copy = tie_lm_head(*ms->graphs[0]); !copy.empty())  // a head that was one of them
+        spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+    }
     spill_new_weights(*ms);
     return ms;
   }

@@ -148,10 +148,39 @@ void reads_of(const ir::Node& n, std::set<std::string>& out) {
       for (const auto& sub : a.g->nodes) reads_of(*sub, out);
 }
 
-// tests/models/<model> written to dir with its nodes in a random topological order (seed)
-// and every name but the graph's inputs and outputs replaced; config.json beside it.
+// Each MatMul's own 2-D float weight stored [out, in] behind a Transpose node, as torch's
+// dynamo exporter writes it without its optimizer.
+void weights_behind_transposes(ir::Graph& g) {
+  std::map<std::string, int> reads;
+  for (const auto& n : g.nodes)
+    for (const auto& in : n->inputs) ++reads[in];
+  std::vector<std::unique_ptr<ir::Node>> transposes;
+  for (const auto& n : g.nodes) {
+    if (n->op_type != "MatMul" || n->inputs.size() != 2 || reads[n->inputs[1]] != 1) continue;
+    const ir::Tensor* w = g.initializer(n->inputs[1]);
+    if (!w || w->dims.size() != 2 || w->dtype != NF_DTYPE_FLOAT32) continue;
+    const int64_t K = w->dims[0], N = w->dims[1];
+    std::vector<float> t(static_cast<size_t>(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) t[static_cast<size_t>(j * K + k)] = w->as<float>()[k * N + j];
+    const std::string stored = n->inputs[1] + ".stored";
+    g.initializers[stored] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {N, K}, t));
+    g.initializers.erase(n->inputs[1]);
+    auto tr = std::make_unique<ir::Node>();
+    tr->op_type = "Transpose";
+    tr->inputs = {stored};
+    tr->outputs = {n->inputs[1]};
+    transposes.push_back(std::move(tr));
+  }
+  for (auto& t : transposes) g.nodes.insert(g.nodes.begin(), std::move(t));
+}
+
+// tests/models/<model> written to dir as another exporter could: its weights behind
+// Transposes, its nodes in a random topological order (seed) and every name but the graph's
+// inputs and outputs replaced; config.json beside it.
 fs::path reordered_copy(const std::string& model, const fs::path& dir, uint32_t seed) {
   auto g = onnx_io::load_model(model_dir(model) + "/model.onnx");
+  weights_behind_transposes(*g);
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g->nodes.size(); ++i)
     for (const auto& o : g->nodes[i]->outputs) producer[o] = i;
@@ -199,41 +228,50 @@ bool takes_spinquant(const std::string& model) {
   return (model.rfind("zoo/", 0) == 0 || model.rfind("legacy/", 0) == 0) && model.find("opset14") == std::string::npos;
 }
 
-// Passes must find what they rewrite by what the graph computes, not by our exporter's node
-// order or names: each model again with its nodes in another topological order (seeded
-// shuffle) and every node, initializer and intermediate value renamed (the graph's inputs and
-// outputs keep the optimum names the runner contract uses), through spinquant (the rotations
-// in float, where the model takes them) and arcl + split + mha2sha (the moe transform first
-// on MoE models): torch's greedy tokens.
-class FamilyNodeOrder : public ::testing::TestWithParam<std::string> {};
+// Passes must find what they rewrite by what the graph computes, not by our exporter's form:
+// each model again with its linear weights [out, in] behind Transposes (torch's dynamo
+// export), its nodes in another topological order (seeded shuffle) and every node,
+// initializer and intermediate value renamed (the graph's inputs and outputs keep the optimum
+// names the runner contract uses). Through spinquant (the rotations in float, where the model
+// takes them) and arcl + split + mha2sha (the moe transform first on MoE models): torch's
+// greedy tokens. Through lpbq W4A16: the same tokens as lpbq on the model as exported (the
+// same quantization: a weight left behind its Transpose stayed float).
+class FamilyExportForm : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(FamilyNodeOrder, ShuffledAndRenamedKeepsTorchGreedy) {
+TEST_P(FamilyExportForm, TransposedShuffledRenamedKeepsTorchGreedy) {
   const std::string& model = GetParam();
-  WorkDir work("order_" + model);
+  WorkDir work("form_" + model);
   const fs::path m = reordered_copy(model, work.path / "model", static_cast<uint32_t>(std::hash<std::string>{}(model)));
   nlohmann::json config = nlohmann::json::parse(slurp(m / "config.json"));
-  std::string stages;
-  if (takes_spinquant(model)) {
-    std::vector<int64_t> ids;
-    for (int64_t i = 0; i < 4 * 32; ++i) ids.push_back((i * 7919 + 13) % config.at("vocab_size").get<int64_t>());
-    std::ofstream(work.path / "calib.json") << nlohmann::json(ids).dump();
-    stages = "[calibration]\nids = \"" + (work.path / "calib.json").string() +
-             "\"\nnum_samples = 4\nsequence_length = 32\n\n[[quant]]\nrecipe = \"spinquant\"\n" +
-             (config.value("tie_word_embeddings", false) ? "untie_embedding = true\n" : "") + "\n";
-  }
-  const std::string toml = "[model]\nonnx = \"" + (m / "model.onnx").string() + "\"\nconfig = \"" +
-                           (m / "config.json").string() + "\"\n\n" + stages + (is_moe(model) ? kMoe : "") + kArcl +
-                           kSplit + kMha2sha + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
-  std::ofstream(work.path / "manifest.toml") << toml;
-  auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
-  ASSERT_EQ(r.exit_code, 0) << r.err << "\nmanifest:\n" << toml;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 4 * 32; ++i) ids.push_back((i * 7919 + 13) % config.at("vocab_size").get<int64_t>());
+  std::ofstream(work.path / "calib.json") << nlohmann::json(ids).dump();
+  const std::string calibration = "[calibration]\nids = \"" + (work.path / "calib.json").string() +
+                                  "\"\nnum_samples = 4\nsequence_length = 32\n\n";
+  const std::string moe = is_moe(model) ? kMoe : "";
   nlohmann::json g = golden(model);
-  auto want = g.at("generated_ids").get<std::vector<int32_t>>();
-  EXPECT_EQ(cli_greedy(work.path / "out" / "cpu", g.at("prompt_ids").get<std::vector<int32_t>>(), want.size()), want);
+  const auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+  // The package of `onnx` built with `stages`, and its greedy tokens.
+  auto tokens = [&](const std::string& tag, const fs::path& onnx, const std::string& stages) {
+    const std::string toml = "[model]\nonnx = \"" + onnx.string() + "\"\nconfig = \"" + (m / "config.json").string() +
+                             "\"\n\n" + stages + "[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+    std::ofstream(work.path / (tag + ".toml")) << toml;
+    auto r = npuforge({"build", (work.path / (tag + ".toml")).string(), "--out", (work.path / tag).string(), "--no-cache"});
+    EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.err << "\nmanifest:\n" << toml;
+    return r.exit_code == 0 ? cli_greedy(work.path / tag / "cpu", prompt, want.size()) : std::vector<int32_t>{};
+  };
+  std::string rotate;
+  if (takes_spinquant(model))
+    rotate = calibration + "[[quant]]\nrecipe = \"spinquant\"\n" +
+             (config.value("tie_word_embeddings", false) ? "untie_embedding = true\n" : "") + "\n";
+  EXPECT_EQ(tokens("float", m / "model.onnx", rotate + moe + kArcl + kSplit + kMha2sha), want);
+  const std::string lpbq = calibration + "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 32\nindivisible = \"per_channel\"\n\n" + moe + kArcl;
+  EXPECT_EQ(tokens("lpbq", m / "model.onnx", lpbq), tokens("lpbq_as_exported", model_dir(model) + "/model.onnx", lpbq));
 }
 
-INSTANTIATE_TEST_SUITE_P(Zoo, FamilyNodeOrder, ::testing::ValuesIn(models()),
-                         [](const auto& info) { return test_name(info.param, "order"); });
+INSTANTIATE_TEST_SUITE_P(Zoo, FamilyExportForm, ::testing::ValuesIn(models()),
+                         [](const auto& info) { return test_name(info.param, "form"); });
 
 // The NPU targets from the same chain (the moe transform first on MoE models: their routers'
 // OneHot / ScatterElements / NonZero have no NPU op): the htp package runs in float and keeps torch's
