@@ -235,7 +235,7 @@ bool takes_spinquant(const std::string& model) {
 // names the runner contract uses). Through spinquant (the rotations in float, where the model
 // takes them) and arcl + split + mha2sha (the moe transform first on MoE models): torch's
 // greedy tokens. Through lpbq W4A16: the same tokens as lpbq on the model as exported (the
-// same quantization: a weight left behind its Transpose stayed float).
+// same quantization, however the weights are stored).
 class FamilyExportForm : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilyExportForm, TransposedShuffledRenamedKeepsTorchGreedy) {
