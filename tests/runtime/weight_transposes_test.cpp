@@ -9,12 +9,9 @@ using namespace nf;
 
 namespace {
 
-std::unique_ptr<ir::Node> node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  auto n = std::make_unique<ir::Node>();
-  n->op_type = std::move(op);
-  n->inputs = std::move(in);
-  n->outputs = std::move(out);
-  return n;
+// Op type, inputs, outputs: a node of the default domain without a name or attributes.
+std::unique_ptr<ir::Node> op(const char* type, std::vector<std::string> in, std::vector<std::string> out) {
+  return std::make_unique<ir::Node>(ir::Node{type, "", "", std::move(in), std::move(out), {}});
 }
 
 }  // namespace
@@ -28,13 +25,13 @@ TEST(WeightTransposes, FoldsAWeightOnlyItsTransposeReads) {
   // A tied table: the Gather reads it too, so its Transpose stays.
   g.initializers["table"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {4, 2}, {0, 1, 2, 3, 4, 5, 6, 7}));
   g.initializers["p"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2, 2, 1}, {1, 2, 3, 4}));
-  g.nodes.push_back(node("Transpose", {"w_t"}, {"w"}));
-  g.nodes.push_back(node("MatMul", {"x", "w"}, {"y"}));
-  g.nodes.push_back(node("Gather", {"table", "ids"}, {"rows"}));
-  g.nodes.push_back(node("Transpose", {"table"}, {"head"}));
-  g.nodes.push_back(node("MatMul", {"x", "head"}, {"logits"}));
-  g.nodes.push_back(node("Transpose", {"p"}, {"p_t"}));  // 3-D: not a linear weight
-  g.nodes.push_back(node("Add", {"x", "p_t"}, {"z"}));
+  g.nodes.push_back(op("Transpose", {"w_t"}, {"w"}));
+  g.nodes.push_back(op("MatMul", {"x", "w"}, {"y"}));
+  g.nodes.push_back(op("Gather", {"table", "ids"}, {"rows"}));
+  g.nodes.push_back(op("Transpose", {"table"}, {"head"}));
+  g.nodes.push_back(op("MatMul", {"x", "head"}, {"logits"}));
+  g.nodes.push_back(op("Transpose", {"p"}, {"p_t"}));  // 3-D: not a linear weight
+  g.nodes.push_back(op("Add", {"x", "p_t"}, {"z"}));
   ASSERT_EQ(host::foldable_weight_transposes(g), 1u);
 
   size_t kept = 0;
@@ -59,10 +56,10 @@ TEST(WeightTransposes, LeavesOtherPermutationsAndGraphOutputs) {
   g.inputs = {"x"};
   g.outputs = {"w"};
   g.initializers["w_t"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2, 2}, {1, 2, 3, 4}));
-  g.nodes.push_back(node("Transpose", {"w_t"}, {"w"}));  // its output is the graph's
+  g.nodes.push_back(op("Transpose", {"w_t"}, {"w"}));  // its output is the graph's
   EXPECT_EQ(host::foldable_weight_transposes(g), 0u);
   g.outputs = {"y"};
-  g.nodes.push_back(node("MatMul", {"x", "w"}, {"y"}));
+  g.nodes.push_back(op("MatMul", {"x", "w"}, {"y"}));
   ir::Attribute perm;
   perm.type = NF_ATTR_INTS;
   perm.ints = {0, 1};  // the identity permutation: not a transpose of the weight
