@@ -31,7 +31,8 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
 A chip no group fits takes sm8750's rates times its published NPU speed-up (SPEED).
 aries: aries_sim fit on the 1B (bandwidth, efficiency) and the 8B TTFT (on-chip buffer),
 written to plugins/backends/aries/devices/aries-rb.json (a figures file without the buffer
-group keeps the buffer, one without aries groups keeps the device file as it is); predictions with aries_sim predict
+group keeps the buffer, one without aries groups keeps the device file as it is, other aries
+groups are fitted by least squares); predictions with aries_sim predict
 from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
 """
 import json
@@ -331,7 +332,7 @@ def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
 
 # Every parameter a fit may name, with its search bounds.
 PARAMS = {
-    "dram.npu_gb_per_s": (1.0, 1000.0),  # at most the chip's dram.peak_gb_per_s
+    "dram.npu_gb_per_s": (1.0, 1000.0),
     "hmx_macs_per_s.a16w8": (1e10, 1e15),
     "hvx_bytes_per_s": (1e9, 1e14),
     "overheads.per_op_us": (0.01, 1000.0),
@@ -340,28 +341,23 @@ PARAMS = {
 }
 
 
-def fit_least_squares(chip, params, figs, rounds=5):
-    """Any other group: the parameters that minimise the summed squared log errors of the
-    group's figures, one parameter at a time (golden section in log space), a few rounds.
-    Needs at least as many figures as parameters."""
-    unknown = [p for p in params if p not in PARAMS]
+def least_squares(chip, params, figs, bounds, set_param, predict_fn, rounds=5):
+    """The parameters that minimise the summed squared log errors of the figures, one
+    parameter at a time (golden section in log space within bounds[p]), a few rounds; any fit
+    group without a solver of its own. Needs at least as many figures as parameters."""
+    unknown = [p for p in params if p not in bounds]
     if unknown:
-        raise SystemExit(f"sim_figures.json: {chip}: no parameter {unknown[0]}; fits name {', '.join(PARAMS)}")
+        raise SystemExit(f"sim_figures.json: {chip}: no parameter {unknown[0]}; fits name {', '.join(bounds)}")
     if len(figs) < len(params):
         raise SystemExit(f"sim_figures.json: {chip}: {len(params)} parameters need at least as many figures ({len(figs)} given)")
 
     def cost(p, x):
-        j = load_chip(chip)
-        put(j, p, x)
-        save_chip(chip, j)
-        return sum(math.log((htp_estimate(chip, f)[f["metric"]]) / f["published"]) ** 2 for f in figs)
+        set_param(p, x)
+        return sum(math.log(predict_fn(f) / f["published"]) ** 2 for f in figs)
     phi = (math.sqrt(5) - 1) / 2
     for _ in range(rounds):
         for p in params:
-            bottom, top = PARAMS[p]
-            if p == "dram.npu_gb_per_s":
-                top = get(load_chip(chip), "dram.peak_gb_per_s") or top
-            lo, hi = math.log(bottom), math.log(top)
+            lo, hi = (math.log(b) for b in bounds[p])
             a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
             ca, cb = cost(p, math.exp(a)), cost(p, math.exp(b))
             for _ in range(28):
@@ -374,6 +370,16 @@ def fit_least_squares(chip, params, figs, rounds=5):
                     b = lo + phi * (hi - lo)
                     cb = cost(p, math.exp(b))
             cost(p, math.exp((lo + hi) / 2))
+
+
+def fit_least_squares(chip, params, figs):
+    """least_squares on a chip file's parameters (the NPU's ceiling at most the SoC's peak)."""
+    def set_param(p, x):
+        j = load_chip(chip)
+        put(j, p, x)
+        save_chip(chip, j)
+    bounds = dict(PARAMS, **{"dram.npu_gb_per_s": (1.0, get(load_chip(chip), "dram.peak_gb_per_s") or 1000.0)})
+    least_squares(chip, params, figs, bounds, set_param, lambda f: htp_estimate(chip, f)[f["metric"]])
 
 
 def fit_decode_pair(chip, small, big):
@@ -502,24 +508,41 @@ def fit_htp(subst=None, only=None):
 ARIES_PARAMS = ("dram_bandwidth_bytes_per_s", "mac_efficiency", "onchip_buffer_bytes")
 
 
-def aries_fit_models():
-    """The models of sim_figures.json's aries fits: bandwidth and MAC efficiency on one
-    model's decode and TTFT, the on-chip buffer on another's TTFT; None for a group the file
-    does not state (its parameters stay as the device file gives them)."""
+ARIES_BOUNDS = {"dram_bandwidth_bytes_per_s": (1e9, 1e12), "mac_efficiency": (0.01, 1.0),
+                "onchip_buffer_bytes": (16 << 10, 64 << 20)}
+ARIES_PAIR, ARIES_BUFFER = {"dram_bandwidth_bytes_per_s", "mac_efficiency"}, {"onchip_buffer_bytes"}
+
+
+def aries_fit_models(subst=None):
+    """The models of sim_figures.json's aries fits that aries_sim fits jointly: bandwidth and
+    MAC efficiency on one model's decode and TTFT, the on-chip buffer on another's TTFT (None
+    for a group the file does not state: its parameters stay as the device file gives them);
+    and the other aries groups, fitted after them by least squares."""
+    s = subst or {}
     small = big = None
+    other = []
     for g in DATA["fits"]:
         if g["chip"] != "aries-rb":
             continue
-        if set(g["params"]) == {"dram_bandwidth_bytes_per_s", "mac_efficiency"}:
-            small = g["figures"][0][0]
-        elif set(g["params"]) == {"onchip_buffer_bytes"}:
-            big = g["figures"][0][0]
+        models, kinds = {m for m, _ in g["figures"]}, sorted(k for _, k in g["figures"])
+        if set(g["params"]) == ARIES_PAIR and len(models) == 1 and kinds == ["decode_tokens_per_s", "ttft_ms"]:
+            m = models.pop()  # one model's decode and TTFT: a left-out one takes its substitute's pair
+            small = s.get(("aries-rb", m, "decode_tokens_per_s")) or s.get(("aries-rb", m, "ttft_ms")) or m
+        elif set(g["params"]) == ARIES_BUFFER and kinds == ["ttft_ms"]:
+            big = s.get(("aries-rb", g["figures"][0][0], "ttft_ms"), g["figures"][0][0])
         else:
-            raise SystemExit(f"sim_figures.json: no aries fit of {sorted(g['params'])}")
+            other.append((g["params"], [fig("aries-rb", s.get(("aries-rb", m, k), m), k) for m, k in g["figures"]]))
     if big and not small:
         raise SystemExit("sim_figures.json: the aries onchip_buffer_bytes fit needs a bandwidth + mac_efficiency group "
                          "(the buffer is fitted with them)")
-    return small, big
+    return small, big, other
+
+
+def set_aries_param(k, v):
+    v = int(v) if k == "onchip_buffer_bytes" else float(f"{v:.4g}")
+    text = re.sub(rf'("{k}": {{"value": )[^,]+', rf"\g<1>{v}", open(DEVICE).read())
+    for path in (DEVICE, DEVICE_BUILD):
+        open(path, "w").write(text)
 
 
 def aries_device_params():
@@ -527,12 +550,22 @@ def aries_device_params():
     return {k: float(re.search(rf'"{k}": {{"value": ([^,]+)', text).group(1)) for k in ARIES_PARAMS}
 
 
-def fit_aries(small_model=None, big_model=None):
-    dflt_small, dflt_big = aries_fit_models()
-    small_model, big_model = small_model or dflt_small, big_model or dflt_big
-    if not small_model:
+def fit_aries(subst=None):
+    """The aries fits of sim_figures.json; subst = {(chip, model, metric): other model} for
+    leave-one-out. Returns the device file's parameters after them."""
+    small_model, big_model, other = aries_fit_models(subst)
+    if small_model:
+        fit_aries_jointly(small_model, big_model)
+    elif not other:
         log("no aries fit stated: the device file's parameters as they are")
-        return aries_device_params()
+    for params, figs in other:
+        least_squares("aries-rb", params, figs, ARIES_BOUNDS, set_aries_param, predict)
+    return aries_device_params()
+
+
+def fit_aries_jointly(small_model, big_model):
+    """aries_sim fit: bandwidth and MAC efficiency on small_model's decode and TTFT, the
+    on-chip buffer on big_model's TTFT (None: the buffer as the device file gives it)."""
     fd, ft = fig("aries-rb", small_model, "decode_tokens_per_s"), fig("aries-rb", small_model, "ttft_ms")
     args = [SIM, "fit", DEVICE, config_of(fd["config"])[0], str(fd["published"]), str(ft["published"]), "240", "245"]
     if big_model:
@@ -540,16 +573,9 @@ def fit_aries(small_model=None, big_model=None):
         args += [config_of(fb["config"])[0], str(fb["published"])]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     vals = dict(re.findall(r"^(\w+) ([0-9.e+]+)$", out, re.M))
-    text = open(DEVICE).read()
     for k in ARIES_PARAMS:
-        if k not in vals:
-            continue  # not fitted: the buffer without its group
-        v = float(vals[k])
-        v = int(v) if k == "onchip_buffer_bytes" else float(f"{v:.4g}")
-        text = re.sub(rf'("{k}": {{"value": )[^,]+', rf"\g<1>{v}", text)
-    for path in (DEVICE, DEVICE_BUILD):
-        open(path, "w").write(text)
-    return aries_device_params()
+        if k in vals:  # the buffer is not fitted without its group
+            set_aries_param(k, float(vals[k]))
 
 
 # ---------------------------------------------------------------- main
@@ -592,10 +618,7 @@ def main():
                 continue
             log(f"leave-one-out: {g['chip']} {model} {metric} (refit on {sub})")
             if g["chip"] == "aries-rb":
-                if "onchip_buffer_bytes" in g["params"]:
-                    fit_aries(big_model=sub)
-                else:
-                    fit_aries(small_model=sub)
+                fit_aries({(g["chip"], model, metric): sub})
             else:
                 fit_htp({(g["chip"], model, metric): sub}, only=g["chip"])
             p = predict(f)
