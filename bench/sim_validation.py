@@ -248,18 +248,23 @@ def put(j, path, value):
         e["value"] = float(f"{value:.4g}")
 
 
+def set_chip(c, values):
+    """Writes {parameter path: value} into chip c's file (both copies)."""
+    j = load_chip(c)
+    for path, v in values.items():
+        put(j, path, v)
+    save_chip(c, j)
+
+
 def set_speed(c, rate, ref=None):
     """The chip's a16w8 rate; its per-op cost, HVX rate and fp16 weight expansion follow the
     same NPU-speed ratio to the reference (sm8750, or the chip as it was when sm8750 itself is
     fitted), and its fp16 rate is the reference's ratio to a16w8."""
-    ref, j = ref or load_chip("sm8750"), load_chip(c)
+    ref = ref or load_chip("sm8750")
     ratio = rate / get(ref, "hmx_macs_per_s.a16w8")
-    put(j, "hmx_macs_per_s.a16w8", rate)
-    put(j, "overheads.per_op_us", get(ref, "overheads.per_op_us") / ratio)
-    put(j, "hvx_bytes_per_s", get(ref, "hvx_bytes_per_s") * ratio)
-    put(j, EXPAND_KEY, get(ref, EXPAND_KEY) * ratio)
-    put(j, FP16_KEY, get(ref, FP16_KEY))
-    save_chip(c, j)
+    set_chip(c, {"hmx_macs_per_s.a16w8": rate, "overheads.per_op_us": get(ref, "overheads.per_op_us") / ratio,
+                 "hvx_bytes_per_s": get(ref, "hvx_bytes_per_s") * ratio, EXPAND_KEY: get(ref, EXPAND_KEY) * ratio,
+                 FP16_KEY: get(ref, FP16_KEY)})
 
 
 def bisect(lo, hi, too_low, steps=18):
@@ -280,9 +285,7 @@ def speed_error(chip, figs):
 def fit_param(chip, figs, key, lo, hi):
     """One speed-like parameter (more is faster) on figures of either kind."""
     def too_low(x):
-        j = load_chip(chip)
-        put(j, key, x)
-        save_chip(chip, j)
+        set_chip(chip, {key: x})
         return speed_error(chip, figs) < 0
     x = bisect(lo, hi, too_low)
     too_low(x)
@@ -300,12 +303,6 @@ def fit_fp16_path(chip, figs):
         fit_param(chip, ttfts, FP16_KEY, 0.01, 4.0)
 
 
-def log_error(chip, figs, metric):
-    """The mean log error of a chip's estimates over figures (> 0: estimates above the
-    published values). One parameter fitted on several figures makes it zero."""
-    return sum(math.log(htp_estimate(chip, f)[metric] / f["published"]) for f in figs) / len(figs)
-
-
 def fit_bw(chip, models):
     figs = [fig(chip, m, "decode_tokens_per_s") for m in models]
     return fit_param(chip, figs, "dram.npu_gb_per_s", 1.0, get(load_chip(chip), "dram.peak_gb_per_s"))
@@ -321,10 +318,8 @@ def fit_rate(chip, models, scale_overheads, key="hmx_macs_per_s.a16w8"):
         if scale_overheads:
             set_speed(chip, rate, ref)
         else:
-            j = load_chip(chip)
-            put(j, key, rate)
-            save_chip(chip, j)
-        return log_error(chip, figs, "ttft_ms") > 0
+            set_chip(chip, {key: rate})
+        return speed_error(chip, figs) < 0
     rate = bisect(1e10, 1e15, too_low)
     too_low(rate)
     return rate
@@ -374,12 +369,9 @@ def least_squares(chip, params, figs, bounds, set_param, predict_fn, rounds=5):
 
 def fit_least_squares(chip, params, figs):
     """least_squares on a chip file's parameters (the NPU's ceiling at most the SoC's peak)."""
-    def set_param(p, x):
-        j = load_chip(chip)
-        put(j, p, x)
-        save_chip(chip, j)
     bounds = dict(PARAMS, **{"dram.npu_gb_per_s": (1.0, get(load_chip(chip), "dram.peak_gb_per_s") or 1000.0)})
-    least_squares(chip, params, figs, bounds, set_param, lambda f: htp_estimate(chip, f)[f["metric"]])
+    least_squares(chip, params, figs, bounds, lambda p, x: set_chip(chip, {p: x}),
+                  lambda f: htp_estimate(chip, f)[f["metric"]])
 
 
 def fit_decode_pair(chip, small, big):
@@ -389,12 +381,9 @@ def fit_decode_pair(chip, small, big):
     fs, fb = fig(chip, small, "decode_tokens_per_s"), fig(chip, big, "decode_tokens_per_s")
 
     def at(bw):
-        j = load_chip(chip)
-        put(j, "dram.npu_gb_per_s", bw)
-        put(j, "overheads.per_op_us", 1.0)
-        save_chip(chip, j)
+        set_chip(chip, {"dram.npu_gb_per_s": bw, "overheads.per_op_us": 1.0})
         es, eb = htp_estimate(chip, fs), htp_estimate(chip, fb)
-        pg = get(j, "overheads.per_graph_us") / 1000
+        pg = get(load_chip(chip), "overheads.per_graph_us") / 1000
 
         def parts(e):  # ms without the per-op part, and the op count (per_op_us = 1 here)
             ops = (e["breakdown"]["decode_overhead_ms"] - pg) * 1000
@@ -408,10 +397,7 @@ def fit_decode_pair(chip, small, big):
     per_op_ms, _ = at(bw)
     if per_op_ms < 0:
         raise SystemExit(f"{chip}: no physical fit (per-op cost {per_op_ms * 1000:.1f} us)")
-    j = load_chip(chip)
-    put(j, "dram.npu_gb_per_s", bw)
-    put(j, "overheads.per_op_us", per_op_ms * 1000)
-    save_chip(chip, j)
+    set_chip(chip, {"dram.npu_gb_per_s": bw, "overheads.per_op_us": per_op_ms * 1000})
     return bw, per_op_ms * 1000
 
 
@@ -422,9 +408,8 @@ def derive_from_sm8750():
 
 
 def share_v73_bandwidth():
-    j = load_chip("sm8550")  # same NPU generation (v73) as the X Elite
-    put(j, "dram.npu_gb_per_s", get(load_chip("sc8380xp"), "dram.npu_gb_per_s"))
-    save_chip("sm8550", j)
+    # sm8550 is the X Elite's NPU generation (v73)
+    set_chip("sm8550", {"dram.npu_gb_per_s": get(load_chip("sc8380xp"), "dram.npu_gb_per_s")})
 
 
 # The fits sim_figures.json can state, by the parameters a group fits:
@@ -443,7 +428,7 @@ def share_v73_bandwidth():
 #                                   decodes, the fp16 rate on the TTFTs (fit_fp16_path)
 #   fp16_weight_expand_per_s        fp16-activation figures of either kind
 #   any other set of PARAMS         least squares of the log errors (fit_least_squares)
-# A parameter fitted on several figures makes their mean log error zero (log_error).
+# A parameter fitted on several figures makes their mean log error zero (speed_error).
 # sm8750's groups run first (every other chip is derived from it by SPEED), then each
 # chip's rate groups, then its bandwidth groups (decode depends little on the rates).
 DECODE_PAIR = {"dram.npu_gb_per_s", "overheads.per_op_us"}

@@ -243,6 +243,14 @@ const std::string& host_program_hash() {
   return hash;
 }
 
+// tie_lm_head, with an info line when it tied a copy.
+std::string tie_lm_head_and_say(ir::Graph& g) {
+  std::string copy = tie_lm_head(g);
+  if (!copy.empty())
+    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+  return copy;
+}
+
 }  // namespace
 
 void check_graphs(const ir::ModelSet& ms, const std::string& context) {
@@ -316,10 +324,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   for (const ir::MappedFile* mf : mapped_files(g))
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   // Cached stages of a build from before this step must not be replayed: the key says so.
-  if (std::string copy = tie_lm_head(g); !copy.empty()) {
-    spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
-    key += hash_string("tie_lm_head " + copy);
-  }
+  if (std::string copy = tie_lm_head_and_say(g); !copy.empty()) key += hash_string("tie_lm_head " + copy);
   if (int64_t layers = read_fused_cache_as_pairs(g, heads)) {
     spdlog::info("fused KV cache (GPT-BigCode exported with transformers < 4.54): {} layers read as key/value pairs",
                  layers);
@@ -418,8 +423,7 @@ class BuildSteps {
     if (FoldedTransposes f = fold_weight_transposes(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); f.weights) {
       spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
                    f.weights, human_bytes(f.bytes));
-      if (std::string copy = tie_lm_head(*ms->graphs[0]); !copy.empty())  // a head that was one of them
-        spdlog::info("tied LM head: '{}' is the transpose of the embedding table; the head reads the table instead", copy);
+      tie_lm_head_and_say(*ms->graphs[0]);  // a head that was one of them
     }
     spill_new_weights(*ms);
     return ms;

@@ -20,7 +20,7 @@ void count_reads(const ir::Graph& g, std::map<std::string, int>& reads) {
 std::vector<const ir::Node*> foldable(const ir::Graph& g) {
   std::map<std::string, int> reads;
   count_reads(g, reads);
-  const std::set<std::string> inputs(g.inputs.begin(), g.inputs.end());
+  const std::set<std::string> inputs(g.inputs.begin(), g.inputs.end()), outputs(g.outputs.begin(), g.outputs.end());
   std::vector<const ir::Node*> r;
   for (const auto& n : g.nodes) {
     if (n->op_type != "Transpose" || !n->domain.empty() || n->inputs.size() != 1 || n->outputs.size() != 1) continue;
@@ -30,10 +30,9 @@ std::vector<const ir::Node*> foldable(const ir::Graph& g) {
       continue;
     if (auto it = n->attrs.find("perm"); it != n->attrs.end() && it->second.ints != std::vector<int64_t>{1, 0}) continue;
     // Old exports list weights as graph inputs too; a graph output keeps its producer.
-    if (reads[n->inputs[0]] != 1 || inputs.count(n->inputs[0]) || reads[n->outputs[0]] == 0) continue;
-    bool is_output = false;
-    for (const auto& o : g.outputs) is_output = is_output || o == n->outputs[0];
-    if (!is_output) r.push_back(n.get());
+    if (reads[n->inputs[0]] != 1 || inputs.count(n->inputs[0]) || reads[n->outputs[0]] == 0 || outputs.count(n->outputs[0]))
+      continue;
+    r.push_back(n.get());
   }
   return r;
 }
