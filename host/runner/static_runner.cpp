@@ -115,7 +115,8 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         p.inputs.push_back(name);
         p.dtypes[name] = in.value("dtype", "");
         bool runner_fed = name == decoder::kInputIds || name == decoder::kPositionIds || name == decoder::kAttentionMask ||
-                          name == decoder::kSlidingAttentionMask || decoder::is_past_kv(name);
+                          name == decoder::kSlidingAttentionMask || name == decoder::kKeyPositions ||
+                          decoder::is_past_kv(name);
         // A float [1, AR, width] input nothing else feeds is fed per row (a draft's features).
         if (auto d = static_shape(in); !runner_fed && !produced.count(name) && in.value("dtype", "") == "float32" &&
                                        d.size() == 3 && d[0] == 1 && d[1] == v.ar && d[2] > 0) {
@@ -162,6 +163,9 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
              dims_str({1, 1, v.ar, cols}));
     };
     check_mask(decoder::kAttentionMask, v.cl);
+    if (input_spec.count(decoder::kKeyPositions) && static_shape(*input_spec[decoder::kKeyPositions]) != std::vector<int64_t>{1, v.cl})
+      fail("variant '" + v.name + "': " + decoder::kKeyPositions + " is " +
+           dims_str(static_shape(*input_spec[decoder::kKeyPositions])) + ", expected " + dims_str({1, v.cl}));
     check_mask(decoder::kSlidingAttentionMask, v.scl ? v.scl : v.cl);  // CL columns when no layer has a short cache
 
     for (int64_t l = 0; l < s.layers; ++l) {
@@ -338,6 +342,19 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     }
     return t;
   };
+  // Each key column's absolute position (ALiBi graphs): the cache slots as the mask lays them
+  // out (committed, then scratch rows; empty and prefix slots 0, they are masked), the rows.
+  auto key_positions = [&]() {
+    const int64_t cols = v.cl, slots = cols - ar - prefix_len_, start = std::max<int64_t>(0, held() - slots);
+    auto t = ir::make_tensor_ref(ir::Tensor::zeros(NF_DTYPE_INT64, {1, cols}));
+    int64_t* kp = t->tensor.mutable_as<int64_t>();
+    for (int64_t c = 0; c < slots; ++c) {
+      const int64_t slot = start + c, s = slot - kv_->n_past;
+      kp[c] = slot < kv_->n_past ? slot : s < n_scratch ? scratch_pos_[static_cast<size_t>(s)] : 0;
+    }
+    for (int64_t j = 0; j < ar; ++j) kp[slots + prefix_len_ + j] = pos[j];
+    return t;
+  };
   auto ids = [&](const std::string& dtype, const std::function<int64_t(int64_t)>& value) {
     bool i32 = dtype == "int32";
     auto t = ir::make_tensor_ref(ir::Tensor::zeros(i32 ? NF_DTYPE_INT32 : NF_DTYPE_INT64, {1, ar}));
@@ -395,6 +412,8 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
       } else if (name == decoder::kAttentionMask) {
         if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
         t = main_mask;
+      } else if (name == decoder::kKeyPositions) {
+        t = key_positions();
       } else if (name == decoder::kSlidingAttentionMask) {
         // CL columns when no layer has a short cache (a window longer than the context).
         if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);

@@ -2645,10 +2645,127 @@ class OPTForCausalLM(DecoderLM):
         return tuple([self.lm_head(d.final_layer_norm(hidden_states))] + out)
 
 
+def bloom_alibi(attention_mask, num_heads, dtype):
+    """modeling_bloom.build_alibi_tensor: per-head slopes (2^(-8/n) powers, plus the odd powers
+    of the next base for a head count that is not a power of two) times each key's position,
+    counted from the 2-D attention mask (cumsum - 1, zero on padding): [b * heads, 1, keys]."""
+    batch_size, seq_length = attention_mask.shape
+    closest_power_of_2 = 2 ** math.floor(math.log2(num_heads))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest_power_of_2) - 3))), dtype=torch.float32)
+    powers = torch.arange(1, 1 + closest_power_of_2, dtype=torch.int32)
+    slopes = torch.pow(base, powers)
+    if closest_power_of_2 != num_heads:
+        extra_base = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest_power_of_2) - 3))), dtype=torch.float32)
+        num_remaining_heads = min(closest_power_of_2, num_heads - closest_power_of_2)
+        extra_powers = torch.arange(1, 1 + 2 * num_remaining_heads, 2, dtype=torch.int32)
+        slopes = torch.cat([slopes, torch.pow(extra_base, extra_powers)], dim=0)
+    arange_tensor = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :]
+    alibi = slopes[..., None] * arange_tensor
+    return alibi.reshape(batch_size * num_heads, 1, seq_length).to(dtype)
+
+
+class BloomAttention(nn.Module):
+    """modeling_bloom.py (transformers 4.48+, the Cache classes): query_key_value viewed as
+    [b, s, heads, 3, head_dim] (each head's q, k, v side by side); q, k, v flattened to
+    [b * heads, s, head_dim] after the cache append; scores = alibi.baddbmm(q, k^T,
+    beta=1, alpha=1/sqrt(head_dim)), viewed [b, heads, q, k], plus the causal mask; bmm with
+    the values; `dense` with bias, then the residual (dropout_add)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.inv_norm_factor = 1.0 / math.sqrt(self.head_dim)
+        self.beta = 1.0
+        self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=True)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, residual, alibi, attention_mask, layer_past):
+        batch_size, q_length, _ = hidden_states.shape
+        fused_qkv = self.query_key_value(hidden_states)
+        fused_qkv = fused_qkv.view(batch_size, q_length, self.num_heads, 3, self.head_dim)
+        query_layer = fused_qkv[..., 0, :].transpose(1, 2)
+        key_layer = fused_qkv[..., 1, :].transpose(1, 2)
+        value_layer = fused_qkv[..., 2, :].transpose(1, 2)
+        key_layer = torch.cat([layer_past[0], key_layer], dim=-2)
+        value_layer = torch.cat([layer_past[1], value_layer], dim=-2)
+        present = (key_layer, value_layer)
+        query_layer = query_layer.reshape(batch_size * self.num_heads, -1, self.head_dim)
+        key_layer = key_layer.reshape(batch_size * self.num_heads, -1, self.head_dim).transpose(-1, -2)
+        value_layer = value_layer.reshape(batch_size * self.num_heads, -1, self.head_dim)
+        attention_scores = alibi.baddbmm(batch1=query_layer, batch2=key_layer, beta=self.beta,
+                                         alpha=self.inv_norm_factor)
+        attn_weights = attention_scores.view(batch_size, self.num_heads, q_length, -1)
+        attn_weights = attn_weights + attention_mask[:, :, :, : key_layer.shape[-1]]
+        attention_probs = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value_layer.dtype)
+        attention_probs_reshaped = attention_probs.view(batch_size * self.num_heads, q_length, -1)
+        context_layer = torch.bmm(attention_probs_reshaped, value_layer)
+        x = context_layer.view(batch_size, self.num_heads, q_length, self.head_dim).permute(0, 2, 1, 3)
+        context_layer = x.reshape(batch_size, q_length, self.num_heads * self.head_dim)
+        return self.dense(context_layer) + residual, present
+
+
+def bloom_gelu(x):
+    """modeling_bloom.bloom_gelu_forward: the tanh GELU with Bloom's rounded constant."""
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+class BloomBlock(nn.Module):
+    """input_layernorm -> attention (+ residual) -> post_attention_layernorm -> MLP
+    (+ residual); apply_residual_connection_post_layernorm false, as every released Bloom."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        eps = config.raw["layer_norm_epsilon"]
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)
+        self.self_attention = BloomAttention(config, layer_idx)
+        self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)
+        self.mlp = nn.Module()
+        self.mlp.dense_h_to_4h = nn.Linear(config.hidden_size, 4 * config.hidden_size)
+        self.mlp.dense_4h_to_h = nn.Linear(4 * config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, alibi, attention_mask, layer_past):
+        attention_output, present = self.self_attention(self.input_layernorm(hidden_states), hidden_states, alibi,
+                                                        attention_mask, layer_past)
+        h = self.mlp.dense_h_to_4h(self.post_attention_layernorm(attention_output))
+        return self.mlp.dense_4h_to_h(bloom_gelu(h)) + attention_output, present
+
+
+class BloomForCausalLM(DecoderLM):
+    """`transformer` (word_embeddings, word_embeddings_layernorm, h, ln_f) and an lm_head tied
+    to the embeddings. No position ids: positions enter only through ALiBi, counted from the
+    attention mask (optimum exports Bloom without a position_ids input)."""
+
+    takes_position_ids = False
+
+    def __init__(self, cfg_dict, mask_style="hf"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "bloom", mask_style
+        self.transformer = nn.Module()
+        t = self.transformer
+        t.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        t.word_embeddings_layernorm = nn.LayerNorm(config.hidden_size, eps=cfg_dict["layer_norm_epsilon"])
+        t.h = nn.ModuleList([BloomBlock(config, i) for i in range(config.num_hidden_layers)])
+        t.ln_f = nn.LayerNorm(config.hidden_size, eps=cfg_dict["layer_norm_epsilon"])
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = t.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.word_embeddings_layernorm(t.word_embeddings(input_ids))
+        alibi = bloom_alibi(attention_mask, self.config.num_attention_heads, hidden_states.dtype)
+        hidden_states, out = self.layer_stack(t.h, hidden_states, attention_mask, past_flat,
+                                              lambda layer, h, mask, past: layer(h, alibi, mask, past))
+        return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
         return FalconForCausalLM(cfg_dict, mask_style)
+    if family == "bloom":
+        return BloomForCausalLM(cfg_dict, mask_style)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_bigcode":
@@ -2702,6 +2819,17 @@ def _expm1_symbolic(g, self):
     return g.op("Sub", g.op("Exp", self), g.op("Constant", value_t=torch.tensor(1.0)))
 
 
+class NoPositionIds(nn.Module):
+    """The optimum inputs of a model that takes no position_ids (optimum's Bloom and MPT)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *past_flat):
+        return self.model(input_ids, attention_mask, None, *past_flat)
+
+
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
@@ -2717,12 +2845,16 @@ def export_onnx(model, path, opset=17):
     for _ in range(c.num_hidden_layers):
         flat += [torch.randn(b, c.num_key_value_heads, past, c.head_dim, generator=g) for _ in range(2)]
     ins, outs = io_names(c.num_hidden_layers)
+    args, axes = [input_ids, attention_mask, position_ids] + flat, dynamic_axes(c.num_hidden_layers)
+    if not getattr(model, "takes_position_ids", True):  # Bloom, MPT: positions come from the mask
+        model = NoPositionIds(model)
+        ins.remove("position_ids")
+        del args[2], axes["position_ids"]
     torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", _repeat_interleave_symbolic, 13)
     torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1_symbolic, 9)
     with torch.no_grad():
-        torch.onnx.export(model, tuple([input_ids, attention_mask, position_ids] + flat), path,
-                          input_names=ins, output_names=outs, dynamic_axes=dynamic_axes(c.num_hidden_layers),
+        torch.onnx.export(model, tuple(args), path, input_names=ins, output_names=outs, dynamic_axes=axes,
                           opset_version=opset, do_constant_folding=True)
 
 

@@ -405,6 +405,15 @@ MODELS = {
         "attention_dropout": 0.0, "hidden_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": True,
         "use_cache": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
     },
+    "bloom": {
+        # bloom-560m's layout (ALiBi, no position ids; tied; LayerNorm after the embeddings)
+        "architectures": ["BloomForCausalLM"], "model_type": "bloom", "transformers_version": "4.48.0",
+        "vocab_size": 320, "hidden_size": 64, "n_layer": 2, "n_head": 4, "layer_norm_epsilon": 1e-5,
+        "apply_residual_connection_post_layernorm": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "pretraining_tp": 1, "slow_but_exact": False, "initializer_range": 0.02, "use_cache": True,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3, "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    },
 }
 
 # HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
@@ -424,14 +433,14 @@ DEFAULT_ATTENTION = {"opt": "sdpa"}
 
 # HF's eager mask with its slice assignment (-> ScatterND) for these; the
 # equivalent whole-tensor masked_fill for the others (see hf_families.py)
-MASK_STYLE = {"llama3": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf",
+MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma2": "hf", "gemma3": "hf",
               # transformers >= 4.53's masks (masking_utils): what current exports of every family hold
               "llama3_masking_utils": "masking_utils", "smollm3": "masking_utils", "gemma3_masking_utils": "masking_utils",
               # the sdpa path of those masks: SDPA takes the boolean mask (Where(mask, 0, -inf))
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -471,7 +480,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt"):
+    if model.family in ("gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt", "bloom"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -516,7 +525,10 @@ def gpt2_init(model, g):
     (OPT's 0.125^2: with ReLU and its tied head, larger ones make it repeat its input token),
     positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
     and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
-    and the projections back to the stream x4 so that tokens do not collapse into a loop."""
+    and the projections back to the stream x4 so that tokens do not collapse into a loop.
+    Bloom's (LayerNorm after the embeddings, tied) x6 and x16: with x3 and x4 it repeats one
+    token and drops nothing when ALiBi is taken out."""
+    qkv_gain, out_gain = (6.0, 16.0) if model.family == "bloom" else (3.0, 4.0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("wte.weight", "embed_in.weight", "word_embeddings.weight", "decoder.embed_tokens.weight")):
@@ -530,10 +542,10 @@ def gpt2_init(model, g):
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / fan_in ** 0.5)
                 if "c_attn" in name or "query_key_value" in name or (
                         model.family == "opt" and name.endswith(("q_proj.weight", "k_proj.weight"))):
-                    p.mul_(3.0)
+                    p.mul_(qkv_gain)
                 elif (name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name
                       or name.endswith(("out_proj.weight", "fc_out.weight", "fc2.weight"))):
-                    p.mul_(4.0)
+                    p.mul_(out_gain)
                 elif name in ("embed_out.weight", "lm_head.weight"):
                     p.mul_(4.0)
 
@@ -627,6 +639,17 @@ def make_golden(name, model, prompt):
             "last_logits_max_abs_diff_vs_scaled": float((last_d - last).abs().max()),
             "note": "same weights with plain rope (rope_scaling ignored); differs from generated_ids, "
                     "so a runtime that ignores the llama3 rope scaling fails the golden test",
+        }
+    if name == "bloom":
+        alibi = hf.bloom_alibi
+        hf.bloom_alibi = lambda mask, heads, dtype: torch.zeros_like(alibi(mask, heads, dtype))
+        toks_a, _, _ = hf.greedy_with_cache(model, prompt, N_NEW)
+        hf.bloom_alibi = alibi
+        assert toks_a != toks
+        golden["without_alibi"] = {
+            "generated_ids": toks_a,
+            "note": "same weights with the ALiBi bias left out; differs from generated_ids, so a runtime "
+                    "that loses the key positions fails the golden test",
         }
     if name == "gemma2":
         caps = (cfg.attn_logit_softcapping, cfg.final_logit_softcapping)

@@ -13,13 +13,15 @@ def _dims(vi):
     return [d.dim_param if d.dim_param else d.dim_value for d in vi.type.tensor_type.shape.dim]
 
 
-def check_layout(m, cfg):
+def check_layout(m, cfg, position_ids=True):
     L, nkv, hd_ = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
     ins = {i.name: _dims(i) for i in m.graph.input}
     outs = {o.name: _dims(o) for o in m.graph.output}
     exp_in = {"input_ids": ["batch_size", "sequence_length"],
               "attention_mask": ["batch_size", "past_sequence_length + sequence_length"],
               "position_ids": ["batch_size", "sequence_length"]}
+    if not position_ids:  # Bloom, MPT
+        del exp_in["position_ids"]
     exp_out = {"logits": ["batch_size", "sequence_length", cfg.vocab_size]}
     for i in range(L):
         for kv in ("key", "value"):
@@ -65,7 +67,7 @@ def check_onnx(path, model, prompt, golden=None, n_new=16, run=True):
     m = onnx.load(path)
     onnx.checker.check_model(m)
     cfg = model.config
-    check_layout(m, cfg)
+    check_layout(m, cfg, getattr(model, "takes_position_ids", True))
     if not run:
         return "checker + layout ok"
     if golden is None:

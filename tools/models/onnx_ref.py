@@ -104,6 +104,9 @@ def run_node(node, ins):
     if op == "ConstantOfShape":
         v = numpy_helper.to_array(at["value"]) if "value" in at else np.zeros(1, np.float32)
         return [np.full(tuple(int(s) for s in x), v.reshape(-1)[0], dtype=v.dtype)]
+    if op == "CumSum":
+        assert not at.get("exclusive", 0) and not at.get("reverse", 0), "CumSum: only the plain form"
+        return [np.cumsum(x, axis=int(ins[1])).astype(x.dtype)]
     if op == "Range":
         return [np.arange(ins[0], ins[1], ins[2]).astype(ins[0].dtype)]
     binops = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Pow": np.power,

@@ -62,8 +62,8 @@ struct ScorePath {
 };
 
 // Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh),
-// Wheres (GPT-2's causal and GPT-Neo's local masks from buffers) and Adds; empty when the
-// path leaves these ops.
+// views (Bloom's [b * heads, q, k] -> [b, heads, q, k]), Wheres (GPT-2's causal and GPT-Neo's
+// local masks from buffers) and Adds; empty when the path leaves these ops.
 ScorePath score_path(const nf::graph::GraphView& view, const nf::Node& qk) {
   ScorePath path;
   std::string v = qk.output(0);
@@ -75,13 +75,22 @@ ScorePath score_path(const nf::graph::GraphView& view, const nf::Node& qk) {
     if (op == "Softmax") return path;
     if (op == "Add" && u.input_count() == 2) path.adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
     else if (op == "Where" && u.input_count() == 3 && u.input(1) == v) path.wheres.push_back(u);  // the scores as the kept branch
-    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh") return {};
+    else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh" && op != "Reshape") return {};
     v = u.output(0);
   }
   return {};
 }
 
 }  // namespace
+
+bool counts_positions(const nf::graph::GraphView& view, const std::set<std::string>& upstream,
+                      const std::string& mask_input) {
+  for (const std::string& v : upstream) {
+    auto p = view.producer(v);
+    if (p && p->op_type() == "CumSum" && view.upstream(p->input(0)).count(mask_input)) return true;
+  }
+  return false;
+}
 
 std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, const ModelInfo& info,
                                              const std::string& mask_input) {
@@ -99,7 +108,12 @@ std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, c
     const ScorePath path = score_path(view, qk[0]);
     for (const MaskUse& use : path.adds) {
       nf::Node add(use.add);
-      if (view.upstream(add.input(use.mask_slot)).count(mask_input)) site.masks.push_back(use);
+      const std::string& operand = add.input(use.mask_slot);
+      if (!view.upstream(operand).count(mask_input)) continue;
+      // By data only: a later layer's mask slice borrows its length from keys whose own
+      // computation saw the first layer's bias.
+      (counts_positions(view, view.upstream(operand, false), mask_input) ? site.position_biases : site.masks)
+          .push_back(use);
     }
     for (const nf::Node& w : path.wheres)
       if (view.computed_without_inputs(w.input(0))) site.slot_masks.push_back(w.get());

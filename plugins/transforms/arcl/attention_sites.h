@@ -5,6 +5,7 @@
 
 #include <npuforge/graph/graph_view.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,19 @@ struct MaskUse {
 struct LayerSites {
   KvConcat key, value;
   std::vector<MaskUse> masks;
+  // Add(scores, bias) where the bias counts key positions from attention_mask (a CumSum over
+  // it): ALiBi as Bloom computes it. In the static layout the positions come in key_positions.
+  std::vector<MaskUse> position_biases;
   // Where(condition, scores, min) whose condition reads no input's data: the model's own
   // causal (GPT-2) or local-window (GPT-Neo) buffer, sliced by the cache length.
   // In the static layout a slot is not a position; the mask inputs carry causality and window.
   std::vector<nf_node*> slot_masks;
 };
+
+// Whether a value computed from `upstream` (its data upstream) counts positions along
+// attention_mask (a CumSum over it), as ALiBi biases and mask-derived position ids do.
+bool counts_positions(const nf::graph::GraphView& view, const std::set<std::string>& upstream,
+                      const std::string& mask_input);
 
 // One entry per layer. Throws nf::Error when a layer does not have the expected shape.
 std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, const ModelInfo& info,

@@ -83,10 +83,12 @@ ModelInfo read_model_info(const nf::Graph& source, const nlohmann::json& config)
   ModelInfo info;
   auto inputs = source.inputs();
   std::set<std::string> input_set(inputs.begin(), inputs.end());
-  for (const char* required : {nf::decoder::kInputIds, nf::decoder::kAttentionMask, nf::decoder::kPositionIds})
+  for (const char* required : {nf::decoder::kInputIds, nf::decoder::kAttentionMask})
     if (!input_set.count(required))
       throw nf::Error(std::string("arcl: the source graph has no '") + required +
                       "' input (expected the optimum layout of an HF decoder export)");
+  info.has_position_ids = input_set.count(nf::decoder::kPositionIds) != 0;
+  if (auto mask = nf::graph::get_value_type(source, nf::decoder::kAttentionMask)) info.mask_dtype = mask->dtype;
   info.first_layer = INT64_MAX;
   for (const std::string& in : inputs)
     if (auto kv = nf::decoder::parse_kv(in); kv && !kv->present) info.first_layer = std::min(info.first_layer, kv->layer);

@@ -19,6 +19,8 @@ struct ModelInfo {
   int64_t vocab = 0;
   nf_dtype kv_dtype = NF_DTYPE_FLOAT32;
   int64_t source_seq_len = -1;  // input_ids' sequence dim; -1 when dynamic
+  bool has_position_ids = true;  // false for ALiBi exports (Bloom): positions come from the mask
+  nf_dtype mask_dtype = NF_DTYPE_INT64;  // the source's 2-D attention_mask
   std::optional<int64_t> sliding_window;
   std::vector<int64_t> sliding_layers;  // layers attending within the window
 

@@ -11,6 +11,7 @@
 
 #include "attention_sites.h"
 #include "gather_slices.h"
+#include "key_positions.h"
 
 namespace arcl {
 namespace {
@@ -123,6 +124,10 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   const std::string source_mask = names.make("attention_mask.source");
   view.replace_uses(kAttentionMask, source_mask);
   std::vector<LayerSites> sites = find_attention_sites(view, info, source_mask);
+  const bool alibi = read_key_positions(g, view, names, sites, source_mask, info.mask_dtype, v.cl);
+  if (alibi && (v.scl || prefix))
+    throw nf::Error(what + ": ALiBi key positions with " + (prefix ? "a KV prefix" : "a sliding cache (SCL)") +
+                    " are not supported");
 
   bool any_sliding_mask = false;
   for (int64_t l = 0; l < info.layers; ++l) {
@@ -148,10 +153,18 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   using nf::decoder::kPositionIds;
   auto ids_type = nf::graph::get_value_type(g, kInputIds);
   auto pos_type = nf::graph::get_value_type(g, kPositionIds);
-  std::vector<std::string> inputs{kInputIds, kPositionIds, kAttentionMask};
+  std::vector<std::string> inputs{kInputIds};
   g.set_value_type(kInputIds, ids_type ? ids_type->dtype : NF_DTYPE_INT64, {1, v.ar});
-  g.set_value_type(kPositionIds, pos_type ? pos_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  if (info.has_position_ids) {
+    inputs.push_back(kPositionIds);
+    g.set_value_type(kPositionIds, pos_type ? pos_type->dtype : NF_DTYPE_INT64, {1, v.ar});
+  }
+  inputs.push_back(kAttentionMask);
   g.set_value_type(kAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.cl});
+  if (alibi) {
+    inputs.push_back(nf::decoder::kKeyPositions);
+    g.set_value_type(nf::decoder::kKeyPositions, NF_DTYPE_INT64, {1, v.cl});
+  }
   if (any_sliding_mask) {
     inputs.push_back(kSlidingAttentionMask);
     g.set_value_type(kSlidingAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.scl.value_or(v.cl)});

@@ -23,6 +23,9 @@ inline constexpr const char* kLogits = "logits";
 inline constexpr const char* kLastRowLogits = "logits.last_row";
 // Static graphs (arcl) with sliding-window layers read their mask from a second input.
 inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
+// Static graphs of ALiBi models (Bloom) read each key column's absolute position, int64
+// [1, CL]: the cache slots, then the pass's rows.
+inline constexpr const char* kKeyPositions = "key_positions";
 inline constexpr std::string_view kPastPrefix = "past_key_values.";
 inline constexpr std::string_view kPresentPrefix = "present.";
 
