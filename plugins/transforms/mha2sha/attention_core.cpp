@@ -593,14 +593,19 @@ AttentionCore match_core(const GraphView& view, const nf::Node& softmax) {
   c.score_chain = before;
   c.score_chain.push_back(c.softmax);
   c.score_chain.insert(c.score_chain.end(), after.begin(), after.end());
-  // Every chain node reads the previous value and shared operands (mask, scale) only.
+  // Every chain node reads the previous value and shared operands (mask, scale) only, or an
+  // operand with each head's own values on the head axis (ALiBi's slopes times positions).
   std::string prev = score.output(0);
   for (nf_node* p : c.score_chain) {
     nf::Node n(p);
     const auto& users = view.consumers(prev);
     if (users.size() != 1) throw Reject("the scores '" + prev + "' have other readers");
-    for (const std::string& in : n.inputs())
-      if (in != prev) check_shared_operand(view, in, "node '" + node_name(n) + "'");
+    for (const std::string& in : n.inputs()) {
+      if (in == prev || in.empty()) continue;
+      const Dims d = view.is_initializer(in) ? view.graph().initializer(in).dims() : static_dims(view.graph(), in, "operand");
+      if (sd[1] > 1 && d.size() >= 3 && d[d.size() - 3] == sd[1]) c.per_head_operands.push_back(in);
+      else check_shared_operand(view, in, "node '" + node_name(n) + "'");
+    }
     prev = n.output(0);
   }
 

@@ -12,6 +12,8 @@
 #include "head_weights.h"
 #include "options.h"
 #include "sha_rewrite.h"
+#include "fused_head_views.h"
+#include "head_batch_views.h"
 #include "unit_head_views.h"
 
 namespace mha2sha {
@@ -57,6 +59,8 @@ GraphResult rewrite_graph(nf::Graph g, const Mha2shaOptions& opts, HeadWeights& 
                           std::vector<std::string>& rejected, std::vector<std::string>& left) {
   GraphResult r;
   unit_head_views(g);
+  head_batch_views(g);
+  fused_head_views(g);
   nf::graph::GraphView view(g);
   CoreSearch search = find_attention_cores(view);
   for (const Rejection& x : search.rejected) {

@@ -14,12 +14,13 @@ namespace split {
 // computed from input_ids. Throws nf::Error when there is not exactly one.
 std::string find_embedding_output(const nf::graph::GraphView& view);
 
-// The residual stream from `start` (the embedding output): each step is an Add of the
-// stream (through no-op Cast/Identity and constant scaling) and a branch computed from it.
+// The residual stream from `embedding` (the embedding output, or its normalization when the
+// first layer's residual Add reads that, as Bloom's does): each step is an Add of the stream
+// (through no-op Cast/Identity and constant scaling) and a branch computed from it.
 // Decoder layer l ends at the last residual Add that reads layer l's KV cache
 // (past_key_values.l.*) and no later layer's. Returns one value per layer; throws
 // nf::Error naming the layer whose end was not found.
-std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& start,
+std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& embedding,
                                              int64_t layers);
 
 // First outputs of the nodes whose name matches `regex` (std::regex_search), in graph
