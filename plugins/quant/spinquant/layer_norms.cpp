@@ -91,13 +91,14 @@ void norm_constants_as_initializers(nf::Graph& g) {
 
 }  // namespace
 
-std::vector<std::string> drop_mean_subtractions(nf::Graph& g) {
+std::vector<std::string> drop_mean_subtractions(nf::Graph& g, const std::set<std::string>& before_stream) {
   norm_constants_as_initializers(g);
   GraphView gv(g);
   std::vector<std::string> centred;
   std::vector<nf::Node> layer_norms;
   std::map<std::string, std::string> same_as;  // x - mean(x) -> x
   for (const nf::Node& n : g.nodes()) {
+    if (!n.input_count() || before_stream.count(n.input(0))) continue;  // Bloom's embedding norm stays a LayerNorm
     if (n.op_type() == "LayerNormalization") {
       nf::ValueType t;
       const int64_t axis = n.attr_int("axis", -1);
@@ -190,9 +191,9 @@ size_t fold_norm_biases(GraphView& gv, const std::vector<RmsNorm>& norms) {
 }
 
 std::vector<std::string> rewrite_layer_norms(nf::Graph& g, const std::string& embedding_output, int64_t D,
-                                             size_t* folded_biases) {
+                                             const std::set<std::string>& before_stream, size_t* folded_biases) {
   *folded_biases = 0;
-  const std::vector<std::string> centred = drop_mean_subtractions(g);
+  const std::vector<std::string> centred = drop_mean_subtractions(g, before_stream);
   if (centred.empty()) return centred;
   GraphView gv(g);
   const std::vector<RmsNorm> norms = find_rms_norms(gv, D);

@@ -7,6 +7,7 @@
 // RMSNorm model.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,14 +19,16 @@ namespace spinquant {
 // value is on the residual stream (which starts at `embedding_output`) and that no RMSNorm of
 // the hidden size `D` reads the stream too, and the bias fold. Returns the centred values
 // (none: no LayerNorm; the caller then centres nothing) and counts the folded biases.
+// Norms of values in `before_stream` (computed before the stream starts: Bloom's embedding
+// norm) are left as they are.
 std::vector<std::string> rewrite_layer_norms(nf::Graph& g, const std::string& embedding_output, int64_t D,
-                                             size_t* folded_biases);
+                                             const std::set<std::string>& before_stream, size_t* folded_biases);
 
 // Rewrites each LayerNormalization node as gain * x / sqrt(mean(x^2) + eps) (+ bias), and
 // drops each mean subtraction x - mean(x) over the last axis (the LayerNorm that exports
 // below opset 17 write out). Returns the values whose mean was taken: the caller centres the
 // stream and checks that these are on it (the rewrite is exact only there).
-std::vector<std::string> drop_mean_subtractions(nf::Graph& g);
+std::vector<std::string> drop_mean_subtractions(nf::Graph& g, const std::set<std::string>& before_stream);
 
 // Folds the 1-D constant added after a norm's gain into the linear layers that read it:
 // (n + beta) B + b = n B + (beta B + b). A layer without a bias gets one. Returns how many.

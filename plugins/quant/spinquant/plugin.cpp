@@ -10,6 +10,8 @@
 // The equations are in rotate.h, the Hadamard orders in hadamard.h.
 #include <npuforge/graph/infer_shapes.h>
 #include <npuforge/graph/dense_dispatch.h>
+#include <npuforge/graph/graph_view.h>
+#include <npuforge/graph/kv_layers.h>
 #include <npuforge/decoder_graph.hpp>
 #include <npuforge/hf_config.hpp>
 #include <npuforge/plugin.hpp>
@@ -56,6 +58,23 @@ Embedding find_embedding(const GraphView& gv) {
   const std::optional<nf::Node> n = nf::decoder::embedding_gather(gv.graph);
   if (n && gv.float_initializer(n->input(0)).dims().size() == 2) return {n->input(0), n->output(0)};
   throw nf::Error("spinquant: no token embedding (Gather of a 2-D float weight by input_ids) in the graph");
+}
+
+// `start` [.., D] read through an identity MatMul [D, D], which every former reader of
+// `start` reads instead: the new stream start, with its weight as the "embedding".
+Embedding stream_projection(nf::Graph& g, const std::string& start, int64_t D) {
+  const Embedding e{start + ".stream_in.weight", start + ".stream_in"};
+  nf::Tensor eye = nf::Tensor::create(NF_DTYPE_FLOAT32, std::vector<int64_t>{D, D});
+  float* w = eye.mutable_as<float>();
+  std::fill(w, w + D * D, 0.f);
+  for (int64_t i = 0; i < D; ++i) w[i * D + i] = 1.f;
+  g.set_initializer(e.weight, eye);
+  for (nf::Node n : g.nodes())
+    for (size_t i = 0; i < n.input_count(); ++i)
+      if (n.input(i) == start) n.set_input(i, e.output);
+  g.add_node("MatMul", {start, e.weight}, {e.output}, start + "/stream_in/MatMul");
+  g.sort();
+  return e;
 }
 
 // The node producing logits, walking back through passthrough/Reshape ops and what scales
@@ -177,9 +196,22 @@ void apply_spinquant(const char* options_json, nf_model_set* handle, nf_context*
     ms.set_metadata("config", config);
   }
 
+  // Bloom normalizes its embeddings before the stream (word_embeddings_layernorm): the stream
+  // starts at that norm's output, which no weight writes. An identity projection after the
+  // norm becomes the stream's first table: its columns take the centring and R1 as the
+  // embedding's would. It costs one D x D MatMul per token.
+  std::set<std::string> before_stream;
+  {
+    const nf::graph::GraphView plain(g);
+    if (auto start = nf::graph::normalized_embedding(plain, emb.output, nf::graph::kv_layer_of_values(plain))) {
+      before_stream = plain.upstream(*start, false);
+      emb = stream_projection(g, *start, D);
+      gv = std::make_unique<GraphView>(g);
+    }
+  }
   // LayerNorm models: the norms become RMSNorms over a centred stream (layer_norms.h).
   size_t folded_biases = 0;
-  const std::vector<std::string> centred = rewrite_layer_norms(g, emb.output, D, &folded_biases);
+  const std::vector<std::string> centred = rewrite_layer_norms(g, emb.output, D, before_stream, &folded_biases);
   if (!centred.empty()) gv = std::make_unique<GraphView>(g);
   // The stream, and the norms that read it: their gains go into their readers. Norms of the
   // hidden size elsewhere (OLMo-2's q/k norms) keep theirs; norms after a writer (post_norms)

@@ -17,7 +17,14 @@ namespace mha2sha {
 size_t fused_head_views(nf::Graph g) {
   nf::graph::GraphView view(g);
   GraphEditor ed(g, "/mha2sha/fused_head_view/");
-  size_t rewritten = 0;
+  // Found first: the rewrite removes nodes the view still lists.
+  struct Found {
+    nf::Node view5;  // the [1, rows, heads, parts, head_dim] Reshape
+    Dims dims;
+    nf_dtype dtype;
+    std::vector<std::pair<int64_t, nf::Node>> parts;  // (i, the Transpose after Gather i)
+  };
+  std::vector<Found> found;
   for (const nf::Node& r : view.nodes()) {
     if (r.op_type() != "Reshape") continue;
     auto t = nf::graph::get_value_type(g, r.output(0));
@@ -37,19 +44,22 @@ size_t fused_head_views(nf::Graph g) {
                     next[0].attr_ints("perm") == Dims{0, 2, 1, 3};
       if (parts_only) parts.emplace_back(index[0], next[0]);
     }
-    if (!parts_only) continue;
+    if (parts_only) found.push_back({r, d, t->dtype, parts});
+  }
+  size_t rewritten = 0;
+  for (const auto& [r, d, dtype, parts] : found) {
     const Dims flat{1, d[1], d[2], d[3] * d[4]}, heads_first{1, d[2], d[1], d[3] * d[4]}, part{1, d[2], d[1], d[4]};
     const std::string flat_view = ed.fresh(r.output(0) + "/heads"), moved = ed.fresh(r.output(0) + "/heads_first");
     ed.add("Reshape", {r.input(0), ed.int64_constant(flat)}, {flat_view}, std::string(r.name()));
     ed.add("Transpose", {flat_view}, {moved}, std::string(r.name()) + "/heads_first").set_attr("perm", Dims{0, 2, 1, 3});
-    nf::graph::set_value_type(g, flat_view, t->dtype, flat);
-    nf::graph::set_value_type(g, moved, t->dtype, heads_first);
-    for (auto& [i, transpose] : parts) {
+    nf::graph::set_value_type(g, flat_view, dtype, flat);
+    nf::graph::set_value_type(g, moved, dtype, heads_first);
+    for (auto [i, transpose] : parts) {
       const std::string out = transpose.output(0), name(transpose.name());
       g.remove_node(transpose);
       ed.add("Slice", {moved, ed.int64_constant({i * d[4]}), ed.int64_constant({(i + 1) * d[4]}), ed.int64_constant({3})},
              {out}, name);
-      nf::graph::set_value_type(g, out, t->dtype, part);
+      nf::graph::set_value_type(g, out, dtype, part);
       ++rewritten;
     }
   }

@@ -62,29 +62,6 @@ std::string find_embedding_output(const nf::graph::GraphView& view) {
   return found[0].output(0);
 }
 
-// Where the residual stream begins when it is not the embedding itself: the operand of the
-// first layer's residual Add that the embedding reaches through no linear layer and no cache
-// (Bloom normalizes its embeddings, word_embeddings_layernorm, before the first layer).
-std::optional<std::string> normalized_embedding(const nf::graph::GraphView& view, const std::string& embedding,
-                                                const std::map<std::string, int64_t>& kv_layer) {
-  auto reads_cache = [&](const std::string& v) { auto it = kv_layer.find(v); return it != kv_layer.end() && it->second >= 0; };
-  auto without_linear = [&](const std::string& v) {
-    const std::set<std::string> up = view.upstream(v, false);
-    if (!up.count(embedding)) return false;
-    for (const std::string& u : up)
-      if (auto p = view.producer(u); p && (p->op_type() == "MatMul" || p->op_type() == "Gemm") && u != embedding) return false;
-    return true;
-  };
-  for (const nf::Node& n : view.nodes()) {
-    if (n.op_type() != "Add" || n.input_count() != 2) continue;
-    for (size_t side : {0, 1})
-      if (reads_cache(n.input(1 - side)) && !reads_cache(n.input(side)) && n.input(side) != embedding &&
-          without_linear(n.input(side)))
-        return n.input(side);
-  }
-  return std::nullopt;
-}
-
 std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, const std::string& embedding,
                                              int64_t layers) {
   const std::map<std::string, int64_t> kv_layer = nf::graph::kv_layer_of_values(view);
@@ -104,7 +81,7 @@ std::vector<std::string> residual_layer_ends(const nf::graph::GraphView& view, c
       }
     }
     if (!next && stream_values.empty() && start == embedding) {
-      if (auto normalized = normalized_embedding(view, embedding, kv_layer)) {
+      if (auto normalized = nf::graph::normalized_embedding(view, embedding, kv_layer)) {
         start = stream = *normalized;
         continue;
       }

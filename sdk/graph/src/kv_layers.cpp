@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 namespace nf::graph {
 
@@ -20,6 +21,29 @@ std::map<std::string, int64_t> kv_layer_of_values(const GraphView& view) {
       for (const std::string& out : n.outputs()) layer[out] = l;
   }
   return layer;
+}
+
+std::optional<std::string> normalized_embedding(const GraphView& view, const std::string& embedding,
+                                                const std::map<std::string, int64_t>& kv_layer) {
+  auto reads_cache = [&](const std::string& v) { auto it = kv_layer.find(v); return it != kv_layer.end() && it->second >= 0; };
+  // Of the operands computed from the embedding without a cache that meet a cache-reading
+  // branch in an Add, the one computed from the fewest values: a parallel block's MLP output
+  // qualifies too, but it is computed from the stream's start.
+  std::optional<std::string> start;
+  size_t start_size = 0;
+  for (const nf::Node& n : view.nodes()) {
+    if (n.op_type() != "Add" || n.input_count() != 2) continue;
+    for (size_t side : {0, 1}) {
+      const std::string& v = n.input(side);
+      if (!reads_cache(n.input(1 - side)) || reads_cache(v) || v == embedding) continue;
+      const std::set<std::string> up = view.upstream(v, false);
+      if (up.count(embedding) && (!start || up.size() < start_size)) {
+        start = v;
+        start_size = up.size();
+      }
+    }
+  }
+  return start;
 }
 
 }  // namespace nf::graph

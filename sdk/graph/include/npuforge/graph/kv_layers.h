@@ -7,6 +7,7 @@
 #include <npuforge/graph/graph_view.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace nf::graph {
@@ -14,5 +15,12 @@ namespace nf::graph {
 // Every value computed from some KV cache input through data (not through the shapes it
 // borrows), with its layer. The graph must be sorted.
 std::map<std::string, int64_t> kv_layer_of_values(const GraphView& view);
+
+// Where the residual stream begins when it is not the embedding output itself: the operand
+// of the first layer's residual Add that is computed from the embedding and no cache (Bloom
+// normalizes its embeddings, word_embeddings_layernorm, before the first layer; spinquant
+// then projects them). `kv_layer` is kv_layer_of_values(view). Nothing when no such Add exists.
+std::optional<std::string> normalized_embedding(const GraphView& view, const std::string& embedding,
+                                                const std::map<std::string, int64_t>& kv_layer);
 
 }  // namespace nf::graph
