@@ -109,7 +109,17 @@ std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, c
     for (const MaskUse& use : path.adds) {
       nf::Node add(use.add);
       const std::string& operand = add.input(use.mask_slot);
-      if (!view.upstream(operand).count(mask_input)) continue;
+      if (!view.upstream(operand).count(mask_input)) {
+        // Data from constants only, its extent from the inputs' lengths: a pattern over key
+        // columns (MPT's ALiBi buffer sliced to the keys) that takes columns for positions.
+        bool sized_by_inputs = false;
+        for (const std::string& u : view.upstream(operand)) sized_by_inputs |= view.is_input(u);
+        if (sized_by_inputs && view.computed_without_inputs(operand))
+          throw nf::Error(where + "'" + operand + "', added to the scores, is computed from constants cut to the key "
+                          "length (a position bias from a buffer, as MPT's ALiBi); in the static layout a cache slot is "
+                          "not a position");
+        continue;
+      }
       // By data only: a later layer's mask slice borrows its length from keys whose own
       // computation saw the first layer's bias.
       (counts_positions(view, view.upstream(operand, false), mask_input) ? site.position_biases : site.masks)

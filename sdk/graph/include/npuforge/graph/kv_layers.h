@@ -16,10 +16,11 @@ namespace nf::graph {
 // borrows), with its layer. The graph must be sorted.
 std::map<std::string, int64_t> kv_layer_of_values(const GraphView& view);
 
-// Where the residual stream begins when it is not the embedding output itself: the operand
-// of the first layer's residual Add that is computed from the embedding and no cache (Bloom
-// normalizes its embeddings, word_embeddings_layernorm, before the first layer; spinquant
-// then projects them). `kv_layer` is kv_layer_of_values(view). Nothing when no such Add exists.
+// Where the residual stream begins when the embedding is normalized first (Bloom's
+// word_embeddings_layernorm; spinquant then projects it): the operand of the first layer's
+// residual Add that is computed from the embedding and no cache, when a LayerNorm (or a mean)
+// lies between. Nothing when the embedding output (or its constant scaling) is the stream.
+// `kv_layer` is kv_layer_of_values(view).
 std::optional<std::string> normalized_embedding(const GraphView& view, const std::string& embedding,
                                                 const std::map<std::string, int64_t>& kv_layer);
 
