@@ -166,8 +166,9 @@ class FamilyConfig:
         self.raw = dict(d)
         gpt = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
                "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps",
-               "num_heads": "num_attention_heads", "num_layers": "num_hidden_layers"}
-        d = dict(d, **{llama: d[k] for k, llama in gpt.items() if k in d})  # GPT-2's and GPT-Neo's key names
+               "num_heads": "num_attention_heads", "num_layers": "num_hidden_layers",
+               "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers", "d_model": "hidden_size"}
+        d = dict(d, **{llama: d[k] for k, llama in gpt.items() if k in d})  # GPT-2's, GPT-Neo's and MPT's key names
         for k, v in d.items():
             setattr(self, k, v)
         self.num_key_value_heads = d.get("num_key_value_heads") or d["num_attention_heads"]
@@ -2760,12 +2761,149 @@ class BloomForCausalLM(DecoderLM):
         return tuple([self.lm_head(t.ln_f(hidden_states))] + out)
 
 
+def attention_mask_converter_4d(attention_mask, query_length, past_length, dtype):
+    """transformers' `_prepare_4d_causal_attention_mask` (AttentionMaskConverter.to_4d with
+    is_causal, as MPT still calls it in 4.48): `_make_causal_mask` (a [q, q] triangle of min
+    after `past_length` zero columns) filled with min where `_expand_mask`'s inverted padding
+    mask is set."""
+    bsz = attention_mask.shape[0]
+    min_dtype = torch.finfo(dtype).min
+    mask = torch.full((query_length, query_length), min_dtype)
+    mask_cond = torch.arange(mask.size(-1))
+    mask.masked_fill_(mask_cond < (mask_cond + 1).view(mask.size(-1), 1), 0)
+    mask = mask.to(dtype)
+    if past_length > 0:
+        mask = torch.cat([torch.zeros(query_length, past_length, dtype=dtype), mask], dim=-1)
+    causal_4d = mask[None, None, :, :].expand(bsz, 1, query_length, query_length + past_length)
+    src_len = attention_mask.shape[-1]
+    expanded = attention_mask[:, None, None, :].expand(bsz, 1, query_length, src_len).to(dtype)
+    inverted = 1.0 - expanded
+    inverted = inverted.masked_fill(inverted.to(torch.bool), min_dtype)
+    return causal_4d.masked_fill(inverted.bool(), min_dtype)
+
+
+def build_mpt_alibi_tensor(num_heads, sequence_length, alibi_bias_max=8):
+    """modeling_mpt.build_mpt_alibi_tensor: slopes 2^(-8 i / heads') (heads' the next power of
+    two, odd then even slopes when heads is not one) times the key offset from the last key,
+    arange(1 - L, 1): [heads, 1, L] for L = max_seq_len, a constant the exporter folds."""
+    alibi = torch.arange(1 - sequence_length, 1, dtype=torch.int32).view(1, 1, 1, sequence_length)
+    num_heads_power_of_2 = 2 ** math.ceil(math.log2(num_heads))
+    base = torch.arange(1, num_heads_power_of_2 + 1, dtype=torch.int64).float()
+    base = base * (alibi_bias_max / num_heads_power_of_2)
+    slopes = 1.0 / torch.pow(2, base)
+    slopes = slopes.view(1, num_heads_power_of_2, 1, 1)
+    if num_heads_power_of_2 != num_heads:
+        slopes = torch.concat([slopes[:, 1::2, ...], slopes[:, ::2, ...]], dim=1)[:, :num_heads, ...]
+    alibi = alibi * slopes
+    return alibi.squeeze(0)
+
+
+class MptAttention(nn.Module):
+    """modeling_mpt.py (transformers 4.48): Wqkv without bias, chunk(3) on the last axis, each
+    viewed [b, s, heads, head_dim] and transposed; scores * softmax_scale plus the ALiBi
+    buffer sliced to the last query and key columns, then masked_fill(mask, min) with the
+    boolean causal mask; softmax in float32; out_proj without bias."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.n_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.n_heads
+        self.softmax_scale = 1 / math.sqrt(config.hidden_size / self.n_heads)
+        self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+
+    def forward(self, hidden_states, position_bias, past_key_value, attention_mask):
+        batch_size, seq_length = hidden_states.shape[:2]
+        query_states, key_states, value_states = self.Wqkv(hidden_states).chunk(3, dim=2)
+        query_states = query_states.reshape(batch_size, seq_length, self.n_heads, self.head_dim).transpose(1, 2)
+        key_states = key_states.reshape(batch_size, seq_length, self.n_heads, self.head_dim).transpose(1, 2)
+        value_states = value_states.reshape(batch_size, seq_length, self.n_heads, self.head_dim).transpose(1, 2)
+        key_states = torch.cat([past_key_value[0], key_states], dim=2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=2)
+        present = (key_states, value_states)
+        attention_scores = torch.matmul(query_states, key_states.transpose(-1, -2)) * self.softmax_scale
+        query_length = seq_length + past_key_value[0].shape[2]
+        key_length = key_states.shape[-2]
+        position_bias_query_index = max(0, position_bias.size(1) - query_length)
+        position_bias_key_index = max(0, position_bias.size(2) - key_length)
+        position_bias = position_bias[:, position_bias_query_index:, position_bias_key_index:]
+        attention_scores = attention_scores + position_bias
+        attention_scores = attention_scores.masked_fill(attention_mask, torch.finfo(query_states.dtype).min)
+        attn_weights = F.softmax(attention_scores.float(), dim=-1).to(value_states.dtype)
+        context_states = torch.matmul(attn_weights, value_states)
+        context_states = context_states.permute(0, 2, 1, 3).contiguous().view(batch_size, seq_length, -1)
+        return self.out_proj(context_states), present
+
+
+def layer_norm_no_bias(hidden_size, eps):
+    """MPT's LayerNorm with `bias = None` (no_bias)."""
+    norm = nn.LayerNorm(hidden_size, eps=eps)
+    norm.bias = None
+    return norm
+
+
+class MptBlock(nn.Module):
+    """norm_1 -> attention (+ residual) -> norm_2 -> up_proj, exact GELU, down_proj (+ residual);
+    no biases anywhere (no_bias)."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        eps = config.raw["layer_norm_epsilon"]
+        self.norm_1 = layer_norm_no_bias(config.hidden_size, eps)
+        self.attn = MptAttention(config, layer_idx)
+        self.norm_2 = layer_norm_no_bias(config.hidden_size, eps)
+        self.ffn = nn.Module()
+        self.ffn.up_proj = nn.Linear(config.hidden_size, config.raw["expansion_ratio"] * config.hidden_size, bias=False)
+        self.ffn.down_proj = nn.Linear(config.raw["expansion_ratio"] * config.hidden_size, config.hidden_size, bias=False)
+
+    def forward(self, hidden_states, position_bias, attention_mask, layer_past):
+        attn_output, present = self.attn(self.norm_1(hidden_states), position_bias, layer_past, attention_mask)
+        hidden_states = attn_output + hidden_states
+        h = self.ffn.down_proj(F.gelu(self.ffn.up_proj(self.norm_2(hidden_states))))
+        return h + hidden_states, present
+
+
+class MptForCausalLM(DecoderLM):
+    """`transformer` (wte, blocks, norm_f) and an lm_head tied to wte. No position ids (optimum
+    exports MPT without them): ALiBi from a [heads, 1, max_seq_len] constant buffer, sliced
+    to the keys, assumes the keys sit at consecutive positions ending with the last one."""
+
+    takes_position_ids = False
+
+    def __init__(self, cfg_dict, mask_style="converter"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "mpt", mask_style
+        self.transformer = nn.Module()
+        t = self.transformer
+        t.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+        t.blocks = nn.ModuleList([MptBlock(config, i) for i in range(config.num_hidden_layers)])
+        t.norm_f = layer_norm_no_bias(config.hidden_size, cfg_dict["layer_norm_epsilon"])
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = t.wte.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        t = self.transformer
+        hidden_states = t.wte(input_ids)
+        past_length = past_flat[0].shape[2]
+        alibi = build_mpt_alibi_tensor(self.config.num_attention_heads, self.config.raw["max_seq_len"])
+        causal_mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length,
+                                                  hidden_states.dtype).bool()
+        out = []
+        for i, block in enumerate(t.blocks):
+            hidden_states, (k, v) = block(hidden_states, alibi, causal_mask, (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return tuple([self.lm_head(t.norm_f(hidden_states))] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
         return FalconForCausalLM(cfg_dict, mask_style)
     if family == "bloom":
         return BloomForCausalLM(cfg_dict, mask_style)
+    if family == "mpt":
+        return MptForCausalLM(cfg_dict)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_bigcode":

@@ -414,6 +414,17 @@ MODELS = {
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3, "tie_word_embeddings": True,
         "torch_dtype": "float32",
     },
+    "mpt": {
+        # mpt-7b's layout (ALiBi from a max_seq_len buffer, no biases, no position ids; tied)
+        "architectures": ["MptForCausalLM"], "model_type": "mpt", "transformers_version": "4.48.0",
+        "vocab_size": 320, "d_model": 64, "n_layers": 2, "n_heads": 4, "expansion_ratio": 4,
+        "max_seq_len": 256, "layer_norm_epsilon": 1e-5, "no_bias": True, "learned_pos_emb": True,
+        "attn_config": {"alibi": True, "alibi_bias_max": 8, "attn_type": "multihead_attention", "clip_qkv": None,
+                        "softmax_scale": None, "qk_ln": False, "attn_pdrop": 0.0, "prefix_lm": False},
+        "emb_pdrop": 0.0, "resid_pdrop": 0.0, "logit_scale": None, "initializer_range": 0.02,
+        "use_cache": True, "bos_token_id": 0, "eos_token_id": 0, "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    },
 }
 
 # HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
@@ -440,7 +451,7 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -480,7 +491,7 @@ def random_init(model, seed, logit_gain=4.0):
     x embed_scale, o_proj / down_proj x o_gain / down_gain, q/k x qk_gain, final
     norm scale final_norm_scale * N(0,1) (TIED_TWEAKS). Untied: q/k x QK_GAIN."""
     g = torch.Generator().manual_seed(seed)
-    if model.family in ("gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt", "bloom"):
+    if model.family in ("gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "falcon", "gptj", "opt", "bloom", "mpt"):
         return gpt2_init(model, g)
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
@@ -526,25 +537,25 @@ def gpt2_init(model, g):
     positions N(0, 0.1^2), LayerNorm gains 1 + N(0, 0.1^2)
     and biases N(0, 0.1^2), Conv1D weights [in, out] uniform(+-1/sqrt(in)), the attention's x3
     and the projections back to the stream x4 so that tokens do not collapse into a loop.
-    Bloom's (LayerNorm after the embeddings, tied) x6 and x16: with x3 and x4 it repeats one
-    token and drops nothing when ALiBi is taken out."""
-    qkv_gain, out_gain = (6.0, 16.0) if model.family == "bloom" else (3.0, 4.0)
+    Bloom's (LayerNorm after the embeddings, tied) x6 and x16, MPT's x3 and x16 with OPT's
+    embeddings: with x3 and x4 both repeat one token within a few steps."""
+    qkv_gain, out_gain = {"bloom": (6.0, 16.0), "mpt": (3.0, 16.0)}.get(model.family, (3.0, 4.0))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("wte.weight", "embed_in.weight", "word_embeddings.weight", "decoder.embed_tokens.weight")):
-                p.copy_((0.125 if model.family == "opt" else 0.5) * torch.randn(p.shape, generator=g))
+                p.copy_((0.125 if model.family in ("opt", "mpt") else 0.5) * torch.randn(p.shape, generator=g))
             elif name.endswith(("wpe.weight", "embed_positions.weight", ".bias")):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif ".ln_" in name or "layernorm" in name or "layer_norm" in name:
+            elif ".ln_" in name or "layernorm" in name or "layer_norm" in name or ".norm_" in name:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             else:
                 fan_in = p.shape[0] if model.family == "gpt2" else p.shape[1]  # Conv1D [in, out], Linear [out, in]
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / fan_in ** 0.5)
-                if "c_attn" in name or "query_key_value" in name or (
+                if "c_attn" in name or "query_key_value" in name or "Wqkv" in name or (
                         model.family == "opt" and name.endswith(("q_proj.weight", "k_proj.weight"))):
                     p.mul_(qkv_gain)
                 elif (name.endswith("c_proj.weight") or name.endswith("attention.dense.weight") or "dense_4h_to_h" in name
-                      or name.endswith(("out_proj.weight", "fc_out.weight", "fc2.weight"))):
+                      or name.endswith(("out_proj.weight", "fc_out.weight", "fc2.weight", "ffn.down_proj.weight"))):
                     p.mul_(out_gain)
                 elif name in ("embed_out.weight", "lm_head.weight"):
                     p.mul_(4.0)
@@ -650,6 +661,16 @@ def make_golden(name, model, prompt):
             "generated_ids": toks_a,
             "note": "same weights with the ALiBi bias left out; differs from generated_ids, so a runtime "
                     "that loses the key positions fails the golden test",
+        }
+    if name == "mpt":
+        alibi = hf.build_mpt_alibi_tensor
+        hf.build_mpt_alibi_tensor = lambda heads, length: torch.zeros_like(alibi(heads, length))
+        toks_a, _, _ = hf.greedy_with_cache(model, prompt, N_NEW)
+        hf.build_mpt_alibi_tensor = alibi
+        assert toks_a != toks
+        golden["without_alibi"] = {
+            "generated_ids": toks_a,
+            "note": "same weights with the ALiBi bias left out; differs from generated_ids",
         }
     if name == "gemma2":
         caps = (cfg.attn_logit_softcapping, cfg.final_logit_softcapping)

@@ -58,8 +58,18 @@ std::vector<nf::Node> first_matmuls(const nf::graph::GraphView& view, const std:
 // other operand, and each Where(condition, scores, min).
 struct ScorePath {
   std::vector<MaskUse> adds;
-  std::vector<nf::Node> wheres;
+  std::vector<nf::Node> wheres;  // Where(condition, scores, other)
+  std::vector<nf::Node> fills;   // Where(condition, fill, scores): masked_fill
 };
+
+// A scalar float constant (initializer or Constant node), if `value` is one.
+std::optional<float> scalar_constant(const nf::graph::GraphView& view, const std::string& value) {
+  nf::Tensor t;
+  if (view.is_initializer(value)) t = view.graph().initializer(value);
+  else if (auto p = view.producer(value); p && p->op_type() == "Constant") t = p->attr_tensor("value");
+  if (!t || t.numel() != 1 || t.dtype() != NF_DTYPE_FLOAT32) return std::nullopt;
+  return t.data_as<float>()[0];
+}
 
 // Follows the scores from QK^T to the Softmax through scaling, casts, soft-capping (Tanh),
 // views (Bloom's [b * heads, q, k] -> [b, heads, q, k]), Wheres (GPT-2's causal and GPT-Neo's
@@ -75,6 +85,7 @@ ScorePath score_path(const nf::graph::GraphView& view, const nf::Node& qk) {
     if (op == "Softmax") return path;
     if (op == "Add" && u.input_count() == 2) path.adds.push_back({u.get(), u.input(0) == v ? size_t{1} : size_t{0}});
     else if (op == "Where" && u.input_count() == 3 && u.input(1) == v) path.wheres.push_back(u);  // the scores as the kept branch
+    else if (op == "Where" && u.input_count() == 3 && u.input(2) == v) path.fills.push_back(u);
     else if (op != "Div" && op != "Mul" && op != "Cast" && op != "Identity" && op != "Tanh" && op != "Reshape") return {};
     v = u.output(0);
   }
@@ -103,31 +114,31 @@ std::vector<LayerSites> find_attention_sites(const nf::graph::GraphView& view, c
     std::vector<nf::Node> qk = first_matmuls(view, site.key.full);
     if (qk.size() != 1)
       throw nf::Error(where + "expected one attention-score MatMul after the key Concat, found " + std::to_string(qk.size()));
-    // The mask is the Add operand computed from attention_mask (its causal and window
-    // parts come from shapes and positions, which fold away).
+    // The mask is the Add operand computed from attention_mask's data (its causal and window
+    // parts come from shapes and positions, which fold away). By data only: a later layer's
+    // operands borrow lengths from keys whose computation read the mask in earlier layers.
     const ScorePath path = score_path(view, qk[0]);
     for (const MaskUse& use : path.adds) {
-      nf::Node add(use.add);
-      const std::string& operand = add.input(use.mask_slot);
-      if (!view.upstream(operand).count(mask_input)) {
-        // Data from constants only, its extent from the inputs' lengths: a pattern over key
-        // columns (MPT's ALiBi buffer sliced to the keys) that takes columns for positions.
-        bool sized_by_inputs = false;
-        for (const std::string& u : view.upstream(operand)) sized_by_inputs |= view.is_input(u);
-        if (sized_by_inputs && view.computed_without_inputs(operand))
-          throw nf::Error(where + "'" + operand + "', added to the scores, is computed from constants cut to the key "
-                          "length (a position bias from a buffer, as MPT's ALiBi); in the static layout a cache slot is "
-                          "not a position");
+      const std::string& operand = nf::Node(use.add).input(use.mask_slot);
+      const std::set<std::string> data = view.upstream(operand, false);
+      if (data.count(mask_input)) {
+        (counts_positions(view, data, mask_input) ? site.position_biases : site.masks).push_back(use);
         continue;
       }
-      // By data only: a later layer's mask slice borrows its length from keys whose own
-      // computation saw the first layer's bias.
-      (counts_positions(view, view.upstream(operand, false), mask_input) ? site.position_biases : site.masks)
-          .push_back(use);
+      // Data from constants only, its extent from the inputs' lengths: a pattern over key
+      // columns (MPT's ALiBi buffer sliced to the keys, a causal mask from shapes alone) that
+      // takes columns for positions.
+      bool sized_by_inputs = false;
+      for (const std::string& u : view.upstream(operand)) sized_by_inputs |= view.is_input(u);
+      if (sized_by_inputs && view.computed_without_inputs(operand)) site.slot_biases.push_back(use);
     }
     for (const nf::Node& w : path.wheres)
       if (view.computed_without_inputs(w.input(0))) site.slot_masks.push_back(w.get());
-    if (site.masks.empty())
+    for (const nf::Node& w : path.fills) {
+      auto fill = scalar_constant(view, w.input(1));
+      if (view.upstream(w.input(0)).count(mask_input) && fill && *fill <= -1e4f) site.mask_fills.push_back(w.get());
+    }
+    if (site.masks.empty() && site.mask_fills.empty() && site.slot_biases.empty())
       throw nf::Error(where + "found no mask derived from attention_mask added to the scores before Softmax");
   }
   return layers;

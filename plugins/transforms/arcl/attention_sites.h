@@ -33,6 +33,12 @@ struct LayerSites {
   // Add(scores, bias) where the bias counts key positions from attention_mask (a CumSum over
   // it): ALiBi as Bloom computes it. In the static layout the positions come in key_positions.
   std::vector<MaskUse> position_biases;
+  // Where(condition, fill, scores) with the condition from attention_mask and a large negative
+  // fill: masked_fill of the scores (MPT). The static graph adds the mask input instead.
+  std::vector<nf_node*> mask_fills;
+  // Add(scores, bias) where the bias is constants cut to the key length (MPT's ALiBi buffer):
+  // once static, it must be slopes times key positions (key_positions.h).
+  std::vector<MaskUse> slot_biases;
   // Where(condition, scores, min) whose condition reads no input's data: the model's own
   // causal (GPT-2) or local-window (GPT-Neo) buffer, sliced by the cache length.
   // In the static layout a slot is not a position; the mask inputs carry causality and window.

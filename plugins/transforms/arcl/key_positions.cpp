@@ -2,7 +2,11 @@
 
 #include <npuforge/decoder_io.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <optional>
 
 namespace arcl {
 namespace {
@@ -94,6 +98,68 @@ bool read_key_positions(nf::Graph g, nf::graph::GraphView& view, nf::graph::Uniq
   }
   view.refresh();
   return true;
+}
+
+void bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what) {
+  nf::graph::UniqueNames names(g);
+  std::map<size_t, std::string> positions_of_rank;  // key_positions as float [1, .., 1, cl]
+  for (const auto& [add_name, slot, mask] : biases) {
+    std::optional<nf::Node> add;
+    for (const nf::Node& n : g.nodes())
+      if (n.name() == add_name) add = n;
+    if (!add) throw nf::Error(what + ": the scores' Add '" + add_name + "' is gone after folding");
+    const std::string bias = add->input(slot);
+    const nf::Tensor t = g.initializer(bias);
+    const std::vector<int64_t> d = t ? t.dims() : std::vector<int64_t>{};
+    auto refuse = [&](const std::string& why) {
+      throw nf::Error(what + ": '" + bias + "', added to the scores, is computed from constants cut to the key length (a "
+                      "position bias from a buffer, as MPT's ALiBi) and " + why + "; in the static layout a cache slot is "
+                      "not a position");
+    };
+    if (!t || t.dtype() != NF_DTYPE_FLOAT32 || d.size() < 2 || d.back() != cl) refuse("did not fold to float32 [.., " + std::to_string(cl) + "]");
+    const int64_t cols = d.back(), rows = t.numel() / cols;
+    const float* v = t.data_as<float>();
+    if (std::all_of(v, v + t.numel(), [](float x) { return x == 0.f || x <= -1e4f; })) {
+      add->set_input(slot, mask);
+      continue;
+    }
+    // A slope per row (every axis but the last).
+    std::vector<float> slopes(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = v + r * cols;
+      const float s = cols > 1 ? row[1] - row[0] : 0.f;
+      for (int64_t j = 0; j < cols; ++j)
+        if (std::abs(row[j] - (row[0] + s * static_cast<float>(j))) > 1e-3f * (1.f + std::abs(row[j])))
+          refuse("is not linear along the keys");
+      slopes[static_cast<size_t>(r)] = s;
+    }
+    std::vector<int64_t> slope_dims = d;
+    slope_dims.back() = 1;
+    nf::Tensor slope_t = nf::Tensor::create(NF_DTYPE_FLOAT32, slope_dims);
+    std::copy(slopes.begin(), slopes.end(), slope_t.mutable_as<float>());
+    const std::string slope_name = names.make(bias + ".slopes");
+    g.set_initializer(slope_name, slope_t);
+    std::vector<int64_t> pos_dims(d.size(), 1);
+    pos_dims.back() = cl;
+    std::string& positions = positions_of_rank[d.size()];
+    if (positions.empty()) {
+      const std::string as_float = names.make("key_positions.float"), shape = names.make("key_positions.shape");
+      positions = names.make("key_positions.keys");
+      g.add_node("Cast", {nf::decoder::kKeyPositions}, {as_float}, names.make("/arcl/key_positions/Cast"))
+          .set_attr("to", int64_t{NF_DTYPE_FLOAT32});
+      nf::Tensor s = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(pos_dims.size())});
+      std::copy(pos_dims.begin(), pos_dims.end(), s.mutable_as<int64_t>());
+      g.set_initializer(shape, s);
+      g.add_node("Reshape", {as_float, shape}, {positions}, names.make("/arcl/key_positions/Reshape"));
+      g.set_value_type(as_float, NF_DTYPE_FLOAT32, {1, cl});
+      g.set_value_type(positions, NF_DTYPE_FLOAT32, pos_dims);
+    }
+    const std::string by_position = names.make(bias + ".by_key_position");
+    g.add_node("Mul", {slope_name, positions}, {by_position}, names.make("/arcl/key_positions/Mul"));
+    g.set_value_type(by_position, NF_DTYPE_FLOAT32, d);
+    add->set_input(slot, by_position);
+  }
+  g.sort();
 }
 
 }  // namespace arcl

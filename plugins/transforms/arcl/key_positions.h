@@ -22,4 +22,19 @@ bool read_key_positions(nf::Graph g, nf::graph::GraphView& view, nf::graph::Uniq
                         const std::vector<LayerSites>& sites, const std::string& source_mask, nf_dtype mask_dtype,
                         int64_t cl);
 
+// A score Add whose bias constants give once the graph is static (from a buffer or shapes,
+// cut to the keys): by node name, since folding replaces values.
+struct SlotBias {
+  std::string add;   // the Add's name
+  size_t slot = 0;   // the bias operand's index
+  std::string mask;  // the layer's mask input
+};
+
+// Each such bias takes the key columns for consecutive positions. A mask pattern (every value
+// 0 or <= -1e4: causality from shapes alone) becomes the layer's mask input. A bias linear
+// along the keys with one slope per head and row (MPT's ALiBi, [.., heads, rows, cl])
+// becomes that slope times key_positions (the rest is constant along each row, which Softmax
+// ignores). Anything else throws nf::Error naming the bias.
+void bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what);
+
 }  // namespace arcl

@@ -124,7 +124,14 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   const std::string source_mask = names.make("attention_mask.source");
   view.replace_uses(kAttentionMask, source_mask);
   std::vector<LayerSites> sites = find_attention_sites(view, info, source_mask);
-  const bool alibi = read_key_positions(g, view, names, sites, source_mask, info.mask_dtype, v.cl);
+  // MPT's bias from a buffer is rewritten once static (its values known); by node name, since
+  // folding replaces values.
+  std::vector<SlotBias> slot_biases;
+  for (int64_t l = 0; l < info.layers; ++l)
+    for (const MaskUse& use : sites[l].slot_biases)
+      slot_biases.push_back({std::string(nf::Node(use.add).name()), use.mask_slot,
+                             uses_sliding_mask(v, info, l) ? kSlidingAttentionMask : kAttentionMask});
+  const bool alibi = read_key_positions(g, view, names, sites, source_mask, info.mask_dtype, v.cl) || !slot_biases.empty();
   if (alibi && (v.scl || prefix))
     throw nf::Error(what + ": ALiBi key positions with " + (prefix ? "a KV prefix" : "a sliding cache (SCL)") +
                     " are not supported");
@@ -135,6 +142,13 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
     any_sliding_mask |= sliding;
     for (const MaskUse& use : sites[l].masks)
       nf::Node(use.add).set_input(use.mask_slot, sliding ? kSlidingAttentionMask : kAttentionMask);
+    for (nf_node* w : sites[l].mask_fills) {  // masked_fill(scores, cond, min) -> scores + mask
+      nf::Node fill(w);
+      const std::string scores = fill.input(2), out = fill.output(0), name(fill.name());
+      g.remove_node(fill);
+      g.add_node("Add", {scores, sliding ? kSlidingAttentionMask : kAttentionMask}, {out}, name);
+      view.refresh();
+    }
     for (nf_node* w : sites[l].slot_masks) view.replace_uses(nf::Node(w).output(0), nf::Node(w).input(1));
   }
   KvRewrite kv{g, view, names, htp};
@@ -193,6 +207,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
 
   nf::graph::make_static(g, what);
   gather_slices(g);
+  if (!slot_biases.empty()) bias_from_key_positions(g, slot_biases, v.cl, what);
 
   // The contract the runner relies on.
   auto expect = [&](const std::string& value, const Dims& dims) {
