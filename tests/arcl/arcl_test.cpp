@@ -2,6 +2,7 @@
 // (prefill in AR-4 chunks, decode with AR 1), against the torch goldens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -154,6 +155,49 @@ TEST(ArclGolden, GptjRotaryRowsGathered) {
     }
     EXPECT_EQ(gathers_by_position, 1) << g->name << ": one sin / cos row gather, shared by the layers";
   }
+}
+
+// zoo/mpt's ALiBi buffer [heads, 1, max_seq_len]: a Constant, as the exporter folds it.
+bool is_mpt_buffer(const nf::ir::Node& n) {
+  const std::vector<int64_t> dims{4, 1, 256};
+  return n.op_type == "Constant" && n.attrs.count("value") && n.attrs.at("value").t->tensor.dims == dims;
+}
+
+// ALiBi: Bloom counts key positions from the mask (CumSum), MPT slices a constant buffer to
+// the key length. Both static forms read key_positions [1, CL] (no position_ids: the exports
+// have none); neither count nor buffer is left in the graphs.
+TEST(ArclGraphs, AlibiReadsKeyPositions) {
+  for (const char* model : {"zoo/bloom", "zoo/mpt"}) {
+    auto ms = load_model(model);
+    ASSERT_EQ(apply_arcl(*ms, kAr14Cl32).error, "") << model;
+    for (const auto& g : ms->graphs) {
+      EXPECT_EQ(std::count(g->inputs.begin(), g->inputs.end(), "key_positions"), 1) << model << " " << g->name;
+      EXPECT_EQ(std::count(g->inputs.begin(), g->inputs.end(), "position_ids"), 0) << model << " " << g->name;
+      const auto& shape = g->types.at("key_positions").shape;
+      ASSERT_TRUE(shape && shape->size() == 2) << model;
+      EXPECT_EQ((*shape)[0].value * 1000 + (*shape)[1].value, 1 * 1000 + 32) << model << ": [1, CL]";
+      for (const auto& n : g->nodes) EXPECT_NE(n->op_type, "CumSum") << model << " " << g->name;
+      for (const auto& n : g->nodes)
+        EXPECT_FALSE(is_mpt_buffer(*n)) << model << ": MPT's buffer stayed";
+      for (const auto& [name, t] : g->initializers)
+        EXPECT_NE(t->tensor.dims, (std::vector<int64_t>{4, 1, 256})) << model << ": '" << name << "' (MPT's buffer) stayed";
+    }
+  }
+}
+
+// A bias from constants cut to the key length that is not slopes times positions (here MPT's
+// buffer with one value moved) cannot be re-based on key_positions: arcl refuses it.
+TEST(ArclGraphs, BiasCutFromAConstantMustBeLinear) {
+  auto ms = load_model("zoo/mpt");
+  int moved = 0;
+  for (auto& n : ms->graphs.at(0)->nodes)
+    if (is_mpt_buffer(*n)) {
+      n->attrs.at("value").t->tensor.mutable_as<float>()[250] += 1.f;  // within the 32 last columns CL 32 keeps
+      ++moved;
+    }
+  ASSERT_EQ(moved, 1);
+  TransformResult r = apply_arcl(*ms, kAr14Cl32);
+  EXPECT_NE(r.error.find("is not linear along the keys"), std::string::npos) << r.error;
 }
 
 TEST(ArclGraphs, VariantsContractAndMetadata) {

@@ -327,6 +327,34 @@ TEST(FamilyMoe, SpinquantThenTheMoeTransform) {
     expect_golden_package(model, "[[quant]]\nrecipe = \"spinquant\"\n\n" + kMoe + kArcl, "spinquant_moe");
 }
 
+// ALiBi models read each key's position from key_positions, not from its column. A lookahead
+// pass holds rows of the same position side by side (its window and its guesses), so with
+// positions counted by column the tokens part from plain greedy (at the 19th on zoo/bloom
+// when the runner fed n_past + column): lade must give plain greedy's 40 tokens.
+TEST(FamilyAlibi, LookaheadRowsTakeTheirOwnPositions) {
+  for (const char* model : {"zoo/bloom", "zoo/mpt"}) {
+    WorkDir work(std::string("alibi_lade_") + model);
+    const std::string toml = "[model]\nonnx = \"" + model_dir(model) + "/model.onnx\"\n\n[[transform]]\nplugin = \"arcl\"\n"
+                             "arn = [1, 64]\ncontext_length = 128\n\n[targets.cpu]\nbackend = \"cpu\"\nthreads = 1\n";
+    std::ofstream(work.path / "manifest.toml") << toml;
+    auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json g = golden(model);
+    const nlohmann::json prompt = g.at("prompt_ids");
+    auto run = [&](const std::string& decoder) {
+      auto out = npuforge({"run", (work.path / "out" / "cpu").string(), "--prompt-ids", join_ids(prompt), "--max-new-tokens",
+                           "40", "--json", "--decoder", decoder});
+      EXPECT_EQ(out.exit_code, 0) << out.err;
+      return out.exit_code == 0 ? nlohmann::json::parse(out.out).at("tokens").get<std::vector<int32_t>>() : std::vector<int32_t>{};
+    };
+    const std::vector<int32_t> greedy = run("none");
+    const auto want = g.at("generated_ids").get<std::vector<int32_t>>();
+    ASSERT_GE(greedy.size(), want.size());
+    EXPECT_EQ(std::vector<int32_t>(greedy.begin(), greedy.begin() + static_cast<std::ptrdiff_t>(want.size())), want) << model;
+    EXPECT_EQ(run("lade"), greedy) << model;
+  }
+}
+
 // Gemma-3 from 4B up ships a multimodal config.json: the decoder's shapes and its sliding
 // window sit in text_config. The package must still window the sliding layers (torch's
 // greedy tokens differ from the first one when the window is lost).
