@@ -151,6 +151,30 @@ TEST(AriesOptions, PartRanges) {
   }
 }
 
+// REGULUS has the ARIES core: its core parameters name aries-rb's ("same_as") instead of
+// copying them, so a refit of ARIES reaches it (the copies had gone stale: mac_efficiency
+// 0.1533 and a 4 MiB buffer "as ARIES" against the fitted 0.3264 and 480 KiB). A same_as
+// that names a device with no value of its own is refused.
+TEST(AriesDevice, RegulusTakesTheAriesCoresValues) {
+  const Device a = Device::load_file(kDevices + "/aries-rb.json"), r = Device::load_file(kDevices + "/regulus-rb.json");
+  EXPECT_EQ(r.mac_efficiency, a.mac_efficiency);
+  EXPECT_EQ(r.onchip_buffer_bytes, a.onchip_buffer_bytes);
+  EXPECT_EQ(r.mac_rows, a.mac_rows);
+  EXPECT_EQ(r.raw["params"]["mac_efficiency"]["value"], a.raw["params"]["mac_efficiency"]["value"]) << "resolved into the copy a package keeps";
+  const fs::path dir = fs::temp_directory_path() / ("aries_same_as_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  nlohmann::json j = r.raw;
+  j["params"]["mac_efficiency"] = {{"same_as", "no-such-device"}, {"source", "test"}};
+  std::ofstream(dir / "x.json") << j.dump();
+  try {
+    Device::load_file((dir / "x.json").string());
+    ADD_FAILURE() << "a same_as naming a missing device was accepted";
+  } catch (const nf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-device.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(AriesDevice, FilesCarryASourceForEveryNumber) {
   for (const char* id : {"aries-rb", "regulus-rb"}) {
     Device d = Device::load_file(kDevices + "/" + id + ".json");

@@ -1,3 +1,5 @@
+#include <npuforge/hf_config.hpp>
+
 #include "test_util.h"
 
 using namespace nf;
@@ -96,9 +98,7 @@ TEST(Inspect, HeadsByStructureWhateverTheNames) {
     for (const auto& e : fs::directory_iterator(base)) {
       if (!fs::exists(e.path() / "model.onnx") || !fs::exists(e.path() / "config.json")) continue;
       json config = json::parse(std::ifstream(e.path() / "config.json"));
-      int64_t heads = -1;
-      for (const char* key : {"num_attention_heads", "n_head", "num_heads"})
-        if (config.contains(key)) heads = config[key].get<int64_t>();
+      const int64_t heads = nf::hf_config::get_int(config, "num_attention_heads").value_or(-1);  // any family's key
       auto g = onnx_io::load_model((e.path() / "model.onnx").string());
       std::set<std::string> io(g->inputs.begin(), g->inputs.end());
       io.insert(g->outputs.begin(), g->outputs.end());

@@ -59,11 +59,43 @@ Device Device::from_json(const nlohmann::json& j, const std::string& where) {
   return d;
 }
 
-Device Device::load_file(const std::string& path) {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw Error("aries backend: cannot read device file " + path);
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) throw Error("aries backend: device file " + path + " is not valid JSON");
+  return j;
+}
+
+// A parameter may take another device's value ("same_as": "aries-rb", the same core) from
+// that device's file beside this one: a refit of one cannot leave the other stale. The value
+// is written in (and the source says whose it is), so the package's copy stands alone.
+void resolve_same_as(nlohmann::json& j, const std::string& path) {
+  if (!j.is_object() || !j.contains("params") || !j["params"].is_object()) return;
+  for (auto& [key, param] : j["params"].items()) {
+    if (!param.is_object() || !param.contains("same_as")) continue;
+    const std::string where = "aries backend: device file " + path + ": params." + key;
+    if (!param["same_as"].is_string()) throw Error(where + ".same_as is not a device name");
+    const std::string other = param["same_as"].get<std::string>();
+    const std::string other_path = (std::filesystem::path(path).parent_path() / (other + ".json")).string();
+    const nlohmann::json o = read_json(other_path);
+    const nlohmann::json* v = o.contains("params") && o["params"].contains(key) ? &o["params"][key] : nullptr;
+    if (!v || !v->is_object() || !v->contains("value") || v->contains("same_as"))
+      throw Error(where + " is the same as '" + other + "', whose file " + other_path + " gives no value of its own");
+    param["value"] = (*v)["value"];
+    param.erase("same_as");
+    if (param.contains("source") && param["source"].is_string())
+      param["source"] = param["source"].get<std::string>() + " (" + other + ".json: " + (*v)["value"].dump() + ")";
+  }
+}
+
+}  // namespace
+
+Device Device::load_file(const std::string& path) {
+  nlohmann::json j = read_json(path);
+  resolve_same_as(j, path);
   return from_json(j, path);
 }
 
