@@ -100,7 +100,7 @@ bool read_key_positions(nf::Graph g, nf::graph::GraphView& view, nf::graph::Uniq
   return true;
 }
 
-void bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what) {
+bool bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what) {
   nf::graph::UniqueNames names(g);
   std::map<size_t, std::string> positions_of_rank;  // key_positions as float [1, .., 1, cl]
   for (const auto& [add_name, slot, mask] : biases) {
@@ -160,6 +160,7 @@ void bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, i
     add->set_input(slot, by_position);
   }
   g.sort();
+  return !positions_of_rank.empty();
 }
 
 }  // namespace arcl

@@ -1,6 +1,7 @@
 // ALiBi in the static layout: a model that counts its key positions from attention_mask
-// (Bloom: cumsum over the mask, times per-head slopes, added to the scores) reads them from
-// the input key_positions instead, since a cache slot is not a position.
+// (Bloom: cumsum over the mask, times per-head slopes, added to the scores) or adds a buffer
+// cut to the keys (MPT) reads them from the input key_positions instead, since a cache slot
+// is not a position.
 #pragma once
 
 #include <npuforge/graph/graph_view.h>
@@ -34,7 +35,8 @@ struct SlotBias {
 // 0 or <= -1e4: causality from shapes alone) becomes the layer's mask input. A bias linear
 // along the keys with one slope per head and row (MPT's ALiBi, [.., heads, rows, cl])
 // becomes that slope times key_positions (the rest is constant along each row, which Softmax
-// ignores). Anything else throws nf::Error naming the bias.
-void bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what);
+// ignores). Anything else throws nf::Error naming the bias. Returns whether any bias reads
+// key_positions now.
+bool bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, int64_t cl, const std::string& what);
 
 }  // namespace arcl

@@ -7,6 +7,7 @@
 #include <npuforge/graph/value_types.h>
 #include <npuforge/graph_roles.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "attention_sites.h"
@@ -131,10 +132,13 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
     for (const MaskUse& use : sites[l].slot_biases)
       slot_biases.push_back({std::string(nf::Node(use.add).name()), use.mask_slot,
                              uses_sliding_mask(v, info, l) ? kSlidingAttentionMask : kAttentionMask});
-  const bool alibi = read_key_positions(g, view, names, sites, source_mask, info.mask_dtype, v.cl) || !slot_biases.empty();
-  if (alibi && (v.scl || prefix))
-    throw nf::Error(what + ": ALiBi key positions with " + (prefix ? "a KV prefix" : "a sliding cache (SCL)") +
-                    " are not supported");
+  const bool counted = read_key_positions(g, view, names, sites, source_mask, info.mask_dtype, v.cl);
+  auto refuse_with_positions = [&] {
+    if (v.scl || prefix)
+      throw nf::Error(what + ": ALiBi key positions with " + (prefix ? "a KV prefix" : "a sliding cache (SCL)") +
+                      " are not supported");
+  };
+  if (counted) refuse_with_positions();
 
   bool any_sliding_mask = false;
   for (int64_t l = 0; l < info.layers; ++l) {
@@ -175,7 +179,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   }
   inputs.push_back(kAttentionMask);
   g.set_value_type(kAttentionMask, NF_DTYPE_FLOAT32, {1, 1, v.ar, v.cl});
-  if (alibi) {
+  if (counted || !slot_biases.empty()) {  // slot biases may turn out to be masks: dropped below if unread
     inputs.push_back(nf::decoder::kKeyPositions);
     g.set_value_type(nf::decoder::kKeyPositions, NF_DTYPE_INT64, {1, v.cl});
   }
@@ -207,7 +211,13 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
 
   nf::graph::make_static(g, what);
   gather_slices(g);
-  if (!slot_biases.empty()) bias_from_key_positions(g, slot_biases, v.cl, what);
+  if (!slot_biases.empty()) {
+    if (bias_from_key_positions(g, slot_biases, v.cl, what)) refuse_with_positions();
+    else if (!counted) {
+      inputs.erase(std::find(inputs.begin(), inputs.end(), nf::decoder::kKeyPositions));
+      g.set_inputs(inputs);
+    }
+  }
 
   // The contract the runner relies on.
   auto expect = [&](const std::string& value, const Dims& dims) {

@@ -603,7 +603,8 @@ AttentionCore match_core(const GraphView& view, const nf::Node& softmax) {
     for (const std::string& in : n.inputs()) {
       if (in == prev || in.empty()) continue;
       const Dims d = view.is_initializer(in) ? view.graph().initializer(in).dims() : static_dims(view.graph(), in, "operand");
-      if (sd[1] > 1 && d.size() >= 3 && d[d.size() - 3] == sd[1]) c.per_head_operands.push_back(in);
+      const int64_t head_axis = static_cast<int64_t>(d.size()) - 3;
+      if (sd[1] > 1 && head_axis >= 0 && d[static_cast<size_t>(head_axis)] == sd[1]) c.per_head_operands.emplace_back(in, head_axis);
       else check_shared_operand(view, in, "node '" + node_name(n) + "'");
     }
     prev = n.output(0);

@@ -68,7 +68,7 @@ struct AttentionCore {
   std::vector<nf_node*> score_chain;  // from score's output to value's first input, in order
   // Operands of the chain with one entry per query head on the head axis (ALiBi's bias
   // [heads, 1, T]); every other operand is shared by the heads (mask, scale).
-  std::vector<std::string> per_head_operands;
+  std::vector<std::pair<std::string, int64_t>> per_head_operands;  // (value, its head axis)
   // Scalar Mul/Div on K (torch's SDPA export scales K^T) and on V: each head applies them to
   // its scores and to its output instead, which is the same product.
   std::vector<nf_node*> key_scales, value_scales;

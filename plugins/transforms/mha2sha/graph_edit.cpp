@@ -15,6 +15,12 @@ Dims static_dims(const nf::Graph& g, const std::string& value, const std::string
   return *t->dims;
 }
 
+std::optional<Dims> known_dims(const nf::Graph& g, const std::string& value) {
+  auto t = nf::graph::get_value_type(g, value);
+  if (!t || !t->is_static()) return std::nullopt;
+  return *t->dims;
+}
+
 int64_t numel(const Dims& d) {
   int64_t n = 1;
   for (int64_t x : d) n *= x;

@@ -6,6 +6,7 @@
 #include <npuforge/plugin.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ using Dims = std::vector<int64_t>;
 
 // Static dims of a value; throws nf::Error naming `what` when the type is unknown or dynamic.
 Dims static_dims(const nf::Graph& g, const std::string& value, const std::string& what);
+// The same, or nothing (for the passes that only rewrite what they recognise).
+std::optional<Dims> known_dims(const nf::Graph& g, const std::string& value);
 int64_t numel(const Dims& d);
 // `axis` of a rank-`rank` tensor as a non-negative index.
 int64_t normalize_axis(int64_t axis, int64_t rank);

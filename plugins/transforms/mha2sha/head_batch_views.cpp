@@ -19,16 +19,10 @@
 namespace mha2sha {
 namespace {
 
-std::optional<Dims> dims_of(const nf::Graph& g, const std::string& v) {
-  auto t = nf::graph::get_value_type(g, v);
-  if (!t || !t->dims) return std::nullopt;
-  return *t->dims;
-}
-
 // A Reshape from [1, x...] to [x...] (drops = true) or from [x...] to [1, x...].
 bool unit_view(const nf::Graph& g, const nf::Node& n, bool drops) {
   if (n.op_type() != "Reshape") return false;
-  auto in = dims_of(g, n.input(0)), out = dims_of(g, n.output(0));
+  auto in = known_dims(g, n.input(0)), out = known_dims(g, n.output(0));
   if (!in || !out) return false;
   const Dims& big = drops ? *in : *out;
   const Dims& small = drops ? *out : *in;

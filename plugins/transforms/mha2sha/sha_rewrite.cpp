@@ -245,9 +245,7 @@ void rewrite_core(const GraphView& view, const AttentionCore& c, GraphEditor& ed
     std::string s = ed.fresh(score.output(0) + t);
     ed.add("MatMul", {q[h], k_t[h / group]}, {s}, std::string(score.name()) + t);
     std::map<std::string, std::string> map{{score.output(0), apply_scales(view, ed, c.key_scales, s, t)}};
-    for (const std::string& operand : c.per_head_operands) {  // head h's slice of the head axis
-      const Dims d = view.is_initializer(operand) ? g.initializer(operand).dims() : static_dims(g, operand, "per-head operand");
-      const int64_t axis = static_cast<int64_t>(d.size()) - 3;
+    for (const auto& [operand, axis] : c.per_head_operands) {  // head h's slice of the head axis
       map[operand] = ed.fresh(operand + t);
       ed.add("Slice", {operand, ed.int64_constant({h}), ed.int64_constant({h + 1}), ed.int64_constant({axis})},
              {map[operand]}, operand + t);

@@ -18,12 +18,6 @@
 namespace mha2sha {
 namespace {
 
-std::optional<Dims> dims_of(const nf::Graph& g, const std::string& v) {
-  auto t = nf::graph::get_value_type(g, v);
-  if (!t || !t->dims) return std::nullopt;
-  return *t->dims;
-}
-
 // Whether the cut takes only the last axis of a rank-4 value: by Split's attribute, or a
 // Slice's constant axes with unit steps.
 bool cuts_last_of_four(const nf::graph::GraphView& view, const nf::Node& cut) {
@@ -53,7 +47,7 @@ size_t unit_head_views(nf::Graph g) {
   for (const nf::Node& u : view.nodes()) {
     if (u.op_type() != "Unsqueeze" || u.input_count() != 2 || view.constant_ints(u.input(1)) != std::vector<int64_t>{1})
       continue;
-    auto x = dims_of(g, u.input(0));
+    auto x = known_dims(g, u.input(0));
     const std::vector<nf::Node>& readers = view.consumers(u.output(0));
     if (x && x->size() == 3 && (*x)[0] == 1 && readers.size() == 1 && cuts_last_of_four(view, readers[0]) &&
         readers[0].input(0) == u.output(0))
@@ -74,7 +68,7 @@ size_t unit_head_views(nf::Graph g) {
     if (cut.op_type() == "Split") flat.set_attr("axis", int64_t{2});
     const nf_dtype dtype = nf::graph::get_value_type(g, u.input(0))->dtype;
     for (size_t i = 0; i < old_outs.size(); ++i) {
-      auto d4 = dims_of(g, old_outs[i]);
+      auto d4 = known_dims(g, old_outs[i]);
       if (!d4 || d4->size() != 4) throw nf::Error("mha2sha: '" + old_outs[i] + "' has no static 4-D shape");
       const Dims rows_cols{1, (*d4)[2], (*d4)[3]};
       nf::graph::set_value_type(g, flat_outs[i], dtype, rows_cols);
