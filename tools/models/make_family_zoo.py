@@ -452,6 +452,8 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
          "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144}
+# ALiBi families: the hf_families function that computes the bias
+ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
 
@@ -651,26 +653,16 @@ def make_golden(name, model, prompt):
             "note": "same weights with plain rope (rope_scaling ignored); differs from generated_ids, "
                     "so a runtime that ignores the llama3 rope scaling fails the golden test",
         }
-    if name == "bloom":
-        alibi = hf.bloom_alibi
-        hf.bloom_alibi = lambda mask, heads, dtype: torch.zeros_like(alibi(mask, heads, dtype))
+    if name in ALIBI:  # the bias function as a zero of the same shape
+        alibi = getattr(hf, ALIBI[name])
+        setattr(hf, ALIBI[name], lambda *args: torch.zeros_like(alibi(*args)))
         toks_a, _, _ = hf.greedy_with_cache(model, prompt, N_NEW)
-        hf.bloom_alibi = alibi
+        setattr(hf, ALIBI[name], alibi)
         assert toks_a != toks
         golden["without_alibi"] = {
             "generated_ids": toks_a,
             "note": "same weights with the ALiBi bias left out; differs from generated_ids, so a runtime "
                     "that loses the key positions fails the golden test",
-        }
-    if name == "mpt":
-        alibi = hf.build_mpt_alibi_tensor
-        hf.build_mpt_alibi_tensor = lambda heads, length: torch.zeros_like(alibi(heads, length))
-        toks_a, _, _ = hf.greedy_with_cache(model, prompt, N_NEW)
-        hf.build_mpt_alibi_tensor = alibi
-        assert toks_a != toks
-        golden["without_alibi"] = {
-            "generated_ids": toks_a,
-            "note": "same weights with the ALiBi bias left out; differs from generated_ids",
         }
     if name == "gemma2":
         caps = (cfg.attn_logit_softcapping, cfg.final_logit_softcapping)
