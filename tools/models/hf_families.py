@@ -2896,6 +2896,86 @@ class MptForCausalLM(DecoderLM):
         return tuple([self.lm_head(t.norm_f(hidden_states))] + out)
 
 
+class BaichuanAttention(nn.Module):
+    """Baichuan2-7B's modeling_baichuan.py (trust_remote_code): one W_pack projection cut as
+    `proj.unflatten(-1, (3, hidden)).unsqueeze(0).transpose(0, -2).squeeze(-2)` and indexed
+    proj[0], proj[1], proj[2]; each viewed as heads and transposed; rotary tables indexed by
+    position_ids (in float32); F.scaled_dot_product_attention with the additive mask;
+    o_proj, no biases."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = self.hidden_size // self.num_heads
+        self.W_pack = nn.Linear(self.hidden_size, 3 * self.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
+        self.rotary_emb = Qwen2RotaryEmbedding(self.head_dim, max_position_embeddings=config.max_position_embeddings)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        bsz, q_len, _ = hidden_states.size()
+        proj = self.W_pack(hidden_states)
+        proj = proj.unflatten(-1, (3, self.hidden_size)).unsqueeze(0).transpose(0, -2).squeeze(-2)
+        query_states = proj[0].view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = proj[1].view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        value_states = proj[2].view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        kv_seq_len = key_states.shape[-2] + past_key_value[0].shape[-2]
+        cos, sin = self.rotary_emb(value_states, seq_len=kv_seq_len)
+        query_states, key_states = apply_rotary_pos_emb_indexed(query_states, key_states, cos, sin, position_ids)
+        key_states = torch.cat([past_key_value[0], key_states], dim=2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=2)
+        present = (key_states, value_states)
+        attn_output = ScaledDotProductAttention.apply(query_states, key_states, value_states, attention_mask, None)
+        attn_output = attn_output.transpose(1, 2).reshape(bsz, q_len, self.hidden_size)
+        return self.o_proj(attn_output), present
+
+
+class BaichuanDecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.self_attn = BaichuanAttention(config, layer_idx)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        attn_output, present = self.self_attn(self.input_layernorm(hidden_states), attention_mask, position_ids,
+                                              past_key_value)
+        hidden_states = hidden_states + attn_output
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states)), present
+
+
+class BaichuanForCausalLM(DecoderLM):
+    """`model` (embed_tokens, layers, norm) and NormHead: an untied head whose rows it
+    L2-normalizes in place on the first eval call, so an export holds the normalized weight
+    as a plain linear. The mask is the old `_prepare_decoder_attention_mask` (as MPT's)."""
+
+    def __init__(self, cfg_dict, mask_style="converter"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "baichuan", mask_style
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.model.layers = nn.ModuleList([BaichuanDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.model.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def normalize_head(self):
+        """NormHead's first eval call: weight = F.normalize(weight) (each row to unit L2 norm)."""
+        with torch.no_grad():
+            self.lm_head.weight.copy_(F.normalize(self.lm_head.weight))
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        hidden_states = self.model.embed_tokens(input_ids)
+        past_length = past_flat[0].shape[2]
+        mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length, hidden_states.dtype)
+        out = []
+        for i, layer in enumerate(self.model.layers):
+            hidden_states, (k, v) = layer(hidden_states, mask, position_ids, (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        return tuple([self.lm_head(self.model.norm(hidden_states))] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
@@ -2904,6 +2984,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return BloomForCausalLM(cfg_dict, mask_style)
     if family == "mpt":
         return MptForCausalLM(cfg_dict)
+    if family == "baichuan":
+        return BaichuanForCausalLM(cfg_dict)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_bigcode":
@@ -2951,6 +3033,21 @@ def _layer_norm_symbolic(g, input, normalized_shape, weight, bias, eps, cudnn_en
                 axis_i=-len(shape))
 
 
+def _unflatten_symbolic(g, input, dim, unflattened_size):
+    """torch >= 2.0's export of unflatten (symbolic_opset13.unflatten): Shape of the input
+    sliced before and after `dim`, concatenated around the new sizes, and a Reshape. torch 1.13
+    has none (Baichuan2's W_pack cut)."""
+    import torch.onnx.symbolic_helper as sym
+    rank = sym._get_tensor_rank(input)
+    d = sym._get_const(dim, "i", "dim") % rank
+    shape = g.op("Shape", input)
+    head = g.op("Slice", shape, g.op("Constant", value_t=torch.tensor([0])), g.op("Constant", value_t=torch.tensor([d])))
+    tail = g.op("Slice", shape, g.op("Constant", value_t=torch.tensor([d + 1])),
+                g.op("Constant", value_t=torch.tensor([9223372036854775807])))
+    sizes = g.op("Constant", value_t=torch.tensor(sym._get_const(unflattened_size, "is", "unflattened_size")))
+    return g.op("Reshape", input, g.op("Concat", head, sizes, tail, axis_i=0))
+
+
 def _expm1_symbolic(g, self):
     """torchlib's aten_expm1 (the dynamo exporter, torch's default since 2.9): Exp(x) - 1.
     The TorchScript exporter has no symbolic for expm1 (xIELU's negative branch)."""
@@ -2991,6 +3088,7 @@ def export_onnx(model, path, opset=17):
     torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", _repeat_interleave_symbolic, 13)
     torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1_symbolic, 9)
+    torch.onnx.register_custom_op_symbolic("aten::unflatten", _unflatten_symbolic, 13)
     with torch.no_grad():
         torch.onnx.export(model, tuple(args), path, input_names=ins, output_names=outs, dynamic_axes=axes,
                           opset_version=opset, do_constant_folding=True)

@@ -425,6 +425,14 @@ MODELS = {
         "use_cache": True, "bos_token_id": 0, "eos_token_id": 0, "tie_word_embeddings": True,
         "torch_dtype": "float32",
     },
+    "baichuan": {
+        # Baichuan2-7B's layout (trust_remote_code: W_pack, NormHead, RoPE, SDPA; untied)
+        "architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "vocab_size": 320, "hidden_size": 64,
+        "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256,
+        "model_max_length": 256, "rms_norm_eps": 1e-6, "hidden_act": "silu", "pad_token_id": 0, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False, "z_loss_weight": 0, "use_cache": True,
+        "initializer_range": 0.02, "torch_dtype": "float32",
+    },
 }
 
 # HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
@@ -451,7 +459,7 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145}
 # ALiBi families: the hf_families function that computes the bias
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
@@ -516,6 +524,8 @@ def random_init(model, seed, logit_gain=4.0):
             for name, p in model.named_parameters():
                 if name.endswith("q_proj.weight") or name.endswith("k_proj.weight"):
                     p.mul_(QK_GAIN.get(model.family, 1.0))
+                elif name.endswith("W_pack.weight"):  # Baichuan's q, k, v: x1 alternates two tokens
+                    p.mul_(3.0)
             return
         t = TIED_TWEAKS.get(model.family, TIED_DEFAULT)
         model.model.embed_tokens.weight.mul_(t["embed_scale"])
@@ -574,6 +584,8 @@ def build(name):
     model = hf.causal_lm(MODELS[name], family, mask_style=MASK_STYLE.get(name, MASK_STYLE.get(family, "masked_fill")),
                          attn_implementation=attention)
     random_init(model, SEEDS[name])
+    if hasattr(model, "normalize_head"):  # Baichuan2's NormHead, as its first eval call leaves it
+        model.normalize_head()
     model.eval()
     return model
 

@@ -14,6 +14,7 @@
 #include "sha_rewrite.h"
 #include "fused_head_views.h"
 #include "head_batch_views.h"
+#include "part_views.h"
 #include "unit_head_views.h"
 
 namespace mha2sha {
@@ -61,6 +62,7 @@ GraphResult rewrite_graph(nf::Graph g, const Mha2shaOptions& opts, HeadWeights& 
   unit_head_views(g);
   head_batch_views(g);
   fused_head_views(g);
+  part_views(g);
   nf::graph::GraphView view(g);
   CoreSearch search = find_attention_cores(view);
   for (const Rejection& x : search.rejected) {
