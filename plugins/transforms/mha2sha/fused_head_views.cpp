@@ -6,7 +6,6 @@
 // the first form into the second, the same bytes.
 #include "fused_head_views.h"
 
-#include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/value_types.h>
 
@@ -55,19 +54,13 @@ size_t fused_head_views(nf::Graph g) {
     nf::graph::set_value_type(g, flat_view, dtype, flat);
     nf::graph::set_value_type(g, moved, dtype, heads_first);
     for (auto [i, transpose] : parts) {
-      const std::string out = transpose.output(0), name(transpose.name());
-      g.remove_node(transpose);
-      ed.add("Slice", {moved, ed.int64_constant({i * d[4]}), ed.int64_constant({(i + 1) * d[4]}), ed.int64_constant({3})},
-             {out}, name);
+      const std::string out = transpose.output(0);
+      ed.replace_by_slice(transpose, moved, i * d[4], (i + 1) * d[4], 3);
       nf::graph::set_value_type(g, out, dtype, part);
       ++rewritten;
     }
   }
-  if (rewritten) {
-    nf::graph::eliminate_dead_nodes(g);
-    g.sort();
-  }
-  return rewritten;
+  return finish_rewrite(g, rewritten);
 }
 
 }  // namespace mha2sha

@@ -1,6 +1,7 @@
 #include "graph_edit.h"
 
 #include <npuforge/graph/copy_node.h>
+#include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/value_types.h>
 
 #include <cstring>
@@ -30,6 +31,20 @@ int64_t numel(const Dims& d) {
 int64_t normalize_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
 GraphEditor::GraphEditor(nf::Graph g, std::string prefix) : g_(g), prefix_(std::move(prefix)), names_(g) {}
+
+size_t finish_rewrite(nf::Graph g, size_t count) {
+  if (count) {
+    nf::graph::eliminate_dead_nodes(g);
+    g.sort();
+  }
+  return count;
+}
+
+void GraphEditor::replace_by_slice(nf::Node node, const std::string& x, int64_t begin, int64_t end, int64_t axis) {
+  const std::string out = node.output(0), name(node.name());
+  g_.remove_node(node);
+  add("Slice", {x, int64_constant({begin}), int64_constant({end}), int64_constant({axis})}, {out}, name);
+}
 
 std::string GraphEditor::int64_constant(const std::vector<int64_t>& values) {
   auto it = constants_.find(values);

@@ -22,6 +22,10 @@ int64_t numel(const Dims& d);
 // `axis` of a rank-`rank` tensor as a non-negative index.
 int64_t normalize_axis(int64_t axis, int64_t rank);
 
+// After a pass rewrote `count` places of `g` (none: nothing to do): drops what they left dead
+// and sorts the graph. Returns `count`.
+size_t finish_rewrite(nf::Graph g, size_t count);
+
 // Values read through the ABI once per graph: int64 constant initializers by content.
 class GraphEditor {
  public:
@@ -41,6 +45,9 @@ class GraphEditor {
   // `value` (dims `dims`) permuted by `perm`. When only size-1 axes move, the bytes do not:
   // a Reshape (or nothing) stands in for the Transpose. Equal requests share one result.
   std::string permute(const std::string& value, const Dims& dims, const Dims& perm, const std::string& label);
+  // Replaces `node` by a Slice of `x` over [begin, end) on `axis` that writes the node's
+  // output under its name (the cut forms of a fused projection, rewritten to the common one).
+  void replace_by_slice(nf::Node node, const std::string& x, int64_t begin, int64_t end, int64_t axis);
   // `value` reshaped to `dims` (nothing when it already has them).
   std::string reshape(const std::string& value, const Dims& from, const Dims& to, const std::string& label);
 

@@ -7,7 +7,6 @@
 // views and lifts the span (whole, or not at all), leaving heads on axis 1 as everywhere else.
 #include "head_batch_views.h"
 
-#include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/infer_shapes.h>
 #include <npuforge/graph/value_types.h>
@@ -84,9 +83,8 @@ size_t head_batch_views(nf::Graph g) {
       view.replace_uses(r.output(0), r.input(0));
       ++removed;
     }
-  nf::graph::eliminate_dead_nodes(g);
-  g.sort();
-  nf::graph::infer_shapes(g);
+  finish_rewrite(g, removed);
+  nf::graph::infer_shapes(g);  // the span's values are rank 4 now
   return removed;
 }
 

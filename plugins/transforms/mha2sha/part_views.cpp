@@ -8,7 +8,6 @@
 // of the last value is such a Gather giving [1, rows, width], replaces each by that Slice.
 #include "part_views.h"
 
-#include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/value_types.h>
 
@@ -119,18 +118,10 @@ size_t part_views(nf::Graph g) {
   size_t rewritten = 0;
   for (const Cut& cut : found)
     for (auto [part, gather] : cut.gathers) {
-      const std::string out = gather.output(0), name(gather.name());
-      g.remove_node(gather);
-      ed.add("Slice", {cut.projection, ed.int64_constant({part * cut.width}), ed.int64_constant({(part + 1) * cut.width}),
-                       ed.int64_constant({2})},
-             {out}, name);
+      ed.replace_by_slice(gather, cut.projection, part * cut.width, (part + 1) * cut.width, 2);
       ++rewritten;
     }
-  if (rewritten) {
-    nf::graph::eliminate_dead_nodes(g);
-    g.sort();
-  }
-  return rewritten;
+  return finish_rewrite(g, rewritten);
 }
 
 }  // namespace mha2sha

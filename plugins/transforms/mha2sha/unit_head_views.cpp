@@ -9,7 +9,6 @@
 // which is the Unsqueeze.
 #include "unit_head_views.h"
 
-#include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/value_types.h>
 
@@ -89,11 +88,7 @@ size_t unit_head_views(nf::Graph g) {
     }
     g.remove_node(cut);
   }
-  if (!found.empty()) {
-    nf::graph::eliminate_dead_nodes(g);
-    g.sort();
-  }
-  return found.size();
+  return finish_rewrite(g, found.size());
 }
 
 }  // namespace mha2sha
