@@ -200,6 +200,17 @@ TEST(ArclGraphs, BiasCutFromAConstantMustBeLinear) {
   EXPECT_NE(r.error.find("is not linear along the keys"), std::string::npos) << r.error;
 }
 
+// key_positions holds one position per column of CL. A sliding cache (SCL variants) would
+// need its own columns: arcl refuses ALiBi there in one line, as with a KV prefix.
+TEST(ArclOptions, AlibiTakesNoSlidingCache) {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(model_dir("zoo/bloom") + "/config.json"));
+  config["sliding_window"] = 8;  // an SCL of 256 beside CL 512
+  auto ms = load_model("zoo/bloom");
+  ms->metadata["config"] = config.dump();
+  TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 512}});
+  EXPECT_NE(r.error.find("ALiBi key positions with a sliding cache (SCL) are not supported"), std::string::npos) << r.error;
+}
+
 TEST(ArclGraphs, VariantsContractAndMetadata) {
   auto ms = load_model("mistral_swa");
   ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", {256, 512}}, {"kv_layout", "htp"}}).error, "");
