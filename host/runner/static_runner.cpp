@@ -398,7 +398,7 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
     return t;
   };
 
-  TensorPtr main_mask, sliding_mask;
+  TensorPtr main_mask, sliding_mask, column_positions;  // made once, read by every part that takes them
   std::map<std::string, TensorPtr> env;  // outputs of earlier parts, by name
   for (const auto& part : v.parts) {
     std::vector<NamedTensor> in;
@@ -413,7 +413,8 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
         t = main_mask;
       } else if (name == decoder::kKeyPositions) {
-        t = key_positions();
+        if (!column_positions) column_positions = key_positions();
+        t = column_positions;
       } else if (name == decoder::kSlidingAttentionMask) {
         // CL columns when no layer has a short cache (a window longer than the context).
         if (!sliding_mask) sliding_mask = mask(v.scl ? v.scl : v.cl, true);

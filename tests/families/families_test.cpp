@@ -340,18 +340,12 @@ TEST(FamilyAlibi, LookaheadRowsTakeTheirOwnPositions) {
     auto r = npuforge({"build", (work.path / "manifest.toml").string(), "--out", (work.path / "out").string(), "--no-cache"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     nlohmann::json g = golden(model);
-    const nlohmann::json prompt = g.at("prompt_ids");
-    auto run = [&](const std::string& decoder) {
-      auto out = npuforge({"run", (work.path / "out" / "cpu").string(), "--prompt-ids", join_ids(prompt), "--max-new-tokens",
-                           "40", "--json", "--decoder", decoder});
-      EXPECT_EQ(out.exit_code, 0) << out.err;
-      return out.exit_code == 0 ? nlohmann::json::parse(out.out).at("tokens").get<std::vector<int32_t>>() : std::vector<int32_t>{};
-    };
-    const std::vector<int32_t> greedy = run("none");
+    const auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> greedy = cli_greedy(work.path / "out" / "cpu", prompt, 40, "none");
     const auto want = g.at("generated_ids").get<std::vector<int32_t>>();
     ASSERT_GE(greedy.size(), want.size());
     EXPECT_EQ(std::vector<int32_t>(greedy.begin(), greedy.begin() + static_cast<std::ptrdiff_t>(want.size())), want) << model;
-    EXPECT_EQ(run("lade"), greedy) << model;
+    EXPECT_EQ(cli_greedy(work.path / "out" / "cpu", prompt, 40, "lade"), greedy) << model;
   }
 }
 

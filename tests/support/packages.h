@@ -64,11 +64,14 @@ inline fs::path build_package(const fs::path& work, const std::string& model, co
   return work / "out" / "cpu";
 }
 
-// Greedy tokens from `npuforge run PACKAGE --prompt-ids ... --json`.
-inline std::vector<int32_t> cli_greedy(const fs::path& package, const std::vector<int32_t>& prompt, size_t n) {
+// Greedy tokens from `npuforge run PACKAGE --prompt-ids ... --json` (with `--decoder` when given).
+inline std::vector<int32_t> cli_greedy(const fs::path& package, const std::vector<int32_t>& prompt, size_t n,
+                                       const std::string& decoder = "") {
   nlohmann::json ids = prompt;
-  auto r = test::npuforge({"run", package.string(), "--prompt-ids", test::join_ids(ids), "--max-new-tokens",
-                           std::to_string(n), "--json"});
+  std::vector<std::string> args{"run", package.string(), "--prompt-ids", test::join_ids(ids), "--max-new-tokens",
+                                std::to_string(n), "--json"};
+  if (!decoder.empty()) args.insert(args.end(), {"--decoder", decoder});
+  auto r = test::npuforge(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return {};
   return nlohmann::json::parse(r.out).at("tokens").get<std::vector<int32_t>>();

@@ -29,7 +29,7 @@ std::string node_name(const nf::Node& n) { return std::string(n.name()); }
 // ReduceMean over the last axis, kept: within each head's head_dim values (or, before the
 // head view, within one row of all heads).
 bool reduces_last_axis(const GraphView& view, const nf::Node& n) {
-  std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+  std::vector<int64_t> axes = axes_of(view, n);
   const int64_t rank = static_cast<int64_t>(static_dims(view.graph(), n.input(0), "ReduceMean input").size());
   return axes.size() == 1 && normalize_axis(axes[0], rank) == rank - 1 && n.attr_int("keepdims", 1) == 1;
 }
@@ -59,7 +59,7 @@ void check_shared_operand(const GraphView& view, const std::string& v, const std
 void check_headwise(const GraphView& view, const nf::Node& n) {
   const std::string op(n.op_type());
   if (op == "Unsqueeze") {
-    std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+    std::vector<int64_t> axes = axes_of(view, n);
     if (axes.empty()) throw Reject("Unsqueeze '" + node_name(n) + "' has non-constant axes");
     const int64_t rank = static_cast<int64_t>(static_dims(view.graph(), n.output(0), "Unsqueeze output").size());
     for (int64_t a : axes)
@@ -148,7 +148,7 @@ int headwise_before_transpose(const GraphView& view, const nf::Node& n, const st
     return 0;
   }
   if (op == "Unsqueeze") {
-    std::vector<int64_t> axes = n.input_count() > 1 ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+    std::vector<int64_t> axes = axes_of(view, n);
     if (after_heads(axes, rank)) return 2;
     *why = "adds an axis before the heads";
     return 0;

@@ -34,14 +34,12 @@ size_t fused_head_views(nf::Graph g) {
     std::vector<std::pair<int64_t, nf::Node>> parts;  // (i, the Transpose)
     bool parts_only = !readers.empty() && !view.is_output(r.output(0));
     for (const nf::Node& u : readers) {
-      std::vector<int64_t> index = u.input_count() == 2 ? view.constant_ints(u.input(1)) : std::vector<int64_t>{};
-      auto it = u.input_count() == 2 ? nf::graph::get_value_type(g, u.input(1)) : std::nullopt;
+      const std::optional<int64_t> index = scalar_index(view, u);
       const std::vector<nf::Node>& next = view.consumers(u.output(0));
-      parts_only &= u.op_type() == "Gather" && u.input(0) == r.output(0) && normalize_axis(u.attr_int("axis", 0), 5) == 3 &&
-                    index.size() == 1 && it && it->dims && it->dims->empty() && index[0] >= 0 && index[0] < d[3] &&
-                    !view.is_output(u.output(0)) && next.size() == 1 && next[0].op_type() == "Transpose" &&
-                    next[0].attr_ints("perm") == Dims{0, 2, 1, 3};
-      if (parts_only) parts.emplace_back(index[0], next[0]);
+      parts_only &= index && u.input(0) == r.output(0) && normalize_axis(u.attr_int("axis", 0), 5) == 3 && *index >= 0 &&
+                    *index < d[3] && !view.is_output(u.output(0)) && next.size() == 1 &&
+                    next[0].op_type() == "Transpose" && next[0].attr_ints("perm") == Dims{0, 2, 1, 3};
+      if (parts_only) parts.emplace_back(*index, next[0]);
     }
     if (parts_only) found.push_back({r, d, t->dtype, parts});
   }

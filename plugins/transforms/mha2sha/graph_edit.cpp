@@ -32,6 +32,18 @@ int64_t normalize_axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + ra
 
 GraphEditor::GraphEditor(nf::Graph g, std::string prefix) : g_(g), prefix_(std::move(prefix)), names_(g) {}
 
+std::vector<int64_t> axes_of(const nf::graph::GraphView& view, const nf::Node& n) {
+  return n.input_count() > 1 && !n.input(1).empty() ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
+}
+
+std::optional<int64_t> scalar_index(const nf::graph::GraphView& view, const nf::Node& gather) {
+  if (gather.op_type() != "Gather" || gather.input_count() != 2) return std::nullopt;
+  auto t = nf::graph::get_value_type(view.graph(), gather.input(1));
+  const std::vector<int64_t> index = view.constant_ints(gather.input(1));
+  if (!t || !t->dims || !t->dims->empty() || index.size() != 1) return std::nullopt;
+  return index[0];
+}
+
 size_t finish_rewrite(nf::Graph g, size_t count) {
   if (count) {
     nf::graph::eliminate_dead_nodes(g);

@@ -2,6 +2,7 @@
 // attributes, int64 constants, static dims, and transposes that skip no-op layouts.
 #pragma once
 
+#include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/unique_names.h>
 #include <npuforge/plugin.hpp>
 
@@ -21,6 +22,12 @@ std::optional<Dims> known_dims(const nf::Graph& g, const std::string& value);
 int64_t numel(const Dims& d);
 // `axis` of a rank-`rank` tensor as a non-negative index.
 int64_t normalize_axis(int64_t axis, int64_t rank);
+
+// The axes a Squeeze, Unsqueeze or Reduce* node names: its axes input (opset 13+; 18+ for
+// the reductions) or its attribute.
+std::vector<int64_t> axes_of(const nf::graph::GraphView& view, const nf::Node& n);
+// The index of a Gather that takes one slice (a scalar constant index), if it is one.
+std::optional<int64_t> scalar_index(const nf::graph::GraphView& view, const nf::Node& gather);
 
 // After a pass rewrote `count` places of `g` (none: nothing to do): drops what they left dead
 // and sorts the graph. Returns `count`.

@@ -18,11 +18,6 @@ namespace {
 
 enum class Axis { batch, rows, parts, width, unit };
 
-// The axes a Squeeze or Unsqueeze names: its axes input (opset 13+) or attribute.
-std::vector<int64_t> named_axes(const nf::graph::GraphView& view, const nf::Node& n) {
-  return n.input_count() > 1 && !n.input(1).empty() ? view.constant_ints(n.input(1)) : n.attr_ints("axes");
-}
-
 // Moves `axes` / `dims` through one Unsqueeze, Transpose or Squeeze; false when it cannot.
 bool follow(const nf::graph::GraphView& view, const nf::Node& n, std::vector<Axis>& axes, Dims& dims) {
   const std::string op(n.op_type());
@@ -41,7 +36,7 @@ bool follow(const nf::graph::GraphView& view, const nf::Node& n, std::vector<Axi
     return true;
   }
   if (op == "Unsqueeze") {
-    std::vector<int64_t> at = named_axes(view, n);
+    std::vector<int64_t> at = axes_of(view, n);
     const int64_t rank = static_cast<int64_t>(axes.size() + at.size());
     for (int64_t& x : at) x = normalize_axis(x, rank);
     std::sort(at.begin(), at.end());
@@ -52,7 +47,7 @@ bool follow(const nf::graph::GraphView& view, const nf::Node& n, std::vector<Axi
     return true;
   }
   if (op == "Squeeze") {
-    std::vector<int64_t> at = named_axes(view, n);
+    std::vector<int64_t> at = axes_of(view, n);
     if (at.empty())
       for (size_t i = 0; i < dims.size(); ++i)
         if (dims[i] == 1) at.push_back(static_cast<int64_t>(i));
@@ -95,23 +90,20 @@ size_t part_views(nf::Graph g) {
       ok = follow(view, users[0], axes, dims);
       v = users[0].output(0);
     }
+    // What a part keeps must have rows before width for its bytes to be the Slice's.
+    std::vector<Axis> rest;
+    for (Axis a : axes)
+      if (a == Axis::rows || a == Axis::width) rest.push_back(a);
     const auto& readers = view.consumers(v);
     Cut cut{r.input(0), (*out)[3], {}};
-    ok &= !readers.empty() && !view.is_output(v);
+    ok &= !readers.empty() && !view.is_output(v) && rest == std::vector<Axis>{Axis::rows, Axis::width};
     for (const nf::Node& u : readers) {
       if (!ok) break;
-      const std::vector<int64_t> index = u.input_count() == 2 ? view.constant_ints(u.input(1)) : std::vector<int64_t>{};
-      auto it = u.input_count() == 2 ? nf::graph::get_value_type(g, u.input(1)) : std::nullopt;
+      const std::optional<int64_t> index = scalar_index(view, u);
       const int64_t axis = normalize_axis(u.attr_int("axis", 0), static_cast<int64_t>(axes.size()));
-      ok = u.op_type() == "Gather" && u.input(0) == v && index.size() == 1 && it && it->dims && it->dims->empty() &&
-           axes[static_cast<size_t>(axis)] == Axis::parts && index[0] >= 0 && index[0] < (*out)[2] &&
-           known_dims(g, u.output(0)) == Dims{1, (*out)[1], (*out)[3]};
-      // What stays must keep rows before width for the bytes to be the Slice's.
-      std::vector<Axis> rest;
-      for (Axis a : axes)
-        if (a == Axis::rows || a == Axis::width) rest.push_back(a);
-      ok &= rest == std::vector<Axis>{Axis::rows, Axis::width};
-      if (ok) cut.gathers.emplace_back(index[0], u);
+      ok = index && u.input(0) == v && axes[static_cast<size_t>(axis)] == Axis::parts && *index >= 0 &&
+           *index < (*out)[2] && known_dims(g, u.output(0)) == Dims{1, (*out)[1], (*out)[3]};
+      if (ok) cut.gathers.emplace_back(*index, u);
     }
     if (ok) found.push_back(std::move(cut));
   }
