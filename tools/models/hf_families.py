@@ -2976,6 +2976,109 @@ class BaichuanForCausalLM(DecoderLM):
         return tuple([self.lm_head(self.model.norm(hidden_states))] + out)
 
 
+class InternLM2Attention(nn.Module):
+    """InternLM2 / 2.5's modeling_internlm2.py (trust_remote_code, eager path): one `wqkv`
+    projection whose columns hold, per KV group, the group's query heads then its key and its
+    value (`rearrange(qkv, "b q (h gs d) -> b q h gs d", gs=2 + groups)`: a Reshape of the
+    columns; the queries a Slice of the group axis folded back to heads, key and value a
+    Gather of its last two entries); rotary from position_ids; repeat_kv after the cache;
+    scores / sqrt(head_dim) + mask, fp32 softmax; `wo`, no biases."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.wqkv = nn.Linear(config.hidden_size, (self.num_heads + 2 * self.num_key_value_heads) * self.head_dim,
+                              bias=config.bias)
+        self.wo = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.bias)
+        # InternLM2DynamicNTKScalingRotaryEmbedding recomputes its base only past
+        # max_position_embeddings, which no traced length reaches: the default table.
+        self.rotary_emb = LlamaRotaryEmbedding(FamilyConfig(dict(config.raw, rope_scaling=None,
+                                                                 head_dim=self.head_dim)))
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value, position_embeddings=None):
+        bsz, q_len, _ = hidden_states.size()
+        qkv_states = self.wqkv(hidden_states)
+        # rearrange(qkv_states, "b q (h gs d) -> b q h gs d", gs=2 + groups, d=head_dim)
+        qkv_states = qkv_states.reshape(bsz, q_len, -1, 2 + self.num_key_value_groups, self.head_dim)
+        query_states = qkv_states[..., : self.num_key_value_groups, :]
+        # rearrange(query_states, "b q h gs d -> b q (h gs) d")
+        query_states = query_states.reshape(bsz, q_len, -1, self.head_dim)
+        key_states = qkv_states[..., -2, :]
+        value_states = qkv_states[..., -1, :]
+        query_states = query_states.transpose(1, 2)
+        key_states = key_states.transpose(1, 2)
+        value_states = value_states.transpose(1, 2)
+        cos, sin = self.rotary_emb(value_states, position_ids)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        key_states = torch.cat([past_key_value[0], key_states], dim=2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=2)
+        present = (key_states, value_states)
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+        causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+        attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous()
+        attn_output = attn_output.reshape(bsz, q_len, self.num_heads * self.head_dim)
+        return self.wo(attn_output), present
+
+
+class InternLM2MLP(nn.Module):
+    """w2(silu(w1(x)) * w3(x))."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.w1 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.w3 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.w2 = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class InternLM2DecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.attention = InternLM2Attention(config, layer_idx)
+        self.feed_forward = InternLM2MLP(config)
+        self.attention_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.ffn_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        attn_output, present = self.attention(self.attention_norm(hidden_states), attention_mask, position_ids,
+                                              past_key_value)
+        hidden_states = hidden_states + attn_output
+        return hidden_states + self.feed_forward(self.ffn_norm(hidden_states)), present
+
+
+class InternLM2ForCausalLM(DecoderLM):
+    """`model` (tok_embeddings, layers, norm) and the untied head `output`; the mask is
+    InternLM2Model._update_causal_mask, Llama's of the same transformers era."""
+
+    def __init__(self, cfg_dict, mask_style="hf"):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "internlm2", mask_style
+        self.model = nn.Module()
+        self.model.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.model.layers = nn.ModuleList([InternLM2DecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.model.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        hidden_states = self.model.tok_embeddings(input_ids)
+        hidden_states, out = self.layer_stack(
+            self.model.layers, hidden_states, attention_mask, past_flat,
+            lambda layer, h, mask, past: layer(h, mask, position_ids, past))
+        return tuple([self.output(self.model.norm(hidden_states)).float()] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
@@ -2986,6 +3089,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return MptForCausalLM(cfg_dict)
     if family == "baichuan":
         return BaichuanForCausalLM(cfg_dict)
+    if family == "internlm2":
+        return InternLM2ForCausalLM(cfg_dict, mask_style)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_bigcode":

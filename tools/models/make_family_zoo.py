@@ -433,6 +433,15 @@ MODELS = {
         "eos_token_id": 2, "tie_word_embeddings": False, "z_loss_weight": 0, "use_cache": True,
         "initializer_range": 0.02, "torch_dtype": "float32",
     },
+    "internlm2": {
+        # internlm2_5-7b-chat's layout (trust_remote_code: grouped wqkv, dynamic NTK rope; untied)
+        "architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "vocab_size": 320, "hidden_size": 64,
+        "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0}, "hidden_act": "silu", "bias": False,
+        "attn_implementation": "eager", "pad_token_id": 2, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": False, "use_cache": True, "initializer_range": 0.02, "torch_dtype": "float32",
+    },
 }
 
 # HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
@@ -459,7 +468,7 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145, "internlm2": 146}
 # ALiBi families: the hf_families function that computes the bias
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
@@ -506,7 +515,7 @@ def random_init(model, seed, logit_gain=4.0):
     gemma = model.family in ("gemma", "gemma2", "gemma3")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("embed_tokens.weight"):
+            if name.endswith(("embed_tokens.weight", "tok_embeddings.weight")):
                 p.copy_(torch.randn(p.shape, generator=g))
             elif name.endswith(".bias"):  # projections' and LayerNorms' (Phi-2) biases
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
@@ -520,11 +529,11 @@ def random_init(model, seed, logit_gain=4.0):
                 if name.endswith(".gate.weight"):
                     p.mul_(4.0)
         if not model.config.tie_word_embeddings:
-            model.lm_head.weight.mul_(logit_gain)
+            (model.output if model.family == "internlm2" else model.lm_head).weight.mul_(logit_gain)
             for name, p in model.named_parameters():
                 if name.endswith("q_proj.weight") or name.endswith("k_proj.weight"):
                     p.mul_(QK_GAIN.get(model.family, 1.0))
-                elif name.endswith("W_pack.weight"):  # Baichuan's q, k, v: x1 alternates two tokens
+                elif name.endswith(("W_pack.weight", "wqkv.weight")):  # Baichuan's q, k, v: x1 alternates two tokens
                     p.mul_(3.0)
             return
         t = TIED_TWEAKS.get(model.family, TIED_DEFAULT)

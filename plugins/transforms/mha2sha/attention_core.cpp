@@ -285,6 +285,52 @@ std::optional<int64_t> first_head_kept(const GraphView& view, const nf::Node& cu
   return std::clamp<int64_t>(first[0] < 0 ? first[0] + heads : first[0], 0, heads);
 }
 
+// InternLM2's grouped view of its fused wqkv: Reshape [1, rows, C] -> [1, rows, groups, per,
+// head_dim] (each KV group's query heads, then its key, then its value), cut on axis 3 by a
+// scalar Gather (one head a group: the key or the value, [1, rows, groups, head_dim]) or by a
+// Slice of a run of entries that a Reshape folds into [1, rows, groups * kept, head_dim] (the
+// query heads). Head h of that view is entry first + h % kept of group h / kept.
+struct GroupCut {
+  std::string packed;  // the projection output [1, rows, C]
+  int64_t first = 0, kept = 1, per = 0;
+};
+
+std::optional<GroupCut> grouped_heads(const GraphView& view, const nf::Node& head_view) {
+  std::optional<nf::Node> cut;
+  if (head_view.op_type() == "Gather")
+    cut = head_view;  // a key or a value
+  else if (head_view.op_type() == "Reshape")
+    cut = view.producer(head_view.input(0));  // the queries, folded
+  if (!cut || (cut->op_type() == "Slice") != (head_view.op_type() == "Reshape")) return std::nullopt;
+  auto grouped = view.producer(cut->input(0));
+  if (!grouped || grouped->op_type() != "Reshape") return std::nullopt;
+  auto in = known_dims(view.graph(), grouped->input(0)), g = known_dims(view.graph(), grouped->output(0));
+  auto out = known_dims(view.graph(), head_view.output(0));
+  if (!in || !g || !out || in->size() != 3 || g->size() != 5 || (*in)[0] != 1 || (*g)[0] != 1 || (*g)[1] != (*in)[1] ||
+      (*g)[2] * (*g)[3] * (*g)[4] != (*in)[2])
+    return std::nullopt;
+  GroupCut c{grouped->input(0), 0, 1, (*g)[3]};
+  if (cut->op_type() == "Gather") {
+    const std::optional<int64_t> index = scalar_index(view, *cut);
+    if (!index || normalize_axis(cut->attr_int("axis", 0), 5) != 3) return std::nullopt;
+    c.first = *index < 0 ? *index + c.per : *index;
+  } else {
+    if (cut->input_count() < 4) return std::nullopt;
+    std::vector<int64_t> starts = view.constant_ints(cut->input(1)), ends = view.constant_ints(cut->input(2));
+    std::vector<int64_t> axes = view.constant_ints(cut->input(3));
+    std::vector<int64_t> steps = cut->input_count() > 4 ? view.constant_ints(cut->input(4)) : std::vector<int64_t>{1};
+    if (starts.size() != 1 || ends.size() != 1 || axes.size() != 1 || normalize_axis(axes[0], 5) != 3 ||
+        steps != std::vector<int64_t>{1})
+      return std::nullopt;
+    auto at = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + c.per : i, 0, c.per); };
+    c.first = at(starts[0]);
+    c.kept = at(ends[0]) - c.first;
+  }
+  if (c.first < 0 || c.kept < 1 || c.first + c.kept > c.per || *out != Dims{1, (*g)[1], (*g)[2] * c.kept, (*g)[4]})
+    return std::nullopt;
+  return c;
+}
+
 // Whether Transpose `t` splits a linear projection into heads:
 // MatMul(x, W) [+ bias] (or a flat Gemm, reshaped back) [-> Slice/Split of the columns] ->
 // Reshape [1, rows, heads, head_dim]
@@ -313,12 +359,14 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
     s.insert({"Slice", "Concat", "Unsqueeze", "Reshape"});
     return s;
   }();
+  std::optional<GroupCut> grouped;
+  if (auto p = view.producer(t.input(0)); !r && p && (grouped = grouped_heads(view, *p))) r = p;
   if (!r) r = nearest_above(view, t.input(0), [&](const nf::Node& n) { return is_head_view(view, n); }, kBeforeTranspose);
   if (!r) return false;
-  std::string packed = r->input(0);
+  std::string packed = grouped ? grouped->packed : r->input(0);
   auto cut = view.producer(packed);
   std::optional<nf::Node> column_cut;
-  if (cut && (cut->op_type() == "Slice" || cut->op_type() == "Split")) {
+  if (!grouped && cut && (cut->op_type() == "Slice" || cut->op_type() == "Split")) {
     column_cut = cut;
     packed = cut->input(0);
   }
@@ -376,7 +424,13 @@ bool match_head_split(const GraphView& view, const nf::Node& t, HeadBranch& b) {
   b.biased_out = bias.empty() ? "" : packed;
   b.weight_columns = wd[1];
   b.first_column = (column_cut ? fused_columns(view, *column_cut, r->input(0), wd[1]) : 0) + first_head * b.head_dim;
-  if (b.first_column + b.heads * b.head_dim > wd[1] || (!column_cut && !head_cut && wd[1] != b.heads * b.head_dim))
+  if (grouped) {
+    b.first_column = grouped->first * b.head_dim;
+    b.group_heads = grouped->kept;
+    b.group_stride = grouped->per * b.head_dim;
+  }
+  if (b.columns().of(b.heads - 1) + b.head_dim > wd[1] ||
+      (!column_cut && !head_cut && !grouped && wd[1] != b.heads * b.head_dim))
     throw Reject("weight '" + b.weight + "' [" + std::to_string(wd[0]) + ", " + std::to_string(wd[1]) +
                  "] does not hold the " + std::to_string(b.heads) + " x " + std::to_string(b.head_dim) +
                  " columns that Reshape '" + node_name(*r) + "' splits into heads");
@@ -424,7 +478,7 @@ HeadBranch trace_branch(const GraphView& view, const std::string& end) {
   for (const nf::Node& u : view.consumers(b.heads_out))
     for (const std::string& out : u.outputs())
       if (upstream.count(out)) onward.emplace_back(u, out);
-  if (onward.size() == 1 && b.split_region.empty() && b.shared_out.empty()) {
+  if (onward.size() == 1 && b.split_region.empty() && b.shared_out.empty() && !b.group_heads) {
     const auto& [cut, out] = onward[0];
     if (cut.op_type() == "Split" || cut.op_type() == "Slice") {
       b.first_column += fused_columns(view, cut, out, b.head_dim, 4);

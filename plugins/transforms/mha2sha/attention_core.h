@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph_edit.h"
+#include "head_weights.h"
 
 namespace mha2sha {
 
@@ -36,6 +37,10 @@ struct HeadBranch {
   // and v sit side by side and a cut of the head view's last axis takes this branch's part
   // (GPT-NeoX's [rows, heads, 3 * head_dim] view); first_column is then within a head.
   int64_t head_stride = 0;
+  // Heads in groups (InternLM2's wqkv: each KV group's query heads, then its key and value):
+  // `group_heads` heads a group, `group_stride` columns from one group to the next.
+  int64_t group_heads = 0, group_stride = 0;
+  HeadColumns columns() const { return {first_column, head_dim, head_stride, group_heads, group_stride}; }
   // When a normalization over all heads follows the projection: its output [1, rows,
   // heads*head_dim], kept whole; each head's copy starts from its columns of it.
   std::string shared_out;

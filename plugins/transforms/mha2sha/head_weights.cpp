@@ -5,28 +5,29 @@
 
 namespace mha2sha {
 
-std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& tensor, int64_t first, int64_t heads,
-                                             int64_t part, int64_t stride) {
-  if (stride == 0) stride = part;
+std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& tensor, int64_t heads,
+                                             const HeadColumns& at) {
   nf::Tensor src = g.initializer(tensor);
+  const int64_t first = at.first, part = at.part;
   auto key = std::make_tuple(tensor, src.data(), first);
   auto it = done_.find(key);
   if (it == done_.end()) {
     const std::vector<int64_t> dims = src.dims();
     const size_t elem = nf::dtype_size(src.dtype());
-    if (dims.empty() || elem == 0 || first < 0 || part <= 0 || stride < part ||
-        first + (heads - 1) * stride + part > dims.back())
+    bool fits = !dims.empty() && elem != 0 && part > 0, whole = fits && heads * part == dims.back();
+    for (int64_t h = 0; fits && h < heads; ++h) {
+      fits = at.of(h) >= 0 && at.of(h) + part <= dims.back() && (h == 0 || at.of(h) >= at.of(h - 1) + part);
+      whole &= at.of(h) == h * part;
+    }
+    if (!fits)
       throw nf::Error("mha2sha: cannot cut " + std::to_string(heads) + " heads of " + std::to_string(part) +
                       " columns from column " + std::to_string(first) + " of '" + tensor + "'");
     const int64_t cols = dims.back(), rows = src.numel() / cols;
-    const bool whole = first == 0 && stride == part && heads * part == cols;
     Sliced s;
     s.source = tensor;
     s.heads = heads;
     s.rank = static_cast<int64_t>(dims.size());
-    s.first = first;
-    s.part = part;
-    s.stride = stride;
+    s.cols = at;
     s.columns = cols;
     std::vector<int64_t> part_dims = dims;
     part_dims.back() = part;
@@ -35,7 +36,7 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
       // One copy of the slice: rows of `part` elements taken from each source row.
       nf::Tensor t = nf::Tensor::create(src.dtype(), part_dims);
       char* to = static_cast<char*>(t.mutable_data());
-      const int64_t c0 = first + h * stride;
+      const int64_t c0 = at.of(h);
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(to + r * part * elem, from + (r * cols + c0) * elem, static_cast<size_t>(part) * elem);
       bytes_ += t.nbytes();
@@ -46,7 +47,7 @@ std::vector<std::string> HeadWeights::slices(nf::Graph g, const std::string& ten
     }
     s.origin = g;
     it = done_.emplace(key, std::move(s)).first;
-  } else if (it->second.heads != heads || it->second.part != part || it->second.stride != stride) {
+  } else if (it->second.heads != heads || !(it->second.cols == at)) {
     throw nf::Error("mha2sha: '" + tensor + "' is cut into " + std::to_string(heads) + " and " +
                     std::to_string(it->second.heads) + " heads by different attention blocks");
   }
@@ -105,14 +106,13 @@ EncodingSlice slice_encoding(const nf_encoding& src, const std::string& name, in
 }  // namespace
 
 void HeadWeights::follow_activation(const std::string& source, const std::vector<std::string>& heads, int64_t channels,
-                                     int64_t first, int64_t part, int64_t stride) {
-  if (stride == 0) stride = part;
+                                     const HeadColumns& cols) {
   const int64_t n = static_cast<int64_t>(heads.size());
   for (int64_t h = 0; h < n; ++h) {
     const nf_encoding* e = ms_.encoding(source);  // read again: setting one may move the host's copies
     if (!e) return;
     // The projection output is [1, rows, heads*head_dim]: heads cut axis 2.
-    EncodingSlice s = slice_encoding(*e, source, channels, first + h * stride, first + h * stride + part, 2);
+    EncodingSlice s = slice_encoding(*e, source, channels, cols.of(h), cols.of(h) + cols.part, 2);
     ms_.set_encoding(heads[static_cast<size_t>(h)], s.e);
   }
 }
@@ -126,8 +126,8 @@ size_t HeadWeights::finish_encodings() {
     if (!ms_.encoding(s.source)) continue;
     for (int64_t h = 0; h < s.heads; ++h) {
       // Read again each time: setting an encoding may move the host's copies.
-      const int64_t c0 = s.first + h * s.stride;
-      EncodingSlice e = slice_encoding(*ms_.encoding(s.source), s.source, s.columns, c0, c0 + s.part, s.rank - 1);
+      const int64_t c0 = s.cols.of(h);
+      EncodingSlice e = slice_encoding(*ms_.encoding(s.source), s.source, s.columns, c0, c0 + s.cols.part, s.rank - 1);
       ms_.set_encoding(s.names[static_cast<size_t>(h)], e.e);
       ++sliced;
     }

@@ -60,8 +60,8 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
   nf::Graph g = ed.graph();
   const bool shared = !b.shared_out.empty();  // the projection stays whole: heads take columns
   std::vector<std::string> w, bias;
-  if (!shared) w = weights.slices(g, b.weight, b.first_column, b.heads, b.head_dim, b.head_stride);
-  if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.first_column, b.heads, b.head_dim, b.head_stride);
+  if (!shared) w = weights.slices(g, b.weight, b.heads, b.columns());
+  if (!b.bias.empty()) bias = weights.slices(g, b.bias, b.heads, b.columns());
   std::vector<std::string> out, projected, biased;
   for (int64_t h = 0; h < b.heads; ++h) {
     const std::string t = tag(h);
@@ -98,9 +98,8 @@ std::vector<std::string> split_branch(GraphEditor& ed, const HeadBranch& b, Head
     out.push_back(map.at(b.end));
   }
   weights.follow_activation(shared ? b.shared_out : b.proj_out, projected, shared ? b.heads * b.head_dim : b.weight_columns,
-                            shared ? 0 : b.first_column, b.head_dim, b.head_stride);
-  if (!biased.empty())
-    weights.follow_activation(b.biased_out, biased, b.weight_columns, b.first_column, b.head_dim, b.head_stride);
+                            shared ? HeadColumns{0, b.head_dim} : b.columns());
+  if (!biased.empty()) weights.follow_activation(b.biased_out, biased, b.weight_columns, b.columns());
   return out;
 }
 
