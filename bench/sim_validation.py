@@ -8,7 +8,7 @@ Every published figure, its source and which ones are fitted (and the figure a
 leave-one-out fit uses instead) are in bench/sim_figures.json.
 
 htp: one estimate-only package per model shape (synth_model.py --zeros -> arcl AR {1, 128}
-x CL 4096 -> htp, one target per chip with a figure for that model; weights costed as AI
+x CL 4096, or the figure's "context" -> htp, one target per chip with a figure for that model; weights costed as AI
 Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
 KV cache at `kv_bits` per figure in sim_figures.json: 8 when not given, as AIMET's LLM recipe
 stores it (facts.md) and as AI Hub's qnn_context_binary input specs declare it (uint8) for
@@ -125,15 +125,23 @@ def kv_bits(f):
     return 16 if precision(f) == "w4" else f.get("kv_bits", 8)
 
 
+def context(f):
+    """The context length a figure's export was built for: its "context", else 4096."""
+    return f.get("context", 4096)
+
+
 def package_of(f):
     """The package directory a figure is costed on: models of the same shapes share one
     (costs depend on shapes and widths only), named after the first such config; a shape with
-    two KV widths gets one package per width, and one at w4 (fp16 activations) its own."""
+    two KV widths gets one package per width, one at w4 (fp16 activations) its own, and one
+    at a context other than 4096 its own."""
     shape = config_of(f["config"])[1]
-    same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape and precision(g) == precision(f)]
+    same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape and precision(g) == precision(f)
+            and context(g) == context(f)]
     name = min(os.path.basename(config_of(g["config"])[0])[:-len(".json")] for g in same)
     name = name if len({kv_bits(g) for g in same}) == 1 else f"{name}-kv{kv_bits(f)}"
-    return name if precision(f) == "w4a16" else f"{name}-{precision(f)}"
+    name = name if precision(f) == "w4a16" else f"{name}-{precision(f)}"
+    return name if context(f) == 4096 else f"{name}-cl{context(f)}"
 
 
 def has_chip(f):
@@ -144,9 +152,9 @@ def build_htp_packages():
     chips_of, source_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp" and has_chip(f):
-            chips_of.setdefault((package_of(f), kv_bits(f), precision(f)), set()).add(f["chip"])
+            chips_of.setdefault((package_of(f), kv_bits(f), precision(f), context(f)), set()).add(f["chip"])
             source_of.setdefault(package_of(f), config_of(f["config"])[0])
-    for (cfg, kv, prec), chips in sorted(chips_of.items()):
+    for (cfg, kv, prec, cl), chips in sorted(chips_of.items()):
         d = f"{WORK}/htp/{cfg}"
         if not os.path.exists(f"{d}/model.onnx"):
             log(f"synthesizing {cfg}")
@@ -168,7 +176,7 @@ onnx = "model.onnx"
 [[transform]]
 plugin = "arcl"
 arn = [1, 128]
-context_length = [4096]
+context_length = [{cl}]
 {targets}'''
         path = f"{d}/validation.toml"
         if not os.path.exists(path) or open(path).read() != manifest or \
@@ -180,7 +188,7 @@ context_length = [4096]
 
 def htp_estimate(chip, f):
     out = subprocess.run([NF, "estimate", f"{WORK}/htp/{package_of(f)}/out/{chip}", "--json", "--prompt-len", "128",
-                          "--context-len", "4096"], check=True, capture_output=True, text=True).stdout
+                          "--context-len", str(context(f))], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
