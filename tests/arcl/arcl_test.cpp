@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <npuforge/graph_roles.hpp>
+
 #include "onnx/onnx_io.h"
 #include "static_decoder.h"
 #include "test_support.h"
@@ -211,6 +213,30 @@ TEST(ArclOptions, AlibiTakesNoSlidingCache) {
   ms->metadata["config"] = config.dump();
   TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 512}});
   EXPECT_NE(r.error.find("ALiBi key positions with a sliding cache (SCL) are not supported"), std::string::npos) << r.error;
+}
+
+// A KV prefix (ssd's graph state, role kv_prefix) sits before the new rows in every cache,
+// where ALiBi would need key positions of its own: refused in one line, not built wrong.
+TEST(ArclOptions, AlibiTakesNoKvPrefix) {
+  auto ms = load_model("zoo/bloom");
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(model_dir("zoo/bloom") + "/config.json"));
+  const int64_t layers = config.at("n_layer"), heads = config.at("n_head"), rows = 2;
+  const int64_t head_dim = config.at("hidden_size").get<int64_t>() / heads;
+  auto prefix = std::make_unique<nf::ir::Graph>();
+  prefix->name = "kv_prefix";
+  for (int64_t l = 0; l < layers; ++l)
+    for (bool key : {true, false}) {
+      const std::string out = nf::roles::kv_prefix_output(l, key), init = "prefix." + out;
+      prefix->initializers[init] =
+          nf::ir::make_tensor_ref(nf::ir::Tensor::zeros(NF_DTYPE_FLOAT32, {1, heads, rows, head_dim}));
+      prefix->nodes.push_back(std::make_unique<nf::ir::Node>(nf::ir::Node{"Identity", "", "/prefix/" + out, {init}, {out}, {}}));
+      prefix->outputs.push_back(out);
+    }
+  ms->graphs.push_back(std::move(prefix));
+  ms->metadata[nf::roles::kMetadataKey] =
+      nlohmann::json{{nf::roles::kKvPrefix, {{"graphs", {"kv_prefix"}}, {"rows", rows}}}}.dump();
+  TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 32}});
+  EXPECT_NE(r.error.find("ALiBi key positions with a KV prefix are not supported"), std::string::npos) << r.error;
 }
 
 TEST(ArclGraphs, VariantsContractAndMetadata) {
