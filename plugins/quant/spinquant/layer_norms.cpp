@@ -1,6 +1,7 @@
 #include "spinquant/layer_norms.h"
 
 #include <npuforge/graph/eliminate_dead_nodes.h>
+#include <npuforge/graph/value_types.h>
 
 #include <cstring>
 #include <map>
@@ -45,9 +46,7 @@ void write_rms_norm(nf::Graph& g, const nf::Node& ln) {
   write_initializer(g, at + "eps", {1}, {eps});
   std::vector<std::string> mean_inputs = {at + "squares"};
   if (g.opset() >= 18) {  // ReduceMean's axes became an input
-    nf::Tensor axes = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{1});
-    axes.mutable_as<int64_t>()[0] = -1;
-    g.set_initializer(at + "axes", axes);
+    nf::graph::set_int64_initializer(g, at + "axes", {-1});
     mean_inputs.push_back(at + "axes");
   }
   const std::string gained = bias.empty() ? out : at + "gained";

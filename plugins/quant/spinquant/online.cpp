@@ -1,5 +1,7 @@
 #include "spinquant/online.h"
 
+#include <npuforge/graph/value_types.h>
+
 #include <stdexcept>
 
 #include "spinquant/rotate.h"
@@ -14,9 +16,7 @@ void write_factor(nf::Graph& g, const std::string& name, const Rotation& R) {
 
 void write_shape(nf::Graph& g, const std::string& name, const std::vector<int64_t>& values) {
   if (g.initializer(name)) return;  // one per block shape
-  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), t.mutable_as<int64_t>());
-  g.set_initializer(name, t);
+  nf::graph::set_int64_initializer(g, name, values);
 }
 
 }  // namespace

@@ -40,10 +40,7 @@ size_t gather_slices(nf::Graph g) {
     if (!slices) continue;
     const int64_t count = (*index)[axis];
     const std::string shape = names.make(std::string(n.name()) + "/positions_shape");
-    const Dims one{1};
-    nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, one);
-    *static_cast<int64_t*>(t.mutable_data()) = count;
-    g.set_initializer(shape, t);
+    nf::graph::set_int64_initializer(g, shape, {count});
     const std::string flat = names.make(spread->input(0) + "/flat");
     g.add_node("Reshape", {spread->input(0), shape}, {flat}, names.make(std::string(n.name()) + "/Reshape"));
     auto pos_type = nf::graph::get_value_type(g, spread->input(0));

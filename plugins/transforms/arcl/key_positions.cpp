@@ -1,6 +1,7 @@
 #include "key_positions.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/graph/value_types.h>
 
 #include <algorithm>
 #include <cmath>
@@ -147,9 +148,7 @@ bool bias_from_key_positions(nf::Graph g, const std::vector<SlotBias>& biases, i
       positions = names.make("key_positions.keys");
       g.add_node("Cast", {nf::decoder::kKeyPositions}, {as_float}, names.make("/arcl/key_positions/Cast"))
           .set_attr("to", int64_t{NF_DTYPE_FLOAT32});
-      nf::Tensor s = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(pos_dims.size())});
-      std::copy(pos_dims.begin(), pos_dims.end(), s.mutable_as<int64_t>());
-      g.set_initializer(shape, s);
+      nf::graph::set_int64_initializer(g, shape, pos_dims);
       g.add_node("Reshape", {as_float, shape}, {positions}, names.make("/arcl/key_positions/Reshape"));
       g.set_value_type(as_float, NF_DTYPE_FLOAT32, {1, cl});
       g.set_value_type(positions, NF_DTYPE_FLOAT32, pos_dims);

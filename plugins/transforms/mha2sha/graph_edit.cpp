@@ -4,8 +4,6 @@
 #include <npuforge/graph/eliminate_dead_nodes.h>
 #include <npuforge/graph/value_types.h>
 
-#include <cstring>
-
 namespace mha2sha {
 
 Dims static_dims(const nf::Graph& g, const std::string& value, const std::string& what) {
@@ -61,11 +59,8 @@ void GraphEditor::replace_by_slice(nf::Node node, const std::string& x, int64_t 
 std::string GraphEditor::int64_constant(const std::vector<int64_t>& values) {
   auto it = constants_.find(values);
   if (it != constants_.end()) return it->second;
-  const int64_t n = static_cast<int64_t>(values.size());
-  nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{n});
-  std::memcpy(t.mutable_data(), values.data(), values.size() * sizeof(int64_t));
   std::string name = names_.make(prefix_ + "const");
-  g_.set_initializer(name, t);
+  nf::graph::set_int64_initializer(g_, name, values);
   constants_[values] = name;
   return name;
 }

@@ -3,6 +3,7 @@
 #include "npuforge/graph/eliminate_dead_nodes.h"
 #include "npuforge/graph/graph_view.h"
 #include "npuforge/graph/unique_names.h"
+#include "npuforge/graph/value_types.h"
 
 #include <optional>
 #include <set>
@@ -119,10 +120,7 @@ size_t densify_dispatch(nf::Graph g) {
     g.add_node("Transpose", {mask}, {mask_t}, names.make(tag + "/Transpose")).set_attr("perm", std::vector<int64_t>{1, 0});
     g.add_node("Cast", {mask_t}, {mask_f}, names.make(tag + "/Cast")).set_attr("to", int64_t{NF_DTYPE_FLOAT32});
     g.add_node("Mul", {mask_f, routing}, {picked}, names.make(tag + "/Mul"));
-    const int64_t one[] = {1};
-    nf::Tensor axes_t = nf::Tensor::create(NF_DTYPE_INT64, one);
-    *static_cast<int64_t*>(axes_t.mutable_data()) = -1;
-    g.set_initializer(axes, axes_t);
+    set_int64_initializer(g, axes, {-1});
     g.add_node("ReduceSum", {picked, axes}, {w}, names.make(tag + "/ReduceSum")).set_attr("keepdims", int64_t{1});
     std::vector<std::string> factors{mul->input(expert_side), w};
     if (expert_side == 1) std::swap(factors[0], factors[1]);

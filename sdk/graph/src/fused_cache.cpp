@@ -35,9 +35,7 @@ struct Builder {
 
   std::string ints(const Dims& v, const std::string& base) {
     const std::string name = names.make(base);
-    nf::Tensor t = nf::Tensor::create(NF_DTYPE_INT64, Dims{static_cast<int64_t>(v.size())});
-    std::memcpy(t.mutable_data(), v.data(), v.size() * sizeof(int64_t));
-    g.set_initializer(name, t);
+    set_int64_initializer(g, name, v);
     return name;
   }
   std::string zero_like(nf_dtype dtype, const std::string& base) {

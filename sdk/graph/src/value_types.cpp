@@ -39,4 +39,10 @@ void set_value_type(Graph& g, const std::string& value, nf_dtype dtype, const st
   g.set_value_type(value, dtype, dims);
 }
 
+void set_int64_initializer(Graph& g, const std::string& name, const std::vector<int64_t>& values) {
+  Tensor t = Tensor::create(NF_DTYPE_INT64, std::vector<int64_t>{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.mutable_as<int64_t>());
+  g.set_initializer(name, t);
+}
+
 }  // namespace nf::graph

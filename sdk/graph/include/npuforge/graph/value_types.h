@@ -28,4 +28,8 @@ std::optional<TensorType> get_value_type(const Graph& g, const std::string& valu
 void set_value_type(Graph& g, const std::string& value, const TensorType& t);
 void set_value_type(Graph& g, const std::string& value, nf_dtype dtype, const std::vector<int64_t>& dims);
 
+// Sets initializer `name` to the 1-D int64 tensor `values`: the shape, axes or bounds operand
+// of a node a transform adds.
+void set_int64_initializer(Graph& g, const std::string& name, const std::vector<int64_t>& values);
+
 }  // namespace nf::graph
