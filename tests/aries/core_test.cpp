@@ -358,9 +358,9 @@ TEST(AriesSimulator, ConfigsOfOtherFamiliesCostTheirShapes) {
                               {"ffn_hidden_size", 7168}, {"num_attention_heads", 32}, {"multi_query_attention", true},
                               {"multi_query_group_num", 8}, {"kv_channels", 80}, {"padded_vocab_size", 102400}};
   AriesOptions o = llm_options();
-  const nlohmann::json want = simulate(llama_from_config(llama_keys, o.bits), o, aries(), {240, 245});
+  const nlohmann::json want = simulate(decoder_from_config(llama_keys, o.bits), o, aries(), {240, 245});
   for (const auto& cfg : {exaone, multimodal, glm}) {
-    const SimModel m = llama_from_config(cfg, o.bits);
+    const SimModel m = decoder_from_config(cfg, o.bits);
     EXPECT_EQ(m.shape.layers, 30);
     EXPECT_EQ(m.shape.kv_heads, 8) << cfg.dump();
     EXPECT_EQ(m.shape.head_dim, 80);
@@ -369,14 +369,41 @@ TEST(AriesSimulator, ConfigsOfOtherFamiliesCostTheirShapes) {
   // ChatGLM without grouped attention keeps its group count in the config: every head has its KV.
   nlohmann::json mha = glm;
   mha["multi_query_attention"] = false;
-  EXPECT_EQ(llama_from_config(mha, o.bits).shape.kv_heads, 32);
+  EXPECT_EQ(decoder_from_config(mha, o.bits).shape.kv_heads, 32);
   nlohmann::json none = exaone;
   none.erase("num_layers");
   try {
-    llama_from_config(none, o.bits);
+    decoder_from_config(none, o.bits);
     ADD_FAILURE() << "a config without a layer count was accepted";
   } catch (const nf::Error& e) {
     EXPECT_NE(std::string(e.what()).find("num_hidden_layers, num_layers, n_layer"), std::string::npos) << e.what();
+  }
+}
+
+// Phi-2's MLP has no gate: two linears a block where Llama's shape has three, so the same
+// sizes read fewer weight bytes a token. A mixture of experts names one expert's sizes, and
+// is refused rather than costed as one dense MLP.
+TEST(AriesSimulator, ConfigsWithAPlainMlpOrExperts) {
+  const nlohmann::json phi2 = {{"model_type", "phi"}, {"num_hidden_layers", 32}, {"hidden_size", 2560},
+                               {"intermediate_size", 10240}, {"num_attention_heads", 32}, {"vocab_size", 51200}};
+  nlohmann::json gated = phi2;
+  gated["model_type"] = "llama";
+  AriesOptions o = llm_options();
+  const SimModel plain = decoder_from_config(phi2, o.bits), llama = decoder_from_config(gated, o.bits);
+  EXPECT_EQ(plain.linears.size(), 32u * 6 + 1);
+  EXPECT_EQ(llama.linears.size(), 32u * 7 + 1);
+  const double bytes = static_cast<double>(2560) * 10240 * 32;  // one int8 linear of each block
+  EXPECT_NEAR(memory_plan(llama, o, 512).weight_bytes - memory_plan(plain, o, 512).weight_bytes, bytes + 32 * 10240 * 4.0,
+              1.0);
+  EXPECT_GT(simulate(plain, o, aries(), {240, 245})["decode_tokens_per_s"].get<double>(),
+            simulate(llama, o, aries(), {240, 245})["decode_tokens_per_s"].get<double>());
+  nlohmann::json mixtral = gated;
+  mixtral["num_local_experts"] = 8;
+  try {
+    decoder_from_config(mixtral, o.bits);
+    ADD_FAILURE() << "a mixture-of-experts config was costed as a dense one";
+  } catch (const nf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a mixture of experts (num_local_experts 8)"), std::string::npos) << e.what();
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace nf::aries {
 namespace {
@@ -151,9 +152,26 @@ nlohmann::json graph_pass(const GraphPass& pass, const AriesOptions& o, const De
           {"weights_stored_as", "int8"}};
 }
 
-SimModel llama_from_config(const nlohmann::json& c, const BitConfig& b) {
+// Families whose MLP is up -> activation -> down, without Llama's gate: GPT-2, GPT-NeoX, GPT-J,
+// GPT-Neo, OPT, Bloom, Falcon, MPT, Phi-2, StarCoder2, GPT-BigCode, Nemotron (squared ReLU).
+bool plain_mlp(const nlohmann::json& config) {
+  static const std::set<std::string> kPlain = {"gpt2", "gpt_neox", "gptj", "gpt_neo", "opt", "bloom", "falcon",
+                                               "mpt", "phi", "starcoder2", "gpt_bigcode", "nemotron"};
+  const nlohmann::json& c = hf_config::decoder_of(config);
+  return c.contains("model_type") && c["model_type"].is_string() && kPlain.count(c["model_type"].get<std::string>());
+}
+
+SimModel decoder_from_config(const nlohmann::json& c, const BitConfig& b) {
   SimModel m;
   ModelShape& s = m.shape;
+  // A config's FFN sizes are one expert's: costing them as one dense MLP would be wrong in
+  // both directions (a decode step reads the routed experts, a prefill chunk most of them).
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
+    const nlohmann::json& d = hf_config::decoder_of(c);
+    if (d.contains(key) && d[key].is_number_integer() && d[key].get<int64_t>() > 1)
+      throw Error(std::string("config: a mixture of experts (") + key + " " + std::to_string(d[key].get<int64_t>()) +
+                  "): only dense decoders are predicted from a config; compile a package of the model instead");
+  }
   auto need = [&](const char* key) {
     if (auto v = hf_config::get_int(c, key)) return *v;
     std::string names = key;
@@ -168,13 +186,14 @@ SimModel llama_from_config(const nlohmann::json& c, const BitConfig& b) {
   s.intermediate = need("intermediate_size");
   s.vocab = need("vocab_size");
   s.static_graph = false;
+  const bool plain = plain_mlp(c);
   for (int64_t l = 0; l < s.layers; ++l) {
     m.linears.push_back({Kind::query, false, l, s.hidden, s.heads * s.head_dim, b.query});
     m.linears.push_back({Kind::key, false, l, s.hidden, s.kv_heads * s.head_dim, b.key});
     m.linears.push_back({Kind::value, false, l, s.hidden, s.kv_heads * s.head_dim, b.value});
     m.linears.push_back({Kind::output, false, l, s.heads * s.head_dim, s.hidden, b.output});
     m.linears.push_back({Kind::ffn, false, l, s.hidden, s.intermediate, b.ffn});
-    m.linears.push_back({Kind::ffn, false, l, s.hidden, s.intermediate, b.ffn});
+    if (!plain) m.linears.push_back({Kind::ffn, false, l, s.hidden, s.intermediate, b.ffn});  // the gate
     m.linears.push_back({Kind::ffn, true, l, s.intermediate, s.hidden, b.ffn});
   }
   m.linears.push_back({Kind::head, false, -1, s.hidden, s.vocab, b.head});

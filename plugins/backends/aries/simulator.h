@@ -43,10 +43,11 @@ struct Workload {
   int64_t pass_rows = 0;    // > 0: also price one pass of this many rows at context_len (a tree pass)
 };
 
-// The linears of a Llama-family decoder from its HF config.json (q, k, v, o, gate, up,
-// down per block; the LM head), at the bit config: what compile's inspection finds in that
-// model's ONNX export, for shapes too big to synthesize here (tools/aries_sim predict).
-SimModel llama_from_config(const nlohmann::json& config, const BitConfig& bits);
+// The linears of a dense decoder from its HF config.json (q, k, v, o, gate, up, down per
+// block, no gate for the families with a plain MLP; the LM head), at the bit config: what
+// compile's inspection finds in that model's ONNX export, for shapes too big to synthesize
+// here (tools/aries_sim predict). A mixture-of-experts config is refused.
+SimModel decoder_from_config(const nlohmann::json& config, const BitConfig& bits);
 
 // Everything in the estimate JSON (fields documented in host/cli/cmd_estimate.cpp).
 nlohmann::json simulate(const SimModel& m, const AriesOptions& o, const Device& d, Workload w);

@@ -8,8 +8,9 @@
 //     buffer size whose row blocking gives that model's TTFT (scanned in 16 KiB steps, the
 //     first two refitted at each). Every other parameter stays as the device file gives it.
 //   aries_sim predict CONFIG.json DEVICE_FILE PROMPT_LEN CONTEXT_LEN [OPTIONS_JSON]
-//     the estimate of a Llama-family model from its HF config's shapes (no weights), with
-//     aries options (default: preset llm).
+//     the estimate of a dense decoder from its HF config's shapes (no weights; a gated MLP
+//     unless the family's is plain, a mixture of experts refused), with aries options
+//     (default: preset llm).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +29,7 @@ SimModel from_config(const char* path, const AriesOptions& o) {
   if (!cf) throw nf::Error(std::string("cannot read ") + path);
   nlohmann::json config = nlohmann::json::parse(cf, nullptr, false);
   if (!config.is_object()) throw nf::Error(std::string(path) + " is not a JSON object");
-  return llama_from_config(config, o.bits);
+  return decoder_from_config(config, o.bits);
 }
 
 // Bandwidth on the decode rate, then efficiency on the TTFT, a few rounds (they interact
@@ -88,7 +89,7 @@ int predict(int argc, char** argv) {
   Workload w{std::atoll(argv[2]), std::atoll(argv[3])};
   nlohmann::json opts = argc > 4 ? nlohmann::json::parse(argv[4]) : nlohmann::json{{"preset", "llm"}};
   AriesOptions o = AriesOptions::resolve(opts);
-  SimModel m = llama_from_config(config, o.bits);
+  SimModel m = decoder_from_config(config, o.bits);
   if (o.split_parts > 0 || !o.split_blocks.empty()) m.parts = static_cast<int64_t>(part_ranges(o, m.shape.layers).size());
   MemoryPlan mem = memory_plan(m, o, o.llm.max_cache_length);
   if (mem.total() > d.dram_bytes - d.dram_reserved_bytes)
