@@ -3079,6 +3079,138 @@ class InternLM2ForCausalLM(DecoderLM):
         return tuple([self.output(self.model.norm(hidden_states)).float()] + out)
 
 
+class MiniCPMLongRoPE(nn.Module):
+    """MiniCPM4's modeling_minicpm.py MiniCPMLongRoPE: cos/sin tables for max_position_embeddings
+    positions made at init, each frequency divided by its short factor (the long ones past
+    original_max_position_embeddings) and the tables times sqrt(1 + log(scale) /
+    log(original_max_position_embeddings)); forward slices them to seq_len."""
+
+    def __init__(self, dim, config):
+        super().__init__()
+        rs = config.rope_scaling
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        original = rs["original_max_position_embeddings"]
+        scale = config.max_position_embeddings / original
+        scaling_factor = math.sqrt(1 + math.log(scale) / math.log(original))
+        t = torch.arange(config.max_position_embeddings, dtype=inv_freq.dtype)
+        factors = torch.tensor(rs["long_factor"] if config.max_position_embeddings > original else rs["short_factor"],
+                               dtype=torch.float32)
+        freqs = torch.mul(torch.outer(t, 1.0 / factors), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos() * scaling_factor, persistent=False)
+        self.register_buffer("sin_cached", emb.sin() * scaling_factor, persistent=False)
+
+    def forward(self, x, seq_len):
+        return self.cos_cached[:seq_len].to(dtype=x.dtype), self.sin_cached[:seq_len].to(dtype=x.dtype)
+
+
+class MiniCPMAttention(nn.Module):
+    """MiniCPMAttention (eager): Llama's projections, rotary tables indexed by position_ids
+    with q and k rotated in float32, scores / sqrt(head_dim) + the mask, float32 softmax."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        b = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=b)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=b)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=b)
+        self.rotary_emb = MiniCPMLongRoPE(self.head_dim, config)
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(bsz, q_len, self.num_key_value_heads,
+                                                       self.head_dim).transpose(1, 2)
+        kv_seq_len = key_states.shape[-2] + past_key_value[0].shape[-2]
+        cos, sin = self.rotary_emb(value_states.to(torch.float32), seq_len=kv_seq_len)
+        orig_dtype = key_states.dtype
+        q_embed, k_embed = apply_rotary_pos_emb_indexed(query_states.to(torch.float32), key_states.to(torch.float32),
+                                                        cos, sin, position_ids)
+        query_states, key_states = q_embed.to(orig_dtype), k_embed.to(orig_dtype)
+        key_states = torch.cat([past_key_value[0], key_states], dim=2)
+        value_states = torch.cat([past_key_value[1], value_states], dim=2)
+        present = (key_states, value_states)
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
+        attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+        attn_output = torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous()
+        return self.o_proj(attn_output.reshape(bsz, q_len, -1)), present
+
+
+class MiniCPMRMSNorm(nn.Module):
+    """rms_layernorm: the mean of squares in float32, the product with the weight after the
+    cast back."""
+
+    def __init__(self, hidden_size, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        old_dtype = hidden_states.dtype
+        variance = hidden_states.to(torch.float32).pow(2).mean(dim=-1, keepdim=True)
+        hidden_states = (hidden_states * torch.rsqrt(variance + self.variance_epsilon)).to(old_dtype)
+        return hidden_states * self.weight
+
+
+class MiniCPMDecoderLayer(nn.Module):
+    """Pre-norm; each branch scaled by scale_depth / sqrt(num_hidden_layers) before its residual."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.self_attn = MiniCPMAttention(config, layer_idx)
+        self.mlp = LlamaMLP(config, act=config.hidden_act)
+        self.input_layernorm = MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.scale_depth = config.scale_depth
+        self.num_hidden_layers = config.num_hidden_layers
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        attn_output, present = self.self_attn(self.input_layernorm(hidden_states), attention_mask, position_ids,
+                                              past_key_value)
+        hidden_states = hidden_states + attn_output * (self.scale_depth / math.sqrt(self.num_hidden_layers))
+        mlp_output = self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states + mlp_output * (self.scale_depth / math.sqrt(self.num_hidden_layers)), present
+
+
+class MiniCPMForCausalLM(DecoderLM):
+    """MiniCPM / MiniCPM4's modeling_minicpm.py (trust_remote_code): muP scalings (embeddings x
+    scale_emb; the final hidden states / (hidden_size / dim_model_base) before the tied head),
+    LongRoPE; the mask is _prepare_4d_causal_attention_mask's (as Baichuan2's)."""
+
+    def __init__(self, cfg_dict):
+        super().__init__()
+        config = FamilyConfig(cfg_dict)
+        self.config, self.family, self.mask_style = config, "minicpm", "converter"
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.model.layers = nn.ModuleList([MiniCPMDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.model.norm = MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids, attention_mask, position_ids, *past_flat):
+        hidden_states = self.model.embed_tokens(input_ids) * self.config.scale_emb
+        past_length = past_flat[0].shape[2]
+        mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length, hidden_states.dtype)
+        out = []
+        for i, layer in enumerate(self.model.layers):
+            hidden_states, (k, v) = layer(hidden_states, mask, position_ids, (past_flat[2 * i], past_flat[2 * i + 1]))
+            out += [k, v]
+        hidden_states = self.model.norm(hidden_states)
+        logits = self.lm_head(hidden_states / (self.config.hidden_size / self.config.dim_model_base))
+        return tuple([logits.float()] + out)
+
+
 def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="eager"):
     """The family's XxxForCausalLM."""
     if family == "falcon":
@@ -3091,6 +3223,8 @@ def causal_lm(cfg_dict, family, mask_style="masked_fill", attn_implementation="e
         return BaichuanForCausalLM(cfg_dict)
     if family == "internlm2":
         return InternLM2ForCausalLM(cfg_dict, mask_style)
+    if family == "minicpm":
+        return MiniCPMForCausalLM(cfg_dict)
     if family == "gpt2":
         return GPT2LMHeadModel(cfg_dict)
     if family == "gpt_bigcode":

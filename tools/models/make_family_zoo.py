@@ -442,6 +442,18 @@ MODELS = {
         "attn_implementation": "eager", "pad_token_id": 2, "bos_token_id": 1, "eos_token_id": 2,
         "tie_word_embeddings": False, "use_cache": True, "initializer_range": 0.02, "torch_dtype": "float32",
     },
+    "minicpm": {
+        # MiniCPM4-0.5B's layout (trust_remote_code: muP scalings, LongRoPE, tied)
+        "architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm", "vocab_size": 320, "hidden_size": 64,
+        "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "longrope", "original_max_position_embeddings": 128,
+                         "short_factor": [1.0, 1.01, 1.03, 1.08, 1.17, 1.35, 1.62, 2.05],
+                         "long_factor": [1.0, 1.3, 2.1, 3.9, 7.2, 13.1, 22.8, 36.4]},
+        "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4, "hidden_act": "silu", "attention_bias": False,
+        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "use_cache": True,
+        "initializer_range": 0.1, "torch_dtype": "float32",
+    },
 }
 
 # HF's own per-expert MoE loop on the same configs (hf_families: routing "hf")
@@ -468,7 +480,7 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145, "internlm2": 146}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145, "internlm2": 146, "minicpm": 147}
 # ALiBi families: the hf_families function that computes the bias
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
@@ -494,6 +506,9 @@ TIED_TWEAKS = {
                 "final_norm_scale": 2.0, "post_norm_scale": 1.0},
     "smollm3": {"embed_scale": 0.5, "qk_gain": 3.0, "o_gain": 1.0, "down_gain": 16.0,
                 "final_norm_scale": 2.0, "post_norm_scale": 1.0},
+    # the embeddings are multiplied by scale_emb (12) in the graph
+    "minicpm": {"embed_scale": 0.05, "qk_gain": 3.0, "o_gain": 1.0, "down_gain": 4.0,
+                "final_norm_scale": 1.0, "post_norm_scale": 1.0},
 }
 # sharper attention so that positions (and so the rope scaling) decide tokens:
 # with the plain init, llama3's greedy tokens are the same without rope scaling

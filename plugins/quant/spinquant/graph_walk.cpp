@@ -179,7 +179,9 @@ std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value
       Linear l;
       // A Reshape (GPT-2's Conv1D flattens [b, s, d] to [b*s, d]) keeps each row of d values
       // whole exactly when the reader's K is d, which every caller checks against the norm.
-      if (passthrough(op) || (op == "Reshape" && u.input == 0)) {
+      // A scalar Mul or Div commutes with a per-channel gain and with a rotation (MiniCPM
+      // divides the final norm's output by hidden_size / dim_model_base before the head).
+      if (passthrough(op) || (op == "Reshape" && u.input == 0) || scaled_operand(gv, u.node) == v) {
         frontier.push_back(u.node.output(0));
       } else if (op == "Shape") {
         continue;

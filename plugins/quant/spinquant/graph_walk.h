@@ -63,9 +63,9 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv);
 // its writers' outputs).
 std::vector<RmsNorm> find_rms_norms(const GraphView& gv, int64_t size);
 
-// Linear layers reading `value` (through Cast/Identity and Reshapes: the caller checks each
-// layer's K against the size of the axis it rotates); throws when anything but a linear layer
-// or a Shape reads it.
+// Linear layers reading `value` (through Cast/Identity, Reshapes and scalar scalings: the
+// caller checks each layer's K against the size of the axis it rotates); throws when anything
+// but a linear layer or a Shape reads it.
 std::vector<Linear> linear_readers(const GraphView& gv, const std::string& value, const std::string& what);
 
 // Cast and Identity: the value goes through unchanged.
