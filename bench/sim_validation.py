@@ -664,6 +664,11 @@ def report(rows, loo, params, aries):
     if aries:
         print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
               f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")
+    if DATA.get("not_simulated"):
+        print("\n| found, not simulated | source | why |")
+        print("|---|---|---|")
+        for n in DATA["not_simulated"]:
+            print(f"| {n['what']} | {n['source']} | {n['why']} |")
 
 
 if __name__ == "__main__":
