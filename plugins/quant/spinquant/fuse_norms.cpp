@@ -25,14 +25,15 @@ std::vector<FusedNorm> fuse_norm_gains(GraphView& gv, const std::vector<RmsNorm>
     }
     result.push_back(std::move(f));
   }
-  // The gains become ones; a gain another node reads as well (a post-norm sharing it) stays,
-  // and the fused norm reads ones of its own.
+  // The gains become ones; a gain another node reads as well (a post-norm sharing it, or the
+  // Identity torch reads a deduplicated parameter through) stays, and the fused norm reads
+  // ones of its own.
   std::set<std::string> fused_outputs;
   for (const RmsNorm& n : norms) fused_outputs.insert(n.output);
   for (size_t i = 0; i < norms.size(); ++i) {
     const RmsNorm& n = norms[i];
     const std::vector<float> ones(gains[i].size(), 1.f);
-    bool shared = false;
+    bool shared = n.gain_input != n.gain;
     for (const Use& u : gv.consumers(n.gain)) shared |= !fused_outputs.count(u.node.output(0));
     if (!shared) {
       write_initializer(gv.graph, n.gain, {static_cast<int64_t>(ones.size())}, ones);
@@ -43,7 +44,7 @@ std::vector<FusedNorm> fuse_norm_gains(GraphView& gv, const std::vector<RmsNorm>
     for (nf::Node m : gv.graph.nodes())
       if (m.output_count() > 0 && m.output(0) == n.output)
         for (size_t k = 0; k < m.input_count(); ++k)
-          if (m.input(k) == n.gain) m.set_input(k, own);
+          if (m.input(k) == n.gain_input) m.set_input(k, own);
   }
   return result;
 }

@@ -124,7 +124,8 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv) {
   for (const nf::Node& mul : gv.graph.nodes()) {
     if (mul.op_type() != "Mul" || mul.input_count() != 2) continue;
     for (size_t gi = 0; gi < 2; ++gi) {
-      nf::Tensor gain = gv.float_initializer(mul.input(gi));
+      const std::string gain_name = through_casts(gv, mul.input(gi));
+      nf::Tensor gain = gv.float_initializer(gain_name);
       if (!gain || gain.dims().size() != 1) continue;
       // The normalized operand: x * (1 / sqrt(mean(x^2) + eps)) or x / sqrt(...), Casts allowed.
       const nf::Node* p = gv.producer(through_casts(gv, mul.input(1 - gi)));
@@ -153,7 +154,7 @@ std::vector<RmsNorm> find_rms_norms(const GraphView& gv) {
       }
       if (!has_mean) continue;
       // x of the norm is the residual value before its Cast.
-      result.push_back({through_casts(gv, x), mul.output(0), mul.input(gi)});
+      result.push_back({through_casts(gv, x), mul.output(0), gain_name, mul.input(gi)});
       break;
     }
   }

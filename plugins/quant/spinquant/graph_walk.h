@@ -57,6 +57,9 @@ struct RmsNorm {
   std::string input;   // x (the residual stream value the norm reads)
   std::string output;  // the gain Mul's output
   std::string gain;    // 1-D initializer
+  // What the gain Mul reads: the initializer, or an Identity of it (torch's export keeps one
+  // initializer of equal parameters and reads it through Identity nodes elsewhere).
+  std::string gain_input;
 };
 std::vector<RmsNorm> find_rms_norms(const GraphView& gv);
 // Those whose gain has `size` entries (the hidden size: the norms of the residual stream and of

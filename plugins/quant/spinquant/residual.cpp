@@ -109,6 +109,10 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
     }
     rs.values.insert(n.output(0));
   }
+  // A norm commutes with the rotation only when its gain is fused: every Pow, Mul or Div that
+  // reads the stream must be inside a norm found above, or a scaling the stream goes through.
+  std::set<std::string> norm_inputs;
+  for (const RmsNorm& n : norms) norm_inputs.insert(n.input);
   for (const auto& v : rs.values) {
     if (gv.is_output(v)) throw nf::Error("spinquant: residual value '" + v + "' is a graph output; cannot rotate it");
     for (const Use& u : gv.consumers(v)) {
@@ -117,10 +121,12 @@ ResidualStream find_residual_stream(const GraphView& gv, const std::string& embe
         rs.readers.push_back(l);
         continue;
       }
-      if (!(passthrough(op) || op == "Add" || op == "Pow" || op == "Mul" || op == "Div" || op == "Shape" ||
+      const bool in_norm = (op == "Pow" || op == "Mul" || op == "Div") && norm_inputs.count(through_casts(gv, v));
+      if (!(passthrough(op) || op == "Add" || op == "Shape" || in_norm || rs.values.count(u.node.output(0)) ||
             row_reshape(gv, u.node, rs.values)))
         throw nf::Error("spinquant: residual value '" + v + "' feeds a " + std::string(op) + " node ('" +
-                        std::string(u.node.name()) + "') that does not commute with a rotation");
+                        std::string(u.node.name()) + "') that does not commute with a rotation" +
+                        (op == "Pow" || op == "Mul" || op == "Div" ? " (not part of a norm whose gain it can fuse)" : ""));
     }
   }
   return rs;
