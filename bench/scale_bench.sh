@@ -9,6 +9,9 @@
 #   BUILD=build WORK=/work/nf_scale (default)   SAMPLES=8 SEQ=128 (calibration windows)
 #   DTYPE=float16: the models' weights in float16 (in WORK/<model>-float16), as most exports
 #   are; the build widens them to float32 (host/pipeline/widen_floats.h)
+#   A MODELS entry FAMILY:CONFIG:LAYERS (e.g. internlm2:internlm2.5-7b:2) is that family's own
+#   graph (tools/models/family_at_width.py: hf_families code, torch.onnx) at the config's widths
+#   with LAYERS layers, in WORK/fam-FAMILY-CONFIG-LAYERSl (float32 only)
 #
 # Models come from tools/models/synth_model.py (random weights, not --zeros, so the recipes
 # do real work) and are made once in WORK. Calibration is pre-tokenized ids (random, seeded):
@@ -44,10 +47,19 @@ echo "|---|---|---|---|---|---|---|---|"
 for m in $MODELS; do
   d=$WORK/$m
   if [ "$DTYPE" != float32 ]; then d=$WORK/$m-$DTYPE; fi
-  if [ ! -f "$d/model.onnx" ]; then
+  if [[ $m == *:* ]]; then  # FAMILY:CONFIG:LAYERS, the family's own graph at that config's width
+    IFS=: read -r family config nlayers <<< "$m"
+    d=$WORK/fam-$family-$config-${nlayers}l
+    if [ ! -f "$d/model.onnx" ]; then
+      $PY "$ROOT/tools/models/family_at_width.py" "$family" "$ROOT/tools/models/configs/$config.json" "$d" \
+        --layers "$nlayers" >&2
+    fi
+  elif [ ! -f "$d/model.onnx" ]; then
     $PY "$ROOT/tools/models/synth_model.py" "$ROOT/tools/models/configs/$m.json" "$d" --dtype "$DTYPE" >&2
   fi
-  read -r vocab layers < <($PY -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["vocab_size"], c["num_hidden_layers"])' "$d/config.json")
+  read -r vocab layers < <($PY -c 'import json,sys; sys.path.insert(0, sys.argv[2]); import hf_config
+c = hf_config.normalize(json.load(open(sys.argv[1]))); print(c["vocab_size"], c["num_hidden_layers"])' \
+    "$d/config.json" "$ROOT/tools/models")
   if [ ! -f "$d/calib_ids.json" ]; then
     $PY -c 'import json,random,sys; r=random.Random(7); print(json.dumps([r.randrange(int(sys.argv[1])) for _ in range(int(sys.argv[2]))]))' \
       "$vocab" $((SAMPLES * SEQ)) > "$d/calib_ids.json"

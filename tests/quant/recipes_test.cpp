@@ -200,8 +200,9 @@ TEST(SeqMseMath, LpbqRefinementStaysOnTheLpbqGrid) {
 }
 
 TEST(Hadamard, OrdersAndOrthogonality) {
-  for (int64_t n : {1, 2, 8, 12, 20, 24, 96, 256}) {
-    auto R = quant::random_hadamard(n, n == 96 ? 5 : 0);
+  // Paley II bases: 28 (q 13), 36 (q 17), 76 (q 37), 148 (q 73); 224 = 28 doubled three times.
+  for (int64_t n : {1, 2, 8, 12, 20, 24, 28, 36, 76, 96, 148, 224, 256}) {
+    auto R = quant::random_hadamard(n, n == 96 || n == 224 ? 5 : 0);
     double worst = 0;
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -211,20 +212,25 @@ TEST(Hadamard, OrdersAndOrthogonality) {
       }
     EXPECT_LT(worst, 1e-12) << "order " << n;
   }
+  // The smallest base: 3584 = 28 * 128 (Paley I would need 224 = 223 + 1), 2304 = 36 * 64.
+  EXPECT_EQ(quant::hadamard_base_order(3584), 28);
+  EXPECT_EQ(quant::hadamard_base_order(2304), 36);
+  EXPECT_EQ(quant::hadamard_base_order(3072), 12);
   try {
-    quant::hadamard_matrix(36);  // 36 = 9 * 4: 35 is not prime, 9 - 1 not = 3 mod 4
+    quant::hadamard_matrix(116);  // 116 = 29 * 4: neither 115 nor 57 is a prime of the form needed
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no Hadamard matrix of order 36"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no Hadamard matrix of order 116"), std::string::npos) << e.what();
   }
 }
 
 // The structured rotation (base step + fast Walsh-Hadamard + signs) and the dense one equal
-// x R with R formed densely, on rows and on columns, for 2^k, Paley and Paley x 2^k orders.
+// x R with R formed densely, on rows and on columns, for 2^k, Paley (I and II) and Paley x 2^k
+// orders.
 TEST(Hadamard, FastRotationEqualsDenseProduct) {
   std::mt19937 rng(7);
   std::normal_distribution<double> nd;
-  for (int64_t n : {1, 2, 8, 12, 20, 24, 96, 256, 1536}) {
+  for (int64_t n : {1, 2, 8, 12, 20, 24, 28, 96, 224, 256, 1536}) {  // 28, 224: a Paley II base
     const uint64_t seed = n % 3 == 0 ? 5 : 0;
     const std::vector<double> R = quant::random_hadamard(n, seed);
     for (bool learned : {false, true}) {

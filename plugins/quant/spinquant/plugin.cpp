@@ -346,7 +346,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_QUANT,
     "spinquant",
-    "0.3.0",
+    "0.4.0",
     "LayerNorms made RMSNorms over a centred stream, RMSNorm gains fused, then random-Hadamard or learned rotations (R1 hidden, R2 per head) fused into weights; optional online Hadamard (R4) before down_proj",
     kSchema,
     &kApi,
