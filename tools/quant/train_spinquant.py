@@ -69,6 +69,38 @@ def paley_hadamard(q):
     return H
 
 
+def paley2_hadamard(q):
+    """Paley II, order 2 (q + 1), q prime = 1 mod 4: C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]]."""
+    c = q + 1
+    chi = [-1] * q
+    chi[0] = 0
+    for x in range(1, q):
+        chi[(x * x) % q] = 1
+
+    def conference(i, j):
+        if i == j:
+            return 0
+        if i == 0 or j == 0:
+            return 1
+        return chi[((j - i) % q + q) % q]
+    off, diag = [[1, 1], [1, -1]], [[1, -1], [-1, -1]]
+    H = [[0] * (2 * c) for _ in range(2 * c)]
+    for i in range(c):
+        for j in range(c):
+            for a in range(2):
+                for b in range(2):
+                    H[2 * i + a][2 * j + b] = diag[a][b] if i == j else conference(i, j) * off[a][b]
+    return H
+
+
+def paley1_order(b):
+    return b % 4 == 0 and is_prime(b - 1) and (b - 1) % 4 == 3
+
+
+def paley2_order(b):
+    return b % 4 == 0 and is_prime(b // 2 - 1) and (b // 2 - 1) % 4 == 1
+
+
 def hadamard_matrix(n):
     m = n
     while m % 2 == 0 and m > 1:
@@ -78,13 +110,13 @@ def hadamard_matrix(n):
         b = 0
         order = m
         while order <= n:
-            if order % 4 == 0 and is_prime(order - 1) and (order - 1) % 4 == 3:
+            if paley1_order(order) or paley2_order(order):
                 b = order
                 break
             order *= 2
         if b == 0:
             raise ValueError(f"no Hadamard matrix of order {n} is built here")
-        H = paley_hadamard(b - 1)
+        H = paley_hadamard(b - 1) if paley1_order(b) else paley2_hadamard(b // 2 - 1)
     H = torch.tensor(H, dtype=torch.float64)
     while H.shape[0] < n:
         H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
