@@ -4,7 +4,8 @@
     /usr/bin/python3 tools/models/family_at_width.py FAMILY CONFIG.json OUT_DIR [--layers N] [--seed S]
 
 FAMILY is a family of tools/models/hf_families.py (phi3, qwen2_untied, gemma2, internlm2, ...),
-CONFIG an HF config.json of the published shapes (tools/models/configs/). The model is built
+CONFIG an HF config.json of the published shapes (tools/models/configs/; keys it lacks that are
+not shapes, such as dropouts, come from the family's zoo config). The model is built
 with the family's HF-faithful code at those widths with N layers (default 2), random weights
 (N(0, 0.02) matrices, the modules' own norm and bias defaults), and exported by torch.onnx as
 the zoo is (make_family_zoo's mask style and attention for the family), then saved with its
@@ -29,6 +30,9 @@ import hf_families as hf  # noqa: E402
 import make_family_zoo as zoo  # noqa: E402
 
 LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")
+SHAPE_KEYS = {"vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "max_position_embeddings", "original_max_position_embeddings", "rope_scaling", "sliding_window",
+              *LAYER_KEYS}
 
 
 def main():
@@ -41,6 +45,14 @@ def main():
     args = ap.parse_args()
     cfg = json.load(open(args.config))
     cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    # What the config leaves out (dropouts, flags the family's code reads) comes from the
+    # family's zoo config; its shapes and position settings never do.
+    for k, v in zoo.MODELS.get(args.family, {}).items():
+        if k not in cfg and k not in SHAPE_KEYS:
+            cfg[k] = v
+    for k in ("architectures", "model_type"):
+        if k in zoo.MODELS.get(args.family, {}):
+            cfg[k] = zoo.MODELS[args.family][k]
     key = next((k for k in LAYER_KEYS if k in cfg), None)
     if key is None:
         raise SystemExit(f"{args.config}: no layer count ({', '.join(LAYER_KEYS)})")
