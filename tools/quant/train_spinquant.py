@@ -51,12 +51,17 @@ def is_prime(p):
     return p >= 2 and all(p % d for d in range(2, int(math.isqrt(p)) + 1))
 
 
-def paley_hadamard(q):
-    n = q + 1
+def quadratic_character(q):
     chi = [-1] * q
     chi[0] = 0
     for x in range(1, q):
         chi[(x * x) % q] = 1
+    return chi
+
+
+def paley_hadamard(q):
+    n = q + 1
+    chi = quadratic_character(q)
     H = [[0] * n for _ in range(n)]
     for j in range(1, n):
         H[0][j] = 1
@@ -72,10 +77,7 @@ def paley_hadamard(q):
 def paley2_hadamard(q):
     """Paley II, order 2 (q + 1), q prime = 1 mod 4: C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]]."""
     c = q + 1
-    chi = [-1] * q
-    chi[0] = 0
-    for x in range(1, q):
-        chi[(x * x) % q] = 1
+    chi = quadratic_character(q)
 
     def conference(i, j):
         if i == j:

@@ -24,12 +24,18 @@ inline bool is_prime(int64_t p) {
   return true;
 }
 
-// Paley I: order q + 1 from the quadratic residues of GF(q), q prime, q = 3 mod 4.
-inline std::vector<int> paley_hadamard(int64_t q) {
-  const int64_t n = q + 1;
+// The quadratic character of GF(q), q prime: 0 at 0, 1 at the squares, -1 elsewhere.
+inline std::vector<int> quadratic_character(int64_t q) {
   std::vector<int> chi(static_cast<size_t>(q), -1);
   chi[0] = 0;
   for (int64_t x = 1; x < q; ++x) chi[static_cast<size_t>((x * x) % q)] = 1;
+  return chi;
+}
+
+// Paley I: order q + 1 from the quadratic residues of GF(q), q prime, q = 3 mod 4.
+inline std::vector<int> paley_hadamard(int64_t q) {
+  const int64_t n = q + 1;
+  const std::vector<int> chi = quadratic_character(q);
   // S (skew conference matrix) of order n, then H = I + S.
   std::vector<int> H(static_cast<size_t>(n * n), 0);
   for (int64_t j = 1; j < n; ++j) {
@@ -47,9 +53,7 @@ inline std::vector<int> paley_hadamard(int64_t q) {
 // chi(j - i) elsewhere) gives H = C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]].
 inline std::vector<int> paley2_hadamard(int64_t q) {
   const int64_t c = q + 1, n = 2 * c;
-  std::vector<int> chi(static_cast<size_t>(q), -1);
-  chi[0] = 0;
-  for (int64_t x = 1; x < q; ++x) chi[static_cast<size_t>((x * x) % q)] = 1;
+  const std::vector<int> chi = quadratic_character(q);
   auto conference = [&](int64_t i, int64_t j) {
     if (i == j) return 0;
     if (i == 0 || j == 0) return 1;
