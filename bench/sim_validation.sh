@@ -7,7 +7,10 @@
 #   FIGURES=path: figures and fits of your own in sim_figures.json's layout (each figure's
 #   "config" names tools/models/configs/<config>.json or is a path, absolute or relative to
 #   the figures file, to any HF decoder config.json (tools/models/hf_config.py reads the
-#   families' key names); "fits" say which figures fit what). A figure the simulators cannot
+#   families' key names); a figure may also give "precision" ("w4a16", the default, or "w4"),
+#   "kv_bits" (8 unless given) and "context" (the export's context length, 4096 unless
+#   given); "fits" say which figures fit what; "not_simulated" lists what was found and why
+#   it is not costed). A figure the simulators cannot
 #   cost (a chip without a chip file, or without a figure its estimate needs) is listed as
 #   "not simulated" with the reason; a set without aries figures skips the aries fit, and a
 #   parameter no stated group fits keeps its chip or device file's value.
