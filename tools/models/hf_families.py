@@ -2896,6 +2896,40 @@ class MptForCausalLM(DecoderLM):
         return tuple([self.lm_head(t.norm_f(hidden_states))] + out)
 
 
+class PreNormLayer(nn.Module):
+    """Attention, then the MLP, each on its RMSNorm of the stream and added back (times
+    `branch_scale` when given: MiniCPM's scale_depth / sqrt(num_hidden_layers)). `names` are
+    the family's module names for (attention, mlp, its norm, the mlp's norm): they name the
+    exported weights. Baichuan2, InternLM2 and MiniCPM write this layer alike."""
+
+    def __init__(self, names, attention, mlp, attention_norm, mlp_norm, branch_scale=None):
+        super().__init__()
+        self.names = names
+        for name, module in zip(names, (attention, mlp, attention_norm, mlp_norm)):
+            setattr(self, name, module)
+        self.branch_scale = branch_scale
+
+    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
+        attention, mlp, attention_norm, mlp_norm = (getattr(self, n) for n in self.names)
+        scaled = (lambda x: x) if self.branch_scale is None else (lambda x: x * self.branch_scale)
+        attn_output, present = attention(attention_norm(hidden_states), attention_mask, position_ids, past_key_value)
+        hidden_states = hidden_states + scaled(attn_output)
+        return hidden_states + scaled(mlp(mlp_norm(hidden_states))), present
+
+
+def converter_layer_stack(layers, hidden_states, input_ids, attention_mask, position_ids, past_flat):
+    """The layer loop of the remote-code families on _prepare_4d_causal_attention_mask's
+    additive mask (Baichuan2, MiniCPM): the mask from input_ids' length and the cache's, then
+    each layer with position_ids. Returns the last hidden states and the flat presents."""
+    past_length = past_flat[0].shape[2]
+    mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length, hidden_states.dtype)
+    out = []
+    for i, layer in enumerate(layers):
+        hidden_states, (k, v) = layer(hidden_states, mask, position_ids, (past_flat[2 * i], past_flat[2 * i + 1]))
+        out += [k, v]
+    return hidden_states, out
+
+
 class BaichuanAttention(nn.Module):
     """Baichuan2-7B's modeling_baichuan.py (trust_remote_code): one W_pack projection cut as
     `proj.unflatten(-1, (3, hidden)).unsqueeze(0).transpose(0, -2).squeeze(-2)` and indexed
@@ -2930,19 +2964,12 @@ class BaichuanAttention(nn.Module):
         return self.o_proj(attn_output), present
 
 
-class BaichuanDecoderLayer(nn.Module):
+class BaichuanDecoderLayer(PreNormLayer):
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.self_attn = BaichuanAttention(config, layer_idx)
-        self.mlp = LlamaMLP(config)
-        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
-        attn_output, present = self.self_attn(self.input_layernorm(hidden_states), attention_mask, position_ids,
-                                              past_key_value)
-        hidden_states = hidden_states + attn_output
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states)), present
+        super().__init__(("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"),
+                         BaichuanAttention(config, layer_idx), LlamaMLP(config),
+                         LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps),
+                         LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
 
 
 class BaichuanForCausalLM(DecoderLM):
@@ -2966,13 +2993,8 @@ class BaichuanForCausalLM(DecoderLM):
             self.lm_head.weight.copy_(F.normalize(self.lm_head.weight))
 
     def forward(self, input_ids, attention_mask, position_ids, *past_flat):
-        hidden_states = self.model.embed_tokens(input_ids)
-        past_length = past_flat[0].shape[2]
-        mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length, hidden_states.dtype)
-        out = []
-        for i, layer in enumerate(self.model.layers):
-            hidden_states, (k, v) = layer(hidden_states, mask, position_ids, (past_flat[2 * i], past_flat[2 * i + 1]))
-            out += [k, v]
+        hidden_states, out = converter_layer_stack(self.model.layers, self.model.embed_tokens(input_ids), input_ids,
+                                                   attention_mask, position_ids, past_flat)
         return tuple([self.lm_head(self.model.norm(hidden_states))] + out)
 
 
@@ -3042,19 +3064,12 @@ class InternLM2MLP(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class InternLM2DecoderLayer(nn.Module):
+class InternLM2DecoderLayer(PreNormLayer):
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.attention = InternLM2Attention(config, layer_idx)
-        self.feed_forward = InternLM2MLP(config)
-        self.attention_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.ffn_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
-        attn_output, present = self.attention(self.attention_norm(hidden_states), attention_mask, position_ids,
-                                              past_key_value)
-        hidden_states = hidden_states + attn_output
-        return hidden_states + self.feed_forward(self.ffn_norm(hidden_states)), present
+        super().__init__(("attention", "feed_forward", "attention_norm", "ffn_norm"),
+                         InternLM2Attention(config, layer_idx), InternLM2MLP(config),
+                         LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps),
+                         LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps))
 
 
 class InternLM2ForCausalLM(DecoderLM):
@@ -3161,24 +3176,15 @@ class MiniCPMRMSNorm(nn.Module):
         return hidden_states * self.weight
 
 
-class MiniCPMDecoderLayer(nn.Module):
-    """Pre-norm; each branch scaled by scale_depth / sqrt(num_hidden_layers) before its residual."""
+class MiniCPMDecoderLayer(PreNormLayer):
+    """Each branch scaled by scale_depth / sqrt(num_hidden_layers) before its residual."""
 
     def __init__(self, config, layer_idx):
-        super().__init__()
-        self.self_attn = MiniCPMAttention(config, layer_idx)
-        self.mlp = LlamaMLP(config, act=config.hidden_act)
-        self.input_layernorm = MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.scale_depth = config.scale_depth
-        self.num_hidden_layers = config.num_hidden_layers
-
-    def forward(self, hidden_states, attention_mask, position_ids, past_key_value):
-        attn_output, present = self.self_attn(self.input_layernorm(hidden_states), attention_mask, position_ids,
-                                              past_key_value)
-        hidden_states = hidden_states + attn_output * (self.scale_depth / math.sqrt(self.num_hidden_layers))
-        mlp_output = self.mlp(self.post_attention_layernorm(hidden_states))
-        return hidden_states + mlp_output * (self.scale_depth / math.sqrt(self.num_hidden_layers)), present
+        super().__init__(("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"),
+                         MiniCPMAttention(config, layer_idx), LlamaMLP(config, act=config.hidden_act),
+                         MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps),
+                         MiniCPMRMSNorm(config.hidden_size, eps=config.rms_norm_eps),
+                         branch_scale=config.scale_depth / math.sqrt(config.num_hidden_layers))
 
 
 class MiniCPMForCausalLM(DecoderLM):
@@ -3199,13 +3205,8 @@ class MiniCPMForCausalLM(DecoderLM):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids, attention_mask, position_ids, *past_flat):
-        hidden_states = self.model.embed_tokens(input_ids) * self.config.scale_emb
-        past_length = past_flat[0].shape[2]
-        mask = attention_mask_converter_4d(attention_mask, input_ids.shape[1], past_length, hidden_states.dtype)
-        out = []
-        for i, layer in enumerate(self.model.layers):
-            hidden_states, (k, v) = layer(hidden_states, mask, position_ids, (past_flat[2 * i], past_flat[2 * i + 1]))
-            out += [k, v]
+        hidden_states, out = converter_layer_stack(self.model.layers, self.model.embed_tokens(input_ids) * self.config.scale_emb,
+                                                   input_ids, attention_mask, position_ids, past_flat)
         hidden_states = self.model.norm(hidden_states)
         logits = self.lm_head(hidden_states / (self.config.hidden_size / self.config.dim_model_base))
         return tuple([logits.float()] + out)
