@@ -166,8 +166,8 @@ SimModel decoder_from_config(const nlohmann::json& c, const BitConfig& b) {
   ModelShape& s = m.shape;
   // A config's FFN sizes are one expert's: costing them as one dense MLP would be wrong in
   // both directions (a decode step reads the routed experts, a prefill chunk most of them).
+  const nlohmann::json& d = hf_config::decoder_of(c);
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
-    const nlohmann::json& d = hf_config::decoder_of(c);
     if (d.contains(key) && d[key].is_number_integer() && d[key].get<int64_t>() > 1)
       throw Error(std::string("config: a mixture of experts (") + key + " " + std::to_string(d[key].get<int64_t>()) +
                   "): only dense decoders are predicted from a config; compile a package of the model instead");
