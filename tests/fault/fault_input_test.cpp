@@ -165,6 +165,25 @@ TEST(FaultInput, FusedCacheWithAnotherAttentionIsRefused) {
   expect_clean_error(r, "the model's fused KV cache: 2 fused-cache layers but 0 attentions of GPT-BigCode's legacy form");
 }
 
+// An op npuforge has no operator for (here opset 23's RMSNormalization in place of a Gelu):
+// building names the op, not a value it left without a shape (it did before).
+TEST(FaultInput, UnknownOperatorIsNamed) {
+  fs::path d = scratch("unknown_op");
+  const std::string zoo = nf::test::model_dir("zoo/gemma3_opset20");
+  auto g = nf::onnx_io::load_model(zoo + "/model.onnx");
+  for (auto& n : g->nodes)
+    if (n->op_type == "Gelu") n->op_type = "RMSNormalization";
+  nf::onnx_io::save_model(*g, (d / "model.onnx").string());
+  write_file(d / "m.toml", "[model]\nonnx = \"" + (d / "model.onnx").string() + "\"\nconfig = \"" + zoo +
+                               "/config.json\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\n"
+                               "context_length = 32\n\n[targets.cpu]\nbackend = \"cpu\"\n");
+  expect_clean_error(run({"build", (d / "m.toml").string(), "--out", (d / "out").string(), "--no-cache", "-q"}),
+                     "op 'RMSNormalization' of node");
+  EXPECT_FALSE(fs::exists(d / "out"));
+  expect_clean_error(run({"run", (d / "model.onnx").string(), "--prompt-ids", "1,2"}, {}, 30),
+                     "operator 'RMSNormalization'");
+}
+
 // ---- package.json names what the host reads -------------------------------------------
 
 namespace {

@@ -71,6 +71,18 @@ TEST(Elementwise, SoftplusStaysFiniteForLargeInputs) {
   EXPECT_EQ(y[4], 100.f);
 }
 
+// Gelu (opset 20) at x = -1, 0, 1: the ONNX definition's values, to 8 digits.
+TEST(Elementwise, GeluExactAndTanh) {
+  Tensor x = Tensor::from(NF_DTYPE_FLOAT32, {3}, std::vector<float>{-1.f, 0.f, 1.f});
+  std::vector<float> exact = values(gelu(x, false)), approx = values(gelu(x, true));
+  const float want_exact[] = {-0.15865526f, 0.f, 0.84134474f}, want_tanh[] = {-0.15880801f, 0.f, 0.84119199f};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(exact[i], want_exact[i], 1e-6) << i;
+    EXPECT_NEAR(approx[i], want_tanh[i], 1e-6) << i;
+  }
+  EXPECT_THROW(gelu(Tensor::from(NF_DTYPE_INT64, {1}, std::vector<int64_t>{1}), false), KernelError);
+}
+
 TEST(Elementwise, WhereBroadcasts) {
   Tensor c = Tensor::from(NF_DTYPE_BOOL, {2, 1}, std::vector<uint8_t>{1, 0});
   Tensor x = Tensor::from(NF_DTYPE_FLOAT32, {3}, std::vector<float>{1, 2, 3});

@@ -175,5 +175,13 @@ TEST(Ort, ArclSplit) {
   check_chain("llama_gqa", kArcl + kSplit + kMha2sha, "arcl+split+mha2sha");
 }
 
+// torch >= 2.9's default exporter writes opset 20 (F.gelu as one Gelu node, Reduce* axes as
+// inputs): ONNX Runtime runs what the transforms make of it, and Gelu as the cpu backend does.
+TEST(Ort, Opset20Exports) {
+  REQUIRE_ORT();
+  check_chain("zoo/gemma3_opset20", kArcl + kMha2sha, "arcl+mha2sha");
+  check_chain("zoo/gpt_neox_opset20", kArcl + kSplit, "arcl+split");
+}
+
 }  // namespace
 }  // namespace nf::test

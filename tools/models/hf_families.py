@@ -147,6 +147,7 @@ model.layers.0.input_layernorm.weight, lm_head ...). `run(ids, am, pos, past)`
 is the list-of-(k, v) convenience form used for the goldens.
 """
 import math
+import os
 
 import torch
 import torch.nn as nn
@@ -3294,6 +3295,61 @@ def _expm1_symbolic(g, self):
     return g.op("Sub", g.op("Exp", self), g.op("Constant", value_t=torch.tensor(1.0)))
 
 
+def _gelu_opset20_symbolic(g, self, approximate):
+    """torchlib's aten_gelu_opset20 (the dynamo exporter from opset 20, torch's default since
+    2.9): one Gelu node with F.gelu's approximate, where the TorchScript exporter writes the
+    erf or tanh formula out."""
+    import torch.onnx.symbolic_helper as sym
+    # In a domain of its own while torch checks the opset-17 graph; to_opset18_forms moves it
+    # into ai.onnx.
+    return g.op(f"{_LATER_OPSET}::Gelu", self, approximate_s=sym._maybe_get_const(approximate, "s"))
+
+
+_LATER_OPSET = "npuforge.later_opset"
+
+
+def to_opset18_forms(path, opset, typed):
+    """Rewrites an opset-17 export in place as an opset-`opset` (18-20) model: every Reduce*
+    but ReduceSum takes its axes as an int64 input instead of an attribute (opset 18), and the
+    model imports `opset`. Nothing else the decoders use changed meaning between 17 and 20.
+    torch's shape inference stops at the Gelu of the export's own domain: the value types are
+    taken from `typed`, the same model exported without it (a Gelu's output typed as its input)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    m, ref = onnx.load(path), onnx.load(typed)
+    types = {v.name: v for v in list(ref.graph.value_info) + list(ref.graph.output)}
+    for v in m.graph.output:
+        v.CopyFrom(types[v.name])
+    known = {v.name: v for v in m.graph.value_info if v.name in types}
+    for node in m.graph.node:
+        if node.domain == _LATER_OPSET and node.input[0] in types:
+            known[node.output[0]] = onnx.ValueInfoProto()
+            known[node.output[0]].CopyFrom(types[node.input[0]])
+            known[node.output[0]].name = node.output[0]
+    del m.graph.value_info[:]
+    for name, v in known.items():
+        m.graph.value_info.append(types.get(name, v))
+    for i, node in enumerate(m.graph.node):
+        if not node.op_type.startswith("Reduce") or node.op_type == "ReduceSum":
+            continue
+        axes = [a for a in node.attribute if a.name == "axes"]
+        if axes:
+            name = f"{node.name or node.output[0]}_axes_{i}"
+            m.graph.initializer.append(numpy_helper.from_array(np.array(axes[0].ints, dtype=np.int64), name))
+            node.attribute.remove(axes[0])
+            node.input.append(name)
+    for node in m.graph.node:
+        if node.domain == _LATER_OPSET:
+            node.domain = ""
+    for op in list(m.opset_import):
+        if op.domain in ("", "ai.onnx"):
+            op.version = opset
+        elif op.domain == _LATER_OPSET:
+            m.opset_import.remove(op)
+    onnx.save(m, path)
+
+
 class NoPositionIds(nn.Module):
     """The optimum inputs of a model that takes no position_ids (optimum's Bloom and MPT)."""
 
@@ -3308,7 +3364,9 @@ class NoPositionIds(nn.Module):
 def export_onnx(model, path, opset=17):
     """torch.onnx.export in the optimum layout, graph as the exporter writes it
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
-    past 3, sequence 4 so that no axis is specialised."""
+    past 3, sequence 4 so that no axis is specialised. opset 20: the op forms torch >= 2.9's
+    default (dynamo) exporter writes at its default opset 20, on the TorchScript graph (torch
+    1.13 exports up to 17): F.gelu as one Gelu node, Reduce* axes as inputs."""
     c = model.config
     model.eval()
     b, past, seq = 2, 3, 4
@@ -3329,9 +3387,25 @@ def export_onnx(model, path, opset=17):
     torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1_symbolic, 9)
     torch.onnx.register_custom_op_symbolic("aten::unflatten", _unflatten_symbolic, 13)
-    with torch.no_grad():
-        torch.onnx.export(model, tuple(args), path, input_names=ins, output_names=outs, dynamic_axes=axes,
-                          opset_version=opset, do_constant_folding=True)
+    def export(to, gelu_op=False):
+        if gelu_op:
+            torch.onnx.register_custom_op_symbolic("aten::gelu", _gelu_opset20_symbolic, 17)
+        try:
+            with torch.no_grad():
+                torch.onnx.export(model, tuple(args), to, input_names=ins, output_names=outs, dynamic_axes=axes,
+                                  opset_version=min(opset, 17), do_constant_folding=True,
+                                  custom_opsets={_LATER_OPSET: 1} if gelu_op else None)
+        finally:
+            if gelu_op:
+                torch.onnx.unregister_custom_op_symbolic("aten::gelu", 17)
+
+    export(path)
+    if opset > 17:
+        typed = path + ".opset17"
+        os.replace(path, typed)
+        export(path, gelu_op=opset >= 20)
+        to_opset18_forms(path, opset, typed)
+        os.remove(typed)
 
 
 def greedy_with_cache(model, prompt_ids, n_new):

@@ -484,7 +484,10 @@ SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 1
 # ALiBi families: the hf_families function that computes the bias
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
-ALL = list(MODELS) + [n + "_opset14" for n in OPSET14]
+# torch >= 2.9's default exporter writes opset 20: F.gelu as one Gelu node (tanh: Gemma-3; erf:
+# GPT-NeoX), Reduce* axes as inputs (hf_families.export_onnx)
+OPSET20 = ("gemma3", "gpt_neox")
+ALL = list(MODELS) + [n + "_opset14" for n in OPSET14] + [n + "_opset20" for n in OPSET20]
 
 
 # Tied models need more than the tied recipe of make_test_models.py not to
@@ -770,8 +773,10 @@ def make_golden(name, model, prompt):
 
 
 def make(name, out_root, check=True):
-    base = name[:-len("_opset14")] if name.endswith("_opset14") else name
-    opset = 14 if name.endswith("_opset14") else 17
+    base, opset = name, 17
+    for suffix in ("_opset14", "_opset20"):
+        if name.endswith(suffix):
+            base, opset = name[:-len(suffix)], int(suffix[len("_opset"):])
     cfg_d = MODELS[base]
     model = build(base)
     out = os.path.join(out_root, name)

@@ -65,11 +65,15 @@ def onnx_greedy(sess, cfg, prompt, n_new):
 
 def check_onnx(path, model, prompt, golden=None, n_new=16, run=True):
     m = onnx.load(path)
-    onnx.checker.check_model(m)
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    checker = opset <= onnx.defs.onnx_opset_version()  # onnx 1.12 knows opset 17 at most
+    if checker:
+        onnx.checker.check_model(m)
     cfg = model.config
     check_layout(m, cfg, getattr(model, "takes_position_ids", True))
+    checked = "checker + layout ok" if checker else f"layout ok (opset {opset}: no checker here)"
     if not run:
-        return "checker + layout ok"
+        return checked
     if golden is None:
         toks, pl, last = hd.greedy_with_cache(model, prompt, n_new)
         golden = {"generated_ids": toks, "prefill_last_logits": pl.tolist(), "last_logits": last.tolist()}
@@ -80,7 +84,7 @@ def check_onnx(path, model, prompt, golden=None, n_new=16, run=True):
     d2 = float(np.abs(last - np.array(golden["last_logits"])).max())
     scale = float(np.abs(np.array(golden["last_logits"])).max())
     assert d1 < 1e-3 * max(1.0, scale) and d2 < 1e-3 * max(1.0, scale), (d1, d2)
-    msg = f"checker+layout ok; onnx(numpy) greedy == torch, max|dlogits| prefill {d1:.2e} last {d2:.2e}"
+    msg = f"{checked}; onnx(numpy) greedy == torch, max|dlogits| prefill {d1:.2e} last {d2:.2e}"
     pb = golden.get("padded_batch")
     if pb:
         feeds = {"input_ids": np.array(pb["input_ids"], np.int64),

@@ -1,5 +1,6 @@
 """A small numpy interpreter for the ONNX ops torch.onnx.export writes for
-decoder LLMs (opset 13-17). It exists to check the exported files against
+decoder LLMs (opset 13-17, and the opset 18-20 forms of
+Reduce* axes and Gelu). It exists to check the exported files against
 torch where onnxruntime is not installed; it is slow and only as general as
 these models need. Unknown ops raise NotImplementedError.
 """
@@ -132,6 +133,13 @@ def run_node(node, ins):
         return [(1.0 / (1.0 + np.exp(-x))).astype(x.dtype)]
     if op == "Erf":
         return [np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)]
+    if op == "Gelu":  # opset 20
+        v = x.astype(np.float64)
+        if at.get("approximate", b"none") in (b"tanh", "tanh"):
+            y = 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+        else:
+            y = 0.5 * v * (1.0 + np.vectorize(math.erf, otypes=[np.float64])(v / math.sqrt(2.0)))
+        return [y.astype(x.dtype)]
     if op == "Where":
         return [np.where(x, ins[1], ins[2])]
     if op == "MatMul":

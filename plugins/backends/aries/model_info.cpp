@@ -203,7 +203,7 @@ void check_compilable(ModelSet ms) {
   // NonZero, loops); TopK with a constant k (a draft tree's expansion) lowers to k rounds of
   // max-and-mask on the vector unit (priced so: simulator.cpp).
   static const std::set<std::string> kOps = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf", "Tanh",
+      "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf", "Gelu", "Tanh",
       "Sigmoid", "Softplus", "Relu", "Max", "Min", "Clip", "Cos", "Sin", "MatMul", "Gemm", "Softmax", "LogSoftmax", "ReduceMean",
       "ReduceSum", "ReduceMax", "LayerNormalization", "Reshape", "Transpose", "Concat", "Slice", "Split",
       "Squeeze", "Unsqueeze", "Gather", "Expand", "Tile", "Where", "Cast", "Constant", "ConstantOfShape",

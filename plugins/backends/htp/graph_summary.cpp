@@ -14,7 +14,7 @@ const std::set<std::string> kMove = {"Reshape", "Transpose", "Unsqueeze", "Squee
                                      "Identity", "Flatten", "Split", "Cast", "Constant", "Tile"};
 // HVX: vector units (elementwise, reductions, softmax, normalization, top-k selection).
 const std::set<std::string> kHvx = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp",
-                                    "Log", "Sin", "Cos", "Erf", "Sigmoid", "Softplus", "Tanh", "Relu", "Clip", "Max", "Min",
+                                    "Log", "Sin", "Cos", "Erf", "Gelu", "Sigmoid", "Softplus", "Tanh", "Relu", "Clip", "Max", "Min",
                                     "ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "LogSoftmax", "LayerNormalization", "Where",
                                     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Not",
                                     "GatherElements", "CumSum", "QuantizeLinear", "DequantizeLinear", "TopK"};

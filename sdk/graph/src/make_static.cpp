@@ -2,6 +2,7 @@
 
 #include "npuforge/graph/eliminate_dead_nodes.h"
 #include "npuforge/graph/infer_shapes.h"
+#include "npuforge/graph/operators.h"
 
 namespace nf::graph {
 
@@ -20,6 +21,15 @@ MakeStaticResult make_static(Graph g, const std::string& what, const FoldOptions
     if (folded == 0) break;
   }
   InferShapesResult types = infer_shapes(g);
+  // An op the engine does not know has no shape rule: name it rather than the value it left
+  // unshaped (an operator of a later opset, or another domain's).
+  if (!types.not_static.empty())
+    for (const Node& n : g.nodes())
+      if (!find_operator(n.op_type(), n.domain()))
+        throw Error(what + ": op '" + std::string(n.op_type()) + "'" +
+                    (n.domain().empty() ? "" : " (domain " + std::string(n.domain()) + ")") + " of node '" +
+                    std::string(n.name()) + "' is not an operator npuforge knows (graph opset " +
+                    std::to_string(g.opset()) + ")");
   if (!types.not_static.empty()) {
     auto t = get_value_type(g, types.not_static.front());
     throw Error(what + ": value '" + types.not_static.front() + "' has no static shape after folding (" +

@@ -49,6 +49,13 @@ template <k::Unary U>
 void op_unary(const OpNode& n, const Ins& in, Outs& out) {
   out[0] = k::unary(U, need(n, in, 0));
 }
+// Gelu (opset 20): approximate "none" (erf) or "tanh", as torch's F.gelu exports from opset 20.
+void op_gelu(const OpNode& n, const Ins& in, Outs& out) {
+  const std::string approximate = n.attr_string("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    throw k::KernelError(where(n) + ": approximate '" + approximate + "' (not none or tanh)");
+  out[0] = k::gelu(need(n, in, 0), approximate == "tanh");
+}
 // Max / Min are variadic.
 template <k::Binary B>
 void op_variadic(const OpNode& n, const Ins& in, Outs& out) {
@@ -358,6 +365,7 @@ const Operator kOperators[] = {
     {"Floor", op_unary<U::Floor>, s::same_as_input},
     {"Gather", op_gather, s::gather},
     {"GatherElements", op_gather_elements, s::gather_elements},
+    {"Gelu", op_gelu, s::same_as_input},
     {"Gemm", op_gemm, s::gemm},
     {"Greater", op_binary<B::Greater>, s::comparison},
     {"GreaterOrEqual", op_binary<B::GreaterOrEqual>, s::comparison},

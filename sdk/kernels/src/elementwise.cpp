@@ -179,6 +179,26 @@ Tensor unary(Unary op, const Tensor& x) {
   });
 }
 
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  if (x.dtype() != NF_DTYPE_FLOAT32 && x.dtype() != NF_DTYPE_FLOAT64) throw KernelError("Gelu: input must be float");
+  return dispatch(x.dtype(), [&](auto tag) -> Tensor {
+    using T = decltype(tag);
+    Tensor y(x.dtype(), x.dims());
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* a = x.data<T>();
+      T* o = y.mut<T>();
+      // The constants of the ONNX definition: 1/sqrt(2), and sqrt(2/pi) with 0.044715.
+      const T inv_sqrt2 = T(0.70710678118654752440), sqrt_2_over_pi = T(0.79788456080286535588);
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+        const T v = a[i];
+        o[i] = tanh_approximation ? T(0.5) * v * (T(1) + std::tanh(sqrt_2_over_pi * (v + T(0.044715) * v * v * v)))
+                                  : T(0.5) * v * (T(1) + std::erf(v * inv_sqrt2));
+      }
+    }
+    return y;
+  });
+}
+
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y) {
   if (cond.dtype() != NF_DTYPE_BOOL) throw KernelError("Where: condition must be bool");
   if (x.dtype() != y.dtype()) throw KernelError("Where: X and Y dtypes differ");

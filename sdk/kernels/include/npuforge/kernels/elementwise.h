@@ -14,6 +14,8 @@ enum class Unary { Neg, Abs, Sqrt, Reciprocal, Exp, Log, Cos, Sin, Tanh, Erf, Si
 // Both inputs must have the same dtype (Pow casts its exponent first). Comparisons return bool.
 Tensor binary(Binary op, const Tensor& a, const Tensor& b);
 Tensor unary(Unary op, const Tensor& x);
+// ONNX Gelu (opset 20): x * Phi(x) exactly (erf), or with the tanh approximation; floats only.
+Tensor gelu(const Tensor& x, bool tanh_approximation);
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y);
 // Conversion between numeric dtypes, float16 and bfloat16 included.
 Tensor cast(const Tensor& x, nf_dtype to);
