@@ -3308,6 +3308,12 @@ def _gelu_opset20_symbolic(g, self, approximate):
 _LATER_OPSET = "npuforge.later_opset"
 
 
+def _rsqrt_opset20_symbolic(g, self):
+    """torchlib's aten_rsqrt (the dynamo exporter): Reciprocal(Sqrt(x)), where the TorchScript
+    exporter writes Div(1, Sqrt(x)). Every HF RMSNorm calls torch.rsqrt."""
+    return g.op("Reciprocal", g.op("Sqrt", self))
+
+
 def to_opset18_forms(path, opset, typed):
     """Rewrites an opset-17 export in place as an opset-`opset` (18-20) model: every Reduce*
     but ReduceSum takes its axes as an int64 input instead of an attribute (opset 18), and the
@@ -3366,7 +3372,8 @@ def export_onnx(model, path, opset=17):
     (do_constant_folding=True, no optimizer afterwards). Traced with batch 2,
     past 3, sequence 4 so that no axis is specialised. opset 20: the op forms torch >= 2.9's
     default (dynamo) exporter writes at its default opset 20, on the TorchScript graph (torch
-    1.13 exports up to 17): F.gelu as one Gelu node, Reduce* axes as inputs."""
+    1.13 exports up to 17): F.gelu as one Gelu node, torch.rsqrt as Reciprocal(Sqrt), Reduce*
+    axes as inputs."""
     c = model.config
     model.eval()
     b, past, seq = 2, 3, 4
@@ -3387,23 +3394,25 @@ def export_onnx(model, path, opset=17):
     torch.onnx.register_custom_op_symbolic("aten::layer_norm", _layer_norm_symbolic, 17)
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1_symbolic, 9)
     torch.onnx.register_custom_op_symbolic("aten::unflatten", _unflatten_symbolic, 13)
-    def export(to, gelu_op=False):
-        if gelu_op:
-            torch.onnx.register_custom_op_symbolic("aten::gelu", _gelu_opset20_symbolic, 17)
+    later = {"aten::gelu": _gelu_opset20_symbolic, "aten::rsqrt": _rsqrt_opset20_symbolic} if opset >= 20 else {}
+
+    def export(to, symbolics):
+        for name, fn in symbolics.items():
+            torch.onnx.register_custom_op_symbolic(name, fn, 17)
         try:
             with torch.no_grad():
                 torch.onnx.export(model, tuple(args), to, input_names=ins, output_names=outs, dynamic_axes=axes,
                                   opset_version=min(opset, 17), do_constant_folding=True,
-                                  custom_opsets={_LATER_OPSET: 1} if gelu_op else None)
+                                  custom_opsets={_LATER_OPSET: 1} if symbolics else None)
         finally:
-            if gelu_op:
-                torch.onnx.unregister_custom_op_symbolic("aten::gelu", 17)
+            for name in symbolics:
+                torch.onnx.unregister_custom_op_symbolic(name, 17)
 
-    export(path)
+    export(path, {})
     if opset > 17:
         typed = path + ".opset17"
         os.replace(path, typed)
-        export(path, gelu_op=opset >= 20)
+        export(path, later)
         to_opset18_forms(path, opset, typed)
         os.remove(typed)
 
