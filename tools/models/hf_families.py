@@ -3316,8 +3316,8 @@ def _rsqrt_opset20_symbolic(g, self):
 
 def to_opset18_forms(path, opset, typed):
     """Rewrites an opset-17 export in place as an opset-`opset` (18-20) model: every Reduce*
-    but ReduceSum takes its axes as an int64 input instead of an attribute (opset 18), and the
-    model imports `opset`. Nothing else the decoders use changed meaning between 17 and 20.
+    but ReduceSum takes its axes as an int64 input instead of an attribute, a Split into equal
+    parts says num_outputs instead of the sizes (both opset 18), and the model imports `opset`. Nothing else the decoders use changed meaning between 17 and 20.
     torch's shape inference stops at the Gelu of the export's own domain: the value types are
     taken from `typed`, the same model exported without it (a Gelu's output typed as its input)."""
     import numpy as np
@@ -3336,7 +3336,17 @@ def to_opset18_forms(path, opset, typed):
     del m.graph.value_info[:]
     for name, v in known.items():
         m.graph.value_info.append(types.get(name, v))
+    inits = {t.name: t for t in m.graph.initializer}
+    consts = {n.output[0]: n.attribute[0].t for n in m.graph.node if n.op_type == "Constant"}
     for i, node in enumerate(m.graph.node):
+        if node.op_type == "Split" and len(node.input) == 2 and (node.input[1] in inits or node.input[1] in consts):
+            # torch.split / chunk: torchlib's SplitToSequence, which the exporter's optimizer folds into a
+            # Split of num_outputs equal parts (opset 18)
+            sizes = numpy_helper.to_array(inits.get(node.input[1]) or consts[node.input[1]]).tolist()
+            if len(set(sizes)) == 1:
+                del node.input[1]
+                node.attribute.append(onnx.helper.make_attribute("num_outputs", len(sizes)))
+            continue
         if not node.op_type.startswith("Reduce") or node.op_type == "ReduceSum":
             continue
         axes = [a for a in node.attribute if a.name == "axes"]
@@ -3373,7 +3383,7 @@ def export_onnx(model, path, opset=17):
     past 3, sequence 4 so that no axis is specialised. opset 20: the op forms torch >= 2.9's
     default (dynamo) exporter writes at its default opset 20, on the TorchScript graph (torch
     1.13 exports up to 17): F.gelu as one Gelu node, torch.rsqrt as Reciprocal(Sqrt), Reduce*
-    axes as inputs."""
+    axes as inputs, equal Splits by num_outputs."""
     c = model.config
     model.eval()
     b, past, seq = 2, 3, 4

@@ -485,9 +485,9 @@ SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 1
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
 # torch >= 2.9's default exporter writes opset 20: F.gelu as one Gelu node (tanh: Gemma-3; erf:
-# GPT-NeoX), torch.rsqrt as Reciprocal(Sqrt) (every RMSNorm), Reduce* axes as inputs
-# (hf_families.export_onnx)
-OPSET20 = ("llama3", "gemma3", "gpt_neox")
+# GPT-NeoX), torch.rsqrt as Reciprocal(Sqrt) (every RMSNorm), Reduce* axes as inputs, a split into
+# equal parts as a Split by num_outputs (GPT-2's c_attn) (hf_families.export_onnx)
+OPSET20 = ("llama3", "phi3", "gemma3", "gpt_neox", "gpt2")
 ALL = list(MODELS) + [n + "_opset14" for n in OPSET14] + [n + "_opset20" for n in OPSET20]
 
 
