@@ -122,6 +122,9 @@ class Importer {
         fail(ctx_.origin, "initializer '" + tp.name() + "' is defined twice");
     }
     for (const auto& vi : gp.input()) {
+      // An input with an initializer of its name is that constant unless a caller overrides
+      // it (IR < 4 exports, keep_initializers_as_inputs=True): a deployed model's weight.
+      if (g->initializers.count(vi.name())) continue;
       g->inputs.push_back(vi.name());
       value_info(vi, *g);
     }

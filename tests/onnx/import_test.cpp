@@ -137,6 +137,29 @@ TEST(Import, TypedFieldsAndPackingRules) {
   EXPECT_EQ(vals("empty")->dims, (std::vector<int64_t>{0, 4}));
 }
 
+// keep_initializers_as_inputs=True (and IR < 4 files) list every weight among the graph
+// inputs as well: such an input is its initializer's constant, not a runtime input.
+TEST(Import, InitializersListedAsInputsAreConstants) {
+  onnx::TensorProto w;
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(2);
+  w.add_float_data(1.f);
+  w.add_float_data(2.f);
+  onnx::ModelProto m = model_with(w);
+  auto* x = m.mutable_graph()->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* listed = m.mutable_graph()->add_input();
+  listed->set_name("w");
+  listed->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  TempDir d;
+  auto g = load_model(save_proto(m, d / "inits_as_inputs.onnx"));
+  EXPECT_EQ(g->inputs, std::vector<std::string>{"x"});
+  ASSERT_NE(g->initializer("w"), nullptr);
+  EXPECT_EQ(g->initializer("w")->as<float>()[1], 2.f);
+}
+
 TEST(Import, SubgraphsAndAttributeKinds) {
   auto g = load_model((data_dir() / "typed_fields.onnx").string());
   EXPECT_EQ(g->opsets.at("com.example"), 1);
