@@ -20,6 +20,7 @@
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/checkpoints.h"
+#include "pipeline/constant_weights.h"
 #include "pipeline/fused_cache.h"
 #include "pipeline/last_row_logits.h"
 #include "pipeline/resources.h"
@@ -314,6 +315,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
                             ? hf_config::get_int(nlohmann::json::parse(ms->metadata.at("config")), "num_attention_heads").value_or(-1)
                             : -1;
   if (!known_key.empty()) {
+    lift_constant_weights(g);
     tie_lm_head(g);
     read_fused_cache_as_pairs(g, heads);
     ms->metadata["source_key"] = nlohmann::json(known_key).dump();
@@ -323,7 +325,11 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   std::string key = hash_file(onnx_path);
   for (const ir::MappedFile* mf : mapped_files(g))
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
-  // Cached stages of a build from before this step must not be replayed: the key says so.
+  // Cached stages of a build from before these steps must not be replayed: the key says so.
+  if (size_t lifted = lift_constant_weights(g)) {
+    spdlog::info("{} weights stored as Constant nodes read as initializers", lifted);
+    key += hash_string("lift_constant_weights");
+  }
   if (std::string copy = tie_lm_head_and_say(g); !copy.empty()) key += hash_string("tie_lm_head " + copy);
   if (int64_t layers = read_fused_cache_as_pairs(g, heads)) {
     spdlog::info("fused KV cache (GPT-BigCode exported with transformers < 4.54): {} layers read as key/value pairs",

@@ -175,12 +175,33 @@ void weights_behind_transposes(ir::Graph& g) {
   for (auto& t : transposes) g.nodes.insert(g.nodes.begin(), std::move(t));
 }
 
+// Every other of those stored weights held by a Constant node instead of an initializer, as
+// graph-rewriting tools write them.
+void weights_as_constants(ir::Graph& g) {
+  bool every_other = false;
+  for (auto it = g.initializers.begin(); it != g.initializers.end();) {
+    const bool stored = it->first.size() > 7 && it->first.compare(it->first.size() - 7, 7, ".stored") == 0;
+    if (!stored || !(every_other = !every_other)) {
+      ++it;
+      continue;
+    }
+    auto c = std::make_unique<ir::Node>();
+    c->op_type = "Constant";
+    c->outputs = {it->first};
+    c->attrs["value"].type = NF_ATTR_TENSOR;
+    c->attrs["value"].t = it->second;
+    g.nodes.insert(g.nodes.begin(), std::move(c));
+    it = g.initializers.erase(it);
+  }
+}
+
 // tests/models/<model> written to dir as another exporter could: its weights behind
-// Transposes, its nodes in a random topological order (seed) and every name but the graph's
-// inputs and outputs replaced; config.json beside it.
+// Transposes (every other one a Constant node), its nodes in a random topological order
+// (seed) and every name but the graph's inputs and outputs replaced; config.json beside it.
 fs::path reordered_copy(const std::string& model, const fs::path& dir, uint32_t seed) {
   auto g = onnx_io::load_model(model_dir(model) + "/model.onnx");
   weights_behind_transposes(*g);
+  weights_as_constants(*g);
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g->nodes.size(); ++i)
     for (const auto& o : g->nodes[i]->outputs) producer[o] = i;
@@ -230,7 +251,7 @@ bool takes_spinquant(const std::string& model) {
 
 // Passes must find what they rewrite by what the graph computes, not by our exporter's form:
 // each model again with its linear weights [out, in] behind Transposes (torch's dynamo
-// export), its nodes in another topological order (seeded shuffle) and every node,
+// export; every other one held by a Constant node), its nodes in another topological order (seeded shuffle) and every node,
 // initializer and intermediate value renamed (the graph's inputs and outputs keep the optimum
 // names the runner contract uses). Through spinquant (the rotations in float, where the model
 // takes them) and arcl + split + mha2sha (the moe transform first on MoE models): torch's
