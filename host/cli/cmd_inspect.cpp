@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "onnx/onnx_io.h"
+#include "pipeline/constant_weights.h"
 #include "runtime/package.h"
 
 namespace nf::cli {
@@ -140,6 +141,7 @@ void add_inspect(CLI::App& app) {
       return;
     }
     auto g = onnx_io::load_model(path);
+    host::lift_constant_weights(*g);  // weights as a build reads them
     auto info = onnx_io::inspect(*g);
     if (json)
       std::cout << info.dump(2) << "\n";
