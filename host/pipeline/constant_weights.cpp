@@ -6,6 +6,14 @@
 namespace nf::host {
 
 size_t lift_constant_weights(ir::Graph& g) {
+  // Values a linear layer or a table lookup reads as its weight (or transposes first).
+  std::set<std::string> weights;
+  for (const auto& n : g.nodes) {
+    if (!n->domain.empty() || n->inputs.empty()) continue;
+    if (n->op_type == "Gather" || n->op_type == "Transpose") weights.insert(n->inputs[0]);
+    if ((n->op_type == "MatMul" || n->op_type == "Gemm") && n->inputs.size() >= 2)
+      weights.insert(n->inputs.begin(), n->inputs.begin() + 2);
+  }
   auto is_weight = [&](const ir::Node& n) {
     if (n.op_type != "Constant" || !n.domain.empty() || n.outputs.size() != 1 || n.attrs.size() != 1) return false;
     auto v = n.attrs.find("value");
@@ -13,7 +21,7 @@ size_t lift_constant_weights(ir::Graph& g) {
     const ir::Tensor& t = v->second.t->tensor;
     const bool floats = t.dtype == NF_DTYPE_FLOAT32 || t.dtype == NF_DTYPE_FLOAT16 || t.dtype == NF_DTYPE_BFLOAT16 ||
                         t.dtype == NF_DTYPE_FLOAT64;
-    return floats && t.dims.size() >= 2 && !g.initializers.count(n.outputs[0]);
+    return floats && t.dims.size() >= 2 && weights.count(n.outputs[0]) && !g.initializers.count(n.outputs[0]);
   };
   std::set<const ir::Node*> lifted;
   for (const auto& n : g.nodes)

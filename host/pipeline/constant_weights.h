@@ -2,8 +2,9 @@
 // surgery and rewriting tools, exporters run without their constant lifting). The stages
 // find weights as the initializers a MatMul or Gather reads (the quant recipes encode them,
 // the backends pack them, the size estimate counts them), so on load every Constant node
-// holding a float tensor of rank 2 or more becomes the initializer of its output's name:
-// the same graph, the same values.
+// holding a float tensor of rank 2 or more that a MatMul, Gemm, Gather or Transpose reads
+// becomes the initializer of its output's name: the same graph, the same values. Other
+// constants (masks, rotary tables, ALiBi buffers) stay nodes.
 #pragma once
 
 #include <cstddef>

@@ -22,6 +22,7 @@
 #include "pipeline/checkpoints.h"
 #include "pipeline/constant_weights.h"
 #include "pipeline/fused_cache.h"
+#include "pipeline/int64_inputs.h"
 #include "pipeline/last_row_logits.h"
 #include "pipeline/resources.h"
 #include "pipeline/stage_cache.h"
@@ -316,6 +317,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
                             : -1;
   if (!known_key.empty()) {
     lift_constant_weights(g);
+    int64_decoder_inputs(g);
     tie_lm_head(g);
     read_fused_cache_as_pairs(g, heads);
     ms->metadata["source_key"] = nlohmann::json(known_key).dump();
@@ -329,6 +331,11 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   if (size_t lifted = lift_constant_weights(g)) {
     spdlog::info("{} weights stored as Constant nodes read as initializers", lifted);
     key += hash_string("lift_constant_weights");
+  }
+  if (size_t widened = int64_decoder_inputs(g)) {
+    spdlog::info("{} int32 decoder inputs (input_ids, attention_mask, position_ids) read as int64, cast in the graph",
+                 widened);
+    key += hash_string("int64_decoder_inputs");
   }
   if (std::string copy = tie_lm_head_and_say(g); !copy.empty()) key += hash_string("tie_lm_head " + copy);
   if (int64_t layers = read_fused_cache_as_pairs(g, heads)) {

@@ -195,13 +195,34 @@ void weights_as_constants(ir::Graph& g) {
   }
 }
 
+// input_ids, attention_mask and position_ids taken as int32 and cast to int64 inside, as a
+// model traced with int32 ids that calls .long() on them exports.
+void int32_decoder_inputs(ir::Graph& g) {
+  for (const char* name : {decoder::kInputIds, decoder::kAttentionMask, decoder::kPositionIds}) {
+    auto t = g.types.find(name);
+    if (t == g.types.end() || t->second.dtype != NF_DTYPE_INT64) continue;
+    const std::string wide = std::string(name) + ".long";
+    for (const auto& n : g.nodes) std::replace(n->inputs.begin(), n->inputs.end(), std::string(name), wide);
+    auto cast = std::make_unique<ir::Node>();
+    cast->op_type = "Cast";
+    cast->inputs = {name};
+    cast->outputs = {wide};
+    cast->attrs["to"].type = NF_ATTR_INT;
+    cast->attrs["to"].i = NF_DTYPE_INT64;
+    g.nodes.insert(g.nodes.begin(), std::move(cast));
+    t->second.dtype = NF_DTYPE_INT32;
+  }
+}
+
 // tests/models/<model> written to dir as another exporter could: its weights behind
-// Transposes (every other one a Constant node), its nodes in a random topological order
-// (seed) and every name but the graph's inputs and outputs replaced; config.json beside it.
+// Transposes (every other one a Constant node), int32 decoder inputs, its nodes in a random
+// topological order (seed) and every name but the graph's inputs and outputs replaced;
+// config.json beside it.
 fs::path reordered_copy(const std::string& model, const fs::path& dir, uint32_t seed) {
   auto g = onnx_io::load_model(model_dir(model) + "/model.onnx");
   weights_behind_transposes(*g);
   weights_as_constants(*g);
+  int32_decoder_inputs(*g);
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g->nodes.size(); ++i)
     for (const auto& o : g->nodes[i]->outputs) producer[o] = i;
@@ -251,7 +272,8 @@ bool takes_spinquant(const std::string& model) {
 
 // Passes must find what they rewrite by what the graph computes, not by our exporter's form:
 // each model again with its linear weights [out, in] behind Transposes (torch's dynamo
-// export; every other one held by a Constant node), its nodes in another topological order (seeded shuffle) and every node,
+// export; every other one held by a Constant node), its decoder inputs int32, its nodes in
+// another topological order (seeded shuffle) and every node,
 // initializer and intermediate value renamed (the graph's inputs and outputs keep the optimum
 // names the runner contract uses). Through spinquant (the rotations in float, where the model
 // takes them) and arcl + split + mha2sha (the moe transform first on MoE models): torch's

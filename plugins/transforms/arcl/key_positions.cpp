@@ -59,14 +59,17 @@ bool read_key_positions(nf::Graph g, nf::graph::GraphView& view, nf::graph::Uniq
         cumsum->attr_int("reverse", 0))
       throw nf::Error("arcl: '" + std::string(cumsum->name()) +
                       "' counts positions from attention_mask other than as an inclusive sum along the keys");
-    // The count has the dtype of what it sums: the mask, or the mask after a Cast.
+    // The count has the dtype of what it sums: the mask, or the mask after Casts (the last
+    // one's type).
     nf_dtype dtype = mask_dtype;
-    if (cumsum->input(0) != source_mask) {
-      auto cast = view.producer(cumsum->input(0));
-      if (!cast || cast->op_type() != "Cast" || cast->input(0) != source_mask)
+    bool cast_seen = false;
+    for (std::string v = cumsum->input(0); v != source_mask;) {
+      auto cast = view.producer(v);
+      if (!cast || cast->op_type() != "Cast")
         throw nf::Error("arcl: '" + std::string(cumsum->name()) + "' sums something computed from attention_mask; "
-                        "only the mask itself (or its Cast) maps to key_positions");
-      dtype = static_cast<nf_dtype>(cast->attr_int("to", 0));
+                        "only the mask itself (or its Casts) maps to key_positions");
+      if (!cast_seen) dtype = static_cast<nf_dtype>(cast->attr_int("to", 0)), cast_seen = true;
+      v = cast->input(0);
     }
     if (plus_one.empty()) {
       const std::string one = names.make("key_positions.one");

@@ -20,13 +20,15 @@ inline std::map<std::string, Node> producers(const Graph& g) {
   return p;
 }
 
-// The token embedding: Gather(initializer [rows, hidden], input_ids or Cast(input_ids)).
+// The token embedding: Gather(initializer [rows, hidden], input_ids) with any Casts between
+// (an int32 export's .long(), the host's int64 input in front of it).
 inline std::optional<Node> embedding_gather(const Graph& g) {
   const auto producer = producers(g);
   for (Node n : g.nodes()) {
     if (n.op_type() != "Gather" || n.input_count() < 2 || !g.initializer(n.input(0))) continue;
     std::string idx = n.input(1);
-    if (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast") idx = p->second.input(0);
+    for (auto p = producer.find(idx); p != producer.end() && p->second.op_type() == "Cast"; p = producer.find(idx))
+      idx = p->second.input(0);
     if (idx == kInputIds) return n;
   }
   return std::nullopt;
