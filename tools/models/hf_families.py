@@ -3295,17 +3295,17 @@ def _expm1_symbolic(g, self):
     return g.op("Sub", g.op("Exp", self), g.op("Constant", value_t=torch.tensor(1.0)))
 
 
+# The domain the opset-20 export writes its Gelu in while torch checks the opset-17 graph;
+# to_opset18_forms moves it into ai.onnx.
+_LATER_OPSET = "npuforge.later_opset"
+
+
 def _gelu_opset20_symbolic(g, self, approximate):
     """torchlib's aten_gelu_opset20 (the dynamo exporter from opset 20, torch's default since
     2.9): one Gelu node with F.gelu's approximate, where the TorchScript exporter writes the
     erf or tanh formula out."""
     import torch.onnx.symbolic_helper as sym
-    # In a domain of its own while torch checks the opset-17 graph; to_opset18_forms moves it
-    # into ai.onnx.
     return g.op(f"{_LATER_OPSET}::Gelu", self, approximate_s=sym._maybe_get_const(approximate, "s"))
-
-
-_LATER_OPSET = "npuforge.later_opset"
 
 
 def _rsqrt_opset20_symbolic(g, self):
@@ -3317,9 +3317,10 @@ def _rsqrt_opset20_symbolic(g, self):
 def to_opset18_forms(path, opset, typed):
     """Rewrites an opset-17 export in place as an opset-`opset` (18-20) model: every Reduce*
     but ReduceSum takes its axes as an int64 input instead of an attribute, a Split into equal
-    parts says num_outputs instead of the sizes (both opset 18), and the model imports `opset`. Nothing else the decoders use changed meaning between 17 and 20.
-    torch's shape inference stops at the Gelu of the export's own domain: the value types are
-    taken from `typed`, the same model exported without it (a Gelu's output typed as its input)."""
+    parts says num_outputs instead of the sizes (both opset 18), and the model imports
+    `opset`. Nothing else the decoders use changed meaning between 17 and 20. torch's shape
+    inference stops at the Gelu of the export's own domain: the value types are taken from
+    `typed`, the same model exported without it (a Gelu's output typed as its input)."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
@@ -3336,13 +3337,13 @@ def to_opset18_forms(path, opset, typed):
     del m.graph.value_info[:]
     for name, v in known.items():
         m.graph.value_info.append(types.get(name, v))
-    inits = {t.name: t for t in m.graph.initializer}
-    consts = {n.output[0]: n.attribute[0].t for n in m.graph.node if n.op_type == "Constant"}
+    consts = {t.name: t for t in m.graph.initializer}
+    consts.update({n.output[0]: n.attribute[0].t for n in m.graph.node if n.op_type == "Constant"})
     for i, node in enumerate(m.graph.node):
-        if node.op_type == "Split" and len(node.input) == 2 and (node.input[1] in inits or node.input[1] in consts):
-            # torch.split / chunk: torchlib's SplitToSequence, which the exporter's optimizer folds into a
-            # Split of num_outputs equal parts (opset 18)
-            sizes = numpy_helper.to_array(inits.get(node.input[1]) or consts[node.input[1]]).tolist()
+        if node.op_type == "Split" and len(node.input) == 2 and node.input[1] in consts:
+            # torch.split / chunk: torchlib's SplitToSequence, which the exporter's optimizer
+            # folds into a Split of num_outputs equal parts (opset 18)
+            sizes = numpy_helper.to_array(consts[node.input[1]]).tolist()
             if len(set(sizes)) == 1:
                 del node.input[1]
                 node.attribute.append(onnx.helper.make_attribute("num_outputs", len(sizes)))
