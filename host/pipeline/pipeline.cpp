@@ -19,6 +19,7 @@
 #include "common/util.h"
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
+#include "pipeline/cache_branch.h"
 #include "pipeline/checkpoints.h"
 #include "pipeline/constant_weights.h"
 #include "pipeline/fused_cache.h"
@@ -316,6 +317,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
                             ? hf_config::get_int(nlohmann::json::parse(ms->metadata.at("config")), "num_attention_heads").value_or(-1)
                             : -1;
   if (!known_key.empty()) {
+    inline_cache_branch(g);
     lift_constant_weights(g);
     int64_decoder_inputs(g);
     tie_lm_head(g);
@@ -328,6 +330,11 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   for (const ir::MappedFile* mf : mapped_files(g))
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   // Cached stages of a build from before these steps must not be replayed: the key says so.
+  if (std::string merge = inline_cache_branch(g); !merge.empty()) {
+    spdlog::info("merged decoder (optimum's decoder_model_merged): the If '{}' read as its branch with the KV cache",
+                 merge);
+    key += hash_string("inline_cache_branch");
+  }
   if (size_t lifted = lift_constant_weights(g)) {
     spdlog::info("{} weights stored as Constant nodes read as initializers", lifted);
     key += hash_string("lift_constant_weights");

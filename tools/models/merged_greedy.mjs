@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+// merged_greedy.mjs — greedy decoding of an optimum merged decoder (decoder_model_merged.onnx:
+// an If on use_cache_branch) in ONNX Runtime, for make_merged_decoder.py's check.
+//
+//   node merged_greedy.mjs NODE_MODULES_PARENT MODEL.onnx PROMPT_JSON N_NEW CACHE_BRANCH_FIRST
+//
+// The prompt pass takes the else-branch (use_cache_branch false, as optimum's runtime does)
+// or, with CACHE_BRANCH_FIRST 1, the then-branch over an empty cache; every later pass the
+// then-branch. Prints the new token ids as JSON.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const [modulesParent, model, promptJson, nNew, cacheFirst] = process.argv.slice(2);
+const ort = createRequire(path.resolve(modulesParent) + '/')('onnxruntime-node');
+const session = await ort.InferenceSession.create(model, { executionProviders: ['cpu'], intraOpNumThreads: 1 });
+const pastNames = session.inputNames.filter((n) => n.startsWith('past_key_values.'));
+const meta = session.inputMetadata ?? [];
+const kvShape = (name) => {  // [batch, kv heads, past, head_dim] with the heads and head_dim fixed
+  const m = Array.isArray(meta) ? meta.find((e) => e.name === name) : meta[name];
+  return m.shape;
+};
+let past = Object.fromEntries(pastNames.map((n) => {
+  const s = kvShape(n);
+  return [n, new ort.Tensor('float32', new Float32Array(0), [1, s[1], 0, s[3]])];
+}));
+let rows = JSON.parse(promptJson);
+let seen = 0;
+const out = [];
+for (let step = 0; out.length < Number(nNew); ++step) {
+  const ids = BigInt64Array.from(rows.map(BigInt));
+  const mask = new BigInt64Array(seen + rows.length).fill(1n);
+  const pos = BigInt64Array.from(rows.map((_, i) => BigInt(seen + i)));
+  const feeds = {
+    input_ids: new ort.Tensor('int64', ids, [1, rows.length]),
+    attention_mask: new ort.Tensor('int64', mask, [1, mask.length]),
+    position_ids: new ort.Tensor('int64', pos, [1, rows.length]),
+    use_cache_branch: new ort.Tensor('bool', Uint8Array.from([step > 0 || cacheFirst === '1' ? 1 : 0]), [1]),
+    ...past,
+  };
+  const r = await session.run(feeds);
+  const logits = r.logits;
+  const vocab = logits.dims[2];
+  const last = logits.data.subarray((rows.length - 1) * vocab, rows.length * vocab);
+  let best = 0;
+  for (let v = 1; v < vocab; ++v) if (last[v] > last[best]) best = v;
+  out.push(best);
+  seen += rows.length;
+  past = Object.fromEntries(pastNames.map((n) => [n, r[n.replace('past_key_values.', 'present.')]]));
+  rows = [best];
+}
+process.stdout.write(JSON.stringify(out) + '\n');
