@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "onnx/onnx_io.h"
+#include "pipeline/cache_branch.h"
 #include "pipeline/constant_weights.h"
 #include "runtime/package.h"
 
@@ -141,7 +142,8 @@ void add_inspect(CLI::App& app) {
       return;
     }
     auto g = onnx_io::load_model(path);
-    host::lift_constant_weights(*g);  // weights as a build reads them
+    host::inline_cache_branch(*g);  // the model as a build reads it
+    host::lift_constant_weights(*g);
     auto info = onnx_io::inspect(*g);
     if (json)
       std::cout << info.dump(2) << "\n";
