@@ -135,6 +135,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"InspectNotOnnx", {"inspect", source_dir() + "/README.md"}, "README.md"}),
     [](const ::testing::TestParamInfo<BadRun>& info) { return info.param.name; });
 
+// optimum's merged decoder (one If on use_cache_branch): inspect shows it as a build reads
+// it, its branch with the KV cache.
+TEST(Inspect, MergedDecoderAsABuildReadsIt) {
+  auto r = npuforge({"inspect", model_dir("legacy/llama3_merged") + "/model.onnx", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info.value("heads", -1), 4);
+  EXPECT_EQ(info.value("layers", -1), 3);
+  EXPECT_GT(info.value("nodes", 0), 1);
+}
+
 TEST(Build, PackageRunsAndReproducesGolden) {
   fs::path dir = fresh_dir("build");
   auto manifest = write_manifest(dir, "qwen2", "");

@@ -100,6 +100,9 @@ TEST(Inspect, HeadsByStructureWhateverTheNames) {
       json config = json::parse(std::ifstream(e.path() / "config.json"));
       const int64_t heads = nf::hf_config::get_int(config, "num_attention_heads").value_or(-1);  // any family's key
       auto g = onnx_io::load_model((e.path() / "model.onnx").string());
+      // optimum's merged decoder is one If here; `npuforge inspect` reads its cache branch
+      // first, as a build does (Inspect.MergedDecoderAsABuildReadsIt in cli_test).
+      if (g->nodes.size() == 1 && g->nodes[0]->op_type == "If") continue;
       std::set<std::string> io(g->inputs.begin(), g->inputs.end());
       io.insert(g->outputs.begin(), g->outputs.end());
       std::map<std::string, std::string> renamed;
