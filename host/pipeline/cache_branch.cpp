@@ -56,11 +56,9 @@ std::string inline_cache_branch(ir::Graph& g) {
     }
   if (!branch || has_subgraphs(*branch) || branch->outputs.size() != merge.outputs.size()) return "";
 
-  // What the branch defines, renamed where the enclosing graph already has the name.
-  std::set<std::string> taken(g.inputs.begin(), g.inputs.end());
-  for (const auto& [name, t] : g.initializers) taken.insert(name);
-  for (const auto& n : g.nodes)
-    for (const auto& o : n->outputs) taken.insert(o);
+  // The branch's own values, renamed where the enclosing graph already has the name; a
+  // branch output a branch node writes takes the If's output name (the first, if several).
+  std::set<std::string> taken = ir::value_names(g), written;
   std::map<std::string, std::string> rename;
   auto define = [&](const std::string& v) {
     std::string fresh = v;
@@ -70,39 +68,27 @@ std::string inline_cache_branch(ir::Graph& g) {
   };
   for (const auto& n : branch->nodes)
     for (const auto& o : n->outputs)
-      if (!o.empty()) define(o);
+      if (!o.empty() && written.insert(o).second) define(o);
   for (const auto& [name, t] : branch->initializers) define(name);
-  // A branch output a branch node writes takes the If's output name instead (the first If
-  // output it is, if several).
-  std::set<std::string> written, placed;
-  for (const auto& n : branch->nodes) written.insert(n->outputs.begin(), n->outputs.end());
+  std::set<std::string> placed;
   for (size_t i = 0; i < branch->outputs.size(); ++i) {
     const std::string& out = branch->outputs[i];
     if (written.count(out) && placed.insert(out).second) rename[out] = merge.outputs[i];
   }
-  auto name_of = [&](const std::string& v) {
-    auto r = rename.find(v);
-    return r == rename.end() ? v : r->second;
-  };
+  std::unique_ptr<ir::Graph> b = branch->clone();  // the If's attribute may be shared
+  ir::rename_values(*b, rename);
 
-  std::vector<std::unique_ptr<ir::Node>> inlined;
-  for (const auto& n : branch->nodes) {
-    auto c = std::make_unique<ir::Node>(*n);
-    for (auto& v : c->inputs) v = v.empty() ? v : name_of(v);
-    for (auto& v : c->outputs) v = v.empty() ? v : name_of(v);
-    inlined.push_back(std::move(c));
-  }
-  for (size_t i = 0; i < branch->outputs.size(); ++i)
-    if (name_of(branch->outputs[i]) != merge.outputs[i]) {  // an outer value or a constant
+  std::vector<std::unique_ptr<ir::Node>> inlined = std::move(b->nodes);
+  for (size_t i = 0; i < b->outputs.size(); ++i)
+    if (b->outputs[i] != merge.outputs[i]) {  // an outer value or a constant
       auto id = std::make_unique<ir::Node>();
       id->op_type = "Identity";
-      id->inputs = {name_of(branch->outputs[i])};
+      id->inputs = {b->outputs[i]};
       id->outputs = {merge.outputs[i]};
       inlined.push_back(std::move(id));
     }
-  for (const auto& [name, t] : branch->initializers) g.initializers[name_of(name)] = t;
-  for (const auto& [name, t] : branch->types)
-    if (!g.types.count(name_of(name))) g.types[name_of(name)] = t;
+  g.initializers.merge(b->initializers);
+  g.types.merge(b->types);  // a name the enclosing graph types already keeps its type
 
   const std::string cond = merge.inputs[0], name = merge.name.empty() ? "If" : merge.name;
   const auto at = g.nodes.erase(it);

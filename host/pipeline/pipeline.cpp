@@ -254,6 +254,33 @@ std::string tie_lm_head_and_say(ir::Graph& g) {
   return copy;
 }
 
+// What loading does to a source before any stage sees it, in this order: the layouts and
+// weight forms other exporters write, read as the one every stage knows. Returns a tag per
+// change for the source's cache key (cached stages of a build from before these steps must
+// not be replayed); `say` logs each change (a stage process, handed the key, stays quiet).
+std::string read_source_forms(ir::Graph& g, int64_t heads, bool say) {
+  std::string key;
+  auto changed = [&](const std::string& tag, const std::string& line) {
+    if (say) spdlog::info("{}", line);
+    key += hash_string(tag);
+  };
+  if (std::string merge = inline_cache_branch(g); !merge.empty())
+    changed("inline_cache_branch",
+            "merged decoder (optimum's decoder_model_merged): the If '" + merge + "' read as its branch with the KV cache");
+  if (size_t lifted = lift_constant_weights(g))
+    changed("lift_constant_weights", std::to_string(lifted) + " weights stored as Constant nodes read as initializers");
+  if (size_t widened = int64_decoder_inputs(g))
+    changed("int64_decoder_inputs", std::to_string(widened) +
+                                        " int32 decoder inputs (input_ids, attention_mask, position_ids) read as "
+                                        "int64, cast in the graph");
+  if (std::string copy = say ? tie_lm_head_and_say(g) : tie_lm_head(g); !copy.empty())
+    key += hash_string("tie_lm_head " + copy);
+  if (int64_t layers = read_fused_cache_as_pairs(g, heads))
+    changed("fused_cache_as_pairs", "fused KV cache (GPT-BigCode exported with transformers < 4.54): " +
+                                        std::to_string(layers) + " layers read as key/value pairs");
+  return key;
+}
+
 }  // namespace
 
 void check_graphs(const ir::ModelSet& ms, const std::string& context) {
@@ -317,11 +344,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
                             ? hf_config::get_int(nlohmann::json::parse(ms->metadata.at("config")), "num_attention_heads").value_or(-1)
                             : -1;
   if (!known_key.empty()) {
-    inline_cache_branch(g);
-    lift_constant_weights(g);
-    int64_decoder_inputs(g);
-    tie_lm_head(g);
-    read_fused_cache_as_pairs(g, heads);
+    read_source_forms(g, heads, false);
     ms->metadata["source_key"] = nlohmann::json(known_key).dump();
     return ms;
   }
@@ -329,27 +352,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   std::string key = hash_file(onnx_path);
   for (const ir::MappedFile* mf : mapped_files(g))
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
-  // Cached stages of a build from before these steps must not be replayed: the key says so.
-  if (std::string merge = inline_cache_branch(g); !merge.empty()) {
-    spdlog::info("merged decoder (optimum's decoder_model_merged): the If '{}' read as its branch with the KV cache",
-                 merge);
-    key += hash_string("inline_cache_branch");
-  }
-  if (size_t lifted = lift_constant_weights(g)) {
-    spdlog::info("{} weights stored as Constant nodes read as initializers", lifted);
-    key += hash_string("lift_constant_weights");
-  }
-  if (size_t widened = int64_decoder_inputs(g)) {
-    spdlog::info("{} int32 decoder inputs (input_ids, attention_mask, position_ids) read as int64, cast in the graph",
-                 widened);
-    key += hash_string("int64_decoder_inputs");
-  }
-  if (std::string copy = tie_lm_head_and_say(g); !copy.empty()) key += hash_string("tie_lm_head " + copy);
-  if (int64_t layers = read_fused_cache_as_pairs(g, heads)) {
-    spdlog::info("fused KV cache (GPT-BigCode exported with transformers < 4.54): {} layers read as key/value pairs",
-                 layers);
-    key += hash_string("fused_cache_as_pairs");
-  }
+  key += read_source_forms(g, heads, true);
   if (foldable_weight_transposes(g)) key += hash_string("fold_weight_transposes");  // prepare() folds them
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();

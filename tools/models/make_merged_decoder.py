@@ -66,9 +66,10 @@ def branch(m, tag, outer, shared):
     scope; outputs `name/tag`."""
     g = m.graph
     rename = {init.name: shared[init.name] for init in g.initializer}
+    outputs = {v.name for v in g.output}
     for n in g.node:
         for o in n.output:
-            rename[o] = f"{o}/{tag}" if o in [v.name for v in g.output] else f"{tag}/{o}"
+            rename[o] = f"{o}/{tag}" if o in outputs else f"{tag}/{o}"
     b = helper.make_graph([], f"{tag}_branch", [], [])
     for n in g.node:
         c = b.node.add()
