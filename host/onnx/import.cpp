@@ -90,9 +90,7 @@ class Importer {
   std::unique_ptr<ir::Graph> model(onnx::ModelProto& m) {
     if (!m.has_graph()) fail(ctx_.origin, "not an ONNX model (no graph)");
     if (m.ir_version() <= 0) fail(ctx_.origin, "not an ONNX model (no ir_version)");
-    if (m.functions_size() > 0)
-      fail(ctx_.origin, "model-local functions are not supported (function '" + m.functions(0).name() +
-                            "'); re-export without export_modules_as_functions");
+    detail::inline_local_functions(m, ctx_.origin);
     auto g = graph(*m.mutable_graph(), 0);
     g->ir_version = m.ir_version();
     g->producer_name = m.producer_name();

@@ -28,6 +28,12 @@ struct ImportContext {
   std::map<std::string, std::shared_ptr<ir::MappedFile>> files;
 };
 
+// Replaces every call of a model-local function with the function's body (values renamed
+// per call, attribute references bound) and drops ModelProto.functions; ModelError on a
+// recursive call, a call with more inputs or outputs than the function, or a function whose
+// opset of a domain differs from the model's.
+void inline_local_functions(onnx::ModelProto& m, const std::string& origin);
+
 // Parses a serialized ModelProto (any size up to the 2 GB protobuf limit) and converts it.
 std::unique_ptr<ir::Graph> parse_and_import(std::string_view bytes, ImportContext& ctx);
 std::unique_ptr<ir::Graph> parse_and_import_file(const std::string& path, ImportContext& ctx);

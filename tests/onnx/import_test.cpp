@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <chrono>
+#include <set>
 
 using namespace nf;
 using namespace nf::onnx_test;
@@ -158,6 +159,103 @@ TEST(Import, InitializersListedAsInputsAreConstants) {
   EXPECT_EQ(g->inputs, std::vector<std::string>{"x"});
   ASSERT_NE(g->initializer("w"), nullptr);
   EXPECT_EQ(g->initializer("w")->as<float>()[1], 2.f);
+}
+
+// Model-local functions as exporters write them (a module per function, calls by domain and
+// name): two calls of Block, whose body calls Act with an attribute reference; an output
+// one call leaves out; a function returning its input unchanged.
+onnx::ModelProto model_with_functions() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* ex = m.add_opset_import();
+  ex->set_domain("mods");
+  ex->set_version(1);
+  auto node = [](auto* parent, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                 const std::string& name, const std::string& domain = "") {
+    auto* n = parent->add_node();
+    n->set_op_type(op);
+    n->set_domain(domain);
+    n->set_name(name);
+    for (auto& v : in) n->add_input(v);
+    for (auto& v : out) n->add_output(v);
+    return n;
+  };
+  auto function = [&](const std::string& name, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* f = m.add_functions();
+    f->set_name(name);
+    f->set_domain("mods");
+    for (auto& v : in) f->add_input(v);
+    for (auto& v : out) f->add_output(v);
+    f->add_opset_import()->set_version(17);
+    auto* imp = f->add_opset_import();
+    imp->set_domain("mods");
+    imp->set_version(1);
+    return f;
+  };
+  auto* act = function("Act", {"x"}, {"y"});
+  act->add_attribute("slope");
+  auto* leaky = node(act, "LeakyRelu", {"x"}, {"y"}, "leaky");
+  auto* ref = leaky->add_attribute();
+  ref->set_name("alpha");
+  ref->set_ref_attr_name("slope");
+  ref->set_type(onnx::AttributeProto::FLOAT);
+  auto* block = function("Block", {"x", "w"}, {"y", "t"});
+  node(block, "MatMul", {"x", "w"}, {"t"}, "mm");
+  auto* call_act = node(block, "Act", {"t"}, {"y"}, "act", "mods");
+  auto* slope = call_act->add_attribute();
+  slope->set_name("slope");
+  slope->set_type(onnx::AttributeProto::FLOAT);
+  slope->set_f(0.25f);
+  function("Same", {"x"}, {"x"});
+
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto add_value = [](auto* list, const std::string& name, std::vector<int64_t> dims) {
+    auto* v = list->Add();
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  add_value(g->mutable_input(), "x", {1, 2});
+  onnx::TensorProto w;
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(2);
+  w.add_dims(2);
+  for (float v : {1.f, -1.f, 2.f, -2.f}) w.add_float_data(v);
+  *g->add_initializer() = w;
+  node(g, "Block", {"x", "w"}, {"h", "t0"}, "block0", "mods");
+  node(g, "Block", {"h", "w"}, {"y"}, "block1", "mods");
+  node(g, "Same", {"y"}, {"z"}, "same", "mods");
+  add_value(g->mutable_output(), "t0", {1, 2});
+  add_value(g->mutable_output(), "z", {1, 2});
+  return m;
+}
+
+TEST(Import, ModelLocalFunctionsAreInlined) {
+  TempDir d;
+  auto g = load_model(save_proto(model_with_functions(), d / "functions.onnx"));
+  std::vector<std::string> ops;
+  std::set<std::string> made;
+  for (const auto& n : g->nodes) {
+    ops.push_back(n->op_type);
+    EXPECT_EQ(n->domain, "") << n->name;
+    for (const auto& o : n->outputs) EXPECT_TRUE(made.insert(o).second) << o << " is made twice";
+  }
+  EXPECT_EQ(ops, (std::vector<std::string>{"MatMul", "LeakyRelu", "MatMul", "LeakyRelu", "Identity"}));
+  EXPECT_EQ(g->nodes[0]->inputs, (std::vector<std::string>{"x", "w"}));
+  EXPECT_EQ(g->nodes[0]->outputs, (std::vector<std::string>{"t0"}));  // the call's own name for t
+  EXPECT_EQ(g->nodes[1]->outputs, (std::vector<std::string>{"h"}));
+  EXPECT_EQ(g->nodes[2]->inputs, (std::vector<std::string>{"h", "w"}));
+  EXPECT_NE(g->nodes[2]->outputs[0], g->nodes[0]->outputs[0]);  // block1 leaves t out: a name of its own
+  EXPECT_EQ(g->nodes[3]->outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(g->nodes[1]->attrs.at("alpha").f, 0.25f);  // the reference bound to the call's slope
+  EXPECT_EQ(g->nodes[3]->attrs.at("alpha").f, 0.25f);
+  EXPECT_EQ(g->nodes[4]->inputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(g->nodes[4]->outputs, (std::vector<std::string>{"z"}));
+  EXPECT_EQ(g->opsets.count("mods"), 0u);  // the functions' domain names no operator any more
 }
 
 TEST(Import, SubgraphsAndAttributeKinds) {
@@ -320,6 +418,28 @@ TEST(Refuse, NegativeDimsHugeDimsUnknownDtype) {
   t.set_data_type(77);
   path = save_proto(model_with(t), d / "m.onnx");
   EXPECT_MODEL_ERROR(load_model(path), path, "unsupported data type 77");
+}
+
+TEST(Refuse, FunctionsThatCannotBeInlined) {
+  TempDir d;
+  auto calls_itself = model_with_functions();
+  auto* again = calls_itself.mutable_functions(0)->add_node();  // Act calls Act
+  again->set_op_type("Act");
+  again->set_domain("mods");
+  again->add_input("y");
+  again->add_output("y2");
+  EXPECT_MODEL_ERROR(load_model(save_proto(calls_itself, d / "recursive.onnx")), d / "recursive.onnx",
+                     "model-local function 'Act' calls itself or nests deeper than 64 levels");
+
+  auto too_many = model_with_functions();
+  too_many.mutable_graph()->mutable_node(2)->add_input("x");  // Same takes one input
+  EXPECT_MODEL_ERROR(load_model(save_proto(too_many, d / "inputs.onnx")), d / "inputs.onnx",
+                     "node 'same' calls function 'Same' with 2 inputs; it takes 1");
+
+  auto other_opset = model_with_functions();
+  other_opset.mutable_functions(1)->mutable_opset_import(0)->set_version(13);
+  EXPECT_MODEL_ERROR(load_model(save_proto(other_opset, d / "opset.onnx")), d / "opset.onnx",
+                     "model-local function 'Block' imports opset 13 of domain '' and the model opset 17");
 }
 
 TEST(Refuse, ControlCharactersStayOnOneLine) {

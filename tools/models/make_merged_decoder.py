@@ -113,7 +113,7 @@ def merge(with_past, no_past, out):
 def ort_greedy(path, prompt, n_new, branch_first):
     """Greedy decoding in ONNX Runtime: the first pass by the else-branch (no cache) or the
     then-branch (an empty cache), the rest by the then-branch."""
-    script = os.path.join(REPO, "tools", "models", "merged_greedy.mjs")
+    script = os.path.join(REPO, "tools", "models", "ort_greedy.mjs")
     r = subprocess.run(["node", script, os.path.join(REPO, "bench"), path, json.dumps(prompt), str(n_new),
                         "1" if branch_first else "0"], check=True, capture_output=True, text=True)
     return json.loads(r.stdout)

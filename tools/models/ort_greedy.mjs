@@ -1,12 +1,13 @@
 #!/usr/bin/env node
-// merged_greedy.mjs — greedy decoding of an optimum merged decoder (decoder_model_merged.onnx:
-// an If on use_cache_branch) in ONNX Runtime, for make_merged_decoder.py's check.
+// ort_greedy.mjs — greedy decoding of an optimum-layout decoder in ONNX Runtime, for the
+// model makers' checks (make_merged_decoder.py, make_function_export.py).
 //
-//   node merged_greedy.mjs NODE_MODULES_PARENT MODEL.onnx PROMPT_JSON N_NEW CACHE_BRANCH_FIRST
+//   node ort_greedy.mjs NODE_MODULES_PARENT MODEL.onnx PROMPT_JSON N_NEW CACHE_BRANCH_FIRST
 //
-// The prompt pass takes the else-branch (use_cache_branch false, as optimum's runtime does)
-// or, with CACHE_BRANCH_FIRST 1, the then-branch over an empty cache; every later pass the
-// then-branch. Prints the new token ids as JSON.
+// A merged decoder (decoder_model_merged.onnx: an If on use_cache_branch) takes the
+// else-branch on the prompt pass (use_cache_branch false, as optimum's runtime does) or, with
+// CACHE_BRANCH_FIRST 1, the then-branch over an empty cache; every later pass the
+// then-branch. Other decoders run from an empty cache. Prints the new token ids as JSON.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -34,9 +35,10 @@ for (let step = 0; out.length < Number(nNew); ++step) {
     input_ids: new ort.Tensor('int64', ids, [1, rows.length]),
     attention_mask: new ort.Tensor('int64', mask, [1, mask.length]),
     position_ids: new ort.Tensor('int64', pos, [1, rows.length]),
-    use_cache_branch: new ort.Tensor('bool', Uint8Array.from([step > 0 || cacheFirst === '1' ? 1 : 0]), [1]),
     ...past,
   };
+  if (session.inputNames.includes('use_cache_branch'))
+    feeds.use_cache_branch = new ort.Tensor('bool', Uint8Array.from([step > 0 || cacheFirst === '1' ? 1 : 0]), [1]);
   const r = await session.run(feeds);
   const logits = r.logits;
   const vocab = logits.dims[2];
