@@ -1770,6 +1770,8 @@ class DecoderModel(nn.Module):
             causal_mask = (causal_mask, masking_utils_causal_mask(attention_mask, inputs_embeds, cache_position,
                                                                   window=self.config.sliding_window))
         hidden_states = inputs_embeds
+        if position_ids is None:  # transformers: the cache positions when no position_ids are given
+            position_ids = cache_position.unsqueeze(0)
         position_embeddings = None
         if hasattr(self, "rotary_emb"):
             # create position embeddings to be shared across the decoder layers

@@ -465,7 +465,10 @@ MODELS.update({"mixtral_hf": MODELS["mixtral_scatter"], "qwen2_moe_hf": MODELS["
 # (scale=module.scaling, a constant).
 VARIANTS = {"llama3_sdpa": ("llama3", "sdpa"), "qwen3_sdpa": ("qwen3", "sdpa"),
             "llama3_masking_utils": ("llama3", "eager"), "qwen3_sdpa_masking_utils": ("qwen3", "sdpa"),
-            "gemma3_masking_utils": ("gemma3", "eager")}
+            "gemma3_masking_utils": ("gemma3", "eager"), "llama3_cache_positions": ("llama3", "eager")}
+# Exported without position_ids (a plain torch.onnx.export of input_ids, attention_mask and the
+# cache): the model numbers its rows from the cache's length (transformers' cache_position).
+CACHE_POSITIONS = ("llama3_cache_positions",)
 MODELS.update({name: MODELS[family] for name, (family, _) in VARIANTS.items()})
 
 # Families whose zoo model takes transformers' default sdpa attention (as optimum exports it).
@@ -480,7 +483,7 @@ MASK_STYLE = {"llama3": "hf", "bloom": "hf", "phi3": "hf", "gemma": "hf", "gemma
               "qwen3_sdpa_masking_utils": "masking_utils_sdpa", "olmo3": "masking_utils"}
 SEEDS = {"llama3": 101, "mqa": 102, "qwen2_untied": 103, "phi3": 104, "gemma": 105, "gemma2": 106,
          "mixtral_onehot": 107, "mixtral_scatter": 108, "qwen2_moe": 109, "qwen3": 110, "gemma3": 111, "granite": 112, "cohere2": 113, "phi4_mini": 114, "olmo2": 115,
-         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145, "internlm2": 146, "minicpm": 147}
+         "llama3_sdpa": 116, "qwen3_sdpa": 117, "phi": 118, "gpt2": 119, "gpt_neox": 120, "falcon": 121, "starcoder2": 122, "glm": 123, "exaone4": 124, "gpt_neo": 125, "gptj": 126, "opt": 127, "smollm3": 128, "olmo": 129, "nemotron": 130, "llama3_masking_utils": 131, "stablelm": 132, "mixtral_hf": 133, "qwen2_moe_hf": 134, "olmoe": 135, "qwen3_moe": 136, "qwen3_sdpa_masking_utils": 137, "gemma3_masking_utils": 138, "gpt_bigcode": 149, "apertus": 140, "hunyuan_v1_dense": 141, "olmo3": 142, "ernie4_5": 148, "bloom": 143, "mpt": 144, "baichuan": 145, "internlm2": 146, "minicpm": 147, "llama3_cache_positions": 150}
 # ALiBi families: the hf_families function that computes the bias
 ALIBI = {"bloom": "bloom_alibi", "mpt": "build_mpt_alibi_tensor"}
 OPSET14 = ("llama3", "phi3", "gemma", "mixtral_onehot", "phi", "bloom")  # bloom: optimum's default opset for it
@@ -614,6 +617,8 @@ def build(name):
     random_init(model, SEEDS[name])
     if hasattr(model, "normalize_head"):  # Baichuan2's NormHead, as its first eval call leaves it
         model.normalize_head()
+    if name in CACHE_POSITIONS:
+        model.takes_position_ids = False
     model.eval()
     return model
 
@@ -676,10 +681,12 @@ def make_golden(name, model, prompt):
     cache_diff = float((full[-1] - last).abs().max())
     assert int(torch.argmax(full[-1])) == toks[-1]
     golden = layout.greedy_golden(prompt, toks, prefill_last, last, cache_diff)
-    if MASK_STYLE.get(name) != "masking_utils_sdpa":
+    if MASK_STYLE.get(name) != "masking_utils_sdpa" and name not in CACHE_POSITIONS:
         # With -inf in the mask, a left-padded row that sees only padding is NaN in the graph
         # (Softmax of all -inf; torch >= 2.5's SDPA returns 0 there), and so is every row
-        # reading its values: no padded-batch golden for that export.
+        # reading its values: no padded-batch golden for that export. Without position_ids a
+        # left-padded row is numbered from the cache, pads included (as in transformers):
+        # none for those exports either.
         golden["padded_batch"] = padded_batch_case(model, prompt)
     if name == "llama3":
         rot = model.model.rotary_emb

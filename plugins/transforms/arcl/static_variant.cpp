@@ -11,6 +11,7 @@
 #include <set>
 
 #include "attention_sites.h"
+#include "cache_positions.h"
 #include "gather_slices.h"
 #include "key_positions.h"
 
@@ -208,6 +209,12 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
   for (const std::string& in : source_inputs)
     if (!kept.count(in) && in != kAttentionMask)
       check_unused(g, in, what + ": the source input '" + in + "' has no place in the static layout");
+  if (!info.has_position_ids && read_cache_positions(g, names, info)) {
+    inputs.insert(inputs.begin() + 1, kPositionIds);
+    g.set_value_type(kPositionIds, NF_DTYPE_INT64, {1, v.ar});
+    g.set_inputs(inputs);
+    nf::graph::eliminate_dead_nodes(g);
+  }
 
   nf::graph::make_static(g, what);
   gather_slices(g);
