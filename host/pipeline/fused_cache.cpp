@@ -4,7 +4,7 @@
 #include <string>
 
 #include "api/host_api.h"
-#include "pipeline/fused_cache_sdk.h"
+#include "pipeline/sdk_passes.h"
 
 namespace nf::host {
 

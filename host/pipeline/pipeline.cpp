@@ -25,6 +25,7 @@
 #include "pipeline/fused_cache.h"
 #include "pipeline/int64_inputs.h"
 #include "pipeline/last_row_logits.h"
+#include "pipeline/microsoft_ops.h"
 #include "pipeline/resources.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/stage_graph.h"
@@ -267,6 +268,11 @@ std::string read_source_forms(ir::Graph& g, int64_t heads, bool say) {
   if (std::string merge = inline_cache_branch(g); !merge.empty())
     changed("inline_cache_branch",
             "merged decoder (optimum's decoder_model_merged): the If '" + merge + "' read as its branch with the KV cache");
+  if (size_t expanded = expand_microsoft_ops(g))
+    changed("expand_microsoft_ops", std::to_string(expanded) +
+                                        " ONNX Runtime contrib operators (GroupQueryAttention, "
+                                        "[Skip]SimplifiedLayerNormalization: ONNX Runtime GenAI's export) "
+                                        "expanded into standard operators");
   if (size_t lifted = lift_constant_weights(g))
     changed("lift_constant_weights", std::to_string(lifted) + " weights stored as Constant nodes read as initializers");
   if (size_t widened = int64_decoder_inputs(g))

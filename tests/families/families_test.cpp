@@ -225,7 +225,8 @@ fs::path reordered_copy(const std::string& model, const fs::path& dir, uint32_t 
   int32_decoder_inputs(*g);
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g->nodes.size(); ++i)
-    for (const auto& o : g->nodes[i]->outputs) producer[o] = i;
+    for (const auto& o : g->nodes[i]->outputs)
+      if (!o.empty()) producer[o] = i;  // "": an optional output left out
   std::vector<std::set<size_t>> needs(g->nodes.size());
   std::vector<std::vector<size_t>> users(g->nodes.size());
   for (size_t i = 0; i < g->nodes.size(); ++i) {

@@ -1,0 +1,16 @@
+// ONNX Runtime's contrib operators that ONNX Runtime GenAI's model builder writes for a CPU
+// decoder (`-p fp32 -e cpu`), expanded into the standard operators every stage reads, with
+// the same numbers: GroupQueryAttention (its rotary, cache append and grouped heads),
+// SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization. See microsoft_ops.cpp.
+#pragma once
+
+#include <npuforge/plugin.hpp>
+
+namespace nf::graph {
+
+// Rewrites every such node of `g` (no-op when there is none) and returns how many. Throws
+// nf::Error naming the node for a form it does not expand (interleaved rotary, head sinks,
+// a node without the KV cache, a norm output beyond the normalized value and the sum).
+size_t expand_microsoft_ops(nf::Graph g);
+
+}  // namespace nf::graph

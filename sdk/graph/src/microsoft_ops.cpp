@@ -1,0 +1,344 @@
+// ONNX Runtime GenAI's CPU decoders (builders/base.py) hold three contrib operators; each is
+// rewritten into the standard operators a torch export of the same layer holds, so arcl,
+// mha2sha, spinquant and the backends find attention, heads and norms by what they compute:
+//
+// GroupQueryAttention(packed qkv | q, k, v, past_key, past_value, seqlens_k, total_length,
+//                     cos_cache, sin_cache)                                  (com.microsoft)
+//   q, k, v split by heads and put [b, heads, s, head_dim]; with do_rotary, rotated as
+//   transformers does (x * cos + rotate_half(x) * sin, the caches gathered at the rows'
+//   positions past_len .. past_len + s - 1); present = Concat(past, new) along the rows; K and
+//   V repeated to the query heads; softmax(q K^T * scale [soft-capped] + mask) V, heads merged.
+//   The mask is made once from attention_mask, as transformers >= 4.53 makes it: key j is seen
+//   by the row at position p when j <= p (and p - window < j with local_window_size) and
+//   attention_mask says j is a token. seqlens_k and total_sequence_length are computed from
+//   attention_mask in these exports and say nothing more.
+// SimplifiedLayerNormalization(x, weight): x * 1 / sqrt(mean(x^2) + eps) * weight (RMSNorm).
+// SkipSimplifiedLayerNormalization(input, skip, weight[, bias]): the same over
+//   input + skip (+ bias), whose sum is output 3 (the next residual).
+#include "npuforge/graph/microsoft_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "npuforge/graph/eliminate_dead_nodes.h"
+#include "npuforge/graph/graph_view.h"
+#include "npuforge/graph/unique_names.h"
+#include "npuforge/graph/value_types.h"
+
+namespace nf::graph {
+namespace {
+
+using Dims = std::vector<int64_t>;
+constexpr const char* kMicrosoft = "com.microsoft";
+
+class Expander {
+ public:
+  explicit Expander(nf::Graph g) : g_(g), view_(g), names_(g), opset_(g.opset("")) {}
+
+  size_t run() {
+    size_t expanded = 0;
+    for (nf::Node n : g_.nodes()) {
+      const std::string_view op = n.op_type(), domain = n.domain();
+      if (op == "GroupQueryAttention" && domain == kMicrosoft) group_query_attention(n);
+      else if (op == "SimplifiedLayerNormalization" && (domain.empty() || domain == kMicrosoft)) simplified_norm(n);
+      else if (op == "SkipSimplifiedLayerNormalization" && domain == kMicrosoft) skip_simplified_norm(n);
+      else continue;
+      ++expanded;
+    }
+    if (expanded) {
+      eliminate_dead_nodes(g_);  // seqlens_k and total_sequence_length
+      g_.sort();
+    }
+    return expanded;
+  }
+
+ private:
+  nf::Graph g_;
+  GraphView view_;
+  UniqueNames names_;
+  int64_t opset_;
+  std::string label_;  // the node being expanded: the new nodes' and values' prefix
+  std::string positions_;
+  std::map<int64_t, std::string> masks_;                   // by window (0: none)
+  std::map<std::string, std::pair<std::string, std::string>> tables_;  // cos_cache -> rows' cos, sin
+
+  [[noreturn]] void refuse(const nf::Node& n, const std::string& why) const {
+    throw nf::Error(std::string(n.op_type()) + " '" + std::string(n.name()) + "': " + why);
+  }
+
+  // One node of the expansion: returns its (only) output, named after the node expanded.
+  nf::Node node(const std::string& op, const std::vector<std::string>& in, const std::string& what,
+                const std::string& out = "") {
+    const std::string name = names_.make(label_ + "/" + what);
+    return g_.add_node(op, in, {out.empty() ? names_.make(name + "/output_0") : out}, name);
+  }
+  std::string value(const std::string& op, const std::vector<std::string>& in, const std::string& what,
+                    const std::string& out = "") {
+    return node(op, in, what, out).output(0);
+  }
+  std::string ints(const Dims& v, const std::string& what) {
+    const std::string name = names_.make(label_ + "/" + what);
+    set_int64_initializer(g_, name, v);
+    return name;
+  }
+  std::string scalar(nf_dtype dtype, double v, const std::string& what) {
+    const std::string name = names_.make(label_ + "/" + what);
+    nf::Tensor t = nf::Tensor::create(dtype, Dims{});
+    if (dtype == NF_DTYPE_FLOAT32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(t.mutable_data(), &f, sizeof f);
+    } else {
+      const int64_t i = static_cast<int64_t>(v);
+      std::memcpy(t.mutable_data(), &i, sizeof i);
+    }
+    g_.set_initializer(name, t);
+    return name;
+  }
+  // Axes as an input from opset 13 (Unsqueeze) and 18 (ReduceMean), an attribute before.
+  std::string with_axes(const std::string& op, const std::string& x, const Dims& axes, const std::string& what,
+                        int64_t input_from) {
+    if (opset_ >= input_from) return value(op, {x, ints(axes, what + "_axes")}, what);
+    nf::Node n = node(op, {x}, what);
+    n.set_attr("axes", axes);
+    return n.output(0);
+  }
+  std::string unsqueeze(const std::string& x, const Dims& axes, const std::string& what) {
+    return with_axes("Unsqueeze", x, axes, what, 13);
+  }
+  std::string slice_last(const std::string& x, int64_t begin, int64_t end, const std::string& what) {
+    return value("Slice", {x, ints({begin}, what + "_starts"), ints({end}, what + "_ends"), ints({-1}, what + "_axes")}, what);
+  }
+  std::string transpose(const std::string& x, const Dims& perm, const std::string& what) {
+    nf::Node n = node("Transpose", {x}, what);
+    n.set_attr("perm", perm);
+    return n.output(0);
+  }
+  std::string length(const std::string& x, int64_t axis, const std::string& what) {
+    return value("Gather", {value("Shape", {x}, what + "_shape"), scalar(NF_DTYPE_INT64, axis, what + "_axis")}, what);
+  }
+
+  // x * 1 / sqrt(mean(x^2) + eps) * weight, into `out`.
+  void rms_norm(const std::string& x, const std::string& weight, float eps, const std::string& out) {
+    std::string squares = value("Pow", {x, scalar(NF_DTYPE_FLOAT32, 2.0, "two")}, "Pow");
+    std::string mean = with_axes("ReduceMean", squares, {-1}, "ReduceMean", 18);
+    std::string root = value("Sqrt", {value("Add", {mean, scalar(NF_DTYPE_FLOAT32, eps, "epsilon")}, "Add")}, "Sqrt");
+    std::string normalized = value("Mul", {x, value("Reciprocal", {root}, "Reciprocal")}, "Mul");
+    value("Mul", {weight, normalized}, "Mul_weight", out);
+  }
+
+  void only_first_outputs(const nf::Node& n, size_t kept, const std::string& which) {
+    for (size_t i = kept; i < n.output_count(); ++i)
+      if (!n.output(i).empty() && view_.is_used(n.output(i)) && !(which == "sum" && i == 3))
+        refuse(n, "output " + std::to_string(i) + " is read; only " +
+                      (which == "sum" ? "outputs 0 (the normalized value) and 3 (the sum) are" : "output 0 (the normalized value) is") +
+                      " expanded");
+  }
+
+  float epsilon(const nf::Node& n) { return n.attr_float("epsilon", 1e-5f); }
+
+  void last_axis(const nf::Node& n) {
+    const int64_t axis = n.attr_int("axis", -1);
+    if (axis == -1) return;
+    auto t = get_value_type(g_, n.input(0));
+    if (!t || !t->dims || axis != static_cast<int64_t>(t->dims->size()) - 1)
+      refuse(n, "normalizes over axis " + std::to_string(axis) + "; only the last axis is expanded");
+  }
+
+  void simplified_norm(nf::Node n) {
+    label_ = std::string(n.name());
+    last_axis(n);
+    only_first_outputs(n, 1, "");
+    const std::string x = n.input(0), weight = n.input(1), out = n.output(0);
+    const float eps = epsilon(n);
+    g_.remove_node(n);
+    rms_norm(x, weight, eps, out);
+  }
+
+  void skip_simplified_norm(nf::Node n) {
+    label_ = std::string(n.name());
+    only_first_outputs(n, 1, "sum");
+    const std::string input = n.input(0), skip = n.input(1), weight = n.input(2), bias = n.input(3), out = n.output(0);
+    const std::string sum_out = n.output_count() > 3 ? n.output(3) : "";
+    const float eps = epsilon(n);
+    g_.remove_node(n);
+    std::string sum = value("Add", {input, skip}, "Add", bias.empty() ? sum_out : "");
+    if (!bias.empty()) sum = value("Add", {sum, bias}, "Add_bias", sum_out);
+    rms_norm(sum, weight, eps, out.empty() ? names_.make(label_ + "/output_0") : out);
+  }
+
+  // This pass's row positions past_len .. past_len + s - 1 (int64 [s]), from the cache's
+  // length: made once, as transformers makes cache_position.
+  const std::string& positions(const std::string& past_key, const std::string& query) {
+    if (positions_.empty()) {
+      std::string past_len = length(past_key, 2, "past_length");
+      std::string end = value("Add", {past_len, length(query, 1, "sequence_length")}, "positions_end");
+      positions_ = value("Range", {past_len, end, scalar(NF_DTYPE_INT64, 1, "one")}, "positions");
+    }
+    return positions_;
+  }
+
+  // The additive mask [b, 1, s, keys] from attention_mask, once per window.
+  const std::string& mask(int64_t window, const nf::Node& n) {
+    auto it = masks_.find(window);
+    if (it != masks_.end()) return it->second;
+    if (!view_.is_input("attention_mask")) refuse(n, "the graph has no attention_mask input to make its mask from");
+    std::string keys = length("attention_mask", 1, "keys");
+    std::string key_index =
+        unsqueeze(value("Range", {scalar(NF_DTYPE_INT64, 0, "zero"), keys, scalar(NF_DTYPE_INT64, 1, "one")}, "key_index"),
+                  {0}, "key_row");
+    std::string row_position = unsqueeze(positions_, {1}, "row_column");
+    std::string seen = value("LessOrEqual", {key_index, row_position}, "causal");
+    if (window > 0) {
+      std::string lowest = value("Sub", {row_position, scalar(NF_DTYPE_INT64, static_cast<double>(window), "window")}, "window_start");
+      seen = value("And", {seen, value("Greater", {key_index, lowest}, "in_window")}, "causal_window");
+    }
+    nf::Node token = node("Cast", {"attention_mask"}, "tokens");
+    token.set_attr("to", int64_t{NF_DTYPE_BOOL});
+    seen = value("And", {seen, unsqueeze(token.output(0), {1, 2}, "tokens_4d")}, "seen");
+    std::string mask = value("Where", {seen, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),
+                                       scalar(NF_DTYPE_FLOAT32, std::numeric_limits<float>::lowest(), "closed")},
+                             "mask");
+    return masks_[window] = mask;
+  }
+
+  // The rows' cos and sin [s, rotary_dim] from the caches [positions, rotary_dim / 2].
+  std::pair<std::string, std::string> rotary_rows(const std::string& cos_cache, const std::string& sin_cache) {
+    auto it = tables_.find(cos_cache);
+    if (it != tables_.end()) return it->second;
+    auto rows = [&](const std::string& cache, const std::string& what) {
+      std::string half = value("Gather", {cache, positions_}, what + "_half");
+      nf::Node both = node("Concat", {half, half}, what);
+      both.set_attr("axis", int64_t{-1});
+      return both.output(0);
+    };
+    return tables_[cos_cache] = {rows(cos_cache, "cos"), rows(sin_cache, "sin")};
+  }
+
+  // transformers' rotary of x [b, heads, s, head_dim] over its first rotary_dim values.
+  std::string rotate(const std::string& x, int64_t head_dim, int64_t rotary_dim, const std::string& cos,
+                     const std::string& sin, const std::string& what) {
+    const std::string part = rotary_dim == head_dim ? x : slice_last(x, 0, rotary_dim, what + "_rotary_part");
+    std::string first = slice_last(part, 0, rotary_dim / 2, what + "_first_half");
+    std::string second = slice_last(part, rotary_dim / 2, rotary_dim, what + "_second_half");
+    nf::Node turned = node("Concat", {value("Neg", {second}, what + "_Neg"), first}, what + "_rotate_half");
+    turned.set_attr("axis", int64_t{-1});
+    std::string rotated = value("Add", {value("Mul", {part, cos}, what + "_cos"),
+                                        value("Mul", {turned.output(0), sin}, what + "_sin")},
+                                what + "_rotated");
+    if (rotary_dim == head_dim) return rotated;
+    nf::Node whole = node("Concat", {rotated, slice_last(x, rotary_dim, head_dim, what + "_pass_part")}, what + "_whole");
+    whole.set_attr("axis", int64_t{-1});
+    return whole.output(0);
+  }
+
+  std::string heads_first(const std::string& x, int64_t heads, int64_t head_dim, const std::string& what) {
+    return transpose(value("Reshape", {x, ints({0, 0, heads, head_dim}, what + "_shape")}, what + "_heads"),
+                     {0, 2, 1, 3}, what);
+  }
+
+  // transformers' repeat_kv: [b, kv, t, d] -> [b, kv * groups, t, d].
+  std::string repeat_heads(const std::string& x, int64_t kv_heads, int64_t groups, int64_t head_dim,
+                           const std::string& what) {
+    if (groups == 1) return x;
+    std::string wide = value("Expand", {unsqueeze(x, {2}, what + "_group_axis"), ints({1, 1, groups, 1, 1}, what + "_groups")},
+                             what + "_Expand");
+    return value("Reshape", {wide, ints({0, kv_heads * groups, -1, head_dim}, what + "_shape")}, what);
+  }
+
+  void group_query_attention(nf::Node n) {
+    label_ = std::string(n.name());
+    const int64_t heads = n.attr_int("num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
+    if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+      refuse(n, "num_heads " + std::to_string(heads) + " and kv_num_heads " + std::to_string(kv_heads) +
+                    " do not group");
+    if (n.attr_int("rotary_interleaved", 0) != 0) refuse(n, "interleaved rotary (rotary_interleaved=1) is not expanded");
+    if (n.attr_int("smooth_softmax", 0) != 0) refuse(n, "smooth_softmax is not expanded");
+    for (size_t i : {size_t{9}, size_t{10}, size_t{11}})
+      if (!n.input(i).empty())
+        refuse(n, std::string("its ") + (i == 9 ? "position_ids" : i == 10 ? "attention_bias" : "head sink") +
+                      " input is not expanded");
+    for (size_t i = 3; i < n.output_count(); ++i)
+      if (!n.output(i).empty() && view_.is_used(n.output(i))) refuse(n, "its attention-score output is read");
+    const std::string query = n.input(0), past_key = n.input(3), past_value = n.input(4);
+    if (past_key.empty() || past_value.empty()) refuse(n, "without past_key / past_value (no KV cache) it is not expanded");
+    auto past_type = get_value_type(g_, past_key);
+    const int64_t head_dim = past_type && past_type->dims && past_type->dims->size() == 4 ? (*past_type->dims)[3] : -1;
+    if (head_dim <= 0) refuse(n, "the head size is not known from '" + past_key + "' [batch, kv_heads, past, head_size]");
+    const bool rotary = n.attr_int("do_rotary", 0) != 0;
+    int64_t rotary_dim = head_dim;
+    if (rotary) {
+      auto cos_type = get_value_type(g_, n.input(7));
+      if (!cos_type || !cos_type->dims || cos_type->dims->size() != 2 || (*cos_type->dims)[1] <= 0)
+        refuse(n, "do_rotary without a cos_cache of known shape [positions, rotary_dim / 2]");
+      rotary_dim = 2 * (*cos_type->dims)[1];
+      if (rotary_dim > head_dim) refuse(n, "its rotary tables are wider than the head");
+    }
+    float scale = n.attr_float("scale", 0.f);
+    if (scale == 0.f) scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    const float softcap = n.attr_float("softcap", 0.f);
+    const int64_t window = std::max<int64_t>(n.attr_int("local_window_size", -1), 0);
+    std::string key = n.input(1), val = n.input(2);
+    const std::string cos_cache = n.input(7), sin_cache = n.input(8);
+    std::vector<std::string> outs = n.outputs();
+    outs.resize(3);
+    g_.remove_node(n);
+
+    std::string q = query;
+    if (key.empty()) {  // packed [b, s, (heads + 2 kv_heads) head_dim]
+      q = names_.make(label_ + "/query"), key = names_.make(label_ + "/key"), val = names_.make(label_ + "/value");
+      const std::string name = names_.make(label_ + "/Split");
+      const Dims widths{heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
+      nf::Node split = opset_ >= 13 ? g_.add_node("Split", {query, ints(widths, "split")}, {q, key, val}, name)
+                                    : g_.add_node("Split", {query}, {q, key, val}, name);
+      if (opset_ < 13) split.set_attr("split", widths);
+      split.set_attr("axis", int64_t{-1});
+    }
+    std::string q4 = heads_first(q, heads, head_dim, "q");
+    std::string k4 = heads_first(key, kv_heads, head_dim, "k");
+    std::string v4 = heads_first(val, kv_heads, head_dim, "v");
+    positions(past_key, query);
+    if (rotary) {
+      auto [cos, sin] = rotary_rows(cos_cache, sin_cache);
+      q4 = rotate(q4, head_dim, rotary_dim, cos, sin, "q");
+      k4 = rotate(k4, head_dim, rotary_dim, cos, sin, "k");
+    }
+    auto append = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& what) {
+      nf::Node c = node("Concat", {past, fresh}, what, out);
+      c.set_attr("axis", int64_t{2});
+      return c.output(0);
+    };
+    std::string keys = append(past_key, k4, outs[1], "present_key");
+    std::string values = append(past_value, v4, outs[2], "present_value");
+    const int64_t groups = heads / kv_heads;
+    keys = repeat_heads(keys, kv_heads, groups, head_dim, "k_repeated");
+    values = repeat_heads(values, kv_heads, groups, head_dim, "v_repeated");
+    std::string scores = value("MatMul", {q4, transpose(keys, {0, 1, 3, 2}, "k_transposed")}, "scores");
+    scores = value("Mul", {scores, scalar(NF_DTYPE_FLOAT32, scale, "scale")}, "scaled");
+    if (softcap > 0.f) {
+      std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
+      scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
+    }
+    scores = value("Add", {scores, mask(window, n)}, "masked");
+    nf::Node probs = node("Softmax", {scores}, "Softmax");
+    probs.set_attr("axis", int64_t{-1});
+    std::string context = transpose(value("MatMul", {probs.output(0), values}, "context"), {0, 2, 1, 3}, "rows_first");
+    value("Reshape", {context, ints({0, 0, heads * head_dim}, "merged_shape")}, "merged",
+          outs[0].empty() ? names_.make(label_ + "/output_0") : outs[0]);
+  }
+};
+
+}  // namespace
+
+size_t expand_microsoft_ops(nf::Graph g) {
+  bool any = false;
+  for (const nf::Node& n : g.nodes()) {
+    const std::string_view op = n.op_type();
+    any |= op == "GroupQueryAttention" || op == "SimplifiedLayerNormalization" || op == "SkipSimplifiedLayerNormalization";
+  }
+  return any ? Expander(g).run() : 0;
+}
+
+}  // namespace nf::graph

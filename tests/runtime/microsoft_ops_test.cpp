@@ -1,0 +1,75 @@
+// ONNX Runtime GenAI's CPU export: its contrib operators are expanded on load into standard
+// operators (host/pipeline/microsoft_ops.h). That the expansion computes the same numbers is
+// families_test's (legacy/llama3_genai keeps torch's greedy tokens through every chain); here,
+// what it leaves and what it refuses.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "onnx/onnx_io.h"
+#include "pipeline/microsoft_ops.h"
+
+using namespace nf;
+
+namespace {
+
+std::unique_ptr<ir::Graph> genai_export() {
+  return onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/llama3_genai/model.onnx");
+}
+
+ir::Node& first(ir::Graph& g, const std::string& op) {
+  for (auto& n : g.nodes)
+    if (n->op_type == op) return *n;
+  throw std::runtime_error("no " + op);
+}
+
+// The one-line error expanding `g` gives, or "" when it expands.
+std::string refusal(ir::Graph& g) {
+  try {
+    host::expand_microsoft_ops(g);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(MicrosoftOps, EveryContribNodeBecomesStandardOperators) {
+  auto g = genai_export();
+  // 3 layers: a GroupQueryAttention each; the first norm simplified, the six after it (the
+  // last the final norm) with the residual Add inside.
+  EXPECT_EQ(host::expand_microsoft_ops(*g), 10u);
+  std::set<std::string> ops;
+  for (const auto& n : g->nodes) {
+    EXPECT_EQ(n->domain, "") << n->name;
+    ops.insert(n->op_type);
+  }
+  for (const char* gone : {"GroupQueryAttention", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
+                           "ReduceSum"})  // seqlens_k is computed from the mask and read by nothing now
+    EXPECT_FALSE(ops.count(gone)) << gone;
+  for (const char* made : {"Split", "Range", "Softmax", "Where", "Expand", "ReduceMean", "Reciprocal"})
+    EXPECT_TRUE(ops.count(made)) << made;
+  EXPECT_EQ(ir::graph_problem(*g), "");
+  EXPECT_EQ(host::expand_microsoft_ops(*g), 0u);
+}
+
+TEST(MicrosoftOps, FormsItDoesNotExpandAreNamed) {
+  auto g = genai_export();
+  auto& gqa = first(*g, "GroupQueryAttention");
+  gqa.attrs["rotary_interleaved"].type = NF_ATTR_INT;
+  gqa.attrs["rotary_interleaved"].i = 1;
+  EXPECT_EQ(refusal(*g), "the model's ONNX Runtime contrib operators: GroupQueryAttention "
+                         "'/model/layers.0/attn/GroupQueryAttention': interleaved rotary (rotary_interleaved=1) is not "
+                         "expanded");
+
+  g = genai_export();
+  first(*g, "GroupQueryAttention").inputs[3] = "";
+  EXPECT_NE(refusal(*g).find("without past_key / past_value (no KV cache)"), std::string::npos);
+
+  g = genai_export();
+  auto& norm = first(*g, "SimplifiedLayerNormalization");
+  norm.outputs.push_back("inv_std_var");
+  g->outputs.push_back("inv_std_var");
+  EXPECT_NE(refusal(*g).find("output 1 is read; only output 0 (the normalized value) is expanded"), std::string::npos);
+}

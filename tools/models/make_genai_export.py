@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Llama-3 as ONNX Runtime GenAI's model builder writes it for the CPU at fp32
+(`python -m onnxruntime_genai.models.builder -p fp32 -e cpu`; builders/base.py): one packed
+q/k/v MatMul and a GroupQueryAttention (com.microsoft) per layer that applies the rotary from
+cos/sin caches and appends to the cache itself, SimplifiedLayerNormalization for the first norm
+and SkipSimplifiedLayerNormalization (the residual Add inside, its sum as output 3) for every
+later one, SiLU as Sigmoid and Mul, seqlens_k and total_sequence_length computed from
+attention_mask by Constant-node operands, no position_ids input, every past key before every
+past value, opset 21, IR 10, all weights in model.onnx.data (tests/models/legacy/llama3_genai).
+The weights are the zoo's llama3's, so its golden is that model's, and ONNX Runtime checks the
+file: its greedy tokens equal the golden (bench/node_modules, `cd bench && npm install
+--ignore-scripts`).
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--out DIR]
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import make_family_zoo as zoo
+import make_merged_decoder as merged
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Writer:
+    """Nodes and initializers named as the builder names them."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.constants = [], [], {}
+
+    def node(self, op, inputs, name, outputs=None, domain="", **attrs):
+        outputs = outputs or [f"{name}/output_0"]
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, domain=domain or None, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def weight(self, name, array):
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
+        return name
+
+    def int64(self, values):
+        """The builder's shared constants: /model/constants/INT64/[1] from a Constant node."""
+        key = str(values).replace(" ", "")
+        if key not in self.constants:
+            out = f"/model/constants/INT64/{key}"
+            tensor = numpy_helper.from_array(np.array(values, dtype=np.int64), "")
+            self.nodes.append(helper.make_node("Constant", [], [out], name=f"/model/constant_nodes/INT64/{key}",
+                                               value=tensor))
+            self.constants[key] = out
+        return self.constants[key]
+
+
+def rope_caches(model, max_positions):
+    """cos_cache / sin_cache [max_positions, head_dim / 2]: the rotary's angles at each position,
+    from the model's own (llama3-scaled) inverse frequencies."""
+    inv_freq = model.model.rotary_emb.inv_freq.double()
+    freqs = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+    return freqs.cos().float().numpy(), freqs.sin().float().numpy()
+
+
+def build_graph(model, cfg):
+    c, w = model.config, Writer()
+    layers, hd = c.num_hidden_layers, c.head_dim
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
+    cache = lambda name, length: helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                               ["batch_size", c.num_key_value_heads, length, hd])
+    inputs = [ids, mask] + [cache(f"past_key_values.{i}.{kind}", "past_sequence_length")
+                            for kind in ("key", "value") for i in range(layers)]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", c.vocab_size])]
+    outputs += [cache(f"present.{i}.{kind}", "total_sequence_length") for kind in ("key", "value") for i in range(layers)]
+
+    # make_attention_mask_standard_reformatting_for_gqa
+    sub = "/model/attn_mask_reformat/attn_mask_subgraph"
+    total = w.node("ReduceSum", ["attention_mask", w.int64([1])], f"{sub}/ReduceSum", keepdims=0)
+    seqlens_k = w.node("Cast", [w.node("Sub", [total, w.int64([1])], f"{sub}/Sub")], f"{sub}/Sub/Cast", to=TensorProto.INT32)
+    shape = w.node("Shape", ["attention_mask"], f"{sub}/Shape")
+    total_len = w.node("Cast", [w.node("Gather", [shape, w.int64(1)], f"{sub}/Gather", axis=0)], f"{sub}/Gather/Cast",
+                       to=TensorProto.INT32)
+    cos, sin = rope_caches(model, c.max_position_embeddings)
+    w.weight("cos_cache", cos)
+    w.weight("sin_cache", sin)
+
+    hidden = w.node("Gather", [w.weight("model.embed_tokens.weight", sd["model.embed_tokens.weight"]), "input_ids"],
+                    "/model/embed_tokens/Gather")
+    eps = float(c.rms_norm_eps)
+    residual, sublayer = hidden, None
+
+    def norm(weight_name, prefix, last=False):
+        nonlocal residual
+        weight = w.weight(weight_name, sd[weight_name])
+        if sublayer is None:  # the first norm has no residual Add before it
+            return w.node("SimplifiedLayerNormalization", [residual, weight], f"{prefix}/LayerNorm", axis=-1,
+                          epsilon=eps, stash_type=1)
+        out = [f"{prefix}/SkipLayerNorm/output_0"] + ([] if last else ["", "", f"{prefix}/SkipLayerNorm/output_3"])
+        w.node("SkipSimplifiedLayerNormalization", [residual, sublayer, weight], f"{prefix}/SkipLayerNorm", out,
+               domain="com.microsoft", epsilon=eps)
+        if not last:
+            residual = out[3]
+        return out[0]
+
+    def matmul(x, torch_weight, name):
+        # nn.Linear keeps [out, in]; the builder stores the MatMul's [in, out].
+        return w.node("MatMul", [x, w.weight(f"{name.replace('/', '.')[1:]}.weight", torch_weight.T)], f"{name}/MatMul")
+
+    for i in range(layers):
+        p, at = f"model.layers.{i}", f"/model/layers.{i}"
+        x = norm(f"{p}.input_layernorm.weight", f"{at}/input_layernorm")
+        qkv = np.concatenate([sd[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"], axis=0)
+        qkv_out = matmul(x, qkv, f"{at}/attn/qkv_proj")
+        attn = w.node("GroupQueryAttention",
+                      [qkv_out, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
+                       "cos_cache", "sin_cache", "", "", ""],  # position_ids, attention_bias, sinks: none
+                      f"{at}/attn/GroupQueryAttention",
+                      [f"{at}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
+                      domain="com.microsoft", num_heads=c.num_attention_heads, kv_num_heads=c.num_key_value_heads,
+                      scale=float(hd ** -0.5), local_window_size=-1, softcap=0.0, do_rotary=1, rotary_interleaved=0)
+        sublayer = matmul(attn[0], sd[f"{p}.self_attn.o_proj.weight"], f"{at}/attn/o_proj")
+        x = norm(f"{p}.post_attention_layernorm.weight", f"{at}/post_attention_layernorm")
+        gate = matmul(x, sd[f"{p}.mlp.gate_proj.weight"], f"{at}/mlp/gate_proj")
+        up = matmul(x, sd[f"{p}.mlp.up_proj.weight"], f"{at}/mlp/up_proj")
+        act = w.node("Mul", [gate, w.node("Sigmoid", [gate], f"{at}/mlp/act_fn/Sigmoid")], f"{at}/mlp/act_fn/Mul")
+        sublayer = matmul(w.node("Mul", [act, up], f"{at}/mlp/Mul"), sd[f"{p}.mlp.down_proj.weight"], f"{at}/mlp/down_proj")
+    x = norm("model.norm.weight", f"/model/layers.{layers}/final_norm_layernorm", last=True)
+    w.node("MatMul", [x, w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)], "/lm_head/MatMul", ["logits"])
+    graph = helper.make_graph(w.nodes, "main_graph", inputs, outputs, w.inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="onnxruntime-genai")
+    m.ir_version = 10
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "legacy", "llama3_genai"))
+    out = ap.parse_args().out
+    torch.set_num_threads(1)
+    model = zoo.build("llama3")
+    cfg = zoo.MODELS["llama3"]
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "model.onnx")
+    for stale in (path, path + ".data"):
+        if os.path.exists(stale):
+            os.remove(stale)
+    onnx.save(build_graph(model, cfg), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=0)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    prompt = zoo.prompt_for("llama3", cfg)
+    golden = zoo.make_golden("llama3", model, prompt)
+    del golden["padded_batch"]  # no position_ids: a left-padded row is numbered from the cache, pads included
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f)
+    got = merged.ort_greedy(path, prompt, len(golden["generated_ids"]), False)
+    assert got == golden["generated_ids"], (got, golden["generated_ids"])
+    print(f"{out}: ONNX Runtime greedy == the golden {got}")
+
+
+if __name__ == "__main__":
+    main()
