@@ -1,7 +1,7 @@
 // `npuforge inspect`: what a decoder graph is, from names and shapes real exporters write.
 //
 // parameters / parameter_bytes: numeric initializers (a tied head's transposed copy counted
-// once in parameters, its bytes in parameter_bytes). layers: distinct N in
+// once in parameters, its bytes in parameter_bytes; a MatMulNBits weight as its K x N). layers: distinct N in
 // past_key_values.N / present.N, else in name prefixes like /model/layers.N/. kv_heads and
 // head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from an attention
 // op's num_heads, else from the query projection found by structure (query_projection),
@@ -215,10 +215,20 @@ std::string shape_text(const json& s) {
 json inspect(const ir::Graph& g) {
   json r;
   uint64_t params = 0, bytes = 0;  // unsigned: sums of hostile sizes wrap instead of overflowing
+  // MatMulNBits (ONNX Runtime's int4 weights): K x N parameters each, whatever their codes,
+  // scales and zero points hold.
+  std::set<std::string> packed;
+  for (const auto& n : g.nodes) {
+    if (n->op_type != "MatMulNBits") continue;
+    auto k = n->attrs.find("K"), cols = n->attrs.find("N");
+    if (k == n->attrs.end() || cols == n->attrs.end()) continue;
+    params += static_cast<uint64_t>(k->second.i) * static_cast<uint64_t>(cols->second.i);
+    for (size_t i = 1; i < std::min<size_t>(n->inputs.size(), 4); ++i) packed.insert(n->inputs[i]);
+  }
   for (const auto& [name, ref] : g.initializers) {
     const ir::Tensor& t = ref->tensor;
     if (t.dtype == NF_DTYPE_STRING || t.dtype == NF_DTYPE_BOOL || t.dtype == NF_DTYPE_UNDEFINED) continue;
-    params += static_cast<uint64_t>(t.numel());
+    if (!packed.count(name)) params += static_cast<uint64_t>(t.numel());
     bytes += t.nbytes();
   }
   // A tied LM head that constant folding stored as a transposed copy of the embedding table

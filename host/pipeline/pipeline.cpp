@@ -26,6 +26,7 @@
 #include "pipeline/int64_inputs.h"
 #include "pipeline/last_row_logits.h"
 #include "pipeline/microsoft_ops.h"
+#include "pipeline/nbits_weights.h"
 #include "pipeline/resources.h"
 #include "pipeline/stage_cache.h"
 #include "pipeline/stage_graph.h"
@@ -360,6 +361,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   key += read_source_forms(g, heads, true);
   if (foldable_weight_transposes(g)) key += hash_string("fold_weight_transposes");  // prepare() folds them
+  if (nbits_matmuls(g)) key += hash_string("dequantize_nbits_matmuls");           // and dequantizes these
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
   return ms;
@@ -449,6 +451,10 @@ class BuildSteps {
     if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); w.any())
       spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
                    human_bytes(w.bytes));
+    if (DequantizedNBits d = dequantize_nbits_matmuls(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); });
+        d.weights)
+      spdlog::info("{} MatMulNBits weights (ONNX Runtime's int4 form) dequantized to float32 ({})", d.weights,
+                   human_bytes(d.bytes));
     if (FoldedTransposes f = fold_weight_transposes(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); f.weights) {
       spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
                    f.weights, human_bytes(f.bytes));

@@ -83,6 +83,16 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifes
       if (ref->tensor.dtype != NF_DTYPE_FLOAT32) widened_bytes += fp32;
       n.largest_bytes = std::max(n.largest_bytes, fp32);
     }
+  for (const auto& g : source.graphs)  // int4 MatMulNBits weights: dequantized on load
+    for (const auto& node : g->nodes) {
+      if (node->op_type != "MatMulNBits") continue;
+      auto k = node->attrs.find("K"), nn = node->attrs.find("N");
+      if (k == node->attrs.end() || nn == node->attrs.end() || k->second.i <= 0 || nn->second.i <= 0) continue;
+      const uint64_t fp32 = static_cast<uint64_t>(k->second.i) * static_cast<uint64_t>(nn->second.i) * 4;
+      n.weight_bytes += fp32;
+      widened_bytes += fp32;
+      n.largest_bytes = std::max(n.largest_bytes, fp32);
+    }
   auto peak_of = [&](const StageCost& c) {
     return static_cast<uint64_t>(c.per_weight_byte * n.weight_bytes + c.per_largest_byte * n.largest_bytes + kBaseBytes);
   };

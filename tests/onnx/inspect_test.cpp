@@ -78,6 +78,16 @@ TEST(Inspect, TiedHeadCopyCountedOnce) {
   EXPECT_FALSE(untied.contains("tied_head_copy_parameters"));
 }
 
+// ONNX Runtime GenAI's int4 export holds each linear weight as MatMulNBits codes and scales:
+// K x N parameters each, as many as its fp32 export of the same model.
+TEST(Inspect, NBitsWeightsCountAsTheirMatrix) {
+  const std::string legacy = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/";
+  json int4 = onnx_io::inspect(*onnx_io::load_model(legacy + "llama3_genai_int4/model.onnx"));
+  json fp32 = onnx_io::inspect(*onnx_io::load_model(legacy + "llama3_genai/model.onnx"));
+  EXPECT_EQ(int4["parameters"], fp32["parameters"]);
+  EXPECT_LT(int4["parameter_bytes"].get<double>(), fp32["parameter_bytes"].get<double>() / 3);
+}
+
 // Query heads from the fused projections of GPT-2 (c_attn, a Gemm by W [in, 3 x hidden]),
 // GPT-NeoX and Falcon (query_key_value; Falcon's holds one KV head): each has 4.
 TEST(Inspect, HeadsOfFusedProjections) {

@@ -11,11 +11,23 @@ The weights are the zoo's llama3's, so its golden is that model's, and ONNX Runt
 file: its greedy tokens equal the golden (bench/node_modules, `cd bench && npm install
 --ignore-scripts`).
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--out DIR]
+--int4 writes the `-p int4 -e cpu` form (tests/models/legacy/llama3_genai_int4): every MatMul
+with a weight (the LM head's too) quantized as the builder's default does it, by ONNX Runtime's
+MatMulNBitsQuantizer (4 bits, blocks of 32 along K, symmetric: scale = the block's
+largest-magnitude value / -8, codes round(w / scale) + 8 in 0..15, no zero-point input) into a
+MatMulNBits (com.microsoft) node `<name>_Q4` reading `<weight>_Q4` (uint8 [N, K / 32, 16], two
+codes a byte, the first in the low nibble) and `<weight>_scales` (float32 [N * K / 32]). Its
+golden is the torch model holding the dequantized weights. accuracy_level=4 (the builder's CPU
+default) lets ONNX Runtime round the activations to int8 inside MatMulNBits, which moves its
+greedy tokens from the 13th on; the check runs a copy without it (float activations), which
+must give the golden exactly.
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4] [--out DIR]
 """
 import argparse
 import json
 import os
+import tempfile
 
 import numpy as np
 import onnx
@@ -136,10 +148,66 @@ def build_graph(model, cfg):
     return m
 
 
+def quantize_int4(w, block=32):
+    """w [K, N] -> (codes uint8 [N, K / block, block / 2], scales float32 [N * K / block], the
+    dequantized [K, N]) as MatMulNBitsQuantizer's symmetric RTN makes them."""
+    k, n = w.shape
+    blocks = w.T.reshape(n, k // block, block).astype(np.float32)
+    peak = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[..., None], axis=2)  # signed
+    scale = peak / np.float32(-8.0)
+    inverse = np.where(scale != 0, np.float32(1.0) / np.where(scale != 0, scale, 1), 0).astype(np.float32)
+    x = blocks * inverse
+    codes = np.clip(np.sign(x) * np.floor(np.abs(x) + 0.5) + 8, 0, 15).astype(np.uint8)  # round half away from 0
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    dequantized = ((codes.astype(np.float32) - 8) * scale).reshape(n, k).T
+    return packed, scale.reshape(-1).astype(np.float32), np.ascontiguousarray(dequantized)
+
+
+def to_int4(m):
+    """The -p int4 graph: each MatMul with a 2-D weight initializer becomes MatMulNBits.
+    Returns the model and the dequantized weight of each original weight name."""
+    inits = {t.name: t for t in m.graph.initializer}
+    dequantized, nodes = {}, []
+    for node in m.graph.node:
+        w = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        if w is None or len(w.dims) != 2:
+            nodes.append(node)
+            continue
+        array = numpy_helper.to_array(w)
+        packed, scales, dequantized[w.name] = quantize_int4(array)
+        m.graph.initializer.remove(w)
+        m.graph.initializer.extend([numpy_helper.from_array(packed, w.name + "_Q4"),
+                                    numpy_helper.from_array(scales, w.name + "_scales")])
+        nodes.append(helper.make_node("MatMulNBits", [node.input[0], w.name + "_Q4", w.name + "_scales"],
+                                      list(node.output), name=node.name + "_Q4", domain="com.microsoft",
+                                      K=array.shape[0], N=array.shape[1], bits=4, block_size=32, accuracy_level=4))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m, dequantized
+
+
+def load_dequantized(model, dequantized):
+    """The torch model holding the weights the int4 graph computes with."""
+    c, sd = model.config, model.state_dict()
+    with torch.no_grad():
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}"
+            qkv = torch.from_numpy(dequantized[f"{p}.attn.qkv_proj.weight"].T.copy())
+            rows = [c.num_attention_heads * c.head_dim] + [c.num_key_value_heads * c.head_dim] * 2
+            for part, name in zip(torch.split(qkv, rows), "qkv"):
+                sd[f"{p}.self_attn.{name}_proj.weight"].copy_(part)
+            for torch_name, ours in (("self_attn.o_proj", "attn.o_proj"), ("mlp.gate_proj", "mlp.gate_proj"),
+                                     ("mlp.up_proj", "mlp.up_proj"), ("mlp.down_proj", "mlp.down_proj")):
+                sd[f"{p}.{torch_name}.weight"].copy_(torch.from_numpy(dequantized[f"{p}.{ours}.weight"].T.copy()))
+        sd["lm_head.weight"].copy_(torch.from_numpy(dequantized["lm_head.MatMul.weight"].T.copy()))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "legacy", "llama3_genai"))
-    out = ap.parse_args().out
+    ap.add_argument("--int4", action="store_true")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    out = args.out or os.path.join(REPO, "tests", "models", "legacy", "llama3_genai_int4" if args.int4 else "llama3_genai")
     torch.set_num_threads(1)
     model = zoo.build("llama3")
     cfg = zoo.MODELS["llama3"]
@@ -148,8 +216,12 @@ def main():
     for stale in (path, path + ".data"):
         if os.path.exists(stale):
             os.remove(stale)
-    onnx.save(build_graph(model, cfg), path, save_as_external_data=True, all_tensors_to_one_file=True,
-              location="model.onnx.data", size_threshold=0)
+    graph = build_graph(model, cfg)
+    if args.int4:
+        graph, dequantized = to_int4(graph)
+        load_dequantized(model, dequantized)
+    onnx.save(graph, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx.data",
+              size_threshold=0)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     prompt = zoo.prompt_for("llama3", cfg)
@@ -157,7 +229,15 @@ def main():
     del golden["padded_batch"]  # no position_ids: a left-padded row is numbered from the cache, pads included
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f)
-    got = merged.ort_greedy(path, prompt, len(golden["generated_ids"]), False)
+    checked = path
+    if args.int4:
+        checked = os.path.join(tempfile.mkdtemp(), "float_activations.onnx")
+        graph = onnx.load(path)  # saving moved the weights out of the one in memory
+        for node in graph.graph.node:
+            for a in [a for a in node.attribute if a.name == "accuracy_level"]:
+                node.attribute.remove(a)
+        onnx.save(graph, checked, save_as_external_data=True, location="float_activations.onnx.data", size_threshold=0)
+    got = merged.ort_greedy(checked, prompt, len(golden["generated_ids"]), False)
     assert got == golden["generated_ids"], (got, golden["generated_ids"])
     print(f"{out}: ONNX Runtime greedy == the golden {got}")
 

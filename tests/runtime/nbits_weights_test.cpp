@@ -1,0 +1,106 @@
+// MatMulNBits (ONNX Runtime's int4 weights) read as MatMul over float weights on load
+// (host/pipeline/nbits_weights.h). End to end, legacy/llama3_genai_int4 keeps the greedy
+// tokens of the torch model holding the dequantized weights (families_test).
+#include <gtest/gtest.h>
+
+#include "pipeline/nbits_weights.h"
+
+using namespace nf;
+
+namespace {
+
+// K = 20 (the second block of 16 only partly used), N = 2, 4-bit codes, zero points for
+// column 0 (blocks 3 and 5) and column 1 (blocks 8 and 8), a bias.
+ir::Graph one_matmul(bool zero_points, bool bias) {
+  ir::Graph g;
+  g.inputs = {"a"};
+  g.outputs = {"y"};
+  std::vector<uint8_t> codes(2 * 2 * 8);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  g.initializers["w_Q4"] = ir::make_tensor_ref(ir::Tensor::from<uint8_t>(NF_DTYPE_UINT8, {2, 2, 8}, codes));
+  g.initializers["w_scales"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {4}, {0.5f, 2.f, 1.f, -1.f}));
+  auto n = std::make_unique<ir::Node>();
+  n->op_type = "MatMulNBits";
+  n->domain = "com.microsoft";
+  n->name = "mm_Q4";
+  n->inputs = {"a", "w_Q4", "w_scales"};
+  if (zero_points) {
+    g.initializers["w_zp"] = ir::make_tensor_ref(ir::Tensor::from<uint8_t>(NF_DTYPE_UINT8, {2}, {0x53, 0x88}));
+    n->inputs.push_back("w_zp");
+  }
+  if (bias) {
+    g.initializers["b"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2}, {1.f, 2.f}));
+    n->inputs.resize(5);
+    n->inputs.push_back("b");
+  }
+  n->outputs = {"y"};
+  for (auto [k, v] : {std::pair{"K", 20}, {"N", 2}, {"bits", 4}, {"block_size", 16}}) {
+    n->attrs[k].type = NF_ATTR_INT;
+    n->attrs[k].i = v;
+  }
+  g.nodes.push_back(std::move(n));
+  return g;
+}
+
+}  // namespace
+
+TEST(NBitsWeights, CodesMinusZeroPointTimesScale) {
+  ir::Graph g = one_matmul(true, true);
+  ASSERT_EQ(host::nbits_matmuls(g), 1u);
+  auto d = host::dequantize_nbits_matmuls(g);
+  EXPECT_EQ(d.weights, 1u);
+  EXPECT_EQ(d.bytes, 20u * 2 * 4);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[0]->op_type, "MatMul");
+  EXPECT_EQ(g.nodes[0]->domain, "");
+  EXPECT_TRUE(g.nodes[0]->attrs.empty());
+  const ir::Tensor* w = g.initializer(g.nodes[0]->inputs[1]);
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->dims, (std::vector<int64_t>{20, 2}));
+  // Column 0, block 0: byte i holds codes (i, 15 - i) for k = 2i, 2i + 1; zero point 3, scale 0.5.
+  EXPECT_EQ(w->as<float>()[0 * 2 + 0], (0 - 3) * 0.5f);
+  EXPECT_EQ(w->as<float>()[1 * 2 + 0], (15 - 3) * 0.5f);
+  EXPECT_EQ(w->as<float>()[6 * 2 + 0], (3 - 3) * 0.5f);
+  // Column 0, block 1 (k = 16..19): bytes 8, 9; zero point 5, scale 2.
+  EXPECT_EQ(w->as<float>()[16 * 2 + 0], (8 - 5) * 2.f);
+  EXPECT_EQ(w->as<float>()[19 * 2 + 0], (15 - 9 - 5) * 2.f);
+  // Column 1, block 1: bytes 24.. of the codes, zero point 8, scale -1.
+  EXPECT_EQ(w->as<float>()[17 * 2 + 1], (15 - 8 - 8) * -1.f);
+  EXPECT_EQ(g.nodes[1]->op_type, "Add");  // the bias, into the node's own output
+  EXPECT_EQ(g.nodes[1]->outputs, std::vector<std::string>{"y"});
+  EXPECT_EQ(g.nodes[1]->inputs[0], g.nodes[0]->outputs[0]);
+  EXPECT_EQ(g.initializer("w_Q4"), nullptr);  // the packed forms go
+  EXPECT_EQ(g.initializer("w_zp"), nullptr);
+  EXPECT_EQ(ir::graph_problem(g), "");
+}
+
+TEST(NBitsWeights, WithoutZeroPointsTheMiddleCode) {
+  ir::Graph g = one_matmul(false, false);
+  host::dequantize_nbits_matmuls(g);
+  const ir::Tensor* w = g.initializer(g.nodes[0]->inputs[1]);
+  EXPECT_EQ(w->as<float>()[1 * 2 + 0], (15 - 8) * 0.5f);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0]->outputs, std::vector<std::string>{"y"});
+}
+
+TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
+  ir::Graph g = one_matmul(false, false);
+  g.nodes[0]->inputs = {"a", "w_Q4", "w_scales", "", "g_idx"};
+  EXPECT_THROW(
+      {
+        try {
+          host::dequantize_nbits_matmuls(g);
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "MatMulNBits 'mm_Q4': its g_idx input (act-order) is not read");
+          throw;
+        }
+      },
+      std::runtime_error);
+  g = one_matmul(false, false);
+  g.initializers["zp_float"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {4}, {0, 0, 0, 0}));
+  g.nodes[0]->inputs.push_back("zp_float");
+  EXPECT_THROW(host::dequantize_nbits_matmuls(g), std::runtime_error);
+  g = one_matmul(false, false);
+  g.nodes[0]->attrs["K"].i = 40;  // more codes than the constant holds
+  EXPECT_THROW(host::dequantize_nbits_matmuls(g), std::runtime_error);
+}
