@@ -362,6 +362,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   key += read_source_forms(g, heads, true);
   if (foldable_weight_transposes(g)) key += hash_string("fold_weight_transposes");  // prepare() folds them
   if (nbits_matmuls(g)) key += hash_string("dequantize_nbits_matmuls");           // and dequantizes these
+  if (tied_head_as_table(g)) key += hash_string("table_from_tied_head");          // and turns this round
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
   return ms;
@@ -460,6 +461,10 @@ class BuildSteps {
                    f.weights, human_bytes(f.bytes));
       tie_lm_head_and_say(*ms->graphs[0]);  // a head that was one of them
     }
+    if (std::string table = table_from_tied_head(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); });
+        !table.empty())
+      spdlog::info("tied LM head stored as the head's weight, the embeddings gathered from its Transpose (ONNX "
+                   "Runtime GenAI): the table '{}' is made an initializer and the head reads its Transpose", table);
     spill_new_weights(*ms);
     return ms;
   }

@@ -1,5 +1,7 @@
 #include "pipeline/tied_head.h"
 
+#include "pipeline/weight_transposes.h"
+
 #include <npuforge/decoder_io.hpp>
 
 #include <algorithm>
@@ -54,6 +56,45 @@ std::string tie_lm_head(ir::Graph& g) {
     return copy;
   }
   return "";
+}
+
+namespace {
+
+// The head's weight initializer and the Transpose of it a Gather reads, or nulls.
+std::pair<ir::Node*, ir::Node*> head_and_table_transpose(const ir::Graph& g) {
+  ir::Node* head = lm_head_matmul(g);
+  if (!head || head->inputs.size() != 2) return {};
+  const ir::Tensor* w = g.initializer(head->inputs[1]);
+  if (!w || w->dims.size() != 2) return {};
+  for (const auto& n : g.nodes) {
+    if (n->op_type != "Gather" || !n->domain.empty() || n->inputs.empty()) continue;
+    ir::Node* t = g.producer(n->inputs[0]);
+    if (!t || t->op_type != "Transpose" || !t->domain.empty() || t->inputs.size() != 1 || t->inputs[0] != head->inputs[1])
+      continue;
+    if (auto p = t->attrs.find("perm"); p != t->attrs.end() && p->second.ints != std::vector<int64_t>{1, 0}) continue;
+    return {head, t};
+  }
+  return {};
+}
+
+}  // namespace
+
+bool tied_head_as_table(const ir::Graph& g) { return head_and_table_transpose(g).second != nullptr; }
+
+std::string table_from_tied_head(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep) {
+  auto [head, transpose] = head_and_table_transpose(g);
+  if (!transpose) return "";
+  const std::string weight = head->inputs[1], table = transpose->outputs[0];
+  auto ref = ir::make_tensor_ref(transposed_2d(*g.initializer(weight)));
+  if (keep) keep(*ref);
+  g.initializers[table] = ref;
+  g.initializers.erase(weight);
+  g.types.erase(weight);
+  // The Transpose now makes the head's weight from the table.
+  transpose->inputs = {table};
+  transpose->outputs = {weight};
+  transpose->name = head->name + "/tied_transpose";
+  return table;
 }
 
 }  // namespace nf::host

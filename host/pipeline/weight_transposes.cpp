@@ -37,7 +37,9 @@ std::vector<const ir::Node*> foldable(const ir::Graph& g) {
   return r;
 }
 
-ir::Tensor transposed(const ir::Tensor& w) {
+}  // namespace
+
+ir::Tensor transposed_2d(const ir::Tensor& w) {
   const int64_t rows = w.dims[0], cols = w.dims[1];
   ir::Tensor t = ir::Tensor::zeros(w.dtype, {cols, rows});
   const size_t es = ir::dtype_size(w.dtype);
@@ -53,15 +55,13 @@ ir::Tensor transposed(const ir::Tensor& w) {
   return t;
 }
 
-}  // namespace
-
 size_t foldable_weight_transposes(const ir::Graph& g) { return foldable(g).size(); }
 
 FoldedTransposes fold_weight_transposes(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep) {
   FoldedTransposes result;
   std::set<const ir::Node*> gone;
   for (const ir::Node* n : foldable(g)) {
-    auto ref = ir::make_tensor_ref(transposed(*g.initializer(n->inputs[0])));
+    auto ref = ir::make_tensor_ref(transposed_2d(*g.initializer(n->inputs[0])));
     g.initializers.erase(n->inputs[0]);
     g.types.erase(n->inputs[0]);
     g.initializers[n->outputs[0]] = ref;

@@ -18,6 +18,9 @@ struct FoldedTransposes {
   uint64_t bytes = 0;  // their new initializers' bytes
 };
 
+// The transpose of a 2-D tensor, new bytes; the source's pages are let go as they are read.
+ir::Tensor transposed_2d(const ir::Tensor& w);
+
 // The 2-D Transposes of an initializer nothing else reads, in g's top level.
 size_t foldable_weight_transposes(const ir::Graph& g);
 

@@ -96,6 +96,30 @@ TEST(Perplexity, TinyLlamaMatchesTorch) {
 // (onnx::MatMul_N). The build ties the copy back to the table: Golden.* above runs qwen2
 // that way and still equals torch. Here: the copy is gone and a Transpose of the table
 // produces its value; an untied head, or a copy that differs in one element, stays as it is.
+// ONNX Runtime GenAI's fp32 form of a tied model: the table stored once as the head's [H, V]
+// weight, the embeddings gathered from its Transpose; turned round into the table [V, H] and
+// the head reading its Transpose.
+TEST(TiedHead, TableGatheredFromTheHeadsTransposeBecomesTheTable) {
+  auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/qwen2_genai_tied/model.onnx");
+  ASSERT_TRUE(host::tied_head_as_table(*g));
+  const ir::Tensor head = *g->initializer("lm_head.MatMul.weight");  // [H, V]
+  size_t calls = 0;
+  EXPECT_EQ(host::table_from_tied_head(*g, [&](ir::TensorRef&) { ++calls; }), "/model/embed_tokens/Transpose/output_0");
+  EXPECT_EQ(calls, 1u);
+  const ir::Tensor* table = g->initializer("/model/embed_tokens/Transpose/output_0");
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->dims, (std::vector<int64_t>{head.dims[1], head.dims[0]}));
+  EXPECT_TRUE(ir::is_transpose_of(*table, head));
+  EXPECT_EQ(g->initializer("lm_head.MatMul.weight"), nullptr);
+  ir::Node* t = g->producer("lm_head.MatMul.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->op_type, "Transpose");
+  EXPECT_EQ(t->inputs, std::vector<std::string>{"/model/embed_tokens/Transpose/output_0"});
+  EXPECT_NO_THROW(g->execution_order());
+  EXPECT_FALSE(host::tied_head_as_table(*g));
+  EXPECT_EQ(host::table_from_tied_head(*g), "");
+}
+
 TEST(TiedHead, FoldedCopyReadsTheTableAndOthersStay) {
   const std::string models = std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/";
   for (const char* tied : {"qwen2", "zoo/gemma"}) {

@@ -22,7 +22,12 @@ default) lets ONNX Runtime round the activations to int8 inside MatMulNBits, whi
 greedy tokens from the 13th on; the check runs a copy without it (float activations), which
 must give the golden exactly.
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4] [--out DIR]
+--qwen2-tied writes zoo/qwen2_untied's config with tied embeddings, initialized as the zoo's
+tied models (tests/models/legacy/qwen2_genai_tied): the q/k/v biases packed into one Add after
+the packed MatMul, and, the builder's fp32 form of a tied model, the table stored once as the
+LM head's [H, V] weight and the embeddings gathered from its Transpose.
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied] [--out DIR]
 """
 import argparse
 import json
@@ -34,6 +39,7 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+import hf_families as hf
 import make_family_zoo as zoo
 import make_merged_decoder as merged
 
@@ -69,8 +75,9 @@ class Writer:
 
 def rope_caches(model, max_positions):
     """cos_cache / sin_cache [max_positions, head_dim / 2]: the rotary's angles at each position,
-    from the model's own (llama3-scaled) inverse frequencies."""
-    inv_freq = model.model.rotary_emb.inv_freq.double()
+    from the model's own inverse frequencies (Llama-3's scaled ones; Qwen2's per layer, the same
+    in each)."""
+    inv_freq = next(m.inv_freq for m in model.modules() if hasattr(m, "inv_freq")).double()
     freqs = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
     return freqs.cos().float().numpy(), freqs.sin().float().numpy()
 
@@ -99,8 +106,12 @@ def build_graph(model, cfg):
     w.weight("cos_cache", cos)
     w.weight("sin_cache", sin)
 
-    hidden = w.node("Gather", [w.weight("model.embed_tokens.weight", sd["model.embed_tokens.weight"]), "input_ids"],
-                    "/model/embed_tokens/Gather")
+    if c.tie_word_embeddings:  # fp32 shares the table: the embedding reads the LM head's [H, V] transposed
+        w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)
+        table = w.node("Transpose", ["lm_head.MatMul.weight"], "/model/embed_tokens/Transpose", perm=[1, 0])
+    else:
+        table = w.weight("model.embed_tokens.weight", sd["model.embed_tokens.weight"])
+    hidden = w.node("Gather", [table, "input_ids"], "/model/embed_tokens/Gather")
     eps = float(c.rms_norm_eps)
     residual, sublayer = hidden, None
 
@@ -126,6 +137,10 @@ def build_graph(model, cfg):
         x = norm(f"{p}.input_layernorm.weight", f"{at}/input_layernorm")
         qkv = np.concatenate([sd[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"], axis=0)
         qkv_out = matmul(x, qkv, f"{at}/attn/qkv_proj")
+        if f"{p}.self_attn.q_proj.bias" in sd:  # Qwen2: the three biases packed likewise, one Add
+            bias = np.concatenate([sd[f"{p}.self_attn.{n}_proj.bias"] for n in "qkv"])
+            qkv_out = w.node("Add", [qkv_out, w.weight(f"model.layers.{i}.attn.qkv_proj.Add.bias", bias)],
+                             f"{at}/attn/qkv_proj/Add")
         attn = w.node("GroupQueryAttention",
                       [qkv_out, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
                        "cos_cache", "sin_cache", "", "", ""],  # position_ids, attention_bias, sinks: none
@@ -140,7 +155,8 @@ def build_graph(model, cfg):
         act = w.node("Mul", [gate, w.node("Sigmoid", [gate], f"{at}/mlp/act_fn/Sigmoid")], f"{at}/mlp/act_fn/Mul")
         sublayer = matmul(w.node("Mul", [act, up], f"{at}/mlp/Mul"), sd[f"{p}.mlp.down_proj.weight"], f"{at}/mlp/down_proj")
     x = norm("model.norm.weight", f"/model/layers.{layers}/final_norm_layernorm", last=True)
-    w.node("MatMul", [x, w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)], "/lm_head/MatMul", ["logits"])
+    head = "lm_head.MatMul.weight" if c.tie_word_embeddings else w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)
+    w.node("MatMul", [x, head], "/lm_head/MatMul", ["logits"])
     graph = helper.make_graph(w.nodes, "main_graph", inputs, outputs, w.inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
                           producer_name="onnxruntime-genai")
@@ -205,12 +221,21 @@ def load_dequantized(model, dequantized):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--int4", action="store_true")
+    ap.add_argument("--qwen2-tied", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    out = args.out or os.path.join(REPO, "tests", "models", "legacy", "llama3_genai_int4" if args.int4 else "llama3_genai")
+    name = "qwen2_untied" if args.qwen2_tied else "llama3"
+    folder = "qwen2_genai_tied" if args.qwen2_tied else "llama3_genai_int4" if args.int4 else "llama3_genai"
+    out = args.out or os.path.join(REPO, "tests", "models", "legacy", folder)
     torch.set_num_threads(1)
-    model = zoo.build("llama3")
-    cfg = zoo.MODELS["llama3"]
+    if args.qwen2_tied:  # zoo/qwen2_untied's config tied, initialized as the zoo's tied models
+        cfg = dict(zoo.MODELS[name], tie_word_embeddings=True)
+        torch.manual_seed(zoo.SEEDS[name])
+        model = hf.causal_lm(cfg, name, mask_style=zoo.MASK_STYLE.get(name, "masked_fill"), attn_implementation="eager")
+        zoo.random_init(model, zoo.SEEDS[name])
+        model.eval()
+    else:
+        model, cfg = zoo.build(name), zoo.MODELS[name]
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "model.onnx")
     for stale in (path, path + ".data"):
@@ -224,8 +249,8 @@ def main():
               size_threshold=0)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    prompt = zoo.prompt_for("llama3", cfg)
-    golden = zoo.make_golden("llama3", model, prompt)
+    prompt = zoo.prompt_for(name, cfg)
+    golden = zoo.make_golden(name, model, prompt)
     del golden["padded_batch"]  # no position_ids: a left-padded row is numbered from the cache, pads included
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f)
