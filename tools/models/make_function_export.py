@@ -13,15 +13,14 @@ may swap them: the file is the same up to those names, and the check above holds
     /usr/bin/python3 tools/models/make_function_export.py [--out DIR]
 """
 import argparse
-import json
 import os
 
 import onnx
 import torch
 
 import hf_families as hf
+import legacy_export as legacy
 import make_family_zoo as zoo
-import make_merged_decoder as merged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -71,14 +70,7 @@ def main():
     onnx.checker.check_model(m)
     calls = {f.name: sum(n.op_type == f.name for n in m.graph.node) for f in m.functions}
     assert any(calls.values()), calls
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    prompt = zoo.prompt_for("llama3", cfg)
-    golden = zoo.make_golden("llama3", model, prompt)
-    with open(os.path.join(out, "golden.json"), "w") as f:
-        json.dump(golden, f)
-    got = merged.ort_greedy(path, prompt, len(golden["generated_ids"]), False)
-    assert got == golden["generated_ids"], (got, golden["generated_ids"])
+    got = legacy.check_in_ort(path, legacy.write_golden(out, "llama3", model, cfg))
     print(f"{out}: {len(m.functions)} functions {sorted(calls.items())} in the main graph, {renamed} outputs named; "
           f"ONNX Runtime greedy == the golden {got}")
 

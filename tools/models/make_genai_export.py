@@ -30,7 +30,6 @@ LM head's [H, V] weight and the embeddings gathered from its Transpose.
     /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied] [--out DIR]
 """
 import argparse
-import json
 import os
 import tempfile
 
@@ -40,8 +39,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import hf_families as hf
+import legacy_export as legacy
 import make_family_zoo as zoo
-import make_merged_decoder as merged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -247,13 +246,7 @@ def main():
         load_dequantized(model, dequantized)
     onnx.save(graph, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx.data",
               size_threshold=0)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    prompt = zoo.prompt_for(name, cfg)
-    golden = zoo.make_golden(name, model, prompt)
-    del golden["padded_batch"]  # no position_ids: a left-padded row is numbered from the cache, pads included
-    with open(os.path.join(out, "golden.json"), "w") as f:
-        json.dump(golden, f)
+    golden = legacy.write_golden(out, name, model, cfg, padded_batch=False)  # no position_ids
     checked = path
     if args.int4:
         checked = os.path.join(tempfile.mkdtemp(), "float_activations.onnx")
@@ -262,8 +255,7 @@ def main():
             for a in [a for a in node.attribute if a.name == "accuracy_level"]:
                 node.attribute.remove(a)
         onnx.save(graph, checked, save_as_external_data=True, location="float_activations.onnx.data", size_threshold=0)
-    got = merged.ort_greedy(checked, prompt, len(golden["generated_ids"]), False)
-    assert got == golden["generated_ids"], (got, golden["generated_ids"])
+    got = legacy.check_in_ort(checked, golden)
     print(f"{out}: ONNX Runtime greedy == the golden {got}")
 
 

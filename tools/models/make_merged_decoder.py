@@ -12,9 +12,7 @@ file: its greedy tokens, taking either branch as optimum's runtime does, equal t
 """
 import argparse
 import hashlib
-import json
 import os
-import subprocess
 import tempfile
 
 import onnx
@@ -22,6 +20,7 @@ import torch
 from onnx import helper
 
 import hf_families as hf
+import legacy_export as legacy
 import make_family_zoo as zoo
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,15 +109,6 @@ def merge(with_past, no_past, out):
     onnx.save(merged, out)
 
 
-def ort_greedy(path, prompt, n_new, branch_first):
-    """Greedy decoding in ONNX Runtime: the first pass by the else-branch (no cache) or the
-    then-branch (an empty cache), the rest by the then-branch."""
-    script = os.path.join(REPO, "tools", "models", "ort_greedy.mjs")
-    r = subprocess.run(["node", script, os.path.join(REPO, "bench"), path, json.dumps(prompt), str(n_new),
-                        "1" if branch_first else "0"], check=True, capture_output=True, text=True)
-    return json.loads(r.stdout)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "legacy", "llama3_merged"))
@@ -131,15 +121,9 @@ def main():
         hf.export_onnx(model, os.path.join(tmp, "with_past.onnx"))
         export_no_past(model, os.path.join(tmp, "no_past.onnx"))
         merge(os.path.join(tmp, "with_past.onnx"), os.path.join(tmp, "no_past.onnx"), os.path.join(out, "model.onnx"))
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    prompt = zoo.prompt_for("llama3", cfg)
-    golden = zoo.make_golden("llama3", model, prompt)
-    with open(os.path.join(out, "golden.json"), "w") as f:
-        json.dump(golden, f)
+    golden = legacy.write_golden(out, "llama3", model, cfg)
     for first in (False, True):
-        got = ort_greedy(os.path.join(out, "model.onnx"), prompt, len(golden["generated_ids"]), first)
-        assert got == golden["generated_ids"], (first, got, golden["generated_ids"])
+        got = legacy.check_in_ort(os.path.join(out, "model.onnx"), golden, first)
     print(f"{out}: {hf.param_count(model)} params; ONNX Runtime greedy (either first branch) == the golden {got}")
 
 
