@@ -27,7 +27,15 @@ tied models (tests/models/legacy/qwen2_genai_tied): the q/k/v biases packed into
 the packed MatMul, and, the builder's fp32 form of a tied model, the table stored once as the
 LM head's [H, V] weight and the embeddings gathered from its Transpose.
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied] [--out DIR]
+--gemma2 writes zoo/gemma2 as the builder's Gemma2Model does (builders/gemma.py): the
+embeddings x round(sqrt(hidden), 2) by a Mul, RMSNorm weights stored as 1 + w, the norm after
+attention and after the MLP plain SimplifiedLayerNormalizations and the one before the MLP the
+residual's Skip norm, GQA's scale query_pre_attn_scalar^-0.5 and softcap, Gelu(tanh) for
+gelu_pytorch_tanh, the final logit soft-capping as Div, Tanh, Mul (tests/models/legacy/
+gemma2_genai). local_window_size is set on the even layers, transformers' sliding ones (one
+version of gemma.py sets it on the odd layers); the zoo's window (4096) is beyond its context.
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2] [--out DIR]
 """
 import argparse
 import os
@@ -59,6 +67,16 @@ class Writer:
     def weight(self, name, array):
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
         return name
+
+    def float(self, value):
+        """/model/constants/FLOAT/<value>, a scalar from a Constant node."""
+        key = f"FLOAT/{value}"
+        if key not in self.constants:
+            out = f"/model/constants/{key}"
+            self.nodes.append(helper.make_node("Constant", [], [out], name=f"/model/constant_nodes/{key}",
+                                               value=numpy_helper.from_array(np.array(value, dtype=np.float32), "")))
+            self.constants[key] = out
+        return self.constants[key]
 
     def int64(self, values):
         """The builder's shared constants: /model/constants/INT64/[1] from a Constant node."""
@@ -111,15 +129,23 @@ def build_graph(model, cfg):
     else:
         table = w.weight("model.embed_tokens.weight", sd["model.embed_tokens.weight"])
     hidden = w.node("Gather", [table, "input_ids"], "/model/embed_tokens/Gather")
+    gemma2 = c.model_type == "gemma2"
+    if gemma2:  # the embeddings x round(sqrt(hidden), 2); RMSNorm weights stored as 1 + w
+        hidden = w.node("Mul", [hidden, w.float(float(np.round(np.sqrt(c.hidden_size), 2)))], "/model/embed_tokens/Mul")
+    offset = 1.0 if gemma2 else 0.0
     eps = float(c.rms_norm_eps)
     residual, sublayer = hidden, None
 
+    def plain_norm(weight_name, x, prefix):
+        weight = w.weight(weight_name, sd[weight_name] + offset)
+        return w.node("SimplifiedLayerNormalization", [x, weight], f"{prefix}/LayerNorm", axis=-1, epsilon=eps,
+                      stash_type=1)
+
     def norm(weight_name, prefix, last=False):
         nonlocal residual
-        weight = w.weight(weight_name, sd[weight_name])
         if sublayer is None:  # the first norm has no residual Add before it
-            return w.node("SimplifiedLayerNormalization", [residual, weight], f"{prefix}/LayerNorm", axis=-1,
-                          epsilon=eps, stash_type=1)
+            return plain_norm(weight_name, residual, prefix)
+        weight = w.weight(weight_name, sd[weight_name] + offset)
         out = [f"{prefix}/SkipLayerNorm/output_0"] + ([] if last else ["", "", f"{prefix}/SkipLayerNorm/output_3"])
         w.node("SkipSimplifiedLayerNormalization", [residual, sublayer, weight], f"{prefix}/SkipLayerNorm", out,
                domain="com.microsoft", epsilon=eps)
@@ -146,16 +172,35 @@ def build_graph(model, cfg):
                       f"{at}/attn/GroupQueryAttention",
                       [f"{at}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
                       domain="com.microsoft", num_heads=c.num_attention_heads, kv_num_heads=c.num_key_value_heads,
-                      scale=float(hd ** -0.5), local_window_size=-1, softcap=0.0, do_rotary=1, rotary_interleaved=0)
+                      # Gemma-2: q scaled by query_pre_attn_scalar^-0.5, scores soft-capped, the
+                      # even layers sliding (transformers' parity)
+                      scale=float((c.query_pre_attn_scalar if gemma2 else hd) ** -0.5),
+                      local_window_size=c.sliding_window if gemma2 and i % 2 == 0 else -1,
+                      softcap=float(c.attn_logit_softcapping) if gemma2 else 0.0, do_rotary=1, rotary_interleaved=0)
         sublayer = matmul(attn[0], sd[f"{p}.self_attn.o_proj.weight"], f"{at}/attn/o_proj")
-        x = norm(f"{p}.post_attention_layernorm.weight", f"{at}/post_attention_layernorm")
+        if gemma2:  # a norm after attention, then the one before the MLP takes the residual Add
+            sublayer = plain_norm(f"{p}.post_attention_layernorm.weight", sublayer, f"{at}/post_attention_layernorm")
+            x = norm(f"{p}.pre_feedforward_layernorm.weight", f"{at}/pre_feedforward_layernorm")
+        else:
+            x = norm(f"{p}.post_attention_layernorm.weight", f"{at}/post_attention_layernorm")
         gate = matmul(x, sd[f"{p}.mlp.gate_proj.weight"], f"{at}/mlp/gate_proj")
         up = matmul(x, sd[f"{p}.mlp.up_proj.weight"], f"{at}/mlp/up_proj")
-        act = w.node("Mul", [gate, w.node("Sigmoid", [gate], f"{at}/mlp/act_fn/Sigmoid")], f"{at}/mlp/act_fn/Mul")
+        if gemma2:  # gelu_pytorch_tanh: the standard Gelu (opset 20) under the builder's FastGelu name
+            act = w.node("Gelu", [gate], f"{at}/mlp/act_fn/FastGelu", approximate="tanh")
+        else:
+            act = w.node("Mul", [gate, w.node("Sigmoid", [gate], f"{at}/mlp/act_fn/Sigmoid")], f"{at}/mlp/act_fn/Mul")
         sublayer = matmul(w.node("Mul", [act, up], f"{at}/mlp/Mul"), sd[f"{p}.mlp.down_proj.weight"], f"{at}/mlp/down_proj")
+        if gemma2:
+            sublayer = plain_norm(f"{p}.post_feedforward_layernorm.weight", sublayer, f"{at}/post_feedforward_layernorm")
     x = norm("model.norm.weight", f"/model/layers.{layers}/final_norm_layernorm", last=True)
     head = "lm_head.MatMul.weight" if c.tie_word_embeddings else w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)
-    w.node("MatMul", [x, head], "/lm_head/MatMul", ["logits"])
+    if gemma2:  # final logit soft-capping: Div, Tanh, Mul
+        cap = w.float(float(c.final_logit_softcapping))
+        scores = w.node("MatMul", [x, head], "/lm_head/MatMul")
+        capped = w.node("Tanh", [w.node("Div", [scores, cap], "/lm_head/softcap/Div")], "/lm_head/softcap/Tanh")
+        w.node("Mul", [capped, cap], "/lm_head/softcap/Mul", ["logits"])
+    else:
+        w.node("MatMul", [x, head], "/lm_head/MatMul", ["logits"])
     graph = helper.make_graph(w.nodes, "main_graph", inputs, outputs, w.inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
                           producer_name="onnxruntime-genai")
@@ -221,10 +266,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--int4", action="store_true")
     ap.add_argument("--qwen2-tied", action="store_true")
+    ap.add_argument("--gemma2", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    name = "qwen2_untied" if args.qwen2_tied else "llama3"
-    folder = "qwen2_genai_tied" if args.qwen2_tied else "llama3_genai_int4" if args.int4 else "llama3_genai"
+    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "llama3"
+    folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
+              "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or os.path.join(REPO, "tests", "models", "legacy", folder)
     torch.set_num_threads(1)
     if args.qwen2_tied:  # zoo/qwen2_untied's config tied, initialized as the zoo's tied models
