@@ -13,7 +13,6 @@
 #include "pipeline/last_row_logits.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/weight_spill.h"
-#include "pipeline/widen_floats.h"
 #include "runner/static_runner.h"
 #include "runtime/package.h"
 
@@ -81,7 +80,7 @@ std::unique_ptr<OpenModel> open_model(const std::string& path, const std::string
     if (!p) throw UserError("the cpu backend plugin is not installed (needed to run a bare .onnx model)", exit_code::failed);
     m->model_set = host::load_source_model(path, "");
     host::WeightSpill spill(fs::temp_directory_path());  // the widened weights outlive it, in its file
-    host::widen_16bit_floats(*m->model_set->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); });
+    host::read_weight_forms(*m->model_set->graphs[0], [&](ir::TensorRef& t) { spill.spill(t); });
     if (const host::PluginInfo* d = decoder.empty() ? nullptr : m->registry.find(NF_KIND_SPECULATIVE, decoder);
         d && d->speculative()->build) {
       // The decoder's build hook, as a build runs it. No manifest: every asset option takes

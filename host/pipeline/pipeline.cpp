@@ -368,6 +368,23 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
   return ms;
 }
 
+void read_weight_forms(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep) {
+  if (Widened w = widen_16bit_floats(g, keep); w.any())
+    spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
+                 human_bytes(w.bytes));
+  if (DequantizedNBits d = dequantize_nbits_matmuls(g, keep); d.weights)
+    spdlog::info("{} MatMulNBits weights (ONNX Runtime's int4 form) dequantized to float32 ({})", d.weights,
+                 human_bytes(d.bytes));
+  if (FoldedTransposes f = fold_weight_transposes(g, keep); f.weights) {
+    spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
+                 f.weights, human_bytes(f.bytes));
+    tie_lm_head_and_say(g);  // a head that was one of them
+  }
+  if (std::string table = table_from_tied_head(g, keep); !table.empty())
+    spdlog::info("tied LM head stored as the head's weight, the embeddings gathered from its Transpose (ONNX "
+                 "Runtime GenAI): the table '{}' is made an initializer and the head reads its Transpose", table);
+}
+
 std::vector<manifest::ManifestError> validate_stages(const manifest::Manifest& m, const Registry& registry,
                                                      const ir::ModelSet& source) {
   std::vector<manifest::ManifestError> errors;
@@ -446,25 +463,9 @@ class BuildSteps {
     model_key_ = key;
   }
 
-  // The source as the stages see it: 16-bit floats widened to float32, weights behind a
-  // Transpose folded, new weights in the scratch file.
+  // The source as the stages see it (read_weight_forms), new weights in the scratch file.
   std::unique_ptr<ir::ModelSet> prepare(std::unique_ptr<ir::ModelSet> ms) {
-    if (Widened w = widen_16bit_floats(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); w.any())
-      spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
-                   human_bytes(w.bytes));
-    if (DequantizedNBits d = dequantize_nbits_matmuls(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); });
-        d.weights)
-      spdlog::info("{} MatMulNBits weights (ONNX Runtime's int4 form) dequantized to float32 ({})", d.weights,
-                   human_bytes(d.bytes));
-    if (FoldedTransposes f = fold_weight_transposes(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); }); f.weights) {
-      spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
-                   f.weights, human_bytes(f.bytes));
-      tie_lm_head_and_say(*ms->graphs[0]);  // a head that was one of them
-    }
-    if (std::string table = table_from_tied_head(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); });
-        !table.empty())
-      spdlog::info("tied LM head stored as the head's weight, the embeddings gathered from its Transpose (ONNX "
-                   "Runtime GenAI): the table '{}' is made an initializer and the head reads its Transpose", table);
+    read_weight_forms(*ms->graphs[0], [&](ir::TensorRef& t) { spill_.spill(t); });
     spill_new_weights(*ms);
     return ms;
   }

@@ -25,6 +25,12 @@ std::vector<std::string> load_and_validate(manifest::Manifest& m, Registry& regi
 // the key is taken as given (the plan checked the files' sizes and times).
 std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, const std::string& config_path,
                                                const std::string& known_key = "");
+
+// The weight forms a loaded source is read in before any stage (or a bare-model run) sees it,
+// each making new weights that `keep` receives as they are made (WeightSpill): 16-bit floats
+// widened to float32, MatMulNBits weights dequantized, [out, in] weights behind a Transpose
+// folded, a tied table gathered from the head's Transpose turned round. Logs each change.
+void read_weight_forms(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep);
 // The same graph and config, mapped and not read (no key): what `check` validates on.
 // `config_text` receives the config's bytes when there is one.
 std::unique_ptr<ir::ModelSet> map_source_model(const std::string& onnx_path, const std::string& config_path,

@@ -56,6 +56,13 @@ TEST_P(RunGolden, GreedyTokensEqualTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
 
+// Exports in forms read on load, run as bare models: optimum's merged decoder, model-local
+// functions, no position_ids, ONNX Runtime GenAI's fp32 / int4 (MatMulNBits dequantized) /
+// tied exports. The bare-model run read only 16-bit floats before (the int4 one failed).
+const char* kExportForms[] = {"legacy/llama3_merged", "legacy/llama3_functions", "zoo/llama3_cache_positions",
+                              "legacy/llama3_genai",  "legacy/llama3_genai_int4", "legacy/qwen2_genai_tied"};
+INSTANTIATE_TEST_SUITE_P(ExportForms, RunGolden, ::testing::ValuesIn(kExportForms));
+
 // config.json's eos_token_id ends generation beside the tokenizer's own end tokens: a model
 // whose end-of-turn token no tokenizer list names (Command R, EXAONE) stops there. A config
 // whose eos_token_id is not a token id is one error line.
