@@ -1,6 +1,5 @@
 #include "pipeline/nbits_weights.h"
 
-#include <map>
 #include <set>
 #include <stdexcept>
 

@@ -1,11 +1,11 @@
 #include "pipeline/tied_head.h"
 
-#include "pipeline/weight_transposes.h"
-
 #include <npuforge/decoder_io.hpp>
 
 #include <algorithm>
 #include <cstring>
+
+#include "pipeline/weight_transposes.h"
 
 namespace nf::host {
 
