@@ -59,8 +59,9 @@ INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
 // Exports in forms read on load, run as bare models: optimum's merged decoder, model-local
 // functions, no position_ids, ONNX Runtime GenAI's fp32 / int4 (MatMulNBits dequantized) /
 // tied exports. The bare-model run read only 16-bit floats before (the int4 one failed).
-const char* kExportForms[] = {"legacy/llama3_merged", "legacy/llama3_functions", "zoo/llama3_cache_positions",
-                              "legacy/llama3_genai",  "legacy/llama3_genai_int4", "legacy/qwen2_genai_tied"};
+const char* kExportForms[] = {"legacy/llama3_merged",      "legacy/llama3_functions",  "zoo/llama3_cache_positions",
+                              "legacy/llama3_genai",       "legacy/llama3_genai_int4", "legacy/qwen2_genai_tied",
+                              "legacy/mistral_swa_genai"};  // GQA's local window in the expanded mask
 INSTANTIATE_TEST_SUITE_P(ExportForms, RunGolden, ::testing::ValuesIn(kExportForms));
 
 // config.json's eos_token_id ends generation beside the tokenizer's own end tokens: a model

@@ -20,16 +20,21 @@ def ort_greedy(path, prompt, n_new, cache_branch_first=False):
     return json.loads(r.stdout)
 
 
+def write_files(out, cfg, golden):
+    """config.json and golden.json into `out`."""
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(out, "golden.json"), "w") as f:
+        json.dump(golden, f)
+
+
 def write_golden(out, name, model, cfg, padded_batch=True):
     """config.json and the zoo's golden.json of `model` (zoo entry `name`) into `out`; without
     padded_batch for exports that number rows from the cache (no position_ids)."""
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
     golden = zoo.make_golden(name, model, zoo.prompt_for(name, cfg))
     if not padded_batch:
         del golden["padded_batch"]  # a left-padded row is numbered from the cache, pads included
-    with open(os.path.join(out, "golden.json"), "w") as f:
-        json.dump(golden, f)
+    write_files(out, cfg, golden)
     return golden
 
 

@@ -35,11 +35,18 @@ gelu_pytorch_tanh, the final logit soft-capping as Div, Tanh, Mul (tests/models/
 gemma2_genai). local_window_size is set on the even layers, transformers' sliding ones (one
 version of gemma.py sets it on the odd layers); the zoo's window (4096) is beyond its context.
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2] [--out DIR]
+--mistral-swa writes tests/models/mistral_swa (a sliding window of 8 on every layer, a 12-token
+prompt that it cuts into) as the builder writes Mistral: local_window_size = sliding_window on
+each GroupQueryAttention (tests/models/legacy/mistral_swa_genai). ONNX Runtime gives its
+windowed golden exactly (with a window of 7 or 9 the tokens differ from the 10th or 4th on).
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --mistral-swa] [--out DIR]
 """
 import argparse
+import json
 import os
 import tempfile
+import types
 
 import numpy as np
 import onnx
@@ -175,7 +182,7 @@ def build_graph(model, cfg):
                       # Gemma-2: q scaled by query_pre_attn_scalar^-0.5, scores soft-capped, the
                       # even layers sliding (transformers' parity)
                       scale=float((c.query_pre_attn_scalar if gemma2 else hd) ** -0.5),
-                      local_window_size=c.sliding_window if gemma2 and i % 2 == 0 else -1,
+                      local_window_size=(c.sliding_window or -1) if not gemma2 or i % 2 == 0 else -1,
                       softcap=float(c.attn_logit_softcapping) if gemma2 else 0.0, do_rotary=1, rotary_interleaved=0)
         sublayer = matmul(attn[0], sd[f"{p}.self_attn.o_proj.weight"], f"{at}/attn/o_proj")
         if gemma2:  # a norm after attention, then the one before the MLP takes the residual Add
@@ -262,16 +269,38 @@ def load_dequantized(model, dequantized):
         sd["lm_head.weight"].copy_(torch.from_numpy(dequantized["lm_head.MatMul.weight"].T.copy()))
 
 
+def mistral_swa():
+    """tests/models/mistral_swa's model (make_test_models.py, hf_decoder's modules) with the
+    names and config build_graph reads, and its golden without the padded batch."""
+    import hf_decoder as hd
+    import make_test_models as mtm
+    cfg = mtm.MODELS["mistral_swa"]
+    torch.manual_seed(mtm.SEEDS["mistral_swa"])
+    m = hd.DecoderLM(hd.Config(cfg))
+    mtm.random_init(m, mtm.SEEDS["mistral_swa"])
+    m.eval()
+    with open(os.path.join(REPO, "tests", "models", "mistral_swa", "golden.json")) as f:
+        golden = json.load(f)
+    toks, _, _ = hd.greedy_with_cache(m, golden["prompt_ids"], len(golden["generated_ids"]))
+    assert toks == golden["generated_ids"], "the rebuilt model is not tests/models/mistral_swa's"
+    del golden["padded_batch"]
+    sd = {("" if k.startswith("lm_head") else "model.") + k: v for k, v in m.state_dict().items()}
+    model = types.SimpleNamespace(config=types.SimpleNamespace(**cfg), state_dict=lambda: sd,
+                                  modules=lambda: list(m.modules()))
+    return model, cfg, golden
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--int4", action="store_true")
     ap.add_argument("--qwen2-tied", action="store_true")
     ap.add_argument("--gemma2", action="store_true")
+    ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
-              "llama3_genai_int4" if args.int4 else "llama3_genai")
+              "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or os.path.join(REPO, "tests", "models", "legacy", folder)
     torch.set_num_threads(1)
     if args.qwen2_tied:  # zoo/qwen2_untied's config tied, initialized as the zoo's tied models
@@ -280,6 +309,8 @@ def main():
         model = hf.causal_lm(cfg, name, mask_style=zoo.MASK_STYLE.get(name, "masked_fill"), attn_implementation="eager")
         zoo.random_init(model, zoo.SEEDS[name])
         model.eval()
+    elif args.mistral_swa:
+        model, cfg, golden = mistral_swa()
     else:
         model, cfg = zoo.build(name), zoo.MODELS[name]
     os.makedirs(out, exist_ok=True)
@@ -293,7 +324,10 @@ def main():
         load_dequantized(model, dequantized)
     onnx.save(graph, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx.data",
               size_threshold=0)
-    golden = legacy.write_golden(out, name, model, cfg, padded_batch=False)  # no position_ids
+    if args.mistral_swa:
+        legacy.write_files(out, cfg, golden)
+    else:
+        golden = legacy.write_golden(out, name, model, cfg, padded_batch=False)  # no position_ids
     checked = path
     if args.int4:
         checked = os.path.join(tempfile.mkdtemp(), "float_activations.onnx")
