@@ -56,6 +56,11 @@ ir::Tensor dequantized(const ir::Graph& g, const ir::Node& n) {
 
 }  // namespace
 
+uint64_t nbits_weight_elements(const ir::Node& n) {
+  const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0);
+  return is_nbits(n) && K > 0 && N > 0 ? static_cast<uint64_t>(K) * static_cast<uint64_t>(N) : 0;
+}
+
 size_t nbits_matmuls(const ir::Graph& g) {
   size_t count = 0;
   for (const auto& n : g.nodes) count += is_nbits(*n);

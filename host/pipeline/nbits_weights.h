@@ -21,6 +21,9 @@ struct DequantizedNBits {
 
 // The MatMulNBits nodes of g's top level.
 size_t nbits_matmuls(const ir::Graph& g);
+// K x N, the float weight a MatMulNBits node becomes; 0 for any other node (or one without
+// its K and N).
+uint64_t nbits_weight_elements(const ir::Node& n);
 
 // Rewrites them; `keep` receives each float weight as it is made (WeightSpill), so the
 // dequantizing never holds more than one new tensor in memory. Throws std::runtime_error

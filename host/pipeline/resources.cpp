@@ -8,6 +8,8 @@
 #include <fstream>
 #include <set>
 
+#include "pipeline/nbits_weights.h"
+
 namespace fs = std::filesystem;
 
 namespace nf::host {
@@ -85,10 +87,8 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifes
     }
   for (const auto& g : source.graphs)  // int4 MatMulNBits weights: dequantized on load
     for (const auto& node : g->nodes) {
-      if (node->op_type != "MatMulNBits") continue;
-      auto k = node->attrs.find("K"), nn = node->attrs.find("N");
-      if (k == node->attrs.end() || nn == node->attrs.end() || k->second.i <= 0 || nn->second.i <= 0) continue;
-      const uint64_t fp32 = static_cast<uint64_t>(k->second.i) * static_cast<uint64_t>(nn->second.i) * 4;
+      const uint64_t fp32 = nbits_weight_elements(*node) * 4;
+      if (fp32 == 0) continue;
       n.weight_bytes += fp32;
       widened_bytes += fp32;
       n.largest_bytes = std::max(n.largest_bytes, fp32);

@@ -129,11 +129,13 @@ class Expander {
     value("Mul", {weight, normalized}, "Mul_weight", out);
   }
 
-  void only_first_outputs(const nf::Node& n, size_t kept, const std::string& which) {
-    for (size_t i = kept; i < n.output_count(); ++i)
-      if (!n.output(i).empty() && view_.is_used(n.output(i)) && !(which == "sum" && i == 3))
+  // A norm's outputs beyond the normalized value (and, for the Skip norms, the sum) are its
+  // statistics, which the expansion does not make.
+  void only_expanded_outputs_read(const nf::Node& n, bool with_sum) {
+    for (size_t i = 1; i < n.output_count(); ++i)
+      if (!n.output(i).empty() && view_.is_used(n.output(i)) && !(with_sum && i == 3))
         refuse(n, "output " + std::to_string(i) + " is read; only " +
-                      (which == "sum" ? "outputs 0 (the normalized value) and 3 (the sum) are" : "output 0 (the normalized value) is") +
+                      (with_sum ? "outputs 0 (the normalized value) and 3 (the sum) are" : "output 0 (the normalized value) is") +
                       " expanded");
   }
 
@@ -150,7 +152,7 @@ class Expander {
   void simplified_norm(nf::Node n) {
     label_ = std::string(n.name());
     last_axis(n);
-    only_first_outputs(n, 1, "");
+    only_expanded_outputs_read(n, false);
     const std::string x = n.input(0), weight = n.input(1), out = n.output(0);
     const float eps = epsilon(n);
     g_.remove_node(n);
@@ -159,7 +161,7 @@ class Expander {
 
   void skip_simplified_norm(nf::Node n) {
     label_ = std::string(n.name());
-    only_first_outputs(n, 1, "sum");
+    only_expanded_outputs_read(n, true);
     const std::string input = n.input(0), skip = n.input(1), weight = n.input(2), bias = n.input(3), out = n.output(0);
     const std::string sum_out = n.output_count() > 3 ? n.output(3) : "";
     const float eps = epsilon(n);
