@@ -5,9 +5,23 @@ import json
 import os
 import subprocess
 
+import torch
+
 import make_family_zoo as zoo
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def folder(name):
+    """tests/models/legacy/<name>: where a maker writes by default."""
+    return os.path.join(REPO, "tests", "models", "legacy", name)
+
+
+def zoo_model(name, out):
+    """The zoo's model `name` (its weights) and config, for an export into `out` (made)."""
+    torch.set_num_threads(1)
+    os.makedirs(out, exist_ok=True)
+    return zoo.build(name), zoo.MODELS[name]
 
 
 def ort_greedy(path, prompt, n_new, cache_branch_first=False):

@@ -20,9 +20,6 @@ import torch
 
 import hf_families as hf
 import legacy_export as legacy
-import make_family_zoo as zoo
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def export_with_functions(model, path, modules):
@@ -57,12 +54,9 @@ def name_outputs(path, names):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "legacy", "llama3_functions"))
+    ap.add_argument("--out", default=legacy.folder("llama3_functions"))
     out = ap.parse_args().out
-    torch.set_num_threads(1)
-    model = zoo.build("llama3")
-    cfg = zoo.MODELS["llama3"]
-    os.makedirs(out, exist_ok=True)
+    model, cfg = legacy.zoo_model("llama3", out)
     path = os.path.join(out, "model.onnx")
     export_with_functions(model, path, {hf.DecoderLayer, hf.LlamaRMSNorm})
     renamed = name_outputs(path, hf.io_names(model.config.num_hidden_layers)[1])

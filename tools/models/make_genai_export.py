@@ -301,7 +301,7 @@ def main():
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
-    out = args.out or os.path.join(REPO, "tests", "models", "legacy", folder)
+    out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
     if args.qwen2_tied:  # zoo/qwen2_untied's config tied, initialized as the zoo's tied models
         cfg = dict(zoo.MODELS[name], tie_word_embeddings=True)
@@ -312,7 +312,7 @@ def main():
     elif args.mistral_swa:
         model, cfg, golden = mistral_swa()
     else:
-        model, cfg = zoo.build(name), zoo.MODELS[name]
+        model, cfg = legacy.zoo_model(name, out)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "model.onnx")
     for stale in (path, path + ".data"):

@@ -21,9 +21,6 @@ from onnx import helper
 
 import hf_families as hf
 import legacy_export as legacy
-import make_family_zoo as zoo
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class NoPast(torch.nn.Module):
@@ -111,12 +108,9 @@ def merge(with_past, no_past, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "models", "legacy", "llama3_merged"))
+    ap.add_argument("--out", default=legacy.folder("llama3_merged"))
     out = ap.parse_args().out
-    torch.set_num_threads(1)
-    model = zoo.build("llama3")
-    cfg = zoo.MODELS["llama3"]
-    os.makedirs(out, exist_ok=True)
+    model, cfg = legacy.zoo_model("llama3", out)
     with tempfile.TemporaryDirectory() as tmp:
         hf.export_onnx(model, os.path.join(tmp, "with_past.onnx"))
         export_no_past(model, os.path.join(tmp, "no_past.onnx"))
