@@ -34,6 +34,16 @@ namespace {
 using Dims = std::vector<int64_t>;
 constexpr const char* kMicrosoft = "com.microsoft";
 
+enum class Contrib { kNone, kGroupQueryAttention, kSimplifiedNorm, kSkipSimplifiedNorm };
+
+Contrib contrib_op(const nf::Node& n) {
+  const std::string_view op = n.op_type(), domain = n.domain();
+  if (op == "GroupQueryAttention" && domain == kMicrosoft) return Contrib::kGroupQueryAttention;
+  if (op == "SimplifiedLayerNormalization" && (domain.empty() || domain == kMicrosoft)) return Contrib::kSimplifiedNorm;
+  if (op == "SkipSimplifiedLayerNormalization" && domain == kMicrosoft) return Contrib::kSkipSimplifiedNorm;
+  return Contrib::kNone;
+}
+
 class Expander {
  public:
   explicit Expander(nf::Graph g) : g_(g), view_(g), names_(g), opset_(g.opset("")) {}
@@ -41,11 +51,12 @@ class Expander {
   size_t run() {
     size_t expanded = 0;
     for (nf::Node n : g_.nodes()) {
-      const std::string_view op = n.op_type(), domain = n.domain();
-      if (op == "GroupQueryAttention" && domain == kMicrosoft) group_query_attention(n);
-      else if (op == "SimplifiedLayerNormalization" && (domain.empty() || domain == kMicrosoft)) simplified_norm(n);
-      else if (op == "SkipSimplifiedLayerNormalization" && domain == kMicrosoft) skip_simplified_norm(n);
-      else continue;
+      switch (contrib_op(n)) {
+        case Contrib::kGroupQueryAttention: group_query_attention(n); break;
+        case Contrib::kSimplifiedNorm: simplified_norm(n); break;
+        case Contrib::kSkipSimplifiedNorm: skip_simplified_norm(n); break;
+        case Contrib::kNone: continue;
+      }
       ++expanded;
     }
     if (expanded) {
@@ -335,12 +346,9 @@ class Expander {
 }  // namespace
 
 size_t expand_microsoft_ops(nf::Graph g) {
-  bool any = false;
-  for (const nf::Node& n : g.nodes()) {
-    const std::string_view op = n.op_type();
-    any |= op == "GroupQueryAttention" || op == "SimplifiedLayerNormalization" || op == "SkipSimplifiedLayerNormalization";
-  }
-  return any ? Expander(g).run() : 0;
+  for (const nf::Node& n : g.nodes())
+    if (contrib_op(n) != Contrib::kNone) return Expander(g).run();  // the view and names only then
+  return 0;
 }
 
 }  // namespace nf::graph
