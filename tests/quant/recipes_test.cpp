@@ -26,6 +26,7 @@
 #include "registry/registry.h"
 #include "runtime/session.h"
 #include "seqmse/seqmse_math.h"
+#include "support/packages.h"
 #include "spinquant/hadamard.h"
 #include "spinquant/rotation.h"
 
@@ -508,10 +509,11 @@ namespace {
 
 const std::string kRotations = kTiny + "/spinquant/rotations.json";
 
-// Writes a rotations.json + rotations.bin pair of identity matrices with the given sizes.
-std::string write_identity_rotations(const std::string& name, int64_t hidden, int64_t head_dim, int64_t layers,
-                                     int64_t extra_doubles = 0) {
-  fs::path dir = fs::temp_directory_path() / ("nf_spin_rot_" + name + "_" + std::to_string(::getpid()));
+// Writes a rotations.json + rotations.bin pair of identity matrices with the given sizes
+// into work/name.
+std::string write_identity_rotations(const fs::path& work, const std::string& name, int64_t hidden, int64_t head_dim,
+                                     int64_t layers, int64_t extra_doubles = 0) {
+  const fs::path dir = work / name;
   fs::create_directories(dir);
   std::vector<double> data;
   auto eye = [&](int64_t n) {
@@ -558,7 +560,8 @@ TEST(SpinQuant, NormsAfterWritersGetR1Online) {
   }
   // A learned R1 would run online as a dense hidden x hidden MatMul per norm: refused.
   auto ms = host::load_source_model(kModels + "/zoo/olmo2/model.onnx", "");
-  const std::string rot = write_identity_rotations("post_norm", 64, 16, 2);
+  test::WorkDir work("spin_rot_post_norm");
+  const std::string rot = write_identity_rotations(work.path, "post_norm", 64, 16, 2);
   const std::string err = apply_recipe("spinquant", {{"rotations", rot}}, *ms, nullptr);
   EXPECT_NE(err.find("need R1 online"), std::string::npos) << err;
 }
@@ -625,15 +628,17 @@ TEST(SpinQuant, RotationsFileMustMatchTheModel) {
     auto ms = host::load_source_model(kTiny + "/model.onnx", "");
     return apply_recipe("spinquant", options, *ms, nullptr);
   };
-  std::string err = err_of({{"rotations", write_identity_rotations("hidden", 128, 32, 4)}});
+  test::WorkDir work("spin_rot");
+  auto rotations = [&](auto... args) { return write_identity_rotations(work.path, args...); };
+  std::string err = err_of({{"rotations", rotations("hidden", 128, 32, 4)}});
   EXPECT_NE(err.find("hold R1 of size 128 but the model's hidden size is 256"), std::string::npos) << err;
-  err = err_of({{"rotations", write_identity_rotations("layers", 256, 32, 3)}, {"r2", true}});
+  err = err_of({{"rotations", rotations("layers", 256, 32, 3)}, {"r2", true}});
   EXPECT_NE(err.find("hold 3 R2 of size 32 but the model has 4 attention layers of head_dim 32"), std::string::npos)
       << err;
-  std::string bad = write_identity_rotations("size", 256, 32, 4, 5);
+  std::string bad = rotations("size", 256, 32, 4, 5);
   err = err_of({{"rotations", bad}});
   EXPECT_NE(err.find("bytes; hidden_size 256, head_dim 32 and 4 layers need"), std::string::npos) << err;
-  std::string skew = write_identity_rotations("skew", 256, 32, 4);
+  std::string skew = rotations("skew", 256, 32, 4);
   {
     std::fstream f(fs::path(skew).parent_path() / "r.bin", std::ios::in | std::ios::out | std::ios::binary);
     double two = 2.0;
@@ -644,7 +649,7 @@ TEST(SpinQuant, RotationsFileMustMatchTheModel) {
   err = err_of({{"rotations", "/nonexistent/rotations.json"}});
   EXPECT_NE(err.find("rotations '/nonexistent/rotations.json': cannot be opened"), std::string::npos) << err;
   // The identity with the right sizes is accepted (float equivalence is the test above).
-  EXPECT_EQ(err_of({{"rotations", write_identity_rotations("ok", 256, 32, 4)}, {"r2", true}}), "");
+  EXPECT_EQ(err_of({{"rotations", rotations("ok", 256, 32, 4)}, {"r2", true}}), "");
 }
 
 // After online_down_proj, lpbq W4A8 encodes each Hadamard factor: its weight at int8 per
@@ -772,12 +777,11 @@ TEST(ActivationEncodings, LogitsKeptAt16BitsInA8Recipes) {
 
 namespace {
 
-// Builds tiny_llama with `quant_and_transforms` and [calibration] on heldout.txt; returns
-// the package directory ("" on failure).
-fs::path build_tiny(const std::string& name, const std::string& quant_and_transforms, const std::string& calib_text,
-                    const std::string& cache_dir = "") {
-  auto dir = fs::temp_directory_path() / ("nf_recipes_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+// Builds tiny_llama with `quant_and_transforms` and [calibration] on heldout.txt in
+// work/name; returns the package directory ("" on failure).
+fs::path build_tiny(const fs::path& work, const std::string& name, const std::string& quant_and_transforms,
+                    const std::string& calib_text, const std::string& cache_dir = "") {
+  const fs::path dir = work / name;
   fs::create_directories(dir);
   std::ofstream(dir / "manifest.toml") << "[model]\n"
                                        << "onnx = \"" << kTiny << "/model.onnx\"\n"
@@ -888,7 +892,8 @@ std::vector<std::string> validate_aimet_1_0_0(const nlohmann::json& j, const std
 // PER_CHANNEL (LM head) and PER_TENSOR entries of the right lengths, and every linear
 // layer's weight, input and output and every KV input/output has an encoding.
 TEST(QuantPackage, EncodingsFileIsAimet100AndCoversTheGraph) {
-  fs::path pkg = build_tiny("aimet",
+  test::WorkDir work("recipes_aimet");
+  fs::path pkg = build_tiny(work.path, "aimet",
                             "[[quant]]\nrecipe = \"seqmse\"\ngranularity = \"per_block\"\nblock_size = 64\n"
                             "num_candidates = 8\n\n[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\nactivation_bw = 8\n",
                             kTiny + "/heldout.txt");
@@ -917,7 +922,8 @@ TEST(QuantPackage, EncodingsFileIsAimet100AndCoversTheGraph) {
 // Transforms carry encodings: after arcl (two AR variants) every weight, linear input and
 // output and KV input/output of every final graph still has its encoding.
 TEST(QuantPackage, ArclKeepsEveryEncoding) {
-  fs::path pkg = build_tiny("arcl",
+  test::WorkDir work("recipes_arcl");
+  fs::path pkg = build_tiny(work.path, "arcl",
                             "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\nactivation_bw = 8\n\n"
                             "[[transform]]\nplugin = \"arcl\"\narn = [1, 16]\ncontext_length = [64]\n",
                             kTiny + "/heldout.txt");
@@ -932,9 +938,8 @@ TEST(QuantPackage, ArclKeepsEveryEncoding) {
 // The stage-cache key holds the calibration text: the same manifest over another text
 // rebuilds the quant stage instead of replaying the cached one.
 TEST(QuantPackage, CalibrationTextIsPartOfTheCacheKey) {
-  auto dir = fs::temp_directory_path() / ("nf_recipes_cachekey_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  test::WorkDir work("recipes_cachekey");
+  const fs::path& dir = work.path;
   std::string text = test::slurp(kTiny + "/heldout.txt");
   std::ofstream(dir / "a.txt") << text;
   std::ofstream(dir / "b.txt") << text.substr(text.size() / 2) << text.substr(0, text.size() / 2);
@@ -943,16 +948,14 @@ TEST(QuantPackage, CalibrationTextIsPartOfTheCacheKey) {
     auto meta = nlohmann::json::parse(test::slurp(pkg / "package.json"));
     return meta["stages"][0];
   };
-  fs::path a1 = build_tiny("cache_a1", quant, (dir / "a.txt").string(), (dir / "cache").string());
-  fs::path a2 = build_tiny("cache_a2", quant, (dir / "a.txt").string(), (dir / "cache").string());
-  fs::path b = build_tiny("cache_b", quant, (dir / "b.txt").string(), (dir / "cache").string());
+  fs::path a1 = build_tiny(dir, "cache_a1", quant, (dir / "a.txt").string(), (dir / "cache").string());
+  fs::path a2 = build_tiny(dir, "cache_a2", quant, (dir / "a.txt").string(), (dir / "cache").string());
+  fs::path b = build_tiny(dir, "cache_b", quant, (dir / "b.txt").string(), (dir / "cache").string());
   ASSERT_FALSE(a1.empty() || a2.empty() || b.empty());
   EXPECT_FALSE(stage_of(a1)["cached"].get<bool>());
   EXPECT_TRUE(stage_of(a2)["cached"].get<bool>()) << "same text, same options: replayed";
   EXPECT_FALSE(stage_of(b)["cached"].get<bool>()) << "another calibration text must not replay the cached stage";
   EXPECT_NE(stage_of(a1)["key"], stage_of(b)["key"]);
-  for (const auto& p : {a1, a2, b}) fs::remove_all(p.parent_path().parent_path());
-  fs::remove_all(dir);
 }
 
 namespace {
@@ -1007,6 +1010,7 @@ TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
     GTEST_SKIP() << "needs node and " << modules << "/onnxruntime-node";
   }
   const std::vector<int64_t> ids = {2046, 83, 76, 301, 45, 1021, 12, 590, 33, 7, 881, 64, 1500, 9, 250, 31};
+  test::WorkDir work("recipes_qdq");
   std::string id_list;
   for (auto i : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(i);
   struct Case {
@@ -1014,7 +1018,7 @@ TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
   };
   for (const Case& c : {Case{"w8a8", "[[quant]]\nrecipe = \"minmax\"\nweight_bw = 8\nactivation_bw = 8\n"},
                         Case{"lpbq_a16", "[[quant]]\nrecipe = \"lpbq\"\nblock_size = 64\n"}}) {
-    fs::path pkg = build_tiny("qdq_" + c.name, c.quant, kTiny + "/heldout.txt");
+    fs::path pkg = build_tiny(work.path, "qdq_" + c.name, c.quant, kTiny + "/heldout.txt");
     ASSERT_FALSE(pkg.empty());
     fs::path out = pkg.parent_path().parent_path() / "qdq";
     auto r = test::npuforge({"export-qdq", pkg.string(), "--out", out.string(), "--json"});
@@ -1044,7 +1048,6 @@ TEST(QdqExport, OnnxRuntimeMatchesQuantizedEval) {
                 c.name.c_str(), d, m, agree, ids.size(), summary[0].dump().c_str());
     EXPECT_LT(d, 0.02 * m) << c.name;
     EXPECT_GE(agree, ids.size() - 1) << c.name;
-    fs::remove_all(pkg.parent_path().parent_path());
   }
 }
 
