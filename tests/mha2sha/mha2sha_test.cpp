@@ -106,6 +106,54 @@ TEST(Mha2sha, WarnsOfAttentionLeftMultiHead) {
   build_package(moe.path, "mixtral_moe", kArcl + kMha2sha);
 }
 
+// A view that folds the heads into the rows (ONNX Runtime GenAI's q/k norms,
+// legacy/qwen3_genai) is read per head only when every op on it works along the last axis: a
+// mean over the rows x heads axis, put before layer 0's q norm, mixes heads, so that
+// attention stays multi-head (one warning) while layer 1's is split, and the package
+// computes what arcl alone computes.
+TEST(Mha2sha, HeadsFoldedIntoRowsAreSplitOnlyWhenEveryOpIsPerHead) {
+  WorkDir work("m2s_rows");
+  auto g = onnx_io::load_model(test::model_dir("legacy/qwen3_genai") + "/model.onnx");
+  auto& nodes = g->nodes;
+  auto norm = std::find_if(nodes.begin(), nodes.end(), [](const auto& n) {
+    return n->name == "/model/layers.0/attn/q_norm/SimplifiedLayerNormalization";
+  });
+  ASSERT_NE(norm, nodes.end());
+  const std::string rows = (*norm)->inputs[0];  // [1, rows x heads, head_dim]
+  auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    auto n = std::make_unique<ir::Node>();
+    n->op_type = op;
+    n->name = "inserted_" + out;
+    n->inputs = std::move(in);
+    n->outputs = {out};
+    return n;
+  };
+  auto mean = add("ReduceMean", {rows, "/model/constants/INT64/[1]"}, "mean_over_heads");
+  auto centered = add("Sub", {rows, "mean_over_heads"}, "centered");
+  (*norm)->inputs[0] = "centered";
+  norm = nodes.insert(norm, std::move(centered));
+  nodes.insert(norm, std::move(mean));
+  onnx_io::save_model(*g, (work.path / "model.onnx").string());
+  fs::copy_file(test::model_dir("legacy/qwen3_genai") + "/config.json", work.path / "config.json");
+  auto build = [&](const std::string& name, const std::string& stages) {
+    std::ofstream(work.path / (name + ".toml")) << "[model]\nonnx = \"model.onnx\"\n\n" << stages
+                                                << "[targets.cpu]\nbackend = \"cpu\"\n";
+    return test::npuforge({"build", (work.path / (name + ".toml")).string(), "--out", (work.path / name).string(), "--no-cache"});
+  };
+  auto r = build("split", kArcl + kMha2sha);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("mha2sha: 2 attention block(s) left multi-head (first: ar1_cl32: "
+                       "/model/layers.0/attn/GroupQueryAttention/Softmax:"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("2 attention blocks in 2 graphs split"), std::string::npos) << r.err;
+  ASSERT_EQ(build("arcl", kArcl).exit_code, 0);
+  const std::vector<int32_t> prompt = {5, 17, 42, 99, 3, 250};
+  const auto arcl_only = cli_greedy(work.path / "arcl" / "cpu", prompt, 12);
+  ASSERT_EQ(arcl_only.size(), 12u);
+  EXPECT_EQ(cli_greedy(work.path / "split" / "cpu", prompt, 12), arcl_only);
+}
+
 // ---- options and their errors -----------------------------------------------------
 
 std::string build_error(const std::string& model, const std::string& stages) {

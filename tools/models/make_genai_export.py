@@ -40,7 +40,14 @@ prompt that it cuts into) as the builder writes Mistral: local_window_size = sli
 each GroupQueryAttention (tests/models/legacy/mistral_swa_genai). ONNX Runtime gives its
 windowed golden exactly (with a window of 7 or 9 the tokens differ from the 10th or 4th on).
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --mistral-swa] [--out DIR]
+--qwen3 writes zoo/qwen3 as the builder writes Qwen3 (Qwen3Model: q_norm and k_norm): q, k and v
+as three MatMuls (the builder packs them only without q/k norms), q and k each viewed as
+[batch, rows x heads, head_dim] by a Reshape, RMS-normalized per head by a
+SimplifiedLayerNormalization and viewed back as [batch, rows, heads x head_dim], the three given
+to GroupQueryAttention unpacked (tests/models/legacy/qwen3_genai). The zoo's qwen3 is tied: the
+table is stored once, as --qwen2-tied's.
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --qwen3 | --mistral-swa] [--out DIR]
 """
 import argparse
 import json
@@ -140,6 +147,7 @@ def build_graph(model, cfg):
     if gemma2:  # the embeddings x round(sqrt(hidden), 2); RMSNorm weights stored as 1 + w
         hidden = w.node("Mul", [hidden, w.float(float(np.round(np.sqrt(c.hidden_size), 2)))], "/model/embed_tokens/Mul")
     offset = 1.0 if gemma2 else 0.0
+    qk_norm = getattr(c, "model_type", "") == "qwen3"  # the builder's q_norm / k_norm attention (builders/qwen.py, Qwen3Model)
     eps = float(c.rms_norm_eps)
     residual, sublayer = hidden, None
 
@@ -167,15 +175,28 @@ def build_graph(model, cfg):
     for i in range(layers):
         p, at = f"model.layers.{i}", f"/model/layers.{i}"
         x = norm(f"{p}.input_layernorm.weight", f"{at}/input_layernorm")
-        qkv = np.concatenate([sd[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"], axis=0)
-        qkv_out = matmul(x, qkv, f"{at}/attn/qkv_proj")
-        if f"{p}.self_attn.q_proj.bias" in sd:  # Qwen2: the three biases packed likewise, one Add
-            bias = np.concatenate([sd[f"{p}.self_attn.{n}_proj.bias"] for n in "qkv"])
-            qkv_out = w.node("Add", [qkv_out, w.weight(f"model.layers.{i}.attn.qkv_proj.Add.bias", bias)],
-                             f"{at}/attn/qkv_proj/Add")
+        if qk_norm:  # Qwen3: q, k, v unpacked, q and k normalized per head on a [b, s x heads, hd] view
+            qkv = []
+            for n, heads in (("q", c.num_attention_heads), ("k", c.num_key_value_heads), ("v", 0)):
+                out = matmul(x, sd[f"{p}.self_attn.{n}_proj.weight"], f"{at}/attn/{n}_proj")
+                if heads:
+                    pre = f"{at}/attn/{n}_norm"
+                    view = w.node("Reshape", [out, w.int64([0, -1, hd])], f"{pre}/Reshape_1")
+                    weight = w.weight(f"model.layers.{i}.attn.{n}_norm.layernorm.weight", sd[f"{p}.self_attn.{n}_norm.weight"])
+                    normed = w.node("SimplifiedLayerNormalization", [view, weight], f"{pre}/SimplifiedLayerNormalization",
+                                    axis=-1, epsilon=eps, stash_type=1)
+                    out = w.node("Reshape", [normed, w.int64([0, -1, heads * hd])], f"{pre}/Reshape_2")
+                qkv.append(out)
+        else:
+            packed = np.concatenate([sd[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"], axis=0)
+            qkv = [matmul(x, packed, f"{at}/attn/qkv_proj"), "", ""]
+            if f"{p}.self_attn.q_proj.bias" in sd:  # Qwen2: the three biases packed likewise, one Add
+                bias = np.concatenate([sd[f"{p}.self_attn.{n}_proj.bias"] for n in "qkv"])
+                qkv[0] = w.node("Add", [qkv[0], w.weight(f"model.layers.{i}.attn.qkv_proj.Add.bias", bias)],
+                                f"{at}/attn/qkv_proj/Add")
         attn = w.node("GroupQueryAttention",
-                      [qkv_out, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
-                       "cos_cache", "sin_cache", "", "", ""],  # position_ids, attention_bias, sinks: none
+                      qkv + [f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
+                             "cos_cache", "sin_cache", "", "", ""],  # position_ids, attention_bias, sinks: none
                       f"{at}/attn/GroupQueryAttention",
                       [f"{at}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
                       domain="com.microsoft", num_heads=c.num_attention_heads, kv_num_heads=c.num_key_value_heads,
@@ -295,11 +316,13 @@ def main():
     ap.add_argument("--int4", action="store_true")
     ap.add_argument("--qwen2-tied", action="store_true")
     ap.add_argument("--gemma2", action="store_true")
+    ap.add_argument("--qwen3", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "llama3"
+    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "qwen3" if args.qwen3 else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
+              "qwen3_genai" if args.qwen3 else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)

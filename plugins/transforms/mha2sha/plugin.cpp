@@ -15,6 +15,7 @@
 #include "fused_head_views.h"
 #include "head_batch_views.h"
 #include "part_views.h"
+#include "row_head_views.h"
 #include "unit_head_views.h"
 
 namespace mha2sha {
@@ -60,6 +61,7 @@ GraphResult rewrite_graph(nf::Graph g, const Mha2shaOptions& opts, HeadWeights& 
                           std::vector<std::string>& rejected, std::vector<std::string>& left) {
   GraphResult r;
   unit_head_views(g);
+  row_head_views(g);
   head_batch_views(g);
   fused_head_views(g);
   part_views(g);
@@ -160,7 +162,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_TRANSFORM,
     "mha2sha",
-    "0.2.0",
+    "0.3.0",
     "multi-head attention as one attention per head (GQA aware), per-head projections with sliced weights and encodings",
     options_schema(),
     &kApi,
