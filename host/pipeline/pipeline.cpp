@@ -20,6 +20,7 @@
 #include "manifest/schema.h"
 #include "onnx/onnx_io.h"
 #include "pipeline/cache_branch.h"
+#include "pipeline/constant_branches.h"
 #include "pipeline/checkpoints.h"
 #include "pipeline/constant_weights.h"
 #include "pipeline/fused_cache.h"
@@ -269,6 +270,10 @@ std::string read_source_forms(ir::Graph& g, int64_t heads, bool say) {
   if (std::string merge = inline_cache_branch(g); !merge.empty())
     changed("inline_cache_branch",
             "merged decoder (optimum's decoder_model_merged): the If '" + merge + "' read as its branch with the KV cache");
+  if (size_t selected = select_constant_branches(g))
+    changed("select_constant_branches",
+            std::to_string(selected) + " If node(s) choosing between constant tables (ONNX Runtime GenAI's LongRoPE "
+                                       "cos/sin caches) read as a Slice of both, chosen by the same condition");
   if (size_t expanded = expand_microsoft_ops(g))
     changed("expand_microsoft_ops", std::to_string(expanded) +
                                         " ONNX Runtime contrib operators (GroupQueryAttention, "

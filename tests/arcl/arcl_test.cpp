@@ -204,6 +204,21 @@ TEST(ArclGraphs, BiasCutFromAConstantMustBeLinear) {
   EXPECT_NE(r.error.find("is not linear along the keys"), std::string::npos) << r.error;
 }
 
+// ONNX Runtime GenAI's LongRoPE export picks its rotary tables by the sequence's length
+// (If(total length > 256), legacy/phi3_genai_longrope). A variant of CL <= 256 never passes
+// it and runs the short tables (torch's tokens); one of CL 512 would have to switch inside
+// the variant, which a static graph cannot: refused in one line naming the length.
+TEST(ArclGolden, LengthSwitchFoldedWithinTheContext) {
+  expect_golden("legacy/phi3_genai_longrope", kAr14Cl32);
+  auto ms = load_model("legacy/phi3_genai_longrope");
+  TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 512}});
+  EXPECT_NE(r.error.find("the model changes what it computes when the sequence passes 256 tokens "
+                         "('/model/rotemb_caches_subgraph/Greater'"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("build with context_length <= 256"), std::string::npos) << r.error;
+}
+
 // key_positions holds one position per column of CL. A sliding cache (SCL variants) would
 // need its own columns: arcl refuses ALiBi there in one line, as with a KV prefix.
 TEST(ArclOptions, AlibiTakesNoSlidingCache) {

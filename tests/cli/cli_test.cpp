@@ -61,8 +61,20 @@ INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
 // tied exports. The bare-model run read only 16-bit floats before (the int4 one failed).
 const char* kExportForms[] = {"legacy/llama3_merged",      "legacy/llama3_functions",  "zoo/llama3_cache_positions",
                               "legacy/llama3_genai",       "legacy/llama3_genai_int4", "legacy/qwen2_genai_tied",
-                              "legacy/mistral_swa_genai"};  // GQA's local window in the expanded mask
+                              "legacy/mistral_swa_genai",  // GQA's local window in the expanded mask
+                              "legacy/qwen3_genai",        "legacy/phi3_genai_longrope"};
 INSTANTIATE_TEST_SUITE_P(ExportForms, RunGolden, ::testing::ValuesIn(kExportForms));
+
+// ONNX Runtime GenAI's LongRoPE tables, chosen by If(total length > 256): a 300-token prompt
+// runs the long ones. The bare model gives ONNX Runtime's tokens (golden.json's long_prompt;
+// with the short tables' frequencies they part from the 12th).
+TEST(Run, LongRopeTablesPastTheOriginalLength) {
+  const nlohmann::json g = golden("legacy/phi3_genai_longrope").at("long_prompt");
+  auto r = npuforge({"run", model_dir("legacy/phi3_genai_longrope") + "/model.onnx", "--prompt-ids",
+                     join_ids(g["prompt_ids"]), "--max-new-tokens", std::to_string(g["generated_ids"].size()), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], g["generated_ids"]);
+}
 
 // config.json's eos_token_id ends generation beside the tokenizer's own end tokens: a model
 // whose end-of-turn token no tokenizer list names (Command R, EXAONE) stops there. A config

@@ -47,7 +47,16 @@ SimplifiedLayerNormalization and viewed back as [batch, rows, heads x head_dim],
 to GroupQueryAttention unpacked (tests/models/legacy/qwen3_genai). The zoo's qwen3 is tied: the
 table is stored once, as --qwen2-tied's.
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --qwen3 | --mistral-swa] [--out DIR]
+--phi3-longrope writes zoo/phi3 as the builder writes a LongRoPE Phi-3 (Phi-3.5-mini, Phi-4-mini):
+q/k/v and gate/up unpacked from Phi-3's packed weights, and the rotary tables chosen at run time
+(make_rotary_embedding_multi_cache): If(total length > original_max_position_embeddings, 256
+here) holds the long-factor tables (2 x max_position_embeddings rows, frequencies divided by
+LONG_FACTORS) in its then-branch and the short ones (the zoo's own: factors 1) in its
+else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The golden is the
+zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables.
+
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --qwen3 | --phi3-longrope |
+                                                        --mistral-swa] [--out DIR]
 """
 import argparse
 import json
@@ -65,6 +74,10 @@ import legacy_export as legacy
 import make_family_zoo as zoo
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# --phi3-longrope's long factors (zoo/phi3's head_dim 16: one per rotary frequency), in the
+# range Phi-3.5-mini's long_factor spans; its short factors are all 1 (the zoo's own tables).
+LONG_FACTORS = [1.0, 1.2, 1.9, 3.4, 6.5, 12.0, 22.0, 36.0]
+LONG_PROMPT = 300  # tokens of the long-prompt golden: past original_max_position_embeddings (256)
 
 
 class Writer:
@@ -104,19 +117,29 @@ class Writer:
         return self.constants[key]
 
 
-def rope_caches(model, max_positions):
+def rope_caches(model, max_positions, factors=None):
     """cos_cache / sin_cache [max_positions, head_dim / 2]: the rotary's angles at each position,
     from the model's own inverse frequencies (Llama-3's scaled ones; Qwen2's per layer, the same
-    in each)."""
+    in each), each divided by its LongRoPE factor when given."""
     inv_freq = next(m.inv_freq for m in model.modules() if hasattr(m, "inv_freq")).double()
+    if factors is not None:
+        inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float64)
     freqs = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
     return freqs.cos().float().numpy(), freqs.sin().float().numpy()
 
 
-def build_graph(model, cfg):
+def build_graph(model, cfg, longrope=False):
     c, w = model.config, Writer()
     layers, hd = c.num_hidden_layers, c.head_dim
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    for i in range(layers):  # Phi-3's packed qkv_proj and gate_up_proj: the builder unpacks both
+        p = f"model.layers.{i}"
+        if f"{p}.self_attn.qkv_proj.weight" in sd:
+            rows = np.cumsum([c.num_attention_heads * hd, c.num_key_value_heads * hd])
+            for n, part in zip("qkv", np.split(sd.pop(f"{p}.self_attn.qkv_proj.weight"), rows)):
+                sd[f"{p}.self_attn.{n}_proj.weight"] = part
+        if f"{p}.mlp.gate_up_proj.weight" in sd:
+            sd[f"{p}.mlp.gate_proj.weight"], sd[f"{p}.mlp.up_proj.weight"] = np.split(sd.pop(f"{p}.mlp.gate_up_proj.weight"), 2)
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
     mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
     cache = lambda name, length: helper.make_tensor_value_info(name, TensorProto.FLOAT,
@@ -134,8 +157,24 @@ def build_graph(model, cfg):
     total_len = w.node("Cast", [w.node("Gather", [shape, w.int64(1)], f"{sub}/Gather", axis=0)], f"{sub}/Gather/Cast",
                        to=TensorProto.INT32)
     cos, sin = rope_caches(model, c.max_position_embeddings)
-    w.weight("cos_cache", cos)
-    w.weight("sin_cache", sin)
+    if longrope:  # make_rotary_embedding_multi_cache: If(total length > original) picks the tables
+        long_cos, long_sin = rope_caches(model, 2 * c.max_position_embeddings, LONG_FACTORS)
+        tables = {"cos_cache_large": long_cos, "sin_cache_large": long_sin, "cos_cache_small": cos, "sin_cache_small": sin}
+        def branch(size, name):
+            consts = [helper.make_node("Constant", [], [f"{k}_cache_{size}"], name=f"/{size}/{k}_cache/Constant",
+                                       value=numpy_helper.from_array(tables[f"{k}_cache_{size}"], ""))
+                      for k in ("cos", "sin")]
+            outs = [helper.make_tensor_value_info(f"{k}_cache_{size}", TensorProto.FLOAT, list(tables[f"{k}_cache_{size}"].shape))
+                    for k in ("cos", "sin")]
+            return helper.make_graph(consts, name, [], outs)
+        greater = w.node("Greater", [f"{sub}/Gather/output_0", w.int64(c.original_max_position_embeddings)],
+                         "/model/rotemb_caches_subgraph/Greater")
+        w.node("If", [greater], "/model/rotemb_caches_subgraph/If", ["cos_cache", "sin_cache"],
+               then_branch=branch("large", "large_rotemb_caches_graph"),
+               else_branch=branch("small", "small_rotemb_caches_graph"))
+    else:
+        w.weight("cos_cache", cos)
+        w.weight("sin_cache", sin)
 
     if c.tie_word_embeddings:  # fp32 shares the table: the embedding reads the LM head's [H, V] transposed
         w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)
@@ -317,12 +356,14 @@ def main():
     ap.add_argument("--qwen2-tied", action="store_true")
     ap.add_argument("--gemma2", action="store_true")
     ap.add_argument("--qwen3", action="store_true")
+    ap.add_argument("--phi3-longrope", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "qwen3" if args.qwen3 else "llama3"
+    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "qwen3" if args.qwen3 else \
+        "phi3" if args.phi3_longrope else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
-              "qwen3_genai" if args.qwen3 else
+              "qwen3_genai" if args.qwen3 else "phi3_genai_longrope" if args.phi3_longrope else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
@@ -341,7 +382,7 @@ def main():
     for stale in (path, path + ".data"):
         if os.path.exists(stale):
             os.remove(stale)
-    graph = build_graph(model, cfg)
+    graph = build_graph(model, cfg, longrope=args.phi3_longrope)
     if args.int4:
         graph, dequantized = to_int4(graph)
         load_dequantized(model, dequantized)
@@ -361,6 +402,33 @@ def main():
         onnx.save(graph, checked, save_as_external_data=True, location="float_activations.onnx.data", size_threshold=0)
     got = legacy.check_in_ort(checked, golden)
     print(f"{out}: ONNX Runtime greedy == the golden {got}")
+    if args.phi3_longrope:
+        long_prompt_golden(out, path, model, cfg, golden)
+
+
+def long_prompt_golden(out, path, model, cfg, golden):
+    """golden.json's "long_prompt": a prompt past original_max_position_embeddings, so the If
+    takes the long tables, decoded by ONNX Runtime (the oracle for that branch). Checked to
+    differ from the tokens of the same file with factor-1 long tables, so a reader that took
+    the short tables' numbers past the threshold fails on it."""
+    prompt = np.random.default_rng(7).integers(3, cfg["vocab_size"], LONG_PROMPT).tolist()
+    tokens = legacy.ort_greedy(path, prompt, 16)
+    graph = onnx.load(path)
+    plain = dict(zip(("cos_cache_large", "sin_cache_large"), rope_caches(model, 2 * cfg["max_position_embeddings"])))
+    for node in graph.graph.node:
+        if node.op_type == "If":
+            for a in node.attribute:
+                for const in (a.g.node if a.name == "then_branch" else []):
+                    const.attribute[0].t.CopyFrom(numpy_helper.from_array(plain[const.output[0]], ""))
+    unscaled = os.path.join(tempfile.mkdtemp(), "unscaled.onnx")
+    onnx.save(graph, unscaled, save_as_external_data=True, location="unscaled.onnx.data", size_threshold=0)
+    short = legacy.ort_greedy(unscaled, prompt, 16)
+    assert short != tokens, "the long factors do not change the tokens"
+    golden["long_prompt"] = {"prompt_ids": prompt, "generated_ids": tokens,
+                             "procedure": "ONNX Runtime greedy from an empty cache; the prompt is past "
+                                          "original_max_position_embeddings, so the rotary tables are the long ones"}
+    legacy.write_files(out, cfg, golden)
+    print(f"{out}: long prompt ({LONG_PROMPT} tokens), ONNX Runtime greedy {tokens}")
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ const nf_plugin_descriptor kDescriptor = {
     sizeof(nf_plugin_descriptor),
     NF_KIND_TRANSFORM,
     "arcl",
-    "0.5.0",
+    "0.6.0",
     "static AR/CL variants of a decoder: fixed KV cache buffers, explicit attention mask, folded shapes",
     options_schema(),
     &kApi,

@@ -14,6 +14,7 @@
 #include "cache_positions.h"
 #include "gather_slices.h"
 #include "key_positions.h"
+#include "length_switches.h"
 
 namespace arcl {
 namespace {
@@ -203,6 +204,7 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
 
   // The source's mask subgraph (causal, window and padding parts) must now be dead, and
   // so must every use of inputs the static graph does not have.
+  fold_length_switches(g, names, source_mask, v.cl, what);
   nf::graph::eliminate_dead_nodes(g);
   check_unused(g, source_mask, what + ": the source attention_mask is used outside the attention mask subgraph");
   std::set<std::string> kept(inputs.begin(), inputs.end());
