@@ -40,6 +40,12 @@ prompt that it cuts into) as the builder writes Mistral: local_window_size = sli
 each GroupQueryAttention (tests/models/legacy/mistral_swa_genai). ONNX Runtime gives its
 windowed golden exactly (with a window of 7 or 9 the tokens differ from the 10th or 4th on).
 
+--gemma3 writes zoo/gemma3 as the builder's Gemma3Model does: Gemma-2's layout without soft-capping,
+q and k normalized per head as --qwen3's (weights 1 + w), two table pairs (cos_cache_global /
+sin_cache_global at rope_theta, cos_cache_local / sin_cache_local at rope_local_base_freq) and
+on the sliding layers (all but every sliding_window_pattern-th: one version of gemma.py fixes the
+pattern at 6, the zoo's is 3) the local pair and local_window_size (tests/models/legacy/gemma3_genai).
+
 --qwen3 writes zoo/qwen3 as the builder writes Qwen3 (Qwen3Model: q_norm and k_norm): q, k and v
 as three MatMuls (the builder packs them only without q/k norms), q and k each viewed as
 [batch, rows x heads, head_dim] by a Reshape, RMS-normalized per head by a
@@ -55,7 +61,7 @@ LONG_FACTORS) in its then-branch and the short ones (the zoo's own: factors 1) i
 else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The golden is the
 zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables.
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --qwen3 | --phi3-longrope |
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope |
                                                         --mistral-swa] [--out DIR]
 """
 import argparse
@@ -117,11 +123,13 @@ class Writer:
         return self.constants[key]
 
 
-def rope_caches(model, max_positions, factors=None):
+def rope_caches(model, max_positions, factors=None, inv_freq=None):
     """cos_cache / sin_cache [max_positions, head_dim / 2]: the rotary's angles at each position,
     from the model's own inverse frequencies (Llama-3's scaled ones; Qwen2's per layer, the same
-    in each), each divided by its LongRoPE factor when given."""
-    inv_freq = next(m.inv_freq for m in model.modules() if hasattr(m, "inv_freq")).double()
+    in each; or `inv_freq`), each divided by its LongRoPE factor when given."""
+    if inv_freq is None:
+        inv_freq = next(m.inv_freq for m in model.modules() if hasattr(m, "inv_freq"))
+    inv_freq = inv_freq.double()
     if factors is not None:
         inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float64)
     freqs = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
@@ -157,7 +165,14 @@ def build_graph(model, cfg, longrope=False):
     total_len = w.node("Cast", [w.node("Gather", [shape, w.int64(1)], f"{sub}/Gather", axis=0)], f"{sub}/Gather/Cast",
                        to=TensorProto.INT32)
     cos, sin = rope_caches(model, c.max_position_embeddings)
-    if longrope:  # make_rotary_embedding_multi_cache: If(total length > original) picks the tables
+    model_type = getattr(c, "model_type", "")
+    gemma3 = model_type == "gemma3_text"
+    if gemma3:  # make_rotary_embedding_multi_cache (Gemma3Model): global and local tables, by theta
+        for kind, rotary in (("global", model.model.rotary_emb), ("local", model.model.rotary_emb_local)):
+            tables = rope_caches(model, c.max_position_embeddings, inv_freq=rotary.inv_freq)
+            w.weight(f"cos_cache_{kind}", tables[0])
+            w.weight(f"sin_cache_{kind}", tables[1])
+    elif longrope:  # make_rotary_embedding_multi_cache: If(total length > original) picks the tables
         long_cos, long_sin = rope_caches(model, 2 * c.max_position_embeddings, LONG_FACTORS)
         tables = {"cos_cache_large": long_cos, "sin_cache_large": long_sin, "cos_cache_small": cos, "sin_cache_small": sin}
         def branch(size, name):
@@ -182,11 +197,12 @@ def build_graph(model, cfg, longrope=False):
     else:
         table = w.weight("model.embed_tokens.weight", sd["model.embed_tokens.weight"])
     hidden = w.node("Gather", [table, "input_ids"], "/model/embed_tokens/Gather")
-    gemma2 = c.model_type == "gemma2"
-    if gemma2:  # the embeddings x round(sqrt(hidden), 2); RMSNorm weights stored as 1 + w
+    gemma = model_type in ("gemma2", "gemma3_text")
+    if gemma:  # the embeddings x round(sqrt(hidden), 2); RMSNorm weights stored as 1 + w
         hidden = w.node("Mul", [hidden, w.float(float(np.round(np.sqrt(c.hidden_size), 2)))], "/model/embed_tokens/Mul")
-    offset = 1.0 if gemma2 else 0.0
-    qk_norm = getattr(c, "model_type", "") == "qwen3"  # the builder's q_norm / k_norm attention (builders/qwen.py, Qwen3Model)
+    offset = 1.0 if gemma else 0.0
+    # the builder's q_norm / k_norm attention (builders/qwen.py Qwen3Model, gemma.py Gemma3Model)
+    qk_norm = model_type in ("qwen3", "gemma3_text")
     eps = float(c.rms_norm_eps)
     residual, sublayer = hidden, None
 
@@ -221,7 +237,8 @@ def build_graph(model, cfg, longrope=False):
                 if heads:
                     pre = f"{at}/attn/{n}_norm"
                     view = w.node("Reshape", [out, w.int64([0, -1, hd])], f"{pre}/Reshape_1")
-                    weight = w.weight(f"model.layers.{i}.attn.{n}_norm.layernorm.weight", sd[f"{p}.self_attn.{n}_norm.weight"])
+                    weight = w.weight(f"model.layers.{i}.attn.{n}_norm.layernorm.weight",
+                                      sd[f"{p}.self_attn.{n}_norm.weight"] + offset)
                     normed = w.node("SimplifiedLayerNormalization", [view, weight], f"{pre}/SimplifiedLayerNormalization",
                                     axis=-1, epsilon=eps, stash_type=1)
                     out = w.node("Reshape", [normed, w.int64([0, -1, heads * hd])], f"{pre}/Reshape_2")
@@ -233,35 +250,41 @@ def build_graph(model, cfg, longrope=False):
                 bias = np.concatenate([sd[f"{p}.self_attn.{n}_proj.bias"] for n in "qkv"])
                 qkv[0] = w.node("Add", [qkv[0], w.weight(f"model.layers.{i}.attn.qkv_proj.Add.bias", bias)],
                                 f"{at}/attn/qkv_proj/Add")
+        # Gemma-2 slides on the even layers (transformers' parity), Gemma-3 on all but every
+        # sliding_window_pattern-th (is_local, with the local tables), the rest on every layer.
+        sliding = (i % 2 == 0 if model_type == "gemma2" else
+                   (i + 1) % c.sliding_window_pattern != 0 if gemma3 else True)
+        tables = [f"cos_cache_{'local' if sliding else 'global'}", f"sin_cache_{'local' if sliding else 'global'}"] \
+            if gemma3 else ["cos_cache", "sin_cache"]
         attn = w.node("GroupQueryAttention",
-                      qkv + [f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len,
-                             "cos_cache", "sin_cache", "", "", ""],  # position_ids, attention_bias, sinks: none
+                      qkv + [f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len]
+                      + tables + ["", "", ""],  # position_ids, attention_bias, sinks: none
                       f"{at}/attn/GroupQueryAttention",
                       [f"{at}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
                       domain="com.microsoft", num_heads=c.num_attention_heads, kv_num_heads=c.num_key_value_heads,
-                      # Gemma-2: q scaled by query_pre_attn_scalar^-0.5, scores soft-capped, the
-                      # even layers sliding (transformers' parity)
-                      scale=float((c.query_pre_attn_scalar if gemma2 else hd) ** -0.5),
-                      local_window_size=(c.sliding_window or -1) if not gemma2 or i % 2 == 0 else -1,
-                      softcap=float(c.attn_logit_softcapping) if gemma2 else 0.0, do_rotary=1, rotary_interleaved=0)
+                      # Gemma: q scaled by query_pre_attn_scalar^-0.5, scores soft-capped (Gemma-2)
+                      scale=float((c.query_pre_attn_scalar if gemma else hd) ** -0.5),
+                      local_window_size=(c.sliding_window or -1) if sliding else -1,
+                      softcap=float(getattr(c, "attn_logit_softcapping", None) or 0.0), do_rotary=1,
+                      rotary_interleaved=0)
         sublayer = matmul(attn[0], sd[f"{p}.self_attn.o_proj.weight"], f"{at}/attn/o_proj")
-        if gemma2:  # a norm after attention, then the one before the MLP takes the residual Add
+        if gemma:  # a norm after attention, then the one before the MLP takes the residual Add
             sublayer = plain_norm(f"{p}.post_attention_layernorm.weight", sublayer, f"{at}/post_attention_layernorm")
             x = norm(f"{p}.pre_feedforward_layernorm.weight", f"{at}/pre_feedforward_layernorm")
         else:
             x = norm(f"{p}.post_attention_layernorm.weight", f"{at}/post_attention_layernorm")
         gate = matmul(x, sd[f"{p}.mlp.gate_proj.weight"], f"{at}/mlp/gate_proj")
         up = matmul(x, sd[f"{p}.mlp.up_proj.weight"], f"{at}/mlp/up_proj")
-        if gemma2:  # gelu_pytorch_tanh: the standard Gelu (opset 20) under the builder's FastGelu name
+        if gemma:  # gelu_pytorch_tanh: the standard Gelu (opset 20) under the builder's FastGelu name
             act = w.node("Gelu", [gate], f"{at}/mlp/act_fn/FastGelu", approximate="tanh")
         else:
             act = w.node("Mul", [gate, w.node("Sigmoid", [gate], f"{at}/mlp/act_fn/Sigmoid")], f"{at}/mlp/act_fn/Mul")
         sublayer = matmul(w.node("Mul", [act, up], f"{at}/mlp/Mul"), sd[f"{p}.mlp.down_proj.weight"], f"{at}/mlp/down_proj")
-        if gemma2:
+        if gemma:
             sublayer = plain_norm(f"{p}.post_feedforward_layernorm.weight", sublayer, f"{at}/post_feedforward_layernorm")
     x = norm("model.norm.weight", f"/model/layers.{layers}/final_norm_layernorm", last=True)
     head = "lm_head.MatMul.weight" if c.tie_word_embeddings else w.weight("lm_head.MatMul.weight", sd["lm_head.weight"].T)
-    if gemma2:  # final logit soft-capping: Div, Tanh, Mul
+    if getattr(c, "final_logit_softcapping", None):  # final logit soft-capping: Div, Tanh, Mul
         cap = w.float(float(c.final_logit_softcapping))
         scores = w.node("MatMul", [x, head], "/lm_head/MatMul")
         capped = w.node("Tanh", [w.node("Div", [scores, cap], "/lm_head/softcap/Div")], "/lm_head/softcap/Tanh")
@@ -356,14 +379,15 @@ def main():
     ap.add_argument("--qwen2-tied", action="store_true")
     ap.add_argument("--gemma2", action="store_true")
     ap.add_argument("--qwen3", action="store_true")
+    ap.add_argument("--gemma3", action="store_true")
     ap.add_argument("--phi3-longrope", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
-    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "qwen3" if args.qwen3 else \
+    name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "gemma3" if args.gemma3 else "qwen3" if args.qwen3 else \
         "phi3" if args.phi3_longrope else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
-              "qwen3_genai" if args.qwen3 else "phi3_genai_longrope" if args.phi3_longrope else
+              "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi3_genai_longrope" if args.phi3_longrope else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
