@@ -51,6 +51,9 @@ ir::Tensor dequantized(const ir::Graph& g, const ir::Node& n) {
       for (int64_t i = 0; i < block && b * block + i < K; ++i)
         out[(b * block + i) * N + col] = static_cast<float>(unpack(blk, i) - z) * s;
     }
+  // Read once: a mapped source's pages of them leave the resident set (~K x N / 2 bytes each).
+  for (const ir::Tensor* t : {codes, scales, zeros})
+    if (t) t->drop_pages();
   return w;
 }
 

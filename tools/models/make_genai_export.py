@@ -61,8 +61,13 @@ LONG_FACTORS) in its then-branch and the short ones (the zoo's own: factors 1) i
 else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The golden is the
 zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables.
 
+--zeros CONFIG (with --out, and --int4 for the int4 form) writes a config.json's shapes with zero
+weights and unit norms, untied, 4096 positions, no golden: the size benches' GenAI models
+(bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
+
     /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope |
                                                         --mistral-swa] [--out DIR]
+    /usr/bin/python3 tools/models/make_genai_export.py --zeros tools/models/configs/llama-3.2-1b.json --int4 --out DIR
 """
 import argparse
 import json
@@ -373,6 +378,32 @@ def mistral_swa():
     return model, cfg, golden
 
 
+def zero_model(config_path):
+    """A decoder of config.json's shapes (Llama's module names, untied, 4096 positions) with
+    zero weights and unit norms, as build_graph reads a model: for the size benches."""
+    with open(config_path) as f:
+        cfg = json.load(f)
+    cfg.update(tie_word_embeddings=False, max_position_embeddings=4096, sliding_window=None)
+    c = types.SimpleNamespace(**cfg)
+    hidden, hd = c.hidden_size, c.head_dim
+    kv = c.num_key_value_heads * hd
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, hidden), "lm_head.weight": (c.vocab_size, hidden)}
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}"
+        shapes.update({f"{p}.self_attn.q_proj.weight": (c.num_attention_heads * hd, hidden),
+                       f"{p}.self_attn.k_proj.weight": (kv, hidden), f"{p}.self_attn.v_proj.weight": (kv, hidden),
+                       f"{p}.self_attn.o_proj.weight": (hidden, c.num_attention_heads * hd),
+                       f"{p}.mlp.gate_proj.weight": (c.intermediate_size, hidden),
+                       f"{p}.mlp.up_proj.weight": (c.intermediate_size, hidden),
+                       f"{p}.mlp.down_proj.weight": (hidden, c.intermediate_size)})
+    sd = {k: torch.zeros(v) for k, v in shapes.items()}
+    for name in ["model.norm.weight"] + [f"model.layers.{i}.{n}_layernorm.weight" for i in range(c.num_hidden_layers)
+                                         for n in ("input", "post_attention")]:
+        sd[name] = torch.ones(hidden)
+    rotary = types.SimpleNamespace(inv_freq=1.0 / (c.rope_theta ** (torch.arange(0, hd, 2).double() / hd)))
+    return types.SimpleNamespace(config=c, state_dict=lambda: sd, modules=lambda: [rotary]), cfg
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--int4", action="store_true")
@@ -382,8 +413,20 @@ def main():
     ap.add_argument("--gemma3", action="store_true")
     ap.add_argument("--phi3-longrope", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
+    ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.zeros:
+        model, cfg = zero_model(args.zeros)
+        graph = build_graph(model, cfg)
+        if args.int4:
+            graph, _ = to_int4(graph)
+        os.makedirs(args.out, exist_ok=True)
+        onnx.save(graph, os.path.join(args.out, "model.onnx"), save_as_external_data=True,
+                  all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0)
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        return
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "gemma3" if args.gemma3 else "qwen3" if args.qwen3 else \
         "phi3" if args.phi3_longrope else "llama3"
     folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
