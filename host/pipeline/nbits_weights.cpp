@@ -7,82 +7,189 @@ namespace nf::host {
 namespace {
 
 bool is_nbits(const ir::Node& n) { return n.op_type == "MatMulNBits" && n.domain == "com.microsoft"; }
+bool is_gather_quantized(const ir::Node& n) { return n.op_type == "GatherBlockQuantized" && n.domain == "com.microsoft"; }
 
 int64_t attr(const ir::Node& n, const char* name, int64_t dflt) {
   auto it = n.attrs.find(name);
   return it == n.attrs.end() ? dflt : it->second.i;
 }
 
-// The float weight [K, N] of one MatMulNBits node.
-ir::Tensor dequantized(const ir::Graph& g, const ir::Node& n) {
-  auto refuse = [&](const std::string& why) -> ir::Tensor {
-    throw std::runtime_error("MatMulNBits '" + n.name + "': " + why);
-  };
-  const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0), bits = attr(n, "bits", 4), block = attr(n, "block_size", 0);
-  if (K <= 0 || N <= 0 || block < 16 || (block & (block - 1)) != 0)
-    return refuse("K, N and block_size (a power of two >= 16) must be given");
-  if (bits != 2 && bits != 4 && bits != 8) return refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
-  if (n.inputs.size() > 4 && !n.inputs[4].empty()) return refuse("its g_idx input (act-order) is not read");
-  const int64_t blocks = (K + block - 1) / block, blob = block * bits / 8;
-  const ir::Tensor* codes = n.inputs.size() > 1 ? g.initializer(n.inputs[1]) : nullptr;
-  const ir::Tensor* scales = n.inputs.size() > 2 ? g.initializer(n.inputs[2]) : nullptr;
-  if (!codes || codes->dtype != NF_DTYPE_UINT8 || codes->numel() != N * blocks * blob || !codes->data())
-    return refuse("its codes are not a uint8 constant of N x ceil(K / block_size) x block_size x bits / 8 bytes");
-  if (!scales || scales->dtype != NF_DTYPE_FLOAT32 || scales->numel() != N * blocks || !scales->data())
-    return refuse("its scales are not a float constant of N x ceil(K / block_size) values");
-  const ir::Tensor* zeros = n.inputs.size() > 3 && !n.inputs[3].empty() ? g.initializer(n.inputs[3]) : nullptr;
-  const int64_t zero_row = (blocks * bits + 7) / 8;  // packed zero points of one column
-  if (n.inputs.size() > 3 && !n.inputs[3].empty() &&
-      (!zeros || zeros->dtype != NF_DTYPE_UINT8 || zeros->numel() != N * zero_row || !zeros->data()))
-    return refuse("its zero points are not packed uint8 constants (float zero points are not read)");
+// The constant `v` is: an initializer, or one behind ops that keep its bytes (Identity,
+// Reshape, and a Cast to the type it has: a 16-bit scale widened on load). `via` collects them.
+const ir::Tensor* constant(const ir::Graph& g, const std::string& v, std::vector<const ir::Node*>* via) {
+  if (const ir::Tensor* t = g.initializer(v)) return t;
+  const ir::Node* p = g.producer(v);
+  if (!p || !p->domain.empty() || p->inputs.empty() ||
+      (p->op_type != "Identity" && p->op_type != "Reshape" && p->op_type != "Cast"))
+    return nullptr;
+  const ir::Tensor* t = constant(g, p->inputs[0], via);
+  if (!t || (p->op_type == "Cast" && attr(*p, "to", -1) != t->dtype)) return nullptr;
+  via->push_back(p);
+  return t;
+}
 
-  const auto* code = static_cast<const uint8_t*>(codes->data());
-  const auto* zero = zeros ? static_cast<const uint8_t*>(zeros->data()) : nullptr;
-  const float* scale = scales->as<float>();
-  const int per_byte = static_cast<int>(8 / bits), mask = (1 << bits) - 1;
-  auto unpack = [&](const uint8_t* bytes, int64_t i) { return (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask; };
-  ir::Tensor w = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {K, N});
-  float* out = static_cast<float*>(w.mutable_data());
-  for (int64_t col = 0; col < N; ++col)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float s = scale[col * blocks + b];
-      const int z = zero ? unpack(zero + col * zero_row, b) : 1 << (bits - 1);
-      const uint8_t* blk = code + (col * blocks + b) * blob;
-      for (int64_t i = 0; i < block && b * block + i < K; ++i)
-        out[(b * block + i) * N + col] = static_cast<float>(unpack(blk, i) - z) * s;
-    }
-  // Read once: a mapped source's pages of them leave the resident set (~K x N / 2 bytes each).
+// The int64 values of a constant: an initializer or a Constant node's.
+std::vector<int64_t> int64s(const ir::Graph& g, const std::string& v) {
+  const ir::Tensor* t = g.initializer(v);
+  if (const ir::Node* p = g.producer(v); !t && p && p->op_type == "Constant" && p->domain.empty())
+    if (auto a = p->attrs.find("value"); a != p->attrs.end() && a->second.t) t = &a->second.t->tensor;
+  if (!t || t->dtype != NF_DTYPE_INT64 || !t->data()) return {};
+  return {t->as<int64_t>(), t->as<int64_t>() + t->numel()};
+}
+
+// The dims of `v`, a constant's view (constant() found it): a Reshape's target, with 0 and -1
+// resolved; through Identity and Cast, the dims of what they read.
+std::vector<int64_t> view_dims(const ir::Graph& g, const std::string& v) {
+  if (const ir::Tensor* t = g.initializer(v)) return t->dims;
+  const ir::Node* p = g.producer(v);
+  if (!p || p->inputs.empty()) return {};
+  const std::vector<int64_t> in = view_dims(g, p->inputs[0]);
+  if (p->op_type != "Reshape" || in.empty()) return in;
+  std::vector<int64_t> out = p->inputs.size() > 1 ? int64s(g, p->inputs[1]) : std::vector<int64_t>{};
+  int64_t known = 1, total = 1, unknown = -1;
+  for (int64_t d : in) total *= d;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0 && i < in.size()) out[i] = in[i];
+    if (out[i] == -1) unknown = static_cast<int64_t>(i);
+    else known *= out[i];
+  }
+  if (unknown >= 0 && known > 0) out[static_cast<size_t>(unknown)] = total / known;
+  return out;
+}
+
+// Rows of K values stored as `bits`-bit codes (several a byte, the first in the low bits) in
+// blocks of `block` along the row, a scale per block and row, and packed zero points per row
+// (or none: 2^(bits - 1)): what MatMulNBits keeps per output column and GatherBlockQuantized
+// per table row. Value = (code - zero point) x scale.
+struct BlockCodes {
+  const uint8_t* codes;
+  const float* scales;
+  const uint8_t* zeros;  // may be null
+  int64_t rows, K, bits, block, row_bytes;
+  int64_t blocks() const { return (K + block - 1) / block; }
+
+  template <class Put>  // put(row, k, value)
+  void dequantize(Put put) const {
+    const int per_byte = static_cast<int>(8 / bits), mask = (1 << bits) - 1;
+    auto unpack = [&](const uint8_t* bytes, int64_t i) { return (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask; };
+    const int64_t n_blocks = blocks(), zero_row = (n_blocks * bits + 7) / 8;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const float s = scales[r * n_blocks + b];
+        const int z = zeros ? unpack(zeros + r * zero_row, b) : 1 << (bits - 1);
+        for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k)
+          put(r, k, static_cast<float>(unpack(codes + r * row_bytes, k) - z) * s);
+      }
+  }
+};
+
+// The parts of a BlockCodes every node checks alike; throws with `refuse`'s line.
+template <class Refuse>
+BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, int64_t rows, int64_t K, int64_t row_bytes,
+                       std::vector<const ir::Node*>* via, Refuse refuse) {
+  const int64_t bits = attr(n, "bits", 4), block = attr(n, "block_size", n.op_type == "MatMulNBits" ? 0 : 128);
+  if (block < 16 || (block & (block - 1)) != 0) refuse("its block_size must be a power of two >= 16");
+  if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
+  BlockCodes c{nullptr, nullptr, nullptr, rows, K, bits, block, row_bytes};
+  const ir::Tensor* codes = n.inputs.size() > (is_nbits(n) ? 1 : 0) ? constant(g, n.inputs[is_nbits(n) ? 1 : 0], via) : nullptr;
+  const ir::Tensor* scales = n.inputs.size() > 2 ? constant(g, n.inputs[2], via) : nullptr;
+  if (!codes || codes->dtype != NF_DTYPE_UINT8 || codes->numel() != rows * row_bytes || !codes->data())
+    refuse("its codes are not a uint8 constant of " + std::to_string(rows) + " rows of " + std::to_string(K) + " " +
+           std::to_string(bits) + "-bit values in blocks of " + std::to_string(block));
+  if (!scales || scales->dtype != NF_DTYPE_FLOAT32 || scales->numel() != rows * c.blocks() || !scales->data())
+    refuse("its scales are not a float constant of one value per block and row");
+  const std::string zero_name = n.inputs.size() > 3 ? n.inputs[3] : "";
+  const ir::Tensor* zeros = zero_name.empty() ? nullptr : constant(g, zero_name, via);
+  if (!zero_name.empty() &&
+      (!zeros || zeros->dtype != NF_DTYPE_UINT8 || zeros->numel() != rows * ((c.blocks() * bits + 7) / 8) || !zeros->data()))
+    refuse("its zero points are not packed uint8 constants (float zero points are not read)");
+  c.codes = static_cast<const uint8_t*>(codes->data());
+  c.scales = scales->as<float>();
+  c.zeros = zeros ? static_cast<const uint8_t*>(zeros->data()) : nullptr;
+  // Read once: a mapped source's pages of them leave the resident set.
   for (const ir::Tensor* t : {codes, scales, zeros})
     if (t) t->drop_pages();
+  return c;
+}
+
+// The float weight [K, N] of one MatMulNBits node.
+ir::Tensor matmul_weight(const ir::Graph& g, const ir::Node& n, std::vector<const ir::Node*>* via) {
+  auto refuse = [&](const std::string& why) { throw std::runtime_error("MatMulNBits '" + n.name + "': " + why); };
+  const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0), bits = attr(n, "bits", 4), block = attr(n, "block_size", 0);
+  if (K <= 0 || N <= 0 || block <= 0) refuse("K, N and block_size (a power of two >= 16) must be given");
+  if (n.inputs.size() > 4 && !n.inputs[4].empty()) refuse("its g_idx input (act-order) is not read");
+  const BlockCodes c = block_codes(g, n, N, K, (K + block - 1) / block * block * bits / 8, via, refuse);
+  ir::Tensor w = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {K, N});
+  float* out = static_cast<float*>(w.mutable_data());
+  c.dequantize([&](int64_t col, int64_t k, float v) { out[k * N + col] = v; });
   return w;
+}
+
+// The float table [rows, K] of one GatherBlockQuantized node (a 2-D table gathered by rows,
+// quantized along them: the embedding form).
+ir::Tensor gathered_table(const ir::Graph& g, const ir::Node& n, std::vector<const ir::Node*>* via) {
+  auto refuse = [&](const std::string& why) { throw std::runtime_error("GatherBlockQuantized '" + n.name + "': " + why); };
+  std::vector<const ir::Node*> ignored;
+  const std::vector<int64_t> dims = n.inputs.empty() || !constant(g, n.inputs[0], &ignored) ? std::vector<int64_t>{}
+                                                                                           : view_dims(g, n.inputs[0]);
+  if (dims.size() != 2) refuse("its data is not a constant 2-D table");
+  if (attr(n, "gather_axis", 0) != 0 || attr(n, "quantize_axis", 1) != 1)
+    refuse("only rows gathered (gather_axis 0) from a table quantized along them (quantize_axis 1) are read");
+  const int64_t bits = attr(n, "bits", 4);
+  if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
+  const int64_t rows = dims[0], row_bytes = dims[1], K = row_bytes * (8 / bits);
+  const BlockCodes c = block_codes(g, n, rows, K, row_bytes, via, refuse);
+  ir::Tensor t = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {rows, K});
+  float* out = static_cast<float*>(t.mutable_data());
+  c.dequantize([&](int64_t r, int64_t k, float v) { out[r * K + k] = v; });
+  return t;
 }
 
 }  // namespace
 
-uint64_t nbits_weight_elements(const ir::Node& n) {
-  const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0);
-  return is_nbits(n) && K > 0 && N > 0 ? static_cast<uint64_t>(K) * static_cast<uint64_t>(N) : 0;
+uint64_t nbits_weight_elements(const ir::Graph& g, const ir::Node& n) {
+  if (is_nbits(n)) {
+    const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0);
+    return K > 0 && N > 0 ? static_cast<uint64_t>(K) * static_cast<uint64_t>(N) : 0;
+  }
+  if (!is_gather_quantized(n) || n.inputs.empty()) return 0;
+  std::vector<const ir::Node*> via;
+  const std::vector<int64_t> dims = constant(g, n.inputs[0], &via) ? view_dims(g, n.inputs[0]) : std::vector<int64_t>{};
+  const int64_t bits = attr(n, "bits", 4);
+  if (dims.size() != 2 || dims[0] <= 0 || dims[1] <= 0 || (bits != 2 && bits != 4 && bits != 8)) return 0;
+  return static_cast<uint64_t>(dims[0]) * static_cast<uint64_t>(dims[1] * (8 / bits));
 }
 
-size_t nbits_matmuls(const ir::Graph& g) {
+size_t nbits_nodes(const ir::Graph& g) {
   size_t count = 0;
-  for (const auto& n : g.nodes) count += is_nbits(*n);
+  for (const auto& n : g.nodes) count += is_nbits(*n) || is_gather_quantized(*n);
   return count;
 }
 
-DequantizedNBits dequantize_nbits_matmuls(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep) {
+DequantizedNBits dequantize_nbits_nodes(ir::Graph& g, const std::function<void(ir::TensorRef&)>& keep) {
   DequantizedNBits result;
-  std::set<std::string> packed;  // codes, scales and zero points: dropped when nothing else reads them
+  std::set<std::string> packed;  // codes, scales, zero points and their views: dropped when nothing else reads them
   std::vector<std::unique_ptr<ir::Node>> biases;
   for (auto& n : g.nodes) {
-    if (!is_nbits(*n)) continue;
-    auto ref = ir::make_tensor_ref(dequantized(g, *n));
-    const std::string weight = n->inputs[1] + "/dequantized";
+    const bool matmul = is_nbits(*n);
+    if (!matmul && !is_gather_quantized(*n)) continue;
+    std::vector<const ir::Node*> via;
+    auto ref = ir::make_tensor_ref(matmul ? matmul_weight(g, *n, &via) : gathered_table(g, *n, &via));
+    const std::string weight = n->inputs[matmul ? 1 : 0] + "/dequantized";
     g.initializers[weight] = ref;
-    ++result.weights;
+    ++(matmul ? result.weights : result.tables);
     result.bytes += ref->tensor.nbytes();
     if (keep) keep(*ref);
-    for (size_t i = 1; i < std::min<size_t>(n->inputs.size(), 4); ++i) packed.insert(n->inputs[i]);
+    for (size_t i = matmul ? 1 : 0; i < std::min<size_t>(n->inputs.size(), 4); ++i)
+      if (i != 1 || matmul) packed.insert(n->inputs[i]);
+    for (const ir::Node* p : via) packed.insert(p->inputs.begin(), p->inputs.end());
+    if (!matmul) {  // Gather(table, indices): the rows it took
+      n->op_type = "Gather";
+      n->domain.clear();
+      n->attrs.clear();
+      n->inputs = {weight, n->inputs[1]};
+      continue;
+    }
     const std::string bias = n->inputs.size() > 5 ? n->inputs[5] : "";
     n->op_type = "MatMul";
     n->domain.clear();
@@ -99,10 +206,22 @@ DequantizedNBits dequantize_nbits_matmuls(ir::Graph& g, const std::function<void
     }
   }
   for (auto& add : biases) g.nodes.push_back(std::move(add));
-  std::set<std::string> read;
-  for (const auto& n : g.nodes) read.insert(n->inputs.begin(), n->inputs.end());
-  for (const auto& name : packed)
-    if (!read.count(name)) g.initializers.erase(name), g.types.erase(name);
+  // The views the packed values were read through (a Reshape of shared codes, a Cast of
+  // scales), then the packed values themselves, once nothing reads them.
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::set<std::string> read(g.outputs.begin(), g.outputs.end());
+    for (const auto& n : g.nodes) read.insert(n->inputs.begin(), n->inputs.end());
+    for (auto it = g.nodes.begin(); it != g.nodes.end();)
+      if ((*it)->outputs.size() == 1 && packed.count((*it)->outputs[0]) && !read.count((*it)->outputs[0])) {
+        g.types.erase((*it)->outputs[0]);
+        it = g.nodes.erase(it), changed = true;
+      } else {
+        ++it;
+      }
+    for (const auto& name : packed)
+      if (!read.count(name) && g.initializers.erase(name)) g.types.erase(name), changed = true;
+  }
   return result;
 }
 

@@ -366,7 +366,7 @@ std::unique_ptr<ir::ModelSet> load_source_model(const std::string& onnx_path, co
     key += hash_buffer(*mf);  // drops the pages it hashed: loading maps, it does not read
   key += read_source_forms(g, heads, true);
   if (foldable_weight_transposes(g)) key += hash_string("fold_weight_transposes");  // prepare() folds them
-  if (nbits_matmuls(g)) key += hash_string("dequantize_nbits_matmuls");           // and dequantizes these
+  if (nbits_nodes(g)) key += hash_string("dequantize_nbits_nodes");               // and dequantizes these
   if (tied_head_as_table(g)) key += hash_string("table_from_tied_head");          // and turns this round
   if (ms->metadata.count("config")) key += hash_string(config_text);
   ms->metadata["source_key"] = nlohmann::json(hash_string(key)).dump();
@@ -377,9 +377,12 @@ void read_weight_forms(ir::Graph& g, const std::function<void(ir::TensorRef&)>& 
   if (Widened w = widen_16bit_floats(g, keep); w.any())
     spdlog::info("the model is {}: computing in float32 ({} weights widened, {})", ir::dtype_name(w.from), w.weights,
                  human_bytes(w.bytes));
-  if (DequantizedNBits d = dequantize_nbits_matmuls(g, keep); d.weights)
-    spdlog::info("{} MatMulNBits weights (ONNX Runtime's int4 form) dequantized to float32 ({})", d.weights,
-                 human_bytes(d.bytes));
+  if (DequantizedNBits d = dequantize_nbits_nodes(g, keep); d.weights || d.tables) {
+    spdlog::info("{} MatMulNBits weights and {} GatherBlockQuantized tables (ONNX Runtime's block-quantized forms) "
+                 "dequantized to float32 ({})",
+                 d.weights, d.tables, human_bytes(d.bytes));
+    if (d.tables) tie_lm_head_and_say(g);  // a table shared with the head's codes: now two equal copies
+  }
   if (FoldedTransposes f = fold_weight_transposes(g, keep); f.weights) {
     spdlog::info("{} weights stored [out, in] behind a Transpose (torch's dynamo export) read as [in, out] initializers ({})",
                  f.weights, human_bytes(f.bytes));

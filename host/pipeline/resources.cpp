@@ -93,7 +93,7 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifes
     }
   for (const auto& g : source.graphs)  // int4 MatMulNBits weights: dequantized on load
     for (const auto& node : g->nodes) {
-      const uint64_t fp32 = nbits_weight_elements(*node) * 4;
+      const uint64_t fp32 = nbits_weight_elements(*g, *node) * 4;
       if (fp32 == 0) continue;
       n.weight_bytes += fp32;
       widened_bytes += fp32;

@@ -46,8 +46,8 @@ ir::Graph one_matmul(bool zero_points, bool bias) {
 
 TEST(NBitsWeights, CodesMinusZeroPointTimesScale) {
   ir::Graph g = one_matmul(true, true);
-  ASSERT_EQ(host::nbits_matmuls(g), 1u);
-  auto d = host::dequantize_nbits_matmuls(g);
+  ASSERT_EQ(host::nbits_nodes(g), 1u);
+  auto d = host::dequantize_nbits_nodes(g);
   EXPECT_EQ(d.weights, 1u);
   EXPECT_EQ(d.bytes, 20u * 2 * 4);
   ASSERT_EQ(g.nodes.size(), 2u);
@@ -76,7 +76,7 @@ TEST(NBitsWeights, CodesMinusZeroPointTimesScale) {
 
 TEST(NBitsWeights, WithoutZeroPointsTheMiddleCode) {
   ir::Graph g = one_matmul(false, false);
-  host::dequantize_nbits_matmuls(g);
+  host::dequantize_nbits_nodes(g);
   const ir::Tensor* w = g.initializer(g.nodes[0]->inputs[1]);
   EXPECT_EQ(w->as<float>()[1 * 2 + 0], (15 - 8) * 0.5f);
   ASSERT_EQ(g.nodes.size(), 1u);
@@ -89,7 +89,7 @@ TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
   EXPECT_THROW(
       {
         try {
-          host::dequantize_nbits_matmuls(g);
+          host::dequantize_nbits_nodes(g);
         } catch (const std::runtime_error& e) {
           EXPECT_STREQ(e.what(), "MatMulNBits 'mm_Q4': its g_idx input (act-order) is not read");
           throw;
@@ -99,8 +99,76 @@ TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
   g = one_matmul(false, false);
   g.initializers["zp_float"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {4}, {0, 0, 0, 0}));
   g.nodes[0]->inputs.push_back("zp_float");
-  EXPECT_THROW(host::dequantize_nbits_matmuls(g), std::runtime_error);
+  EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);
   g = one_matmul(false, false);
   g.nodes[0]->attrs["K"].i = 40;  // more codes than the constant holds
-  EXPECT_THROW(host::dequantize_nbits_matmuls(g), std::runtime_error);
+  EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);
+}
+
+namespace {
+
+// GatherBlockQuantized over a 2 x 32 table of 4-bit codes (blocks of 16, a zero point per
+// block), read through a Reshape of the codes and a Cast of the scales (GenAI's shared
+// embeddings view the LM head's codes so).
+ir::Graph one_gather(int64_t gather_axis) {
+  ir::Graph g;
+  g.inputs = {"ids"};
+  g.outputs = {"rows"};
+  std::vector<uint8_t> codes(2 * 16);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  g.initializers["head_Q4"] = ir::make_tensor_ref(ir::Tensor::from<uint8_t>(NF_DTYPE_UINT8, {2, 2, 8}, codes));
+  g.initializers["shape"] = ir::make_tensor_ref(ir::Tensor::from<int64_t>(NF_DTYPE_INT64, {2}, {0, -1}));
+  g.initializers["scales"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2, 2}, {0.5f, 2.f, 1.f, -1.f}));
+  g.initializers["zp"] = ir::make_tensor_ref(ir::Tensor::from<uint8_t>(NF_DTYPE_UINT8, {2, 1}, {0x53, 0x88}));
+  auto node = [&](const char* op, std::vector<std::string> in, std::string out, const char* domain = "") {
+    g.nodes.push_back(std::make_unique<ir::Node>(ir::Node{op, domain, out, std::move(in), {out}, {}}));
+    return g.nodes.back().get();
+  };
+  node("Reshape", {"head_Q4", "shape"}, "table_codes");
+  ir::Attribute& to = node("Cast", {"scales"}, "table_scales")->attrs["to"];
+  to.type = NF_ATTR_INT;
+  to.i = NF_DTYPE_FLOAT32;
+  ir::Node* gbq = node("GatherBlockQuantized", {"table_codes", "ids", "table_scales", "zp"}, "rows", "com.microsoft");
+  for (auto [k, v] : {std::pair{"bits", int64_t{4}}, {"block_size", 16}, {"gather_axis", gather_axis}}) {
+    gbq->attrs[k].type = NF_ATTR_INT;
+    gbq->attrs[k].i = v;
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST(NBitsWeights, GatheredTableRowsAreTheirCodesDequantized) {
+  ir::Graph g = one_gather(0);
+  ASSERT_EQ(host::nbits_nodes(g), 1u);
+  EXPECT_EQ(host::nbits_weight_elements(g, *g.nodes[2]), 2u * 32);
+  auto d = host::dequantize_nbits_nodes(g);
+  EXPECT_EQ(d.tables, 1u);
+  EXPECT_EQ(d.weights, 0u);
+  ASSERT_EQ(g.nodes.size(), 1u);  // the Reshape and Cast went with the packed values
+  EXPECT_EQ(g.nodes[0]->op_type, "Gather");
+  EXPECT_EQ(g.nodes[0]->inputs[1], "ids");
+  const ir::Tensor* t = g.initializer(g.nodes[0]->inputs[0]);
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->dims, (std::vector<int64_t>{2, 32}));
+  // Row 0, block 0: byte i holds codes (i, 15 - i) for k = 2i, 2i + 1; zero point 3, scale 0.5.
+  EXPECT_EQ(t->as<float>()[0], (0 - 3) * 0.5f);
+  EXPECT_EQ(t->as<float>()[1], (15 - 3) * 0.5f);
+  // Row 0, block 1 (k = 16..31): bytes 8.., zero point 5, scale 2. Row 1, block 1: zero point 8, scale -1.
+  EXPECT_EQ(t->as<float>()[16], (8 - 5) * 2.f);
+  EXPECT_EQ(t->as<float>()[32 + 17], (15 - 8 - 8) * -1.f);
+  for (const char* gone : {"head_Q4", "scales", "zp", "shape"}) EXPECT_EQ(g.initializer(gone), nullptr) << gone;
+  EXPECT_EQ(ir::graph_problem(g), "");
+}
+
+TEST(NBitsWeights, GatherOfColumnsIsNamed) {
+  ir::Graph g = one_gather(1);
+  try {
+    host::dequantize_nbits_nodes(g);
+    FAIL() << "a table gathered by columns was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "GatherBlockQuantized 'rows': only rows gathered (gather_axis 0) from a table quantized along them "
+                 "(quantize_axis 1) are read");
+  }
 }

@@ -27,6 +27,11 @@ tied models (tests/models/legacy/qwen2_genai_tied): the q/k/v biases packed into
 the packed MatMul, and, the builder's fp32 form of a tied model, the table stored once as the
 LM head's [H, V] weight and the embeddings gathered from its Transpose.
 
+--qwen2-tied --int4 writes that tied model in the -p int4 form with the builder's shared embeddings
+(tests/models/legacy/qwen2_genai_int4_shared): the LM head a MatMulNBits and the embeddings a
+GatherBlockQuantized (com.microsoft) of the head's own codes and scales, viewed as [V, H / 2] and
+[V, H / 32] by Reshapes (share_embeddings).
+
 --gemma2 writes zoo/gemma2 as the builder's Gemma2Model does (builders/gemma.py): the
 embeddings x round(sqrt(hidden), 2) by a Mul, RMSNorm weights stored as 1 + w, the norm after
 attention and after the MLP plain SimplifiedLayerNormalizations and the one before the MLP the
@@ -338,7 +343,36 @@ def to_int4(m):
                                       K=array.shape[0], N=array.shape[1], bits=4, block_size=32, accuracy_level=4))
     del m.graph.node[:]
     m.graph.node.extend(nodes)
+    if any(n.op_type == "Transpose" and n.input[0] == "lm_head.MatMul.weight" for n in nodes):
+        share_embeddings(m)
     return m, dequantized
+
+
+def share_embeddings(m):
+    """A tied model's int4 table as the builder's shared_embeddings writes it: the embeddings
+    gathered by GatherBlockQuantized (com.microsoft) from the LM head's own codes, viewed as
+    [V, H / 2] by a Reshape (and its scales as [V, H / 32]), where the fp32 form gathered from
+    the head weight's Transpose."""
+    g = m.graph
+    codes = next(t for t in g.initializer if t.name == "lm_head.MatMul.weight_Q4")
+    vocab, blocks, blob = codes.dims
+    transpose = next(n for n in g.node if n.op_type == "Transpose" and n.input[0] == "lm_head.MatMul.weight")
+    gather = next(n for n in g.node if n.op_type == "Gather" and n.input[0] == transpose.output[0])
+    shape = lambda name, dims: helper.make_node("Constant", [], [name], name=name + "/Constant",
+                                                value=numpy_helper.from_array(np.array(dims, dtype=np.int64), ""))
+    view = [shape("/model/embed_tokens/codes_shape", [vocab, blocks * blob]),
+            shape("/model/embed_tokens/scales_shape", [vocab, blocks]),
+            helper.make_node("Reshape", ["lm_head.MatMul.weight_Q4", "/model/embed_tokens/codes_shape"],
+                             ["/model/embed_tokens/codes"], name="/model/embed_tokens/codes/Reshape"),
+            helper.make_node("Reshape", ["lm_head.MatMul.weight_scales", "/model/embed_tokens/scales_shape"],
+                             ["/model/embed_tokens/scales"], name="/model/embed_tokens/scales/Reshape"),
+            helper.make_node("GatherBlockQuantized", ["/model/embed_tokens/codes", gather.input[1],
+                                                      "/model/embed_tokens/scales"],
+                             list(gather.output), name="/model/embed_tokens/GatherBlockQuantized",
+                             domain="com.microsoft", bits=4, block_size=blob * 2, gather_axis=0, quantize_axis=1)]
+    nodes = [n for n in g.node if n is not transpose and n is not gather]
+    del g.node[:]
+    g.node.extend(view + nodes)
 
 
 def load_dequantized(model, dequantized):
@@ -429,7 +463,7 @@ def main():
         return
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "gemma3" if args.gemma3 else "qwen3" if args.qwen3 else \
         "phi3" if args.phi3_longrope else "llama3"
-    folder = ("qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
+    folder = ("qwen2_genai_int4_shared" if args.qwen2_tied and args.int4 else "qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
               "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi3_genai_longrope" if args.phi3_longrope else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or legacy.folder(folder)
