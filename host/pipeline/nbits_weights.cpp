@@ -14,15 +14,20 @@ int64_t attr(const ir::Node& n, const char* name, int64_t dflt) {
   return it == n.attrs.end() ? dflt : it->second.i;
 }
 
+// Views followed back to a constant (a hostile file may chain them in a cycle), and the
+// largest side of a weight read (2^30: products of two stay within int64).
+constexpr int kMaxViews = 8;
+constexpr int64_t kMaxSide = int64_t{1} << 30;
+
 // The constant `v` is: an initializer, or one behind ops that keep its bytes (Identity,
 // Reshape, and a Cast to the type it has: a 16-bit scale widened on load). `via` collects them.
-const ir::Tensor* constant(const ir::Graph& g, const std::string& v, std::vector<const ir::Node*>* via) {
+const ir::Tensor* constant(const ir::Graph& g, const std::string& v, std::vector<const ir::Node*>* via, int depth = 0) {
   if (const ir::Tensor* t = g.initializer(v)) return t;
   const ir::Node* p = g.producer(v);
-  if (!p || !p->domain.empty() || p->inputs.empty() ||
+  if (!p || !p->domain.empty() || p->inputs.empty() || depth == kMaxViews ||
       (p->op_type != "Identity" && p->op_type != "Reshape" && p->op_type != "Cast"))
     return nullptr;
-  const ir::Tensor* t = constant(g, p->inputs[0], via);
+  const ir::Tensor* t = constant(g, p->inputs[0], via, depth + 1);
   if (!t || (p->op_type == "Cast" && attr(*p, "to", -1) != t->dtype)) return nullptr;
   via->push_back(p);
   return t;
@@ -39,11 +44,11 @@ std::vector<int64_t> int64s(const ir::Graph& g, const std::string& v) {
 
 // The dims of `v`, a constant's view (constant() found it): a Reshape's target, with 0 and -1
 // resolved; through Identity and Cast, the dims of what they read.
-std::vector<int64_t> view_dims(const ir::Graph& g, const std::string& v) {
+std::vector<int64_t> view_dims(const ir::Graph& g, const std::string& v, int depth = 0) {
   if (const ir::Tensor* t = g.initializer(v)) return t->dims;
   const ir::Node* p = g.producer(v);
-  if (!p || p->inputs.empty()) return {};
-  const std::vector<int64_t> in = view_dims(g, p->inputs[0]);
+  if (!p || p->inputs.empty() || depth == kMaxViews) return {};
+  const std::vector<int64_t> in = view_dims(g, p->inputs[0], depth + 1);
   if (p->op_type != "Reshape" || in.empty()) return in;
   std::vector<int64_t> out = p->inputs.size() > 1 ? int64s(g, p->inputs[1]) : std::vector<int64_t>{};
   int64_t known = 1, total = 1, unknown = -1;
@@ -62,23 +67,29 @@ std::vector<int64_t> view_dims(const ir::Graph& g, const std::string& v) {
 // (or none: 2^(bits - 1)): what MatMulNBits keeps per output column and GatherBlockQuantized
 // per table row. Value = (code - zero point) x scale.
 struct BlockCodes {
-  const uint8_t* codes;
-  const float* scales;
-  const uint8_t* zeros;  // may be null
+  const ir::Tensor *codes, *scales, *zeros;  // zeros may be null
   int64_t rows, K, bits, block, row_bytes;
   int64_t blocks() const { return (K + block - 1) / block; }
+  // Read once: a mapped source's pages of them leave the resident set.
+  void drop_pages() const {
+    for (const ir::Tensor* t : {codes, scales, zeros})
+      if (t) t->drop_pages();
+  }
 
   template <class Put>  // put(row, k, value)
   void dequantize(Put put) const {
     const int per_byte = static_cast<int>(8 / bits), mask = (1 << bits) - 1;
     auto unpack = [&](const uint8_t* bytes, int64_t i) { return (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask; };
     const int64_t n_blocks = blocks(), zero_row = (n_blocks * bits + 7) / 8;
+    const auto* code = static_cast<const uint8_t*>(codes->data());
+    const auto* zero = zeros ? static_cast<const uint8_t*>(zeros->data()) : nullptr;
+    const float* scale = scales->as<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < n_blocks; ++b) {
-        const float s = scales[r * n_blocks + b];
-        const int z = zeros ? unpack(zeros + r * zero_row, b) : 1 << (bits - 1);
+        const float s = scale[r * n_blocks + b];
+        const int z = zero ? unpack(zero + r * zero_row, b) : 1 << (bits - 1);
         for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k)
-          put(r, k, static_cast<float>(unpack(codes + r * row_bytes, k) - z) * s);
+          put(r, k, static_cast<float>(unpack(code + r * row_bytes, k) - z) * s);
       }
   }
 };
@@ -87,11 +98,13 @@ struct BlockCodes {
 template <class Refuse>
 BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, int64_t rows, int64_t K, int64_t row_bytes,
                        std::vector<const ir::Node*>* via, Refuse refuse) {
-  const int64_t bits = attr(n, "bits", 4), block = attr(n, "block_size", n.op_type == "MatMulNBits" ? 0 : 128);
+  const bool matmul = is_nbits(n);  // codes at input 1 (0: a table's), block_size required (default 128)
+  const int64_t bits = attr(n, "bits", 4), block = attr(n, "block_size", matmul ? 0 : 128);
   if (block < 16 || (block & (block - 1)) != 0) refuse("its block_size must be a power of two >= 16");
   if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
+  if (rows > kMaxSide || K > kMaxSide || row_bytes > kMaxSide) refuse("its sizes are beyond any model's");
   BlockCodes c{nullptr, nullptr, nullptr, rows, K, bits, block, row_bytes};
-  const ir::Tensor* codes = n.inputs.size() > (is_nbits(n) ? 1 : 0) ? constant(g, n.inputs[is_nbits(n) ? 1 : 0], via) : nullptr;
+  const ir::Tensor* codes = n.inputs.size() > (matmul ? 1 : 0) ? constant(g, n.inputs[matmul ? 1 : 0], via) : nullptr;
   const ir::Tensor* scales = n.inputs.size() > 2 ? constant(g, n.inputs[2], via) : nullptr;
   if (!codes || codes->dtype != NF_DTYPE_UINT8 || codes->numel() != rows * row_bytes || !codes->data())
     refuse("its codes are not a uint8 constant of " + std::to_string(rows) + " rows of " + std::to_string(K) + " " +
@@ -103,12 +116,7 @@ BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, int64_t rows, int6
   if (!zero_name.empty() &&
       (!zeros || zeros->dtype != NF_DTYPE_UINT8 || zeros->numel() != rows * ((c.blocks() * bits + 7) / 8) || !zeros->data()))
     refuse("its zero points are not packed uint8 constants (float zero points are not read)");
-  c.codes = static_cast<const uint8_t*>(codes->data());
-  c.scales = scales->as<float>();
-  c.zeros = zeros ? static_cast<const uint8_t*>(zeros->data()) : nullptr;
-  // Read once: a mapped source's pages of them leave the resident set.
-  for (const ir::Tensor* t : {codes, scales, zeros})
-    if (t) t->drop_pages();
+  c.codes = codes, c.scales = scales, c.zeros = zeros;
   return c;
 }
 
@@ -117,11 +125,13 @@ ir::Tensor matmul_weight(const ir::Graph& g, const ir::Node& n, std::vector<cons
   auto refuse = [&](const std::string& why) { throw std::runtime_error("MatMulNBits '" + n.name + "': " + why); };
   const int64_t K = attr(n, "K", 0), N = attr(n, "N", 0), bits = attr(n, "bits", 4), block = attr(n, "block_size", 0);
   if (K <= 0 || N <= 0 || block <= 0) refuse("K, N and block_size (a power of two >= 16) must be given");
+  if (K > kMaxSide || N > kMaxSide || block > kMaxSide) refuse("its sizes are beyond any model's");
   if (n.inputs.size() > 4 && !n.inputs[4].empty()) refuse("its g_idx input (act-order) is not read");
   const BlockCodes c = block_codes(g, n, N, K, (K + block - 1) / block * block * bits / 8, via, refuse);
   ir::Tensor w = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {K, N});
   float* out = static_cast<float*>(w.mutable_data());
   c.dequantize([&](int64_t col, int64_t k, float v) { out[k * N + col] = v; });
+  c.drop_pages();
   return w;
 }
 
@@ -132,7 +142,7 @@ ir::Tensor gathered_table(const ir::Graph& g, const ir::Node& n, std::vector<con
   std::vector<const ir::Node*> ignored;
   const std::vector<int64_t> dims = n.inputs.empty() || !constant(g, n.inputs[0], &ignored) ? std::vector<int64_t>{}
                                                                                            : view_dims(g, n.inputs[0]);
-  if (dims.size() != 2) refuse("its data is not a constant 2-D table");
+  if (dims.size() != 2 || dims[0] <= 0 || dims[1] <= 0) refuse("its data is not a constant 2-D table");
   if (attr(n, "gather_axis", 0) != 0 || attr(n, "quantize_axis", 1) != 1)
     refuse("only rows gathered (gather_axis 0) from a table quantized along them (quantize_axis 1) are read");
   const int64_t bits = attr(n, "bits", 4);
@@ -142,6 +152,7 @@ ir::Tensor gathered_table(const ir::Graph& g, const ir::Node& n, std::vector<con
   ir::Tensor t = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {rows, K});
   float* out = static_cast<float*>(t.mutable_data());
   c.dequantize([&](int64_t r, int64_t k, float v) { out[r * K + k] = v; });
+  c.drop_pages();
   return t;
 }
 

@@ -103,6 +103,8 @@ TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
   g = one_matmul(false, false);
   g.nodes[0]->attrs["K"].i = 40;  // more codes than the constant holds
   EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);
+  g.nodes[0]->attrs["K"].i = int64_t{1} << 62;  // a hostile size: one line, not an overflow
+  EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);
 }
 
 namespace {
