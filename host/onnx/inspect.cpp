@@ -1,7 +1,8 @@
 // `npuforge inspect`: what a decoder graph is, from names and shapes real exporters write.
 //
 // parameters / parameter_bytes: numeric initializers (a tied head's transposed copy counted
-// once in parameters, its bytes in parameter_bytes; a MatMulNBits weight as its K x N). layers: distinct N in
+// once in parameters, its bytes in parameter_bytes; a MatMulNBits weight as its K x N, a
+// GatherBlockQuantized table as its rows x values). layers: distinct N in
 // past_key_values.N / present.N, else in name prefixes like /model/layers.N/. kv_heads and
 // head_dim from KV input shapes [batch, kv_heads, past, head_dim]; heads from an attention
 // op's num_heads, else from the query projection found by structure (query_projection),
@@ -124,12 +125,15 @@ std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) 
   auto never = [](const std::string&) { return false; };
   auto projection_above = [&](const std::string& v) -> std::pair<const ir::Node*, int64_t> {
     for (const ir::Node* n : upstream(producer, v, 256, is_cache)) {
-      if (n->op_type != "MatMul" && n->op_type != "Gemm") continue;
-      bool transposed = false;
-      const ir::Tensor* w = linear_weight(g, producer, *n, &transposed);
-      if (!w || w->dims.size() != 2) continue;
-      int64_t out = linear_out_features(*n, *w);
-      if (transposed && n->op_type == "MatMul") out = w->dims[0];
+      int64_t out = -1;
+      if (n->op_type == "MatMulNBits") {  // ONNX Runtime's int4 linear: N output features
+        if (auto a = n->attrs.find("N"); a != n->attrs.end()) out = a->second.i;
+      } else if (n->op_type == "MatMul" || n->op_type == "Gemm") {
+        bool transposed = false;
+        const ir::Tensor* w = linear_weight(g, producer, *n, &transposed);
+        if (!w || w->dims.size() != 2) continue;
+        out = transposed && n->op_type == "MatMul" ? w->dims[0] : linear_out_features(*n, *w);
+      }
       if (out >= head_dim && out % head_dim == 0) return {n, out};
     }
     return {nullptr, -1};
@@ -217,13 +221,26 @@ json inspect(const ir::Graph& g) {
   uint64_t params = 0, bytes = 0;  // unsigned: sums of hostile sizes wrap instead of overflowing
   // MatMulNBits (ONNX Runtime's int4 weights): K x N parameters each, whatever their codes,
   // scales and zero points hold.
+  // GatherBlockQuantized (a quantized table): rows x its codes' values; a table read through a
+  // view of the head's codes (GenAI's shared embeddings) is counted with the head.
   std::set<std::string> packed;
   for (const auto& n : g.nodes) {
-    if (n->op_type != "MatMulNBits") continue;
-    auto k = n->attrs.find("K"), cols = n->attrs.find("N");
-    if (k == n->attrs.end() || cols == n->attrs.end()) continue;
-    params += static_cast<uint64_t>(k->second.i) * static_cast<uint64_t>(cols->second.i);
-    for (size_t i = 1; i < std::min<size_t>(n->inputs.size(), 4); ++i) packed.insert(n->inputs[i]);
+    auto attr = [&](const char* name, int64_t dflt) {
+      auto a = n->attrs.find(name);
+      return a == n->attrs.end() ? dflt : a->second.i;
+    };
+    if (n->op_type == "MatMulNBits") {
+      if (attr("K", -1) <= 0 || attr("N", -1) <= 0) continue;
+      params += static_cast<uint64_t>(attr("K", 0)) * static_cast<uint64_t>(attr("N", 0));
+      for (size_t i = 1; i < std::min<size_t>(n->inputs.size(), 4); ++i) packed.insert(n->inputs[i]);
+    } else if (n->op_type == "GatherBlockQuantized" && !n->inputs.empty()) {
+      const ir::Tensor* codes = g.initializer(n->inputs[0]);
+      const int64_t bits = attr("bits", 4);
+      if (!codes || codes->dims.size() != 2 || (bits != 2 && bits != 4 && bits != 8)) continue;
+      params += static_cast<uint64_t>(codes->numel()) * static_cast<uint64_t>(8 / bits);
+      for (size_t i = 0; i < std::min<size_t>(n->inputs.size(), 4); ++i)
+        if (i != 1) packed.insert(n->inputs[i]);
+    }
   }
   for (const auto& [name, ref] : g.initializers) {
     const ir::Tensor& t = ref->tensor;

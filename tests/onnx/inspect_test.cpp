@@ -86,6 +86,15 @@ TEST(Inspect, NBitsWeightsCountAsTheirMatrix) {
   json fp32 = onnx_io::inspect(*onnx_io::load_model(legacy + "llama3_genai/model.onnx"));
   EXPECT_EQ(int4["parameters"], fp32["parameters"]);
   EXPECT_LT(int4["parameter_bytes"].get<double>(), fp32["parameter_bytes"].get<double>() / 3);
+  // transformers.js's q4: the table a GatherBlockQuantized too; the GenAI tied form's table the
+  // head's own codes (counted once, as HF counts a tied table).
+  json q4 = onnx_io::inspect(*onnx_io::load_model(legacy + "llama3_q4/model.onnx"));
+  json zoo = onnx_io::inspect(*onnx_io::load_model(legacy + "../zoo/llama3/model.onnx"));
+  EXPECT_EQ(q4["parameters"], zoo["parameters"]);
+  EXPECT_EQ(q4["heads"], zoo["heads"]);
+  json shared = onnx_io::inspect(*onnx_io::load_model(legacy + "qwen2_genai_int4_shared/model.onnx"));
+  json tied = onnx_io::inspect(*onnx_io::load_model(legacy + "qwen2_genai_tied/model.onnx"));
+  EXPECT_EQ(shared["parameters"], tied["parameters"]);
 }
 
 // Query heads from the fused projections of GPT-2 (c_attn, a Gemm by W [in, 3 x hidden]),
