@@ -13,7 +13,6 @@ checks the file with float activations (no accuracy_level): tests/models/legacy/
 """
 import argparse
 import os
-import shutil
 
 import numpy as np
 import onnx
@@ -95,7 +94,6 @@ def main():
     golden = legacy.write_golden(out, args.zoo, model, cfg)
     got = legacy.check_in_ort(path, golden)
     print(f"{out}: ONNX Runtime greedy == the golden {got}")
-    shutil.rmtree(os.path.join(out, "__pycache__"), ignore_errors=True)
 
 
 if __name__ == "__main__":
