@@ -51,6 +51,11 @@ sin_cache_global at rope_theta, cos_cache_local / sin_cache_local at rope_local_
 on the sliding layers (all but every sliding_window_pattern-th: one version of gemma.py fixes the
 pattern at 6, the zoo's is 3) the local pair and local_window_size (tests/models/legacy/gemma3_genai).
 
+--phi4-mini writes zoo/phi4_mini's layout (partial rotary 0.75, tied) at head_dim 64 (hidden 128, two
+heads, one KV head) as the builder writes Phi-4-mini: GroupQueryAttention rotating the first 48
+dims from tables of 24 columns; ONNX Runtime takes partial tables of a multiple of 8 columns
+only, which the zoo's head_dim 16 does not give (tests/models/legacy/phi4_mini_genai).
+
 --qwen3 writes zoo/qwen3 as the builder writes Qwen3 (Qwen3Model: q_norm and k_norm): q, k and v
 as three MatMuls (the builder packs them only without q/k norms), q and k each viewed as
 [batch, rows x heads, head_dim] by a Reshape, RMS-normalized per head by a
@@ -70,7 +75,7 @@ zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long
 weights and unit norms, untied, 4096 positions, no golden: the size benches' GenAI models
 (bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope |
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope | --phi4-mini |
                                                         --mistral-swa] [--out DIR]
     /usr/bin/python3 tools/models/make_genai_export.py --zeros tools/models/configs/llama-3.2-1b.json --int4 --out DIR
 """
@@ -446,6 +451,7 @@ def main():
     ap.add_argument("--qwen3", action="store_true")
     ap.add_argument("--gemma3", action="store_true")
     ap.add_argument("--phi3-longrope", action="store_true")
+    ap.add_argument("--phi4-mini", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
     ap.add_argument("--out")
@@ -462,14 +468,20 @@ def main():
             json.dump(cfg, f, indent=1)
         return
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "gemma3" if args.gemma3 else "qwen3" if args.qwen3 else \
-        "phi3" if args.phi3_longrope else "llama3"
+        "phi3" if args.phi3_longrope else "phi4_mini" if args.phi4_mini else "llama3"
     folder = ("qwen2_genai_int4_shared" if args.qwen2_tied and args.int4 else "qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
-              "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi3_genai_longrope" if args.phi3_longrope else
+              "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi4_mini_genai" if args.phi4_mini else
+              "phi3_genai_longrope" if args.phi3_longrope else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
-    if args.qwen2_tied:  # zoo/qwen2_untied's config tied, initialized as the zoo's tied models
-        cfg = dict(zoo.MODELS[name], tie_word_embeddings=True)
+    changes = ({"tie_word_embeddings": True} if args.qwen2_tied else  # zoo/qwen2_untied's config tied
+               # ONNX Runtime's GroupQueryAttention takes partial rotary tables of a multiple of 8
+               # columns only (Phi-4-mini's: 48 of head_dim 128); the zoo's head_dim 16 gives 6.
+               {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64}
+               if args.phi4_mini else None)
+    if changes:  # the zoo's config so changed, initialized as the zoo's models
+        cfg = dict(zoo.MODELS[name], **changes)
         torch.manual_seed(zoo.SEEDS[name])
         model = hf.causal_lm(cfg, name, mask_style=zoo.MASK_STYLE.get(name, "masked_fill"), attn_implementation="eager")
         zoo.random_init(model, zoo.SEEDS[name])
