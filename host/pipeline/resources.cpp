@@ -91,7 +91,7 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifes
       if (ref->tensor.dtype != NF_DTYPE_FLOAT32) widened_bytes += fp32, largest_made = std::max(largest_made, fp32);
       n.largest_bytes = std::max(n.largest_bytes, fp32);
     }
-  for (const auto& g : source.graphs)  // int4 MatMulNBits weights: dequantized on load
+  for (const auto& g : source.graphs)  // MatMulNBits weights, GatherBlockQuantized tables: dequantized on load
     for (const auto& node : g->nodes) {
       const uint64_t fp32 = nbits_weight_elements(*g, *node) * 4;
       if (fp32 == 0) continue;
