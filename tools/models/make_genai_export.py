@@ -151,7 +151,9 @@ def rope_caches(model, max_positions, factors=None, inv_freq=None):
     return freqs.cos().float().numpy(), freqs.sin().float().numpy()
 
 
-def build_graph(model, cfg, longrope=False):
+def build_graph(model, cfg, longrope=None):
+    """The builder's graph of `model`; `longrope`: (original_max_position_embeddings, the long
+    tables' rows, their factors) for LongRoPE's run-time choice of tables."""
     c, w = model.config, Writer()
     layers, hd = c.num_hidden_layers, c.head_dim
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
@@ -188,8 +190,11 @@ def build_graph(model, cfg, longrope=False):
             w.weight(f"cos_cache_{kind}", tables[0])
             w.weight(f"sin_cache_{kind}", tables[1])
     elif longrope:  # make_rotary_embedding_multi_cache: If(total length > original) picks the tables
-        long_cos, long_sin = rope_caches(model, 2 * c.max_position_embeddings, LONG_FACTORS)
-        tables = {"cos_cache_large": long_cos, "sin_cache_large": long_sin, "cos_cache_small": cos, "sin_cache_small": sin}
+        original, long_rows, factors = longrope
+        short_cos, short_sin = rope_caches(model, original)
+        long_cos, long_sin = rope_caches(model, long_rows, factors)
+        tables = {"cos_cache_large": long_cos, "sin_cache_large": long_sin, "cos_cache_small": short_cos,
+                  "sin_cache_small": short_sin}
         def branch(size, name):
             consts = [helper.make_node("Constant", [], [f"{k}_cache_{size}"], name=f"/{size}/{k}_cache/Constant",
                                        value=numpy_helper.from_array(tables[f"{k}_cache_{size}"], ""))
@@ -197,7 +202,7 @@ def build_graph(model, cfg, longrope=False):
             outs = [helper.make_tensor_value_info(f"{k}_cache_{size}", TensorProto.FLOAT, list(tables[f"{k}_cache_{size}"].shape))
                     for k in ("cos", "sin")]
             return helper.make_graph(consts, name, [], outs)
-        greater = w.node("Greater", [f"{sub}/Gather/output_0", w.int64(c.original_max_position_embeddings)],
+        greater = w.node("Greater", [f"{sub}/Gather/output_0", w.int64(original)],
                          "/model/rotemb_caches_subgraph/Greater")
         w.node("If", [greater], "/model/rotemb_caches_subgraph/If", ["cos_cache", "sin_cache"],
                then_branch=branch("large", "large_rotemb_caches_graph"),
@@ -417,14 +422,20 @@ def mistral_swa():
     return model, cfg, golden
 
 
-def zero_model(config_path):
-    """A decoder of config.json's shapes (Llama's module names, untied, 4096 positions) with
-    zero weights and unit norms, as build_graph reads a model: for the size benches."""
+def zero_model(config_path, layers=None, longrope=None):
+    """A decoder of config.json's shapes (Llama's module names, untied, 4096 positions unless
+    LongRoPE's original length is given, `layers` layers if given) with zero weights and unit
+    norms, as build_graph reads a model: for the size benches."""
     with open(config_path) as f:
         cfg = json.load(f)
-    cfg.update(tie_word_embeddings=False, max_position_embeddings=4096, sliding_window=None)
+    cfg.update(tie_word_embeddings=False, sliding_window=None)
+    cfg.update(original_max_position_embeddings=longrope) if longrope else cfg.update(max_position_embeddings=4096)
+    if layers:
+        cfg["num_hidden_layers"] = layers
     c = types.SimpleNamespace(**cfg)
-    hidden, hd = c.hidden_size, c.head_dim
+    hidden = c.hidden_size
+    hd = cfg.setdefault("head_dim", hidden // c.num_attention_heads)
+    c.head_dim = hd
     kv = c.num_key_value_heads * hd
     shapes = {"model.embed_tokens.weight": (c.vocab_size, hidden), "lm_head.weight": (c.vocab_size, hidden)}
     for i in range(c.num_hidden_layers):
@@ -454,11 +465,16 @@ def main():
     ap.add_argument("--phi4-mini", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
+    ap.add_argument("--layers", type=int, help="with --zeros: this many layers")
+    ap.add_argument("--longrope", type=int, metavar="ORIGINAL",
+                    help="with --zeros: LongRoPE's If, the config's max_position_embeddings rows past ORIGINAL")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.zeros:
-        model, cfg = zero_model(args.zeros)
-        graph = build_graph(model, cfg)
+        model, cfg = zero_model(args.zeros, args.layers, args.longrope)
+        half = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) // 2
+        graph = build_graph(model, cfg, longrope=(args.longrope, cfg["max_position_embeddings"], [4.0] * half)
+                            if args.longrope else None)
         if args.int4:
             graph, _ = to_int4(graph)
         os.makedirs(args.out, exist_ok=True)
@@ -495,7 +511,8 @@ def main():
     for stale in (path, path + ".data"):
         if os.path.exists(stale):
             os.remove(stale)
-    graph = build_graph(model, cfg, longrope=args.phi3_longrope)
+    longrope = (cfg["original_max_position_embeddings"], 2 * cfg["max_position_embeddings"], LONG_FACTORS)
+    graph = build_graph(model, cfg, longrope=longrope if args.phi3_longrope else None)
     if args.int4:
         graph, dequantized = to_int4(graph)
         load_dequantized(model, dequantized)
