@@ -71,11 +71,16 @@ LONG_FACTORS) in its then-branch and the short ones (the zoo's own: factors 1) i
 else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The golden is the
 zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables.
 
+--fp16 writes zoo/llama3 in the builder's float16 form (`-p fp16`, as the cuda and directml downloads
+are: to_fp16; tests/models/legacy/llama3_genai_fp16): float16 weights, cos/sin tables, cache and
+logits, the norms and GroupQueryAttention on float16. Its golden is the float16 weights computed in
+float32; ONNX Runtime (float16 compute) gives its tokens.
+
 --zeros CONFIG (with --out, and --int4 for the int4 form) writes a config.json's shapes with zero
 weights and unit norms, untied, 4096 positions, no golden: the size benches' GenAI models
 (bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope | --phi4-mini |
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope | --phi4-mini | --fp16 |
                                                         --mistral-swa] [--out DIR]
     /usr/bin/python3 tools/models/make_genai_export.py --zeros tools/models/configs/llama-3.2-1b.json --int4 --out DIR
 """
@@ -318,6 +323,26 @@ def build_graph(model, cfg, longrope=None):
     return m
 
 
+def to_fp16(m):
+    """The builder's fp16 form (`-p fp16`, the cuda and directml downloads): every float
+    initializer, constant, graph input and output and Cast target float16; the norms and
+    GroupQueryAttention then run on float16."""
+    g = m.graph
+    for i, t in enumerate(list(g.initializer)):
+        if t.data_type == TensorProto.FLOAT:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in list(g.input) + list(g.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Constant" and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), ""))
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+    return m
+
+
 def quantize_int4(w, block=32):
     """w [K, N] -> (codes uint8 [N, K / block, block / 2], scales float32 [N * K / block], the
     dequantized [K, N]) as MatMulNBitsQuantizer's symmetric RTN makes them."""
@@ -463,6 +488,7 @@ def main():
     ap.add_argument("--gemma3", action="store_true")
     ap.add_argument("--phi3-longrope", action="store_true")
     ap.add_argument("--phi4-mini", action="store_true")
+    ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
     ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
     ap.add_argument("--layers", type=int, help="with --zeros: this many layers")
@@ -488,7 +514,8 @@ def main():
     folder = ("qwen2_genai_int4_shared" if args.qwen2_tied and args.int4 else "qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
               "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi4_mini_genai" if args.phi4_mini else
               "phi3_genai_longrope" if args.phi3_longrope else
-              "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else "llama3_genai")
+              "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else
+              "llama3_genai_fp16" if args.fp16 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
     changes = ({"tie_word_embeddings": True} if args.qwen2_tied else  # zoo/qwen2_untied's config tied
@@ -511,11 +538,20 @@ def main():
     for stale in (path, path + ".data"):
         if os.path.exists(stale):
             os.remove(stale)
-    longrope = (cfg["original_max_position_embeddings"], 2 * cfg["max_position_embeddings"], LONG_FACTORS)
-    graph = build_graph(model, cfg, longrope=longrope if args.phi3_longrope else None)
+    longrope = (cfg["original_max_position_embeddings"], 2 * cfg["max_position_embeddings"], LONG_FACTORS) \
+        if args.phi3_longrope else None
+    graph = build_graph(model, cfg, longrope=longrope)
     if args.int4:
         graph, dequantized = to_int4(graph)
         load_dequantized(model, dequantized)
+    if args.fp16:  # the golden: the float16 weights and rotary tables, computed in float32
+        graph = to_fp16(graph)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.half().float())
+        for m in model.modules():
+            if hasattr(m, "inv_freq"):
+                m.forward = lambda x, positions, f=m.forward: tuple(t.half().float() for t in f(x, positions))
     onnx.save(graph, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx.data",
               size_threshold=0)
     if args.mistral_swa:

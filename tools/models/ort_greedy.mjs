@@ -16,14 +16,20 @@ const ort = createRequire(path.resolve(modulesParent) + '/')('onnxruntime-node')
 const session = await ort.InferenceSession.create(model, { executionProviders: ['cpu'], intraOpNumThreads: 1 });
 const pastNames = session.inputNames.filter((n) => n.startsWith('past_key_values.'));
 const meta = session.inputMetadata ?? [];
-const kvShape = (name) => {  // [batch, kv heads, past, head_dim] with the heads and head_dim fixed
-  const m = Array.isArray(meta) ? meta.find((e) => e.name === name) : meta[name];
-  return m.shape;
-};
+const kvMeta = (name) =>  // shape [batch, kv heads, past, head_dim] with the heads and head_dim fixed; type
+  Array.isArray(meta) ? meta.find((e) => e.name === name) : meta[name];
 let past = Object.fromEntries(pastNames.map((n) => {
-  const s = kvShape(n);
-  return [n, new ort.Tensor('float32', new Float32Array(0), [1, s[1], 0, s[3]])];
+  const { shape: s, type } = kvMeta(n);
+  const empty = type === 'float16' ? new Uint16Array(0) : new Float32Array(0);  // an fp16 export's cache
+  return [n, new ort.Tensor(type === 'float16' ? 'float16' : 'float32', empty, [1, s[1], 0, s[3]])];
 }));
+// An fp16 export's logits arrive as IEEE half bits.
+const halfToFloat = (h) => {
+  const e = (h >> 10) & 0x1f, f = h & 0x3ff, sign = h & 0x8000 ? -1 : 1;
+  if (e === 0) return sign * f * 2 ** -24;
+  if (e === 31) return f ? NaN : sign * Infinity;
+  return sign * (1 + f / 1024) * 2 ** (e - 15);
+};
 let rows = JSON.parse(promptJson);
 let seen = 0;
 const out = [];
@@ -42,7 +48,8 @@ for (let step = 0; out.length < Number(nNew); ++step) {
   const r = await session.run(feeds);
   const logits = r.logits;
   const vocab = logits.dims[2];
-  const last = logits.data.subarray((rows.length - 1) * vocab, rows.length * vocab);
+  let last = logits.data.subarray((rows.length - 1) * vocab, rows.length * vocab);
+  if (logits.type === 'float16') last = Float32Array.from(last, halfToFloat);
   let best = 0;
   for (let v = 1; v < vocab; ++v) if (last[v] > last[best]) best = v;
   out.push(best);
