@@ -1,7 +1,10 @@
 #include "pipeline/nbits_weights.h"
 
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 namespace nf::host {
 namespace {
@@ -76,21 +79,53 @@ struct BlockCodes {
       if (t) t->drop_pages();
   }
 
-  template <class Put>  // put(row, k, value)
-  void dequantize(Put put) const {
+  // Row r's K values into dst[0, K).
+  void decode_row(int64_t r, float* dst) const {
     const int per_byte = static_cast<int>(8 / bits), mask = (1 << bits) - 1;
     auto unpack = [&](const uint8_t* bytes, int64_t i) { return (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask; };
     const int64_t n_blocks = blocks(), zero_row = (n_blocks * bits + 7) / 8;
-    const auto* code = static_cast<const uint8_t*>(codes->data());
-    const auto* zero = zeros ? static_cast<const uint8_t*>(zeros->data()) : nullptr;
-    const float* scale = scales->as<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        const float s = scale[r * n_blocks + b];
-        const int z = zero ? unpack(zero + r * zero_row, b) : 1 << (bits - 1);
-        for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k)
-          put(r, k, static_cast<float>(unpack(code + r * row_bytes, k) - z) * s);
+    const auto* row = static_cast<const uint8_t*>(codes->data()) + r * row_bytes;
+    const auto* zero = zeros ? static_cast<const uint8_t*>(zeros->data()) + r * zero_row : nullptr;
+    const float* scale = scales->as<float>() + r * n_blocks;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float s = scale[b];
+      const int z = zero ? unpack(zero, b) : 1 << (bits - 1);
+      const int64_t end = std::min(K, (b + 1) * block);
+      if (bits == 4)  // the common case, without the division
+        for (int64_t k = b * block; k < end; ++k) dst[k] = static_cast<float>(((row[k >> 1] >> ((k & 1) * 4)) & 15) - z) * s;
+      else
+        for (int64_t k = b * block; k < end; ++k) dst[k] = static_cast<float>(unpack(row, k) - z) * s;
+    }
+  }
+
+  // The rows as a [rows, K] table (transposed: the [K, rows] weight), on every core: each
+  // worker decodes tiles of kTile rows and writes them out, a transposed tile in blocks that
+  // stay in cache.
+  ir::Tensor dequantize(bool transposed) const {
+    constexpr int64_t kTile = 32, kChunk = 64;
+    ir::Tensor out = ir::Tensor::zeros(NF_DTYPE_FLOAT32, transposed ? std::vector<int64_t>{K, rows} : std::vector<int64_t>{rows, K});
+    float* o = static_cast<float*>(out.mutable_data());
+    const int64_t tiles = (rows + kTile - 1) / kTile;
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+      std::vector<float> buf(static_cast<size_t>(kTile * K));
+      for (int64_t t; (t = next++) < tiles;) {
+        const int64_t r0 = t * kTile, n = std::min(kTile, rows - r0);
+        if (!transposed) {
+          for (int64_t i = 0; i < n; ++i) decode_row(r0 + i, o + (r0 + i) * K);
+          continue;
+        }
+        for (int64_t i = 0; i < n; ++i) decode_row(r0 + i, buf.data() + i * K);
+        for (int64_t k0 = 0; k0 < K; k0 += kChunk)
+          for (int64_t k = k0; k < std::min(K, k0 + kChunk); ++k)
+            for (int64_t i = 0; i < n; ++i) o[k * rows + r0 + i] = buf[static_cast<size_t>(i * K + k)];
       }
+    };
+    std::vector<std::thread> workers(std::max(1u, std::thread::hardware_concurrency()) - 1);
+    for (auto& w : workers) w = std::thread(work);
+    work();
+    for (auto& w : workers) w.join();
+    return out;
   }
 };
 
@@ -128,9 +163,7 @@ ir::Tensor matmul_weight(const ir::Graph& g, const ir::Node& n, std::vector<cons
   if (K > kMaxSide || N > kMaxSide || block > kMaxSide) refuse("its sizes are beyond any model's");
   if (n.inputs.size() > 4 && !n.inputs[4].empty()) refuse("its g_idx input (act-order) is not read");
   const BlockCodes c = block_codes(g, n, N, K, (K + block - 1) / block * block * bits / 8, via, refuse);
-  ir::Tensor w = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {K, N});
-  float* out = static_cast<float*>(w.mutable_data());
-  c.dequantize([&](int64_t col, int64_t k, float v) { out[k * N + col] = v; });
+  ir::Tensor w = c.dequantize(true);
   c.drop_pages();
   return w;
 }
@@ -149,9 +182,7 @@ ir::Tensor gathered_table(const ir::Graph& g, const ir::Node& n, std::vector<con
   if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
   const int64_t rows = dims[0], row_bytes = dims[1], K = row_bytes * (8 / bits);
   const BlockCodes c = block_codes(g, n, rows, K, row_bytes, via, refuse);
-  ir::Tensor t = ir::Tensor::zeros(NF_DTYPE_FLOAT32, {rows, K});
-  float* out = static_cast<float*>(t.mutable_data());
-  c.dequantize([&](int64_t r, int64_t k, float v) { out[r * K + k] = v; });
+  ir::Tensor t = c.dequantize(false);
   c.drop_pages();
   return t;
 }
