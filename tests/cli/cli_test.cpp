@@ -64,7 +64,7 @@ const char* kExportForms[] = {"legacy/llama3_merged",      "legacy/llama3_functi
                               "legacy/mistral_swa_genai",  // GQA's local window in the expanded mask
                               "legacy/qwen3_genai",        "legacy/gemma3_genai",      "legacy/phi3_genai_longrope",
                               "legacy/qwen2_genai_int4_shared", "legacy/llama3_q4",   "legacy/phi4_mini_genai",
-                              "legacy/llama3_genai_fp16"};
+                              "legacy/llama3_genai_fp16",        "legacy/llama3_genai_int4_fp16"};
 INSTANTIATE_TEST_SUITE_P(ExportForms, RunGolden, ::testing::ValuesIn(kExportForms));
 
 // ONNX Runtime GenAI's LongRoPE tables, chosen by If(total length > 256): a 300-token prompt

@@ -76,6 +76,10 @@ are: to_fp16; tests/models/legacy/llama3_genai_fp16): float16 weights, cos/sin t
 logits, the norms and GroupQueryAttention on float16. Its golden is the float16 weights computed in
 float32; ONNX Runtime (float16 compute) gives its tokens.
 
+--int4 --fp16 writes the int4 form in float16 (the cuda and directml int4 downloads): MatMulNBits
+with float16 scales over float16 activations (tests/models/legacy/llama3_genai_int4_fp16); its
+golden is the torch model with the float16 weights and (code - 8) x the float16 scales.
+
 --zeros CONFIG (with --out, and --int4 for the int4 form) writes a config.json's shapes with zero
 weights and unit norms, untied, 4096 positions, no golden: the size benches' GenAI models
 (bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
@@ -343,13 +347,14 @@ def to_fp16(m):
     return m
 
 
-def quantize_int4(w, block=32):
+def quantize_int4(w, block=32, scale_dtype=np.float32):
     """w [K, N] -> (codes uint8 [N, K / block, block / 2], scales float32 [N * K / block], the
-    dequantized [K, N]) as MatMulNBitsQuantizer's symmetric RTN makes them."""
+    dequantized [K, N]) as MatMulNBitsQuantizer's symmetric RTN makes them; scales rounded to
+    `scale_dtype` first (a float16 model's)."""
     k, n = w.shape
     blocks = w.T.reshape(n, k // block, block).astype(np.float32)
     peak = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[..., None], axis=2)  # signed
-    scale = peak / np.float32(-8.0)
+    scale = (peak / np.float32(-8.0)).astype(scale_dtype).astype(np.float32)
     inverse = np.where(scale != 0, np.float32(1.0) / np.where(scale != 0, scale, 1), 0).astype(np.float32)
     x = blocks * inverse
     codes = np.clip(np.sign(x) * np.floor(np.abs(x) + 0.5) + 8, 0, 15).astype(np.uint8)  # round half away from 0
@@ -358,7 +363,7 @@ def quantize_int4(w, block=32):
     return packed, scale.reshape(-1).astype(np.float32), np.ascontiguousarray(dequantized)
 
 
-def to_int4(m):
+def to_int4(m, scale_dtype=np.float32):
     """The -p int4 graph: each MatMul with a 2-D weight initializer becomes MatMulNBits.
     Returns the model and the dequantized weight of each original weight name."""
     inits = {t.name: t for t in m.graph.initializer}
@@ -369,7 +374,7 @@ def to_int4(m):
             nodes.append(node)
             continue
         array = numpy_helper.to_array(w)
-        packed, scales, dequantized[w.name] = quantize_int4(array)
+        packed, scales, dequantized[w.name] = quantize_int4(array, scale_dtype=scale_dtype)
         m.graph.initializer.remove(w)
         m.graph.initializer.extend([numpy_helper.from_array(packed, w.name + "_Q4"),
                                     numpy_helper.from_array(scales, w.name + "_scales")])
@@ -514,8 +519,8 @@ def main():
     folder = ("qwen2_genai_int4_shared" if args.qwen2_tied and args.int4 else "qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
               "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi4_mini_genai" if args.phi4_mini else
               "phi3_genai_longrope" if args.phi3_longrope else
-              "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4" if args.int4 else
-              "llama3_genai_fp16" if args.fp16 else "llama3_genai")
+              "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4_fp16" if args.int4 and args.fp16 else
+              "llama3_genai_int4" if args.int4 else "llama3_genai_fp16" if args.fp16 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
     changes = ({"tie_word_embeddings": True} if args.qwen2_tied else  # zoo/qwen2_untied's config tied
@@ -541,17 +546,18 @@ def main():
     longrope = (cfg["original_max_position_embeddings"], 2 * cfg["max_position_embeddings"], LONG_FACTORS) \
         if args.phi3_longrope else None
     graph = build_graph(model, cfg, longrope=longrope)
-    if args.int4:
-        graph, dequantized = to_int4(graph)
-        load_dequantized(model, dequantized)
     if args.fp16:  # the golden: the float16 weights and rotary tables, computed in float32
-        graph = to_fp16(graph)
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(p.half().float())
         for m in model.modules():
             if hasattr(m, "inv_freq"):
                 m.forward = lambda x, positions, f=m.forward: tuple(t.half().float() for t in f(x, positions))
+    if args.int4:  # (code - 8) x scale, the scales float16 in a float16 model
+        graph, dequantized = to_int4(graph, np.float16 if args.fp16 else np.float32)
+        load_dequantized(model, dequantized)
+    if args.fp16:
+        graph = to_fp16(graph)
     onnx.save(graph, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.onnx.data",
               size_threshold=0)
     if args.mistral_swa:
