@@ -22,20 +22,6 @@ int64_t attr(const ir::Node& n, const char* name, int64_t dflt) {
 constexpr int kMaxViews = 8;
 constexpr int64_t kMaxSide = int64_t{1} << 30;
 
-// The constant `v` is: an initializer, or one behind ops that keep its bytes (Identity,
-// Reshape, and a Cast to the type it has: a 16-bit scale widened on load). `via` collects them.
-const ir::Tensor* constant(const ir::Graph& g, const std::string& v, std::vector<const ir::Node*>* via, int depth = 0) {
-  if (const ir::Tensor* t = g.initializer(v)) return t;
-  const ir::Node* p = g.producer(v);
-  if (!p || !p->domain.empty() || p->inputs.empty() || depth == kMaxViews ||
-      (p->op_type != "Identity" && p->op_type != "Reshape" && p->op_type != "Cast"))
-    return nullptr;
-  const ir::Tensor* t = constant(g, p->inputs[0], via, depth + 1);
-  if (!t || (p->op_type == "Cast" && attr(*p, "to", -1) != t->dtype)) return nullptr;
-  via->push_back(p);
-  return t;
-}
-
 // The int64 values of a constant: an initializer or a Constant node's.
 std::vector<int64_t> int64s(const ir::Graph& g, const std::string& v) {
   const ir::Tensor* t = g.initializer(v);
@@ -45,24 +31,38 @@ std::vector<int64_t> int64s(const ir::Graph& g, const std::string& v) {
   return {t->as<int64_t>(), t->as<int64_t>() + t->numel()};
 }
 
-// The dims of `v`, a constant's view (constant() found it): a Reshape's target, with 0 and -1
-// resolved; through Identity and Cast, the dims of what they read.
-std::vector<int64_t> view_dims(const ir::Graph& g, const std::string& v, int depth = 0) {
-  if (const ir::Tensor* t = g.initializer(v)) return t->dims;
-  const ir::Node* p = g.producer(v);
-  if (!p || p->inputs.empty() || depth == kMaxViews) return {};
-  const std::vector<int64_t> in = view_dims(g, p->inputs[0], depth + 1);
-  if (p->op_type != "Reshape" || in.empty()) return in;
-  std::vector<int64_t> out = p->inputs.size() > 1 ? int64s(g, p->inputs[1]) : std::vector<int64_t>{};
+// Dims `in` reshaped to `target`, its 0s copied from `in` and its -1 resolved.
+std::vector<int64_t> reshaped(const std::vector<int64_t>& in, std::vector<int64_t> target) {
   int64_t known = 1, total = 1, unknown = -1;
   for (int64_t d : in) total *= d;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == 0 && i < in.size()) out[i] = in[i];
-    if (out[i] == -1) unknown = static_cast<int64_t>(i);
-    else known *= out[i];
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && i < in.size()) target[i] = in[i];
+    if (target[i] == -1) unknown = static_cast<int64_t>(i);
+    else known *= target[i];
   }
-  if (unknown >= 0 && known > 0) out[static_cast<size_t>(unknown)] = total / known;
-  return out;
+  if (unknown >= 0 && known > 0) target[static_cast<size_t>(unknown)] = total / known;
+  return target;
+}
+
+// A constant's bytes and the dims it is read with (a Reshape's target).
+struct View {
+  const ir::Tensor* t = nullptr;
+  std::vector<int64_t> dims;
+};
+
+// The constant `v` is: an initializer, or one behind ops that keep its bytes (Identity,
+// Reshape, and a Cast to the type it has: a 16-bit scale widened on load). `via` collects them.
+View constant(const ir::Graph& g, const std::string& v, std::vector<const ir::Node*>* via, int depth = 0) {
+  if (const ir::Tensor* t = g.initializer(v)) return {t, t->dims};
+  const ir::Node* p = g.producer(v);
+  if (!p || !p->domain.empty() || p->inputs.empty() || depth == kMaxViews ||
+      (p->op_type != "Identity" && p->op_type != "Reshape" && p->op_type != "Cast"))
+    return {};
+  View c = constant(g, p->inputs[0], via, depth + 1);
+  if (!c.t || (p->op_type == "Cast" && attr(*p, "to", -1) != c.t->dtype)) return {};
+  if (p->op_type == "Reshape") c.dims = reshaped(c.dims, p->inputs.size() > 1 ? int64s(g, p->inputs[1]) : std::vector<int64_t>{});
+  via->push_back(p);
+  return c;
 }
 
 // Rows of K values stored as `bits`-bit codes (several a byte, the first in the low bits) in
@@ -108,7 +108,7 @@ struct BlockCodes {
     const int64_t tiles = (rows + kTile - 1) / kTile;
     std::atomic<int64_t> next{0};
     auto work = [&] {
-      std::vector<float> buf(static_cast<size_t>(kTile * K));
+      std::vector<float> buf(transposed ? static_cast<size_t>(kTile * K) : 0);  // a tile of rows to transpose
       for (int64_t t; (t = next++) < tiles;) {
         const int64_t r0 = t * kTile, n = std::min(kTile, rows - r0);
         if (!transposed) {
@@ -131,23 +131,22 @@ struct BlockCodes {
 
 // The parts of a BlockCodes every node checks alike; throws with `refuse`'s line.
 template <class Refuse>
-BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, int64_t rows, int64_t K, int64_t row_bytes,
-                       std::vector<const ir::Node*>* via, Refuse refuse) {
-  const bool matmul = is_nbits(n);  // codes at input 1 (0: a table's), block_size required (default 128)
-  const int64_t bits = attr(n, "bits", 4), block = attr(n, "block_size", matmul ? 0 : 128);
+BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, const ir::Tensor* codes, int64_t rows, int64_t K,
+                       int64_t row_bytes, std::vector<const ir::Node*>* via, Refuse refuse) {
+  // MatMulNBits must give its block_size; GatherBlockQuantized's defaults to 128.
+  const int64_t bits = attr(n, "bits", 4), block = attr(n, "block_size", is_nbits(n) ? 0 : 128);
   if (block < 16 || (block & (block - 1)) != 0) refuse("its block_size must be a power of two >= 16");
   if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
   if (rows > kMaxSide || K > kMaxSide || row_bytes > kMaxSide) refuse("its sizes are beyond any model's");
   BlockCodes c{nullptr, nullptr, nullptr, rows, K, bits, block, row_bytes};
-  const ir::Tensor* codes = n.inputs.size() > (matmul ? 1 : 0) ? constant(g, n.inputs[matmul ? 1 : 0], via) : nullptr;
-  const ir::Tensor* scales = n.inputs.size() > 2 ? constant(g, n.inputs[2], via) : nullptr;
+  const ir::Tensor* scales = n.inputs.size() > 2 ? constant(g, n.inputs[2], via).t : nullptr;
   if (!codes || codes->dtype != NF_DTYPE_UINT8 || codes->numel() != rows * row_bytes || !codes->data())
     refuse("its codes are not a uint8 constant of " + std::to_string(rows) + " rows of " + std::to_string(K) + " " +
            std::to_string(bits) + "-bit values in blocks of " + std::to_string(block));
   if (!scales || scales->dtype != NF_DTYPE_FLOAT32 || scales->numel() != rows * c.blocks() || !scales->data())
     refuse("its scales are not a float constant of one value per block and row");
   const std::string zero_name = n.inputs.size() > 3 ? n.inputs[3] : "";
-  const ir::Tensor* zeros = zero_name.empty() ? nullptr : constant(g, zero_name, via);
+  const ir::Tensor* zeros = zero_name.empty() ? nullptr : constant(g, zero_name, via).t;
   if (!zero_name.empty() &&
       (!zeros || zeros->dtype != NF_DTYPE_UINT8 || zeros->numel() != rows * ((c.blocks() * bits + 7) / 8) || !zeros->data()))
     refuse("its zero points are not packed uint8 constants (float zero points are not read)");
@@ -162,7 +161,8 @@ ir::Tensor matmul_weight(const ir::Graph& g, const ir::Node& n, std::vector<cons
   if (K <= 0 || N <= 0 || block <= 0) refuse("K, N and block_size (a power of two >= 16) must be given");
   if (K > kMaxSide || N > kMaxSide || block > kMaxSide) refuse("its sizes are beyond any model's");
   if (n.inputs.size() > 4 && !n.inputs[4].empty()) refuse("its g_idx input (act-order) is not read");
-  const BlockCodes c = block_codes(g, n, N, K, (K + block - 1) / block * block * bits / 8, via, refuse);
+  const ir::Tensor* codes = n.inputs.size() > 1 ? constant(g, n.inputs[1], via).t : nullptr;
+  const BlockCodes c = block_codes(g, n, codes, N, K, (K + block - 1) / block * block * bits / 8, via, refuse);
   ir::Tensor w = c.dequantize(true);
   c.drop_pages();
   return w;
@@ -172,16 +172,15 @@ ir::Tensor matmul_weight(const ir::Graph& g, const ir::Node& n, std::vector<cons
 // quantized along them: the embedding form).
 ir::Tensor gathered_table(const ir::Graph& g, const ir::Node& n, std::vector<const ir::Node*>* via) {
   auto refuse = [&](const std::string& why) { throw std::runtime_error("GatherBlockQuantized '" + n.name + "': " + why); };
-  std::vector<const ir::Node*> ignored;
-  const std::vector<int64_t> dims = n.inputs.empty() || !constant(g, n.inputs[0], &ignored) ? std::vector<int64_t>{}
-                                                                                           : view_dims(g, n.inputs[0]);
-  if (dims.size() != 2 || dims[0] <= 0 || dims[1] <= 0) refuse("its data is not a constant 2-D table");
+  const View data = n.inputs.empty() ? View{} : constant(g, n.inputs[0], via);
+  const std::vector<int64_t>& dims = data.dims;
+  if (!data.t || dims.size() != 2 || dims[0] <= 0 || dims[1] <= 0) refuse("its data is not a constant 2-D table");
   if (attr(n, "gather_axis", 0) != 0 || attr(n, "quantize_axis", 1) != 1)
     refuse("only rows gathered (gather_axis 0) from a table quantized along them (quantize_axis 1) are read");
   const int64_t bits = attr(n, "bits", 4);
   if (bits != 2 && bits != 4 && bits != 8) refuse(std::to_string(bits) + "-bit codes are not read (2, 4 or 8)");
   const int64_t rows = dims[0], row_bytes = dims[1], K = row_bytes * (8 / bits);
-  const BlockCodes c = block_codes(g, n, rows, K, row_bytes, via, refuse);
+  const BlockCodes c = block_codes(g, n, data.t, rows, K, row_bytes, via, refuse);
   ir::Tensor t = c.dequantize(false);
   c.drop_pages();
   return t;
@@ -196,7 +195,7 @@ uint64_t nbits_weight_elements(const ir::Graph& g, const ir::Node& n) {
   }
   if (!is_gather_quantized(n) || n.inputs.empty()) return 0;
   std::vector<const ir::Node*> via;
-  const std::vector<int64_t> dims = constant(g, n.inputs[0], &via) ? view_dims(g, n.inputs[0]) : std::vector<int64_t>{};
+  const std::vector<int64_t> dims = constant(g, n.inputs[0], &via).dims;
   const int64_t bits = attr(n, "bits", 4);
   if (dims.size() != 2 || dims[0] <= 0 || dims[1] <= 0 || (bits != 2 && bits != 4 && bits != 8)) return 0;
   return static_cast<uint64_t>(dims[0]) * static_cast<uint64_t>(dims[1] * (8 / bits));
