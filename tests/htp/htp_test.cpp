@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cli/cli_support.h"
 #include "common/util.h"
@@ -222,6 +223,29 @@ TEST(HtpCompile, EstimateOnlyPackageCannotRun) {
   auto run = test::npuforge({"run", package("estimate_only").string(), "--prompt-ids", "1,2", "--max-new-tokens", "2"});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("compiled with pack_weights = false (estimate only)"), std::string::npos) << run.err;
+}
+
+TEST(HtpCompile, Int8ShareCostsTheMixedRecipesBytes) {
+  // "w4a16 + w8a16 (few layers)": a share of the 4-bit elements stored at 8 bits adds that
+  // share of their 4-bit bytes again, to the package and to every decode step's reads.
+  const std::string base = kArcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\nassume_weight_bw = 4\n"
+                                   "pack_weights = false\n";
+  std::map<std::string, nlohmann::json> e;
+  for (const std::string share : {"0", "0.25", "1"}) {
+    auto r = build("int8_share_" + share, base + "assume_int8_share = " + share + "\n");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    e[share] = estimate(package("int8_share_" + share));
+  }
+  const double w0 = e["0"]["weight_bytes"], w25 = e["0.25"]["weight_bytes"], w100 = e["1"]["weight_bytes"];
+  ASSERT_GT(w100, w0);
+  EXPECT_NEAR(w25 - w0, 0.25 * (w100 - w0), 0.001 * (w100 - w0));
+  EXPECT_NEAR(e["0.25"]["dram_bytes_per_token"].get<double>() - e["0"]["dram_bytes_per_token"].get<double>(),
+              w25 - w0, 0.001 * (w100 - w0));
+  EXPECT_LT(e["0.25"]["decode_tokens_per_s"].get<double>(), e["0"]["decode_tokens_per_s"].get<double>());
+  expect_build_error("int8_share_8bit", kArcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\nassume_weight_bw = 8\n"
+                                               "pack_weights = false\nassume_int8_share = 0.25\n",
+                     "assume_int8_share needs assume_weight_bw = 4");
+  expect_build_error("int8_share_range", base + "assume_int8_share = 1.5\n", "assume_int8_share");
 }
 
 // ---- packages ----------------------------------------------------------------------------

@@ -85,11 +85,14 @@ StoredTensor plan_weight(ModelSet ms, const std::string& name, const Tensor& t, 
   const nf_encoding* e = ms.encoding(name);
   if ((!e || e->is_float) && assumed_bw) {
     // Costing only (pack_weights = false): the recipe's storage, LPBQ block 64 or int8 per
-    // channel, with one fp32 scale per output channel (the last axis of a [K, N] weight).
+    // channel, with one fp32 scale per output channel (the last axis of a [K, N] weight). A
+    // mixed recipe keeps assume_int8_share of the 4-bit elements at 8 bits; which layers is
+    // not published, so every 4-bit weight carries that share.
     const int64_t channels = s.dims.back(), numel = t.nbytes() / sizeof(float);
+    const double bits = assumed_bw == 4 ? 4 * (1 + o.assume_int8_share) : assumed_bw;
     info->bits = assumed_bw;
     info->lpbq = assumed_bw == 4;
-    info->bytes = static_cast<uint64_t>(numel) * assumed_bw / 8 + channels * 4 +
+    info->bytes = static_cast<uint64_t>(numel * bits / 8) + channels * 4 +
                   (assumed_bw == 4 ? static_cast<uint64_t>(numel / 64) * 4 / 8 : 0);
     s.storage = assumed_bw == 4 ? Storage::Int4 : Storage::Int8;
     return s;

@@ -39,6 +39,8 @@ const char* const kOptionsSchema = R"json({
                      "description": "Costing only (estimate): KV-cache inputs/outputs without an integer encoding are timed at this width; 0 = off (as assume_activation_bw)."},
     "assume_weight_bw": {"type": "integer", "enum": [0, 4, 8], "default": 0,
                          "description": "Costing only (estimate): MatMul/Gemm/Conv weights without an encoding are timed as 4-bit LPBQ (block 64, per-channel fp32 scale) or int8 per channel, the LM head (the matmul producing logits) at int8, as AIMET's LLM recipe stores them; 0 = off. Needs pack_weights = false (such a package cannot run)."},
+    "assume_int8_share": {"type": "number", "minimum": 0, "maximum": 1, "default": 0,
+                          "description": "Costing only (estimate), with assume_weight_bw = 4: the share of those 4-bit weights' elements a mixed recipe keeps at int8 (AI Hub's 'w4a16 + w8a16 (few layers)', whose 8-bit layers are not listed), spread evenly over them; 0 = none."},
     "pack_weights": {"type": "boolean", "default": true,
                      "description": "Write the weight containers. false: an estimate-only package (graphs, summaries, no weights): open refuses it. For models too big to quantize and pack here (bench/htp_estimate.sh)."},
     "threads": {"type": "integer", "minimum": 0, "default": 0,
@@ -94,9 +96,12 @@ HtpOptions HtpOptions::parse(const nlohmann::json& j) {
   o.assume_activation_bw = static_cast<int>(get_i("assume_activation_bw", 0));
   o.assume_kv_bw = static_cast<int>(get_i("assume_kv_bw", 0));
   o.assume_weight_bw = static_cast<int>(get_i("assume_weight_bw", 0));
+  o.assume_int8_share = j.contains("assume_int8_share") && j["assume_int8_share"].is_number() ? j["assume_int8_share"].get<double>() : 0.0;
   o.pack_weights = get_b("pack_weights", true);
   if (o.assume_weight_bw && o.pack_weights)
     throw Error("htp: assume_weight_bw needs pack_weights = false: weights costed by assumption cannot be packed and run");
+  if (o.assume_int8_share && o.assume_weight_bw != 4)
+    throw Error("htp: assume_int8_share needs assume_weight_bw = 4: it is the share of the assumed 4-bit weights kept at int8");
   return o;
 }
 
@@ -116,6 +121,7 @@ nlohmann::json HtpOptions::resolved_json() const {
           {"assume_activation_bw", assume_activation_bw},
           {"assume_kv_bw", assume_kv_bw},
           {"assume_weight_bw", assume_weight_bw},
+          {"assume_int8_share", assume_int8_share},
           {"pack_weights", pack_weights},
           {"threads", threads}};
 }

@@ -28,6 +28,7 @@ struct HtpOptions {
   int assume_activation_bw = 0;   // costing only: width of unencoded activations (0 = fp16)
   int assume_kv_bw = 0;           // costing only: width of unencoded KV inputs/outputs
   int assume_weight_bw = 0;       // costing only: width of unencoded matmul weights (LM head: 8)
+  double assume_int8_share = 0;   // costing only: share of those 4-bit weights stored at int8
   bool pack_weights = true;       // false: estimate-only package
   int threads = 0;                // simulator host threads (the engine's), 0 = all cores
   Chip chip;
