@@ -9,7 +9,8 @@ leave-one-out fit uses instead) are in bench/sim_figures.json.
 
 htp: one estimate-only package per model shape (synth_model.py --zeros -> arcl AR {1, 128}
 x CL 4096, or the figure's "context" -> htp, one target per chip with a figure for that model; weights costed as AI
-Hub's w4a16 recipe stores them: LPBQ 4-bit linears, int8 LM head, 16-bit activations; the
+Hub's w4a16 recipe stores them: LPBQ 4-bit linears (a share at int8 where AI Hub publishes
+the package's size, int8_share), int8 LM head, 16-bit activations; the
 KV cache at `kv_bits` per figure in sim_figures.json: 8 when not given, as AIMET's LLM recipe
 stores it (facts.md) and as AI Hub's qnn_context_binary input specs declare it (uint8) for
 Qwen2-7B and Mistral-7B; 16 for the exports with no such spec, an assumption), timed with
@@ -125,6 +126,33 @@ def kv_bits(f):
     return 16 if precision(f) == "w4" else f.get("kv_bits", 8)
 
 
+def published_share(f):
+    """The share of a w4a16 export's 4-bit weights AI Hub keeps at int8, from the package size
+    it publishes (the figures file's "model_sizes"; the precision reads "w4a16 + w8a16 (few
+    layers)" and the 8-bit layers are not listed): the published size less what our w4a16
+    costing stores (4-bit linears with their LPBQ block scales, the int8 LM head) and an int8
+    embedding table, over the linears' 4-bit bytes. None without a published size."""
+    size = DATA.get("model_sizes", {}).get(f["model"])
+    if not size:
+        return None
+    vocab, hidden, inter, layers, heads, kv, hd = json.loads(config_of(f["config"])[1])[:7]
+    linears = layers * (2 * hidden * heads * hd + 2 * hidden * kv * hd + 3 * hidden * inter)
+    ours = linears / 2 + linears / 128 + 2 * vocab * hidden
+    return round(min(max((size["gb"] * 1e9 - ours) / (linears / 2), 0.0), 1.0), 3)
+
+
+def int8_share(f):
+    """The int8 share a w4a16 figure's package is costed with: its published one, else the
+    median of the published ones (those exports are "few layers" at int8 too); 0 at w4."""
+    if precision(f) != "w4a16":
+        return 0.0
+    share = published_share(f)
+    if share is not None:
+        return share
+    known = sorted({g["model"]: published_share(g) for g in FIGS if g["sim"] == "htp" and published_share(g) is not None}.values())
+    return known[len(known) // 2] if known else 0.0
+
+
 def context(f):
     """The context length a figure's export was built for: its "context", else 4096."""
     return f.get("context", 4096)
@@ -133,13 +161,14 @@ def context(f):
 def package_of(f):
     """The package directory a figure is costed on: models of the same shapes share one
     (costs depend on shapes and widths only), named after the first such config; a shape with
-    two KV widths gets one package per width, one at w4 (fp16 activations) its own, and one
-    at a context other than 4096 its own."""
+    two KV widths or two int8 shares gets one package per width or share, one at w4 (fp16
+    activations) its own, and one at a context other than 4096 its own."""
     shape = config_of(f["config"])[1]
     same = [g for g in FIGS if g["sim"] == "htp" and config_of(g["config"])[1] == shape and precision(g) == precision(f)
             and context(g) == context(f)]
     name = min(os.path.basename(config_of(g["config"])[0])[:-len(".json")] for g in same)
     name = name if len({kv_bits(g) for g in same}) == 1 else f"{name}-kv{kv_bits(f)}"
+    name = name if len({int8_share(g) for g in same}) == 1 else f"{name}-int8-{int8_share(f)}"
     name = name if precision(f) == "w4a16" else f"{name}-{precision(f)}"
     return name if context(f) == 4096 else f"{name}-cl{context(f)}"
 
@@ -152,9 +181,9 @@ def build_htp_packages():
     chips_of, source_of = {}, {}
     for f in FIGS:
         if f["sim"] == "htp" and has_chip(f):
-            chips_of.setdefault((package_of(f), kv_bits(f), precision(f), context(f)), set()).add(f["chip"])
+            chips_of.setdefault((package_of(f), kv_bits(f), precision(f), context(f), int8_share(f)), set()).add(f["chip"])
             source_of.setdefault(package_of(f), config_of(f["config"])[0])
-    for (cfg, kv, prec, cl), chips in sorted(chips_of.items()):
+    for (cfg, kv, prec, cl, share), chips in sorted(chips_of.items()):
         d = f"{WORK}/htp/{cfg}"
         if not os.path.exists(f"{d}/model.onnx"):
             log(f"synthesizing {cfg}")
@@ -163,6 +192,7 @@ def build_htp_packages():
         # w4a16: activations timed as 16-bit integers, the cache at its width; w4: both stay
         # fp16 (no assumption), so HMX ops run at the fp16 rate over expanded 4-bit weights.
         widths = f"assume_activation_bw = 16\nassume_kv_bw = {kv}\n" if prec == "w4a16" else ""
+        widths += f"assume_int8_share = {share}\n" if share else ""
         targets = "".join(f'''
 [targets.{c}]
 backend = "htp"
@@ -664,6 +694,15 @@ def report(rows, loo, params, aries):
     if aries:
         print(f"\naries-rb: DRAM {aries['dram_bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, MAC efficiency "
               f"{aries['mac_efficiency']:.4f}, on-chip buffer {aries['onchip_buffer_bytes'] / 1024:.0f} KiB per core")
+    sizes = DATA.get("model_sizes", {})
+    shown = set()
+    for r in rows:
+        if r["model"] in sizes and r["sim"] == "htp" and precision(r) == "w4a16" and r["model"] not in shown:
+            if not shown:
+                print("\n| model | published size | int8 share of its 4-bit weights | source |")
+                print("|---|---|---|---|")
+            shown.add(r["model"])
+            print(f"| {r['model']} | {sizes[r['model']]['gb']} GB | {int8_share(r):.3f} | {sizes[r['model']]['source']} |")
     if DATA.get("not_simulated"):
         print("\n| found, not simulated | source | why |")
         print("|---|---|---|")
