@@ -19,6 +19,11 @@ class Buffer;
 
 namespace nf::host {
 
+// Seconds on the monotonic clock: for durations, not dates.
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 // 128-bit XXH3 of bytes / a file's contents, as 32 hex digits.
 std::string hash_bytes(const void* data, size_t n);
 std::string hash_string(const std::string& s);

@@ -65,7 +65,7 @@ std::string quoted(const std::string& s) {  // for sh, in single quotes
   return q + "'";
 }
 
-std::string first_line(const std::string& s) {
+std::string first_output_line(const std::string& s) {
   std::string line = s.substr(0, s.find('\n'));
   return line.empty() ? "(no output)" : line;
 }
@@ -76,7 +76,7 @@ class SlurmExecutor final : public Executor {
     CommandOutput v = run_command({"sbatch", "--version"});
     if (v.code != 0)
       throw std::runtime_error("the slurm executor needs Slurm's sbatch on PATH (Debian: slurm-client): " +
-                               first_line(v.output));
+                               first_output_line(v.output));
   }
 
   std::string name() const override { return "slurm"; }
@@ -182,7 +182,7 @@ class SlurmExecutor final : public Executor {
     std::smatch m;
     const std::string text = out.output;
     if (out.code != 0 || !std::regex_search(text, m, std::regex(R"(^(\d+))")))
-      throw std::runtime_error("sbatch refused stage '" + name + "': " + first_line(out.output));
+      throw std::runtime_error("sbatch refused stage '" + name + "': " + first_output_line(out.output));
     return m[1];
   }
 

@@ -1,7 +1,6 @@
 #include "runner/generate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -9,11 +8,6 @@
 #include "common/util.h"
 
 namespace nf::host {
-namespace {
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

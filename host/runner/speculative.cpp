@@ -1,7 +1,6 @@
 #include "runner/speculative.h"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
 #include "api/host_api.h"
@@ -10,10 +9,6 @@
 
 namespace nf::host {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Hands the decoder the runner while counting its forward calls and rows: a backend pass
 // count would charge the DynamicRunner's path-by-path scoring to the decoder.

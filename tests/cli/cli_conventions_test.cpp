@@ -33,8 +33,6 @@ fs::path fresh(const std::string& name) {
   return d;
 }
 
-std::string test_plugins() { return std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/good"; }
-
 // A manifest over the tiny trained model (with its tokenizer); `extra` is appended.
 fs::path tiny_manifest(const fs::path& dir, const std::string& extra) {
   const std::string m = model_dir("tiny_llama");

@@ -24,6 +24,8 @@ struct CommandResult {
 inline std::string source_dir() { return NPUFORGE_SOURCE_DIR; }
 inline std::string binary() { return std::string(NPUFORGE_BINARY_DIR) + "/bin/npuforge"; }
 inline std::string model_dir(const std::string& name) { return source_dir() + "/tests/models/" + name; }
+// The test registry's well-formed plugins (tests/registry), for --plugin-dir.
+inline std::string test_plugins() { return std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/good"; }
 
 // A directory under /tmp for this test process ("nf_<tag>_<pid>"), made on first use and
 // removed when the process exits.

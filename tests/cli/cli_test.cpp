@@ -37,8 +37,6 @@ fs::path write_manifest(const fs::path& dir, const std::string& model, const std
   return dir / "manifest.toml";
 }
 
-std::string test_plugins() { return std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/good"; }
-
 }  // namespace
 
 class RunGolden : public ::testing::TestWithParam<const char*> {};

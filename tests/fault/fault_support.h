@@ -67,7 +67,7 @@ inline fs::path scratch(const std::string& name) {
   return d;
 }
 
-inline std::string test_plugins() { return std::string(NPUFORGE_BINARY_DIR) + "/tests/registry/plugins/good"; }
+using test::test_plugins;
 inline std::string fault_plugins(const std::string& kase) { return std::string(NF_FAULT_PLUGIN_DIR) + "/" + kase; }
 
 // A manifest over a test model with a cpu target; `extra` is appended verbatim.

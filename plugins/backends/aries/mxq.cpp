@@ -7,7 +7,7 @@ namespace nf::aries {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'F', 'M', 'X', 'Q', '0', '1', '\n'};
-constexpr uint64_t kVersion = 1;
+constexpr uint64_t kMxqVersion = 1;
 constexpr size_t kPreamble = 64;
 constexpr uint64_t kAlign = 64;
 
@@ -72,7 +72,7 @@ void MxqWriter::finish() {
   write(js.data(), js.size());
   char pre[kPreamble] = {};
   std::memcpy(pre, kMagic, 8);
-  uint64_t fields[4] = {kVersion, payload, js.size(), hash_};
+  uint64_t fields[4] = {kMxqVersion, payload, js.size(), hash_};
   std::memcpy(pre + 8, fields, sizeof fields);
   f_.seekp(0);
   f_.write(pre, kPreamble);
@@ -88,9 +88,9 @@ MxqFile MxqFile::read(const std::string& path) {
     throw Error("aries backend: " + path + " is not an MXQ container (bad magic)");
   uint64_t fields[4];
   std::memcpy(fields, pre + 8, sizeof fields);
-  if (fields[0] != kVersion)
+  if (fields[0] != kMxqVersion)
     throw Error("aries backend: " + path + " has container version " + std::to_string(fields[0]) + ", expected " +
-                std::to_string(kVersion));
+                std::to_string(kMxqVersion));
   uint64_t size = std::filesystem::file_size(path);
   if (size != kPreamble + fields[1] + fields[2])
     throw Error("aries backend: " + path + " is truncated or padded (" + std::to_string(size) + " bytes, header says " +

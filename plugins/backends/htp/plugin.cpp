@@ -4,7 +4,6 @@
 #include <npuforge/plugin.hpp>
 
 #include <filesystem>
-#include <fstream>
 
 #include "compile.h"
 #include "estimate.h"
@@ -37,18 +36,10 @@ nf_status* run_fn(nf_session* s, const char* graph, const char* const* input_nam
   return NF_TRY(run_session(s, graph, input_names, inputs, n_inputs, output_names, outputs, n_outputs));
 }
 
-nlohmann::json read_json(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  if (!f) throw Error("htp: not an htp package: missing " + p.string());
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  if (!j.is_object()) throw Error("htp: corrupt package: " + p.string() + " is not a JSON object");
-  return j;
-}
-
 nf_status* estimate_fn(const char*, const char* dir, const char* workload_json, nf_json_sink sink, void* user) {
   return NF_TRY({
-    nlohmann::json meta = read_json(std::filesystem::path(dir) / "htp.json");
-    nlohmann::json graphs = read_json(std::filesystem::path(dir) / "htp" / "graphs.json");
+    nlohmann::json meta = read_package_json(std::filesystem::path(dir) / "htp.json");
+    nlohmann::json graphs = read_package_json(std::filesystem::path(dir) / "htp" / "graphs.json");
     nlohmann::json workload = nlohmann::json::parse(workload_json ? workload_json : "{}", nullptr, false);
     if (!workload.is_object()) throw Error("htp: estimate: the workload is not a JSON object");
     // The chip and options the package was compiled for; the figures come from today's chip file.

@@ -29,7 +29,9 @@ struct Session {
   }
 };
 
-nlohmann::json read_json(const fs::path& p) {
+}  // namespace
+
+nlohmann::json read_package_json(const fs::path& p) {
   std::ifstream f(p);
   if (!f) throw Error("htp: not an htp package: missing " + p.string());
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
@@ -37,10 +39,8 @@ nlohmann::json read_json(const fs::path& p) {
   return j;
 }
 
-}  // namespace
-
 nf_session* open_session(const char* options_json, const std::string& dir) {
-  nlohmann::json meta = read_json(fs::path(dir) / "htp.json");
+  nlohmann::json meta = read_package_json(fs::path(dir) / "htp.json");
   if (meta.value("backend", "") != "htp") throw Error("htp: " + dir + "/htp.json was not written by the htp backend");
   // The compiled options win for the graphs; `threads` may be given at open.
   nlohmann::json given = Options(options_json).json();

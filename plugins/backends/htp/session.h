@@ -6,9 +6,14 @@
 
 #include <npuforge/plugin.hpp>
 
+#include <filesystem>
 #include <string>
 
 namespace nf::htp {
+
+// A package JSON file (htp.json, graphs.json) as an object; a missing or damaged one throws one
+// line naming it.
+nlohmann::json read_package_json(const std::filesystem::path& p);
 
 nf_session* open_session(const char* options_json, const std::string& dir);
 void close_session(nf_session* s);

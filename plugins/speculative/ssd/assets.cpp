@@ -6,9 +6,10 @@
 #include <sstream>
 
 namespace ssd {
-namespace {
 
-[[noreturn]] void fail(const std::string& file, const std::string& what) { throw nf::Error("ssd: " + file + ": " + what); }
+void fail(const std::string& file, const std::string& what) { throw nf::Error("ssd: " + file + ": " + what); }
+
+namespace {
 
 size_t positive(const nlohmann::json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || !j[key].is_number_unsigned() || j[key].get<size_t>() == 0)

@@ -19,6 +19,9 @@ struct Assets {
   std::vector<float> keys, values;  // each [layers][kv_heads][P][head_dim] (load_assets with kv_rows)
 };
 
+// Throws nf::Error "ssd: FILE: WHAT": every asset problem is one line naming its file.
+[[noreturn]] void fail(const std::string& file, const std::string& what);
+
 // DIR/assets.json, checked to be ssd's; throws nf::Error with one line naming the file.
 nlohmann::json read_assets_json(const std::string& dir);
 // Reads DIR/assets.json and, with `kv_rows`, the KV prefix (the build hook's; a run needs only

@@ -12,11 +12,6 @@
 #include "assets.h"
 
 namespace ssd {
-namespace {
-
-[[noreturn]] void fail(const std::string& file, const std::string& what) { throw nf::Error("ssd: " + file + ": " + what); }
-
-}  // namespace
 
 void append_forecast_embeddings(const std::string& dir, nf::ModelSet ms) {
   const std::string file = dir + "/assets.json";

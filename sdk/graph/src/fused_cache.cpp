@@ -163,11 +163,11 @@ int64_t split_layer(GraphView& view, Builder& b, const std::string& fused, int64
 
 // Whether `v` is all zeros by construction: ConstantOfShape of value 0 (its default), or such
 // a value times a constant.
-bool is_zeros(const GraphView& view, const std::string& v) {
+bool made_of_zeros(const GraphView& view, const std::string& v) {
   auto p = view.producer(v);
   if (!p) return false;
   if (p->op_type() == "Mul" && p->input_count() == 2)
-    return is_zeros(view, p->input(0)) || is_zeros(view, p->input(1));
+    return made_of_zeros(view, p->input(0)) || made_of_zeros(view, p->input(1));
   if (p->op_type() != "ConstantOfShape") return false;
   nf::Tensor value = p->has_attr("value") ? p->attr_tensor("value") : nf::Tensor();
   if (!value) return true;
@@ -198,11 +198,11 @@ bool heads_first(GraphView& view, Builder& b, const nf::Node& softmax, int64_t h
   std::vector<nf::Node> scaling;
   std::optional<nf::Node> op = view.producer(view_heads->input(0));
   while (op && op->op_type() != "MatMul") {
-    const bool plus_zero = op->op_type() == "Add" && (is_zeros(view, op->input(0)) || is_zeros(view, op->input(1)));
+    const bool plus_zero = op->op_type() == "Add" && (made_of_zeros(view, op->input(0)) || made_of_zeros(view, op->input(1)));
     const bool scale = (op->op_type() == "Mul" || op->op_type() == "Div") && is_constant(view, op->input(1));
     if (!plus_zero && !scale) return false;
     if (scale) scaling.insert(scaling.begin(), *op);
-    op = view.producer(plus_zero && is_zeros(view, op->input(0)) ? op->input(1) : op->input(0));
+    op = view.producer(plus_zero && made_of_zeros(view, op->input(0)) ? op->input(1) : op->input(0));
   }
   if (!op) return false;
   auto rows_q = view.producer(op->input(0)), key_t = view.producer(op->input(1));

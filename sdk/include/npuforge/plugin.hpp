@@ -9,8 +9,10 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -126,10 +128,9 @@ class Tensor {
     const int64_t* d = host().tensor_dims(t_);
     return {d, d + host().tensor_rank(t_)};
   }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : dims()) n *= d;
-    return n;
+  int64_t numel() const {  // straight from the host's dims: no copy of them
+    const int64_t* d = host().tensor_dims(t_);
+    return std::accumulate(d, d + host().tensor_rank(t_), int64_t{1}, std::multiplies<int64_t>());
   }
   size_t nbytes() const { return host().tensor_nbytes(t_); }
   const void* data() const { return host().tensor_data(t_); }
