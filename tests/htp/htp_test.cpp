@@ -242,6 +242,8 @@ TEST(HtpCompile, Int8ShareCostsTheMixedRecipesBytes) {
   EXPECT_NEAR(e["0.25"]["dram_bytes_per_token"].get<double>() - e["0"]["dram_bytes_per_token"].get<double>(),
               w25 - w0, 0.001 * (w100 - w0));
   EXPECT_LT(e["0.25"]["decode_tokens_per_s"].get<double>(), e["0"]["decode_tokens_per_s"].get<double>());
+  EXPECT_NE(e["0.25"]["notes"].dump().find("assume_int8_share 0.25 of those at int8"), std::string::npos) << e["0.25"]["notes"];
+  EXPECT_EQ(e["0"]["notes"].dump().find("assume_int8_share"), std::string::npos) << e["0"]["notes"];
   expect_build_error("int8_share_8bit", kArcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\nassume_weight_bw = 8\n"
                                                "pack_weights = false\nassume_int8_share = 0.25\n",
                      "assume_int8_share needs assume_weight_bw = 4");

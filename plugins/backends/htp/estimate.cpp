@@ -281,7 +281,9 @@ nlohmann::json estimate(const HtpOptions& o, const nlohmann::json& package_meta,
                     "), not from calibrated encodings");
   if (o.assume_weight_bw)
     notes.push_back("weights without an encoding are costed by assumption (assume_weight_bw " +
-                    std::to_string(o.assume_weight_bw) + ", LM head 8-bit), not quantized: an estimate-only package");
+                    std::to_string(o.assume_weight_bw) +
+                    (o.assume_int8_share ? ", assume_int8_share " + nlohmann::json(o.assume_int8_share).dump() + " of those at int8" : "") +
+                    ", LM head 8-bit), not quantized: an estimate-only package");
   if (o.perf_profile != "burst") notes.push_back("perf_profile " + o.perf_profile + " is modelled at burst clocks");
   if (prompt > ar_prefill)
     notes.push_back("prefill in " + std::to_string(chunks) + " chunks of AR " + std::to_string(ar_prefill));
