@@ -36,6 +36,7 @@ group keeps the buffer, one without aries groups keeps the device file as it is,
 groups are fitted by least squares); predictions with aries_sim predict
 from the configs (the compile path gives the same figures, bench/aries_estimate.sh).
 """
+import functools
 import json
 import math
 import os
@@ -141,16 +142,20 @@ def published_share(f):
     return round(min(max((size["gb"] * 1e9 - ours) / (linears / 2), 0.0), 1.0), 3)
 
 
+@functools.cache
+def median_published_share():
+    """The median of the models' published int8 shares; 0 when none is published."""
+    known = sorted({g["model"]: published_share(g) for g in FIGS if g["sim"] == "htp" and published_share(g) is not None}.values())
+    return known[len(known) // 2] if known else 0.0
+
+
 def int8_share(f):
     """The int8 share a w4a16 figure's package is costed with: its published one, else the
     median of the published ones (those exports are "few layers" at int8 too); 0 at w4."""
     if precision(f) != "w4a16":
         return 0.0
     share = published_share(f)
-    if share is not None:
-        return share
-    known = sorted({g["model"]: published_share(g) for g in FIGS if g["sim"] == "htp" and published_share(g) is not None}.values())
-    return known[len(known) // 2] if known else 0.0
+    return median_published_share() if share is None else share
 
 
 def context(f):

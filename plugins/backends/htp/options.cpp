@@ -53,6 +53,7 @@ HtpOptions HtpOptions::parse(const nlohmann::json& j) {
   auto get_s = [&](const char* k, const std::string& d) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : d; };
   auto get_i = [&](const char* k, int64_t d) { return j.contains(k) && j[k].is_number_integer() ? j[k].get<int64_t>() : d; };
   auto get_b = [&](const char* k, bool d) { return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : d; };
+  auto get_d = [&](const char* k, double d) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d; };
   std::string chipset = get_s("chipset", "");
   int soc_model = static_cast<int>(get_i("soc_model", 0));
   if (chipset.empty() && soc_model == 0)
@@ -96,7 +97,7 @@ HtpOptions HtpOptions::parse(const nlohmann::json& j) {
   o.assume_activation_bw = static_cast<int>(get_i("assume_activation_bw", 0));
   o.assume_kv_bw = static_cast<int>(get_i("assume_kv_bw", 0));
   o.assume_weight_bw = static_cast<int>(get_i("assume_weight_bw", 0));
-  o.assume_int8_share = j.contains("assume_int8_share") && j["assume_int8_share"].is_number() ? j["assume_int8_share"].get<double>() : 0.0;
+  o.assume_int8_share = get_d("assume_int8_share", 0);
   o.pack_weights = get_b("pack_weights", true);
   if (o.assume_weight_bw && o.pack_weights)
     throw Error("htp: assume_weight_bw needs pack_weights = false: weights costed by assumption cannot be packed and run");
