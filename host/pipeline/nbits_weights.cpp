@@ -66,8 +66,9 @@ View constant(const ir::Graph& g, const std::string& v, std::vector<const ir::No
 }
 
 // Rows of K values stored as `bits`-bit codes (several a byte, the first in the low bits) in
-// blocks of `block` along the row, a scale per block and row, and packed zero points per row
-// (or none: 2^(bits - 1)): what MatMulNBits keeps per output column and GatherBlockQuantized
+// blocks of `block` along the row, a scale per block and row, and zero points per row: packed
+// codes, or (MatMulNBits only) one float per block, as ONNX Runtime's HQQ quantizer writes
+// them; none: 2^(bits - 1). What MatMulNBits keeps per output column and GatherBlockQuantized
 // per table row. Value = (code - zero point) x scale.
 struct BlockCodes {
   const ir::Tensor *codes, *scales, *zeros;  // zeros may be null
@@ -85,12 +86,19 @@ struct BlockCodes {
     auto unpack = [&](const uint8_t* bytes, int64_t i) { return (bytes[i / per_byte] >> ((i % per_byte) * bits)) & mask; };
     const int64_t n_blocks = blocks(), zero_row = (n_blocks * bits + 7) / 8;
     const auto* row = static_cast<const uint8_t*>(codes->data()) + r * row_bytes;
-    const auto* zero = zeros ? static_cast<const uint8_t*>(zeros->data()) + r * zero_row : nullptr;
+    const bool float_zeros = zeros && zeros->dtype == NF_DTYPE_FLOAT32;
+    const auto* zero = zeros && !float_zeros ? static_cast<const uint8_t*>(zeros->data()) + r * zero_row : nullptr;
+    const float* zero_value = float_zeros ? zeros->as<float>() + r * n_blocks : nullptr;
     const float* scale = scales->as<float>() + r * n_blocks;
     for (int64_t b = 0; b < n_blocks; ++b) {
       const float s = scale[b];
-      const int z = zero ? unpack(zero, b) : 1 << (bits - 1);
       const int64_t end = std::min(K, (b + 1) * block);
+      if (zero_value) {  // as ONNX Runtime computes it: code x scale + (-scale x zero point)
+        const float shift = -s * zero_value[b];
+        for (int64_t k = b * block; k < end; ++k) dst[k] = static_cast<float>(unpack(row, k)) * s + shift;
+        continue;
+      }
+      const int z = zero ? unpack(zero, b) : 1 << (bits - 1);
       if (bits == 4)  // the common case, without the division
         for (int64_t k = b * block; k < end; ++k) dst[k] = static_cast<float>(((row[k >> 1] >> ((k & 1) * 4)) & 15) - z) * s;
       else
@@ -147,9 +155,11 @@ BlockCodes block_codes(const ir::Graph& g, const ir::Node& n, const ir::Tensor* 
     refuse("its scales are not a float constant of one value per block and row");
   const std::string zero_name = n.inputs.size() > 3 ? n.inputs[3] : "";
   const ir::Tensor* zeros = zero_name.empty() ? nullptr : constant(g, zero_name, via).t;
-  if (!zero_name.empty() &&
-      (!zeros || zeros->dtype != NF_DTYPE_UINT8 || zeros->numel() != rows * ((c.blocks() * bits + 7) / 8) || !zeros->data()))
-    refuse("its zero points are not packed uint8 constants (float zero points are not read)");
+  const bool packed_zeros = zeros && zeros->dtype == NF_DTYPE_UINT8 && zeros->numel() == rows * ((c.blocks() * bits + 7) / 8);
+  const bool float_zeros = zeros && is_nbits(n) && zeros->dtype == NF_DTYPE_FLOAT32 && zeros->numel() == rows * c.blocks();
+  if (!zero_name.empty() && (!(packed_zeros || float_zeros) || !zeros->data()))
+    refuse(is_nbits(n) ? "its zero points are neither packed uint8 codes nor one float per block and row (the scales' type)"
+                       : "its zero points are not packed uint8 codes of one per block and row");
   c.codes = codes, c.scales = scales, c.zeros = zeros;
   return c;
 }

@@ -83,6 +83,26 @@ TEST(NBitsWeights, WithoutZeroPointsTheMiddleCode) {
   EXPECT_EQ(g.nodes[0]->outputs, std::vector<std::string>{"y"});
 }
 
+// ONNX Runtime's HQQ quantizer writes one float zero point per block and column, of the
+// scales' type, not rounded to a code: value = code x scale + (-scale x zero point), the order
+// ONNX Runtime's own dequantization computes it in.
+TEST(NBitsWeights, FloatZeroPointsOnePerBlock) {
+  ir::Graph g = one_matmul(false, false);
+  const std::vector<float> zp = {3.5f, 5.25f, 8.f, 7.75f};
+  g.initializers["zp_float"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {2, 2}, zp));
+  g.nodes[0]->inputs.push_back("zp_float");
+  host::dequantize_nbits_nodes(g);
+  const ir::Tensor* w = g.initializer(g.nodes[0]->inputs[1]);
+  ASSERT_NE(w, nullptr);
+  auto at = [&](float code, float scale, float zero) { return code * scale + -scale * zero; };
+  EXPECT_EQ(w->as<float>()[0 * 2 + 0], at(0, 0.5f, 3.5f));    // column 0, block 0
+  EXPECT_EQ(w->as<float>()[1 * 2 + 0], at(15, 0.5f, 3.5f));
+  EXPECT_EQ(w->as<float>()[19 * 2 + 0], at(15 - 9, 2.f, 5.25f));  // column 0, block 1
+  EXPECT_EQ(w->as<float>()[17 * 2 + 1], at(15 - 8, -1.f, 7.75f));  // column 1, block 1
+  EXPECT_EQ(g.initializer("zp_float"), nullptr);
+  EXPECT_EQ(ir::graph_problem(g), "");
+}
+
 TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
   ir::Graph g = one_matmul(false, false);
   g.nodes[0]->inputs = {"a", "w_Q4", "w_scales", "", "g_idx"};
@@ -96,10 +116,16 @@ TEST(NBitsWeights, FormsItDoesNotReadAreNamed) {
         }
       },
       std::runtime_error);
-  g = one_matmul(false, false);
-  g.initializers["zp_float"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {4}, {0, 0, 0, 0}));
+  g = one_matmul(false, false);  // float zero points, one short of a value per block
+  g.initializers["zp_float"] = ir::make_tensor_ref(ir::Tensor::from<float>(NF_DTYPE_FLOAT32, {3}, {0, 0, 0}));
   g.nodes[0]->inputs.push_back("zp_float");
-  EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);
+  try {
+    host::dequantize_nbits_nodes(g);
+    ADD_FAILURE() << "three float zero points for four blocks were read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "MatMulNBits 'mm_Q4': its zero points are neither packed uint8 codes nor one float per "
+                           "block and row (the scales' type)");
+  }
   g = one_matmul(false, false);
   g.nodes[0]->attrs["K"].i = 40;  // more codes than the constant holds
   EXPECT_THROW(host::dequantize_nbits_nodes(g), std::runtime_error);

@@ -80,12 +80,21 @@ float32; ONNX Runtime (float16 compute) gives its tokens.
 with float16 scales over float16 activations (tests/models/legacy/llama3_genai_int4_fp16); its
 golden is the torch model with the float16 weights and (code - 8) x the float16 scales.
 
+--int4 --zero-points uint8 writes the int4 form with a zero point per block (tests/models/legacy/
+llama3_genai_int4_zero_points): ONNX Runtime's MatMulNBitsQuantizer with is_symmetric=False (its
+default) stores the block's range (0 inside it) over 15 levels and the zero point as a 4-bit code,
+packed two a byte ([N * ceil(K / 32 / 2)] uint8, MatMulNBits' fourth input). --int4 --zero-points
+float stores the zero points as float32, one per block, not rounded (tests/models/legacy/
+llama3_genai_int4_float_zero_points): the layout ONNX Runtime's HQQ quantizer writes (HQQ's
+optimized values aside), dequantized as ONNX Runtime computes it, code x scale + (-scale x zero
+point).
+
 --zeros CONFIG (with --out, and --int4 for the int4 form) writes a config.json's shapes with zero
 weights and unit norms, untied, 4096 positions, no golden: the size benches' GenAI models
 (bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
 
-    /usr/bin/python3 tools/models/make_genai_export.py [--int4 | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 | --phi3-longrope | --phi4-mini | --fp16 |
-                                                        --mistral-swa] [--out DIR]
+    /usr/bin/python3 tools/models/make_genai_export.py [--int4 [--zero-points uint8|float] | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 |
+                                                        --phi3-longrope | --phi4-mini | --fp16 | --mistral-swa] [--out DIR]
     /usr/bin/python3 tools/models/make_genai_export.py --zeros tools/models/configs/llama-3.2-1b.json --int4 --out DIR
 """
 import argparse
@@ -363,9 +372,42 @@ def quantize_int4(w, block=32, scale_dtype=np.float32):
     return packed, scale.reshape(-1).astype(np.float32), np.ascontiguousarray(dequantized)
 
 
-def to_int4(m, scale_dtype=np.float32):
-    """The -p int4 graph: each MatMul with a 2-D weight initializer becomes MatMulNBits.
-    Returns the model and the dequantized weight of each original weight name."""
+def quantize_int4_asymmetric(w, zero_points, block=32):
+    """w [K, N] -> (codes uint8 [N, K / block, block / 2], scales float32 [N * K / block], zero
+    points, the dequantized [K, N]) with a zero point per block: the block's range (0 inside it)
+    over 15 levels. "uint8": the zero point a rounded code, packed two a byte as the codes
+    (MatMulNBitsQuantizer's asymmetric default, is_symmetric=False), dequantized (code - zero
+    point) x scale; "float": one float32 per block, not rounded (the layout ONNX Runtime's HQQ
+    quantizer writes), dequantized code x scale + (-scale x zero point) as ONNX Runtime does."""
+    k, n = w.shape
+    blocks = w.T.reshape(n, k // block, block).astype(np.float32)
+    lo = np.minimum(blocks.min(axis=2, keepdims=True), 0)
+    hi = np.maximum(blocks.max(axis=2, keepdims=True), 0)
+    scale = ((hi - lo) / np.float32(15)).astype(np.float32)
+    scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
+    zero = (-lo / scale).astype(np.float32)
+    if zero_points == "uint8":
+        zero = np.clip(np.floor(zero + 0.5), 0, 15).astype(np.float32)
+    codes = np.clip(np.floor(blocks / scale + zero + 0.5), 0, 15).astype(np.uint8)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    if zero_points == "uint8":
+        z = zero.reshape(n, k // block).astype(np.uint8)
+        if z.shape[1] % 2:
+            z = np.concatenate([z, np.zeros((n, 1), np.uint8)], axis=1)
+        stored = (z[:, 0::2] | (z[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+        dequantized = (codes.astype(np.float32) - zero) * scale
+    else:
+        stored = zero.reshape(-1).astype(np.float32)
+        dequantized = codes.astype(np.float32) * scale + (-scale * zero)
+    dequantized = np.ascontiguousarray(dequantized.astype(np.float32).reshape(n, k).T)
+    return packed, scale.reshape(-1), stored, dequantized
+
+
+def to_int4(m, scale_dtype=np.float32, zero_points=None):
+    """The -p int4 graph: each MatMul with a 2-D weight initializer becomes MatMulNBits
+    (`zero_points` "uint8" or "float": quantize_int4_asymmetric's, a fourth input
+    `<weight>_zero_points`). Returns the model and the dequantized weight of each original
+    weight name."""
     inits = {t.name: t for t in m.graph.initializer}
     dequantized, nodes = {}, []
     for node in m.graph.node:
@@ -374,11 +416,17 @@ def to_int4(m, scale_dtype=np.float32):
             nodes.append(node)
             continue
         array = numpy_helper.to_array(w)
-        packed, scales, dequantized[w.name] = quantize_int4(array, scale_dtype=scale_dtype)
+        inputs = [node.input[0], w.name + "_Q4", w.name + "_scales"]
         m.graph.initializer.remove(w)
+        if zero_points:
+            packed, scales, zeros, dequantized[w.name] = quantize_int4_asymmetric(array, zero_points)
+            inputs.append(w.name + "_zero_points")
+            m.graph.initializer.append(numpy_helper.from_array(zeros, inputs[-1]))
+        else:
+            packed, scales, dequantized[w.name] = quantize_int4(array, scale_dtype=scale_dtype)
         m.graph.initializer.extend([numpy_helper.from_array(packed, w.name + "_Q4"),
                                     numpy_helper.from_array(scales, w.name + "_scales")])
-        nodes.append(helper.make_node("MatMulNBits", [node.input[0], w.name + "_Q4", w.name + "_scales"],
+        nodes.append(helper.make_node("MatMulNBits", inputs,
                                       list(node.output), name=node.name + "_Q4", domain="com.microsoft",
                                       K=array.shape[0], N=array.shape[1], bits=4, block_size=32, accuracy_level=4))
     del m.graph.node[:]
@@ -495,12 +543,16 @@ def main():
     ap.add_argument("--phi4-mini", action="store_true")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
+    ap.add_argument("--zero-points", choices=("uint8", "float"),
+                    help="with --int4: asymmetric blocks, a zero point per block (packed codes or floats)")
     ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
     ap.add_argument("--layers", type=int, help="with --zeros: this many layers")
     ap.add_argument("--longrope", type=int, metavar="ORIGINAL",
                     help="with --zeros: LongRoPE's If, the config's max_position_embeddings rows past ORIGINAL")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.zero_points and (not args.int4 or args.fp16 or args.zeros):
+        ap.error("--zero-points goes with --int4 alone")
     if args.zeros:
         model, cfg = zero_model(args.zeros, args.layers, args.longrope)
         half = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) // 2
@@ -520,6 +572,8 @@ def main():
               "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi4_mini_genai" if args.phi4_mini else
               "phi3_genai_longrope" if args.phi3_longrope else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4_fp16" if args.int4 and args.fp16 else
+              "llama3_genai_int4_zero_points" if args.int4 and args.zero_points == "uint8" else
+              "llama3_genai_int4_float_zero_points" if args.int4 and args.zero_points == "float" else
               "llama3_genai_int4" if args.int4 else "llama3_genai_fp16" if args.fp16 else "llama3_genai")
     out = args.out or legacy.folder(folder)
     torch.set_num_threads(1)
@@ -554,7 +608,7 @@ def main():
             if hasattr(m, "inv_freq"):
                 m.forward = lambda x, positions, f=m.forward: tuple(t.half().float() for t in f(x, positions))
     if args.int4:  # (code - 8) x scale, the scales float16 in a float16 model
-        graph, dequantized = to_int4(graph, np.float16 if args.fp16 else np.float32)
+        graph, dequantized = to_int4(graph, np.float16 if args.fp16 else np.float32, args.zero_points)
         load_dequantized(model, dequantized)
     if args.fp16:
         graph = to_fp16(graph)
