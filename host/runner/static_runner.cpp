@@ -116,6 +116,7 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
         p.dtypes[name] = in.value("dtype", "");
         bool runner_fed = name == decoder::kInputIds || name == decoder::kPositionIds || name == decoder::kAttentionMask ||
                           name == decoder::kSlidingAttentionMask || name == decoder::kKeyPositions ||
+                          name == decoder::kSequenceLengths ||
                           decoder::is_past_kv(name);
         // A float [1, AR, width] input nothing else feeds is fed per row (a draft's features).
         if (auto d = static_shape(in); !runner_fed && !produced.count(name) && in.value("dtype", "") == "float32" &&
@@ -163,6 +164,10 @@ StaticIO StaticIO::parse(const nlohmann::json& io, const nlohmann::json& graph_s
              dims_str({1, 1, v.ar, cols}));
     };
     check_mask(decoder::kAttentionMask, v.cl);
+    if (input_spec.count(decoder::kSequenceLengths) &&
+        static_shape(*input_spec[decoder::kSequenceLengths]) != std::vector<int64_t>{1, v.ar})
+      fail("variant '" + v.name + "': " + decoder::kSequenceLengths + " is " +
+           dims_str(static_shape(*input_spec[decoder::kSequenceLengths])) + ", expected " + dims_str({1, v.ar}));
     if (input_spec.count(decoder::kKeyPositions) && static_shape(*input_spec[decoder::kKeyPositions]) != std::vector<int64_t>{1, v.cl})
       fail("variant '" + v.name + "': " + decoder::kKeyPositions + " is " +
            dims_str(static_shape(*input_spec[decoder::kKeyPositions])) + ", expected " + dims_str({1, v.cl}));
@@ -303,7 +308,7 @@ size_t StaticRunner::rows_available() const {
 
 StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens, std::span<const int32_t> parents,
                                      std::span<const int64_t> positions, std::span<const uint32_t> flags,
-                                     std::span<const uint8_t> scratch_sees) {
+                                     std::span<const uint8_t> scratch_sees, int64_t prompt_end) {
   const StaticIO::Variant& v = io_.variants[vi];
   const int64_t ar = v.ar, rows = static_cast<int64_t>(tokens.size());
   const int64_t kvh = io_.kv_heads, hd = io_.head_dim;
@@ -409,6 +414,8 @@ StaticRunner::Pass StaticRunner::run(size_t vi, std::span<const int32_t> tokens,
         t = ids(dtype, [&](int64_t i) { return i < rows ? tokens[i] : 0; });
       } else if (name == decoder::kPositionIds) {
         t = ids(dtype, [&](int64_t i) { return pos[i]; });
+      } else if (name == decoder::kSequenceLengths) {  // padding rows: their position + 1
+        t = ids(dtype, [&](int64_t i) { return i < rows && prompt_end > 0 ? prompt_end : pos[i] + 1; });
       } else if (name == decoder::kAttentionMask) {
         if (!main_mask) main_mask = mask(v.cl, v.window_in_mask);
         t = main_mask;
@@ -494,6 +501,7 @@ std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool al
   row_pass_.reset();
   row_parents_.clear();
   std::vector<float> out;
+  const int64_t prompt_end = kv_->n_past + static_cast<int64_t>(tokens.size());
   for (size_t done = 0; done < tokens.size();) {
     const int64_t left = static_cast<int64_t>(tokens.size() - done);
     size_t vi = pick(left, true);
@@ -505,7 +513,7 @@ std::vector<float> StaticRunner::append(std::span<const int32_t> tokens, bool al
       rows[i] = static_cast<int32_t>(i);
       positions[i] = kv_->n_past + static_cast<int64_t>(i);
     }
-    Pass p = run(vi, tokens.subspan(done, take), parents, positions);
+    Pass p = run(vi, tokens.subspan(done, take), parents, positions, {}, {}, prompt_end);
     keep(p, rows);
     append_extra_rows(p, take, done == 0);
     done += take;

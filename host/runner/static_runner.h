@@ -121,9 +121,12 @@ class StaticRunner final : public Runner {
   // One pass: rows[i] has token, position and parent (-1: sees only the cache; the rows of
   // a chunk chain to each other). Does not commit.
   // scratch_sees[i * S + s]: row i sees kept scratch row s (S = scratch rows held).
+  // `prompt_end`: the rows are part of a prompt the model takes whole, and the sequence's
+  // length at its end is what a length switch (decoder::kSequenceLengths) compares; 0: the
+  // rows come a token at a time (each compares its position + 1).
   Pass run(size_t variant, std::span<const int32_t> tokens, std::span<const int32_t> parents,
            std::span<const int64_t> positions, std::span<const uint32_t> flags = {},
-           std::span<const uint8_t> scratch_sees = {});
+           std::span<const uint8_t> scratch_sees = {}, int64_t prompt_end = 0);
   // Writes rows `rows` of pass p into the KV store from slot `at` on.
   void store(const Pass& p, std::span<const int32_t> rows, int64_t at);
   // Appends rows `rows` of pass p to the committed KV store.

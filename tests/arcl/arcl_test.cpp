@@ -206,14 +206,32 @@ TEST(ArclGraphs, BiasCutFromAConstantMustBeLinear) {
 
 // ONNX Runtime GenAI's LongRoPE export picks its rotary tables by the sequence's length
 // (If(total length > 256), legacy/phi3_genai_longrope). A variant of CL <= 256 never passes
-// it and runs the short tables (torch's tokens); one of CL 512 would have to switch inside
-// the variant, which a static graph cannot: refused in one line naming the length.
+// it and runs the short tables (torch's tokens). One of CL 512 reads each row's length from the
+// runner (sequence_lengths [1, AR]) and gathers its rows from the tables that length chose
+// (tests/cli: its tokens are ONNX Runtime's on both sides of the switch); a choice of any other
+// form is refused in one line naming the length.
 TEST(ArclGolden, LengthSwitchFoldedWithinTheContext) {
   expect_golden("legacy/phi3_genai_longrope", kAr14Cl32);
   auto ms = load_model("legacy/phi3_genai_longrope");
+  ASSERT_EQ(apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 512}}).error, "");
+  for (const auto& g : ms->graphs) {
+    const auto& in = g->inputs;
+    ASSERT_NE(std::find(in.begin(), in.end(), "sequence_lengths"), in.end()) << g->name;
+    EXPECT_EQ(g->types.at("sequence_lengths").dtype, NF_DTYPE_INT64);
+    int tables = 0;
+    for (const auto& n : g->nodes) {
+      const bool stacked = !n->inputs.empty() && g->initializer(n->inputs[0]) && g->initializer(n->inputs[0])->dims[0] > 512;
+      EXPECT_FALSE(stacked && n->op_type != "Gather") << g->name << ": the chosen tables are gathered per row, not " << n->op_type;
+      tables += stacked && n->op_type == "Gather";
+    }
+    EXPECT_EQ(tables, 2) << g->name << ": cos and sin, each from both tables stacked (512 long rows and the short ones)";
+  }
+  ms = load_model("legacy/phi3_genai_longrope");
+  for (auto& n : ms->graphs.at(0)->nodes)  // the answer also read elsewhere: no row-by-row form
+    if (n->op_type == "Greater") ms->graphs.at(0)->outputs.push_back(n->outputs[0]);
   TransformResult r = apply_arcl(*ms, {{"arn", {1, 4}}, {"context_length", 512}});
   EXPECT_NE(r.error.find("the model changes what it computes when the sequence passes 256 tokens "
-                         "('/model/rotemb_caches_subgraph/Greater'"),
+                         "('/model/rotemb_caches_subgraph/Greater'), in a form a static variant cannot follow row by row"),
             std::string::npos)
       << r.error;
   EXPECT_NE(r.error.find("build with context_length <= 256"), std::string::npos) << r.error;

@@ -78,6 +78,35 @@ TEST(Run, LongRopeTablesPastTheOriginalLength) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], g["generated_ids"]);
 }
 
+// Static packages whose context passes that switch (CL 512 > 256): each row reads its tables by
+// the sequence's length (arcl's sequence_lengths), so a 300-token prompt cut into 64-row
+// passes runs the long tables as ONNX Runtime does on the whole prompt, a 250-token prompt's
+// decode changes tables at token 257 as ONNX Runtime's does, and lade's tree passes across it
+// keep plain greedy's tokens; cpu and htp alike (golden.json's long_prompt and switch_in_decode
+// are ONNX Runtime's).
+TEST(Build, StaticLongRopePastTheOriginalLength) {
+  const fs::path dir = fresh_dir("longrope_static");
+  const std::string arcl = "[[transform]]\nplugin = \"arcl\"\narn = [1, 16, 64]\ncontext_length = 512\n";
+  auto manifest = write_manifest(dir, "legacy/phi3_genai_longrope", arcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8750\"\n");
+  auto b = npuforge({"build", manifest.string(), "--out", (dir / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const fs::path lade = dir / "lade";
+  fs::create_directories(lade);
+  manifest = write_manifest(lade, "legacy/phi3_genai_longrope", arcl + "[speculative]\ndecoder = \"lade\"\n");
+  b = npuforge({"build", manifest.string(), "--out", (lade / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json g = golden("legacy/phi3_genai_longrope");
+  for (const fs::path& pkg : {dir / "out" / "cpu", dir / "out" / "htp", lade / "out" / "cpu"})
+    for (const nlohmann::json& want : {g, g.at("long_prompt"), g.at("switch_in_decode")}) {
+      auto r = npuforge({"run", pkg.string(), "--prompt-ids", join_ids(want["prompt_ids"]), "--max-new-tokens",
+                         std::to_string(want["generated_ids"].size()), "--json"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], want["generated_ids"]) << pkg << ", " << want["prompt_ids"].size()
+                                                                              << "-token prompt";
+    }
+  fs::remove_all(dir);
+}
+
 // config.json's eos_token_id ends generation beside the tokenizer's own end tokens: a model
 // whose end-of-turn token no tokenizer list names (Command R, EXAONE) stops there. A config
 // whose eos_token_id is not a token id is one error line.

@@ -69,7 +69,8 @@ q/k/v and gate/up unpacked from Phi-3's packed weights, and the rotary tables ch
 here) holds the long-factor tables (2 x max_position_embeddings rows, frequencies divided by
 LONG_FACTORS) in its then-branch and the short ones (the zoo's own: factors 1) in its
 else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The golden is the
-zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables.
+zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables, and
+"switch_in_decode" (250 tokens, 16 decoded) ONNX Runtime's across the switch.
 
 --fp16 writes zoo/llama3 in the builder's float16 form (`-p fp16`, as the cuda and directml downloads
 are: to_fp16; tests/models/legacy/llama3_genai_fp16): float16 weights, cos/sin tables, cache and
@@ -117,6 +118,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # range Phi-3.5-mini's long_factor spans; its short factors are all 1 (the zoo's own tables).
 LONG_FACTORS = [1.0, 1.2, 1.9, 3.4, 6.5, 12.0, 22.0, 36.0]
 LONG_PROMPT = 300  # tokens of the long-prompt golden: past original_max_position_embeddings (256)
+SWITCH_PROMPT = 250  # tokens of a prompt whose 16-token decode passes the switch
 
 
 class Writer:
@@ -653,8 +655,18 @@ def long_prompt_golden(out, path, model, cfg, golden):
     golden["long_prompt"] = {"prompt_ids": prompt, "generated_ids": tokens,
                              "procedure": "ONNX Runtime greedy from an empty cache; the prompt is past "
                                           "original_max_position_embeddings, so the rotary tables are the long ones"}
+    # A prompt short of the switch whose decode passes it: the tables change mid-sequence.
+    prompt = np.random.default_rng(8).integers(3, cfg["vocab_size"], SWITCH_PROMPT).tolist()
+    tokens = legacy.ort_greedy(path, prompt, 16)
+    assert tokens != legacy.ort_greedy(unscaled, prompt, 16), "the long factors do not change the decode's tokens"
+    golden["switch_in_decode"] = {"prompt_ids": prompt, "generated_ids": tokens,
+                                  "procedure": "ONNX Runtime greedy from an empty cache; the prompt is short of "
+                                               "original_max_position_embeddings and the decode passes it: the "
+                                               "prompt's rows and the first decode steps on the short tables, the "
+                                               "steps past it on the long ones"}
     legacy.write_files(out, cfg, golden)
-    print(f"{out}: long prompt ({LONG_PROMPT} tokens), ONNX Runtime greedy {tokens}")
+    print(f"{out}: long prompt ({LONG_PROMPT} tokens) and one that decodes past the switch ({SWITCH_PROMPT}), "
+          f"ONNX Runtime greedy {golden['long_prompt']['generated_ids']}, {tokens}")
 
 
 if __name__ == "__main__":

@@ -204,7 +204,11 @@ void build_static_variant(nf::Graph g, const Variant& v, const ModelInfo& info, 
 
   // The source's mask subgraph (causal, window and padding parts) must now be dead, and
   // so must every use of inputs the static graph does not have.
-  fold_length_switches(g, names, source_mask, v.cl, what);
+  if (fold_length_switches(g, names, source_mask, v.cl, what).per_row) {
+    inputs.insert(inputs.begin() + static_cast<std::ptrdiff_t>(info.has_position_ids ? 2 : 1), nf::decoder::kSequenceLengths);
+    g.set_value_type(nf::decoder::kSequenceLengths, NF_DTYPE_INT64, {1, v.ar});
+    g.set_inputs(inputs);
+  }
   nf::graph::eliminate_dead_nodes(g);
   check_unused(g, source_mask, what + ": the source attention_mask is used outside the attention mask subgraph");
   std::set<std::string> kept(inputs.begin(), inputs.end());

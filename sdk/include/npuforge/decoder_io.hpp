@@ -26,6 +26,11 @@ inline constexpr const char* kSlidingAttentionMask = "sliding_attention_mask";
 // Static graphs of ALiBi models (Bloom) read each key column's absolute position, int64
 // [1, CL]: the cache slots, then the pass's rows.
 inline constexpr const char* kKeyPositions = "key_positions";
+// Static graphs whose model chooses by the sequence's length past what a context holds
+// (ONNX Runtime GenAI's LongRoPE tables) read that length per row, int64 [1, AR]: a prompt's
+// rows the length at the prompt's end (the model run on the whole prompt), any other row its
+// position + 1 (the model run a token at a time).
+inline constexpr const char* kSequenceLengths = "sequence_lengths";
 inline constexpr std::string_view kPastPrefix = "past_key_values.";
 inline constexpr std::string_view kPresentPrefix = "present.";
 
