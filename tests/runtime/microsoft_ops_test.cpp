@@ -54,14 +54,24 @@ TEST(MicrosoftOps, EveryContribNodeBecomesStandardOperators) {
   EXPECT_EQ(host::expand_microsoft_ops(*g), 0u);
 }
 
+// The builder's DirectML layout rotates q and k by RotaryEmbedding nodes before attention
+// (legacy/llama3_genai_dml), ChatGLM's by interleaved pairs inside GroupQueryAttention
+// (legacy/glm_genai): both expand to standard operators (families_test: torch's tokens).
+TEST(MicrosoftOps, RotaryEmbeddingAndInterleavedPairsExpand) {
+  for (const char* model : {"llama3_genai_dml", "glm_genai"}) {
+    auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/" + model + "/model.onnx");
+    EXPECT_GT(host::expand_microsoft_ops(*g), 0u) << model;
+    for (const auto& n : g->nodes) EXPECT_EQ(n->domain, "") << model << ": " << n->name;
+    EXPECT_EQ(ir::graph_problem(*g), "") << model;
+  }
+}
+
 TEST(MicrosoftOps, FormsItDoesNotExpandAreNamed) {
-  auto g = genai_export();
-  auto& gqa = first(*g, "GroupQueryAttention");
-  gqa.attrs["rotary_interleaved"].type = NF_ATTR_INT;
-  gqa.attrs["rotary_interleaved"].i = 1;
-  EXPECT_EQ(refusal(*g), "the model's ONNX Runtime contrib operators: GroupQueryAttention "
-                         "'/model/layers.0/attn/GroupQueryAttention': interleaved rotary (rotary_interleaved=1) is not "
-                         "expanded");
+  auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/llama3_genai_dml/model.onnx");
+  first(*g, "RotaryEmbedding").attrs["is_packed_batching"] = first(*g, "GroupQueryAttention").attrs.at("do_rotary");
+  first(*g, "RotaryEmbedding").attrs["is_packed_batching"].i = 1;
+  EXPECT_EQ(refusal(*g), "the model's ONNX Runtime contrib operators: RotaryEmbedding "
+                         "'/model/layers.0/attn/q_rotary/RotaryEmbedding': packed batching is not expanded");
 
   g = genai_export();
   first(*g, "GroupQueryAttention").inputs[3] = "";

@@ -72,6 +72,17 @@ else-branch, as Constant nodes (tests/models/legacy/phi3_genai_longrope). The go
 zoo's; golden.json's "long_prompt" (300 tokens) is ONNX Runtime's, with the long tables, and
 "switch_in_decode" (250 tokens, 16 decoded) ONNX Runtime's across the switch.
 
+--glm writes zoo/glm as the builder writes ChatGLM (builders/chatglm.py: partial_rotary_factor 0.5
+and rope_attrs interleaved = 1): GroupQueryAttention rotating the first half of each head by
+neighbouring pairs (x[2i], x[2i+1]) from tables of a quarter head_dim (rotary_interleaved=1), the
+q/k/v biases packed into one Add, gate_up_proj unpacked (tests/models/legacy/glm_genai). GLM-4 /
+GLM-Edge rotate so (modeling_glm.py); ONNX Runtime gives the zoo's golden.
+
+--dml writes zoo/llama3 in the layout of the builder's DirectML exports (ep "dml": use_packed_matmul
+and use_rope_in_attn off): q, k and v as three MatMuls, q and k each rotated by a RotaryEmbedding
+(com.microsoft) node that reads a position_ids graph input and the cos/sin caches, and
+GroupQueryAttention without do_rotary (tests/models/legacy/llama3_genai_dml).
+
 --fp16 writes zoo/llama3 in the builder's float16 form (`-p fp16`, as the cuda and directml downloads
 are: to_fp16; tests/models/legacy/llama3_genai_fp16): float16 weights, cos/sin tables, cache and
 logits, the norms and GroupQueryAttention on float16. Its golden is the float16 weights computed in
@@ -95,7 +106,7 @@ weights and unit norms, untied, 4096 positions, no golden: the size benches' Gen
 (bench/RESULTS.md, "ONNX Runtime GenAI's int4 export at 1B").
 
     /usr/bin/python3 tools/models/make_genai_export.py [--int4 [--zero-points uint8|float] | --qwen2-tied | --gemma2 | --gemma3 | --qwen3 |
-                                                        --phi3-longrope | --phi4-mini | --fp16 | --mistral-swa] [--out DIR]
+                                                        --phi3-longrope | --phi4-mini | --glm | --dml | --fp16 | --mistral-swa] [--out DIR]
     /usr/bin/python3 tools/models/make_genai_export.py --zeros tools/models/configs/llama-3.2-1b.json --int4 --out DIR
 """
 import argparse
@@ -171,9 +182,11 @@ def rope_caches(model, max_positions, factors=None, inv_freq=None):
     return freqs.cos().float().numpy(), freqs.sin().float().numpy()
 
 
-def build_graph(model, cfg, longrope=None):
+def build_graph(model, cfg, longrope=None, dml=False):
     """The builder's graph of `model`; `longrope`: (original_max_position_embeddings, the long
-    tables' rows, their factors) for LongRoPE's run-time choice of tables."""
+    tables' rows, their factors) for LongRoPE's run-time choice of tables; `dml`: the layout of
+    its DirectML exports (q, k and v unpacked, rotated by RotaryEmbedding nodes reading a
+    position_ids input, GroupQueryAttention without do_rotary)."""
     c, w = model.config, Writer()
     layers, hd = c.num_hidden_layers, c.head_dim
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
@@ -189,8 +202,9 @@ def build_graph(model, cfg, longrope=None):
     mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"])
     cache = lambda name, length: helper.make_tensor_value_info(name, TensorProto.FLOAT,
                                                                ["batch_size", c.num_key_value_heads, length, hd])
-    inputs = [ids, mask] + [cache(f"past_key_values.{i}.{kind}", "past_sequence_length")
-                            for kind in ("key", "value") for i in range(layers)]
+    positions = [helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+    inputs = [ids, mask] + (positions if dml else []) + [cache(f"past_key_values.{i}.{kind}", "past_sequence_length")
+                                                         for kind in ("key", "value") for i in range(layers)]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", c.vocab_size])]
     outputs += [cache(f"present.{i}.{kind}", "total_sequence_length") for kind in ("key", "value") for i in range(layers)]
 
@@ -243,6 +257,8 @@ def build_graph(model, cfg, longrope=None):
     offset = 1.0 if gemma else 0.0
     # the builder's q_norm / k_norm attention (builders/qwen.py Qwen3Model, gemma.py Gemma3Model)
     qk_norm = model_type in ("qwen3", "gemma3_text")
+    # builders/chatglm.py: rope_attrs interleaved = 1, handed to GroupQueryAttention's rotary
+    interleaved = int(model_type == "glm")
     eps = float(c.rms_norm_eps)
     residual, sublayer = hidden, None
 
@@ -270,7 +286,13 @@ def build_graph(model, cfg, longrope=None):
     for i in range(layers):
         p, at = f"model.layers.{i}", f"/model/layers.{i}"
         x = norm(f"{p}.input_layernorm.weight", f"{at}/input_layernorm")
-        if qk_norm:  # Qwen3: q, k, v unpacked, q and k normalized per head on a [b, s x heads, hd] view
+        if dml:  # use_packed_matmul off; q and k rotated before attention (make_rotary_embedding)
+            qkv = [matmul(x, sd[f"{p}.self_attn.{n}_proj.weight"], f"{at}/attn/{n}_proj") for n in "qkv"]
+            for j, n in enumerate("qk"):
+                qkv[j] = w.node("RotaryEmbedding", [qkv[j], "position_ids", "cos_cache", "sin_cache"],
+                                f"{at}/attn/{n}_rotary/RotaryEmbedding", domain="com.microsoft", interleaved=interleaved,
+                                num_heads=0, rotary_embedding_dim=0)  # whole heads: both 0
+        elif qk_norm:  # Qwen3: q, k, v unpacked, q and k normalized per head on a [b, s x heads, hd] view
             qkv = []
             for n, heads in (("q", c.num_attention_heads), ("k", c.num_key_value_heads), ("v", 0)):
                 out = matmul(x, sd[f"{p}.self_attn.{n}_proj.weight"], f"{at}/attn/{n}_proj")
@@ -298,15 +320,15 @@ def build_graph(model, cfg, longrope=None):
             if gemma3 else ["cos_cache", "sin_cache"]
         attn = w.node("GroupQueryAttention",
                       qkv + [f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len]
-                      + tables + ["", "", ""],  # position_ids, attention_bias, sinks: none
+                      + (["", ""] if dml else tables) + ["", "", ""],  # position_ids, attention_bias, sinks: none
                       f"{at}/attn/GroupQueryAttention",
                       [f"{at}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
                       domain="com.microsoft", num_heads=c.num_attention_heads, kv_num_heads=c.num_key_value_heads,
                       # Gemma: q scaled by query_pre_attn_scalar^-0.5, scores soft-capped (Gemma-2)
                       scale=float((c.query_pre_attn_scalar if gemma else hd) ** -0.5),
-                      local_window_size=(c.sliding_window or -1) if sliding else -1,
-                      softcap=float(getattr(c, "attn_logit_softcapping", None) or 0.0), do_rotary=1,
-                      rotary_interleaved=0)
+                      local_window_size=(getattr(c, "sliding_window", None) or -1) if sliding else -1,
+                      softcap=float(getattr(c, "attn_logit_softcapping", None) or 0.0), do_rotary=int(not dml),
+                      rotary_interleaved=interleaved)
         sublayer = matmul(attn[0], sd[f"{p}.self_attn.o_proj.weight"], f"{at}/attn/o_proj")
         if gemma:  # a norm after attention, then the one before the MLP takes the residual Add
             sublayer = plain_norm(f"{p}.post_attention_layernorm.weight", sublayer, f"{at}/post_attention_layernorm")
@@ -545,6 +567,8 @@ def main():
     ap.add_argument("--phi4-mini", action="store_true")
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--mistral-swa", action="store_true")
+    ap.add_argument("--glm", action="store_true")
+    ap.add_argument("--dml", action="store_true")
     ap.add_argument("--zero-points", choices=("uint8", "float"),
                     help="with --int4: asymmetric blocks, a zero point per block (packed codes or floats)")
     ap.add_argument("--zeros", metavar="CONFIG", help="zero weights at a config.json's shapes (no golden, no check)")
@@ -555,6 +579,8 @@ def main():
     args = ap.parse_args()
     if args.zero_points and (not args.int4 or args.fp16 or args.zeros):
         ap.error("--zero-points goes with --int4 alone")
+    if args.dml and (args.int4 or args.fp16 or args.zeros or args.glm):
+        ap.error("--dml writes zoo/llama3 alone")
     if args.zeros:
         model, cfg = zero_model(args.zeros, args.layers, args.longrope)
         half = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) // 2
@@ -569,10 +595,10 @@ def main():
             json.dump(cfg, f, indent=1)
         return
     name = "qwen2_untied" if args.qwen2_tied else "gemma2" if args.gemma2 else "gemma3" if args.gemma3 else "qwen3" if args.qwen3 else \
-        "phi3" if args.phi3_longrope else "phi4_mini" if args.phi4_mini else "llama3"
+        "phi3" if args.phi3_longrope else "phi4_mini" if args.phi4_mini else "glm" if args.glm else "llama3"
     folder = ("qwen2_genai_int4_shared" if args.qwen2_tied and args.int4 else "qwen2_genai_tied" if args.qwen2_tied else "gemma2_genai" if args.gemma2 else
               "gemma3_genai" if args.gemma3 else "qwen3_genai" if args.qwen3 else "phi4_mini_genai" if args.phi4_mini else
-              "phi3_genai_longrope" if args.phi3_longrope else
+              "phi3_genai_longrope" if args.phi3_longrope else "glm_genai" if args.glm else "llama3_genai_dml" if args.dml else
               "mistral_swa_genai" if args.mistral_swa else "llama3_genai_int4_fp16" if args.int4 and args.fp16 else
               "llama3_genai_int4_zero_points" if args.int4 and args.zero_points == "uint8" else
               "llama3_genai_int4_float_zero_points" if args.int4 and args.zero_points == "float" else
@@ -601,7 +627,7 @@ def main():
             os.remove(stale)
     longrope = (cfg["original_max_position_embeddings"], 2 * cfg["max_position_embeddings"], LONG_FACTORS) \
         if args.phi3_longrope else None
-    graph = build_graph(model, cfg, longrope=longrope)
+    graph = build_graph(model, cfg, longrope=longrope, dml=args.dml)
     if args.fp16:  # the golden: the float16 weights and rotary tables, computed in float32
         with torch.no_grad():
             for p in model.parameters():

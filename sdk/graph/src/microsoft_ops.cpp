@@ -12,6 +12,11 @@
 //   by the row at position p when j <= p (and p - window < j with local_window_size) and
 //   attention_mask says j is a token. seqlens_k and total_sequence_length are computed from
 //   attention_mask in these exports and say nothing more.
+//   With rotary_interleaved, the rotated pairs are (x[2i], x[2i+1]) (ChatGLM's), not the halves.
+// RotaryEmbedding(x, position_ids, cos_cache, sin_cache)                     (com.microsoft)
+//   The builder's form where GQA cannot rotate (its DirectML exports): x [b, s, heads x
+//   head_dim] (or [b, heads, s, head_dim]) rotated over the first rotary_embedding_dim values
+//   of each head at the given positions, halves or interleaved pairs, then GQA without do_rotary.
 // SimplifiedLayerNormalization(x, weight): x * 1 / sqrt(mean(x^2) + eps) * weight (RMSNorm).
 // SkipSimplifiedLayerNormalization(input, skip, weight[, bias]): the same over
 //   input + skip (+ bias), whose sum is output 3 (the next residual).
@@ -34,11 +39,12 @@ namespace {
 using Dims = std::vector<int64_t>;
 constexpr const char* kMicrosoft = "com.microsoft";
 
-enum class Contrib { kNone, kGroupQueryAttention, kSimplifiedNorm, kSkipSimplifiedNorm };
+enum class Contrib { kNone, kGroupQueryAttention, kRotaryEmbedding, kSimplifiedNorm, kSkipSimplifiedNorm };
 
 Contrib contrib_op(const nf::Node& n) {
   const std::string_view op = n.op_type(), domain = n.domain();
   if (op == "GroupQueryAttention" && domain == kMicrosoft) return Contrib::kGroupQueryAttention;
+  if (op == "RotaryEmbedding" && domain == kMicrosoft) return Contrib::kRotaryEmbedding;
   if (op == "SimplifiedLayerNormalization" && (domain.empty() || domain == kMicrosoft)) return Contrib::kSimplifiedNorm;
   if (op == "SkipSimplifiedLayerNormalization" && domain == kMicrosoft) return Contrib::kSkipSimplifiedNorm;
   return Contrib::kNone;
@@ -53,6 +59,7 @@ class Expander {
     for (nf::Node n : g_.nodes()) {
       switch (contrib_op(n)) {
         case Contrib::kGroupQueryAttention: group_query_attention(n); break;
+        case Contrib::kRotaryEmbedding: rotary_embedding(n); break;
         case Contrib::kSimplifiedNorm: simplified_norm(n); break;
         case Contrib::kSkipSimplifiedNorm: skip_simplified_norm(n); break;
         case Contrib::kNone: continue;
@@ -74,7 +81,8 @@ class Expander {
   std::string label_;  // the node being expanded: the new nodes' and values' prefix
   std::string positions_;
   std::map<int64_t, std::string> masks_;                   // by window (0: none)
-  std::map<std::string, std::pair<std::string, std::string>> tables_;  // cos_cache -> rows' cos, sin
+  std::map<std::string, std::pair<std::string, std::string>> tables_;  // cos_cache, positions, form -> cos, sin rows
+  std::map<std::string, std::pair<std::string, int64_t>> rotated_heads_;  // RotaryEmbedding output -> [b, s, n, d], d
 
   [[noreturn]] void refuse(const nf::Node& n, const std::string& why) const {
     throw nf::Error(std::string(n.op_type()) + " '" + std::string(n.name()) + "': " + why);
@@ -217,37 +225,74 @@ class Expander {
     return masks_[window] = mask;
   }
 
-  // The rows' cos and sin [s, rotary_dim] from the caches [positions, rotary_dim / 2].
-  std::pair<std::string, std::string> rotary_rows(const std::string& cos_cache, const std::string& sin_cache) {
-    auto it = tables_.find(cos_cache);
+  // The rows' cos and sin from the caches [positions, rotary_dim / 2] at `positions`: [s,
+  // rotary_dim] (each half's table twice) for halves, [s, rotary_dim / 2] for interleaved pairs.
+  std::pair<std::string, std::string> rotary_rows(const std::string& cos_cache, const std::string& sin_cache,
+                                                  const std::string& positions, bool interleaved) {
+    const std::string key = cos_cache + "\n" + positions + (interleaved ? "\n1" : "\n0");
+    auto it = tables_.find(key);
     if (it != tables_.end()) return it->second;
     auto rows = [&](const std::string& cache, const std::string& what) {
-      std::string half = value("Gather", {cache, positions_}, what + "_half");
+      std::string half = value("Gather", {cache, positions}, what + "_half");
+      if (interleaved) return half;
       nf::Node both = node("Concat", {half, half}, what);
       both.set_attr("axis", int64_t{-1});
       return both.output(0);
     };
-    return tables_[cos_cache] = {rows(cos_cache, "cos"), rows(sin_cache, "sin")};
+    return tables_[key] = {rows(cos_cache, "cos"), rows(sin_cache, "sin")};
   }
 
-  // transformers' rotary of x [b, heads, s, head_dim] over its first rotary_dim values.
+  std::string concat_last(const std::vector<std::string>& parts, const std::string& what) {
+    nf::Node c = node("Concat", parts, what);
+    c.set_attr("axis", int64_t{-1});
+    return c.output(0);
+  }
+
+  // The rotary of x [..., head_dim] over its first rotary_dim values, cos and sin broadcasting
+  // over x's leading axes: transformers' halves (x * cos + rotate_half(x) * sin), or with
+  // `interleaved` the pairs (x[2i], x[2i+1]) each turned by angle i (cos and sin of rotary_dim / 2).
   std::string rotate(const std::string& x, int64_t head_dim, int64_t rotary_dim, const std::string& cos,
-                     const std::string& sin, const std::string& what) {
+                     const std::string& sin, const std::string& what, bool interleaved = false) {
     const std::string part = rotary_dim == head_dim ? x : slice_last(x, 0, rotary_dim, what + "_rotary_part");
-    std::string first = slice_last(part, 0, rotary_dim / 2, what + "_first_half");
-    std::string second = slice_last(part, rotary_dim / 2, rotary_dim, what + "_second_half");
-    nf::Node turned = node("Concat", {value("Neg", {second}, what + "_Neg"), first}, what + "_rotate_half");
-    turned.set_attr("axis", int64_t{-1});
-    std::string rotated = value("Add", {value("Mul", {part, cos}, what + "_cos"),
-                                        value("Mul", {turned.output(0), sin}, what + "_sin")},
-                                what + "_rotated");
+    std::string rotated;
+    if (interleaved) {
+      auto every_other = [&](int64_t first, const std::string& name) {
+        return value("Slice", {part, ints({first}, name + "_starts"), ints({rotary_dim}, name + "_ends"),
+                               ints({-1}, name + "_axes"), ints({2}, name + "_steps")},
+                     name);
+      };
+      const std::string even = every_other(0, what + "_even"), odd = every_other(1, what + "_odd");
+      auto term = [&](const std::string& a, const std::string& table, const std::string& name) {
+        return value("Mul", {a, table}, name);
+      };
+      std::string new_even = value("Sub", {term(even, cos, what + "_even_cos"), term(odd, sin, what + "_odd_sin")},
+                                   what + "_new_even");
+      std::string new_odd = value("Add", {term(odd, cos, what + "_odd_cos"), term(even, sin, what + "_even_sin")},
+                                  what + "_new_odd");
+      std::string pairs = concat_last({unsqueeze(new_even, {-1}, what + "_even_pair"),
+                                       unsqueeze(new_odd, {-1}, what + "_odd_pair")},
+                                      what + "_pairs");
+      rotated = value("Reshape", {pairs, value("Shape", {part}, what + "_part_shape")}, what + "_rotated");
+    } else {
+      std::string first = slice_last(part, 0, rotary_dim / 2, what + "_first_half");
+      std::string second = slice_last(part, rotary_dim / 2, rotary_dim, what + "_second_half");
+      std::string turned = concat_last({value("Neg", {second}, what + "_Neg"), first}, what + "_rotate_half");
+      rotated = value("Add", {value("Mul", {part, cos}, what + "_cos"), value("Mul", {turned, sin}, what + "_sin")},
+                      what + "_rotated");
+    }
     if (rotary_dim == head_dim) return rotated;
-    nf::Node whole = node("Concat", {rotated, slice_last(x, rotary_dim, head_dim, what + "_pass_part")}, what + "_whole");
+    const int64_t end = head_dim > 0 ? head_dim : std::numeric_limits<int64_t>::max();
+    nf::Node whole = node("Concat", {rotated, slice_last(x, rotary_dim, end, what + "_pass_part")}, what + "_whole");
     whole.set_attr("axis", int64_t{-1});
     return whole.output(0);
   }
 
   std::string heads_first(const std::string& x, int64_t heads, int64_t head_dim, const std::string& what) {
+    // A RotaryEmbedding's output is already split into heads: transpose that view, so the
+    // projection reaches attention through one split, as in a torch export that rotates
+    // before the transpose (GPT-J), not through a merge and a second split.
+    if (auto r = rotated_heads_.find(x); r != rotated_heads_.end() && r->second.second == head_dim)
+      return transpose(r->second.first, {0, 2, 1, 3}, what);
     return transpose(value("Reshape", {x, ints({0, 0, heads, head_dim}, what + "_shape")}, what + "_heads"),
                      {0, 2, 1, 3}, what);
   }
@@ -261,13 +306,65 @@ class Expander {
     return value("Reshape", {wide, ints({0, kv_heads * groups, -1, head_dim}, what + "_shape")}, what);
   }
 
+  // The rotary width the cos table [positions, rotary_dim / 2] gives, within the head.
+  int64_t table_rotary_dim(const nf::Node& n, const std::string& cos_cache, int64_t head_dim) {
+    auto cos_type = get_value_type(g_, cos_cache);
+    if (!cos_type || !cos_type->dims || cos_type->dims->size() != 2 || (*cos_type->dims)[1] <= 0)
+      refuse(n, "its rotary needs a cos_cache of known shape [positions, rotary_dim / 2]");
+    const int64_t rotary_dim = 2 * (*cos_type->dims)[1];
+    if (rotary_dim > head_dim) refuse(n, "its rotary tables are wider than the head");
+    return rotary_dim;
+  }
+
+  // RotaryEmbedding(x, position_ids [b, s], cos_cache, sin_cache): x [b, s, heads x head_dim]
+  // viewed [b, s, heads, head_dim] (or [b, heads, s, head_dim] when typed so), each head's
+  // first rotary_embedding_dim values rotated with the rows gathered at position_ids. Without
+  // num_heads, ONNX Runtime rotates whole heads of the tables' width.
+  void rotary_embedding(nf::Node n) {
+    label_ = std::string(n.name());
+    if (n.attr_int("is_packed_batching", 0) != 0) refuse(n, "packed batching is not expanded");
+    if (n.attr_float("scale", 1.f) != 1.f) refuse(n, "a scale other than 1 is not expanded");
+    const std::string x = n.input(0), positions = n.input(1), cos_cache = n.input(2), sin_cache = n.input(3),
+                      out = n.output(0);
+    auto pos_type = get_value_type(g_, positions);  // untyped: [b, s] as the builder gives them
+    if (pos_type && pos_type->dims && pos_type->dims->size() != 2)
+      refuse(n, "its position_ids are not [batch, sequence] (a start offset is not expanded)");
+    // The builder types x [b, s, hidden] when it types it at all: an untyped x is read so.
+    auto x_type = get_value_type(g_, x);
+    const bool heads_first = x_type && x_type->dims && x_type->dims->size() == 4;
+    const int64_t last = x_type && x_type->dims && !x_type->dims->empty() ? x_type->dims->back() : -1;
+    const int64_t heads = n.attr_int("num_heads", 0);
+    const int64_t rotary_dim = table_rotary_dim(n, cos_cache, last > 0 && (heads_first || heads == 0) ? last : std::numeric_limits<int64_t>::max());
+    const int64_t given = n.attr_int("rotary_embedding_dim", 0);
+    if (given > 0 && given != rotary_dim) refuse(n, "its rotary_embedding_dim differs from its tables' width");
+    if (heads > 0 && last > 0 && !heads_first && last % heads != 0) refuse(n, "its num_heads do not divide its input's width");
+    // The head's width: the input's last axis, hidden / num_heads, the tables' width (no
+    // num_heads), or unknown (-1: the values past the rotary part are kept whatever their count).
+    const int64_t head_dim = heads_first ? last : heads == 0 ? rotary_dim : last > 0 ? last / heads : -1;
+    const bool interleaved = n.attr_int("interleaved", 0) != 0;
+    g_.remove_node(n);
+    auto [cos, sin] = rotary_rows(cos_cache, sin_cache, positions, interleaved);  // [b, s, rotary_dim (/ 2)]
+    const int64_t row_axis = heads_first ? 1 : 2;  // the heads' axis in the rows' view
+    std::string view = heads_first ? x
+                                   : value("Reshape", {x, ints({0, 0, heads > 0 ? heads : -1, heads > 0 ? -1 : head_dim},
+                                                               "heads_shape")},
+                                           "heads");
+    std::string rotated = rotate(view, head_dim, rotary_dim, unsqueeze(cos, {row_axis}, "cos_heads"),
+                                 unsqueeze(sin, {row_axis}, "sin_heads"), "x", interleaved);
+    if (heads_first) {
+      value("Identity", {rotated}, "output", out);
+      return;
+    }
+    value("Reshape", {rotated, value("Shape", {x}, "input_shape")}, "merged", out);
+    if (head_dim > 0) rotated_heads_[out] = {rotated, head_dim};
+  }
+
   void group_query_attention(nf::Node n) {
     label_ = std::string(n.name());
     const int64_t heads = n.attr_int("num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
     if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
       refuse(n, "num_heads " + std::to_string(heads) + " and kv_num_heads " + std::to_string(kv_heads) +
                     " do not group");
-    if (n.attr_int("rotary_interleaved", 0) != 0) refuse(n, "interleaved rotary (rotary_interleaved=1) is not expanded");
     if (n.attr_int("smooth_softmax", 0) != 0) refuse(n, "smooth_softmax is not expanded");
     for (size_t i : {size_t{9}, size_t{10}, size_t{11}})
       if (!n.input(i).empty())
@@ -280,15 +377,8 @@ class Expander {
     auto past_type = get_value_type(g_, past_key);
     const int64_t head_dim = past_type && past_type->dims && past_type->dims->size() == 4 ? (*past_type->dims)[3] : -1;
     if (head_dim <= 0) refuse(n, "the head size is not known from '" + past_key + "' [batch, kv_heads, past, head_size]");
-    const bool rotary = n.attr_int("do_rotary", 0) != 0;
-    int64_t rotary_dim = head_dim;
-    if (rotary) {
-      auto cos_type = get_value_type(g_, n.input(7));
-      if (!cos_type || !cos_type->dims || cos_type->dims->size() != 2 || (*cos_type->dims)[1] <= 0)
-        refuse(n, "do_rotary without a cos_cache of known shape [positions, rotary_dim / 2]");
-      rotary_dim = 2 * (*cos_type->dims)[1];
-      if (rotary_dim > head_dim) refuse(n, "its rotary tables are wider than the head");
-    }
+    const bool rotary = n.attr_int("do_rotary", 0) != 0, interleaved = n.attr_int("rotary_interleaved", 0) != 0;
+    const int64_t rotary_dim = rotary ? table_rotary_dim(n, n.input(7), head_dim) : head_dim;
     float scale = n.attr_float("scale", 0.f);
     if (scale == 0.f) scale = 1.f / std::sqrt(static_cast<float>(head_dim));
     const float softcap = n.attr_float("softcap", 0.f);
@@ -314,9 +404,9 @@ class Expander {
     std::string v4 = heads_first(val, kv_heads, head_dim, "v");
     positions(past_key, query);
     if (rotary) {
-      auto [cos, sin] = rotary_rows(cos_cache, sin_cache);
-      q4 = rotate(q4, head_dim, rotary_dim, cos, sin, "q");
-      k4 = rotate(k4, head_dim, rotary_dim, cos, sin, "k");
+      auto [cos, sin] = rotary_rows(cos_cache, sin_cache, positions_, interleaved);
+      q4 = rotate(q4, head_dim, rotary_dim, cos, sin, "q", interleaved);
+      k4 = rotate(k4, head_dim, rotary_dim, cos, sin, "k", interleaved);
     }
     auto append = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& what) {
       nf::Node c = node("Concat", {past, fresh}, what, out);
