@@ -276,9 +276,9 @@ std::string read_source_forms(ir::Graph& g, int64_t heads, bool say) {
                                        "cos/sin caches) read as a Slice of both, chosen by the same condition");
   if (size_t expanded = expand_microsoft_ops(g))
     changed("expand_microsoft_ops", std::to_string(expanded) +
-                                        " ONNX Runtime contrib operators (GroupQueryAttention, "
-                                        "[Skip]SimplifiedLayerNormalization: ONNX Runtime GenAI's export) "
-                                        "expanded into standard operators");
+                                        " fused operators (ONNX Runtime GenAI's GroupQueryAttention, RotaryEmbedding, "
+                                        "[Skip]SimplifiedLayerNormalization; opset 23's Attention, RotaryEmbedding, "
+                                        "RMSNormalization) expanded into standard operators");
   if (size_t lifted = lift_constant_weights(g))
     changed("lift_constant_weights", std::to_string(lifted) + " weights stored as Constant nodes read as initializers");
   if (size_t widened = int64_decoder_inputs(g))

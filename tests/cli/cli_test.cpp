@@ -57,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(Models, RunGolden, ::testing::ValuesIn(kModels));
 // Exports in forms read on load, run as bare models: optimum's merged decoder, model-local
 // functions, no position_ids, ONNX Runtime GenAI's fp32 / int4 (MatMulNBits dequantized, with
 // and without zero points, packed or float) / tied / DirectML (RotaryEmbedding) / ChatGLM
-// (interleaved rotary) exports. The bare-model run read only 16-bit
+// (interleaved rotary) exports, a torch export at opset 23 (Attention, RotaryEmbedding,
+// RMSNormalization). The bare-model run read only 16-bit
 // floats before (the int4 one failed).
 const char* kExportForms[] = {"legacy/llama3_merged",      "legacy/llama3_functions",  "zoo/llama3_cache_positions",
                               "legacy/llama3_genai",       "legacy/llama3_genai_int4", "legacy/qwen2_genai_tied",
@@ -66,7 +67,8 @@ const char* kExportForms[] = {"legacy/llama3_merged",      "legacy/llama3_functi
                               "legacy/qwen2_genai_int4_shared", "legacy/llama3_q4",   "legacy/phi4_mini_genai",
                               "legacy/llama3_genai_fp16",        "legacy/llama3_genai_int4_fp16",
                               "legacy/llama3_genai_int4_zero_points", "legacy/llama3_genai_int4_float_zero_points",
-                              "legacy/llama3_genai_dml",         "legacy/glm_genai"};
+                              "legacy/llama3_genai_dml",         "legacy/glm_genai",
+                              "legacy/llama3_opset23"};
 INSTANTIATE_TEST_SUITE_P(ExportForms, RunGolden, ::testing::ValuesIn(kExportForms));
 
 // ONNX Runtime GenAI's LongRoPE tables, chosen by If(total length > 256): a 300-token prompt

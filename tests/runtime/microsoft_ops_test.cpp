@@ -56,9 +56,11 @@ TEST(MicrosoftOps, EveryContribNodeBecomesStandardOperators) {
 
 // The builder's DirectML layout rotates q and k by RotaryEmbedding nodes before attention
 // (legacy/llama3_genai_dml), ChatGLM's by interleaved pairs inside GroupQueryAttention
-// (legacy/glm_genai): both expand to standard operators (families_test: torch's tokens).
+// (legacy/glm_genai), a torch export at opset 23 holds Attention, RotaryEmbedding and
+// RMSNormalization (legacy/llama3_opset23): each expands to standard operators
+// (families_test: torch's tokens).
 TEST(MicrosoftOps, RotaryEmbeddingAndInterleavedPairsExpand) {
-  for (const char* model : {"llama3_genai_dml", "glm_genai"}) {
+  for (const char* model : {"llama3_genai_dml", "glm_genai", "llama3_opset23"}) {
     auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/" + model + "/model.onnx");
     EXPECT_GT(host::expand_microsoft_ops(*g), 0u) << model;
     for (const auto& n : g->nodes) EXPECT_EQ(n->domain, "") << model << ": " << n->name;
@@ -67,7 +69,18 @@ TEST(MicrosoftOps, RotaryEmbeddingAndInterleavedPairsExpand) {
 }
 
 TEST(MicrosoftOps, FormsItDoesNotExpandAreNamed) {
-  auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/llama3_genai_dml/model.onnx");
+  // opset 23's is_causal aligns the causal mask to the cache's start, not the rows' positions.
+  auto g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/llama3_opset23/model.onnx");
+  ir::Attribute causal;
+  causal.type = NF_ATTR_INT;
+  causal.i = 1;
+  first(*g, "Attention").attrs["is_causal"] = causal;
+  EXPECT_NE(refusal(*g).find("Attention 'model.layers.0/Attention': is_causal (a causal mask aligned to the cache's "
+                             "start) is not expanded"),
+            std::string::npos)
+      << refusal(*g);
+
+  g = onnx_io::load_model(std::string(NPUFORGE_SOURCE_DIR) + "/tests/models/legacy/llama3_genai_dml/model.onnx");
   first(*g, "RotaryEmbedding").attrs["is_packed_batching"] = first(*g, "GroupQueryAttention").attrs.at("do_rotary");
   first(*g, "RotaryEmbedding").attrs["is_packed_batching"].i = 1;
   EXPECT_EQ(refusal(*g), "the model's ONNX Runtime contrib operators: RotaryEmbedding "

@@ -17,6 +17,15 @@
 //   The builder's form where GQA cannot rotate (its DirectML exports): x [b, s, heads x
 //   head_dim] (or [b, heads, s, head_dim]) rotated over the first rotary_embedding_dim values
 //   of each head at the given positions, halves or interleaved pairs, then GQA without do_rotary.
+// The fused operators of ONNX opset 23 (a torch export at that opset):
+// RMSNormalization(x, scale): SimplifiedLayerNormalization's numbers over the last axis.
+// RotaryEmbedding(x, cos_cache, sin_cache[, position_ids]): the contrib op's, its inputs in
+//   another order (without position_ids the caches are the rows already, [b, s, rotary_dim / 2]).
+// Attention(q, k, v[, attn_mask, past_key, past_value]): q, k, v [b, heads, s, head_dim] (or
+//   [b, s, heads x head_dim] with q_num_heads / kv_num_heads); present = Concat(past, new);
+//   K and V repeated to the query heads; softmax(q K^T * scale [soft-capped] + mask) V, the
+//   mask added (float) or open where true (bool). is_causal, whose alignment with a cache the
+//   rows would have to follow, is refused: torch passes the decoder's mask instead.
 // SimplifiedLayerNormalization(x, weight): x * 1 / sqrt(mean(x^2) + eps) * weight (RMSNorm).
 // SkipSimplifiedLayerNormalization(input, skip, weight[, bias]): the same over
 //   input + skip (+ bias), whose sum is output 3 (the next residual).
@@ -39,10 +48,24 @@ namespace {
 using Dims = std::vector<int64_t>;
 constexpr const char* kMicrosoft = "com.microsoft";
 
-enum class Contrib { kNone, kGroupQueryAttention, kRotaryEmbedding, kSimplifiedNorm, kSkipSimplifiedNorm };
+enum class Contrib {
+  kNone,
+  kGroupQueryAttention,
+  kRotaryEmbedding,
+  kSimplifiedNorm,
+  kSkipSimplifiedNorm,
+  kAttention23,
+  kRotaryEmbedding23,
+  kRmsNorm23
+};
 
 Contrib contrib_op(const nf::Node& n) {
   const std::string_view op = n.op_type(), domain = n.domain();
+  if (domain.empty() || domain == "ai.onnx") {  // opset 23's fused operators
+    if (op == "Attention") return Contrib::kAttention23;
+    if (op == "RotaryEmbedding") return Contrib::kRotaryEmbedding23;
+    if (op == "RMSNormalization") return Contrib::kRmsNorm23;
+  }
   if (op == "GroupQueryAttention" && domain == kMicrosoft) return Contrib::kGroupQueryAttention;
   if (op == "RotaryEmbedding" && domain == kMicrosoft) return Contrib::kRotaryEmbedding;
   if (op == "SimplifiedLayerNormalization" && (domain.empty() || domain == kMicrosoft)) return Contrib::kSimplifiedNorm;
@@ -59,7 +82,10 @@ class Expander {
     for (nf::Node n : g_.nodes()) {
       switch (contrib_op(n)) {
         case Contrib::kGroupQueryAttention: group_query_attention(n); break;
-        case Contrib::kRotaryEmbedding: rotary_embedding(n); break;
+        case Contrib::kRotaryEmbedding: rotary_embedding(n, n.input(0), n.input(2), n.input(3), n.input(1)); break;
+        case Contrib::kRotaryEmbedding23: rotary_embedding(n, n.input(0), n.input(1), n.input(2), n.input(3)); break;
+        case Contrib::kAttention23: attention(n); break;
+        case Contrib::kRmsNorm23: simplified_norm(n); break;
         case Contrib::kSimplifiedNorm: simplified_norm(n); break;
         case Contrib::kSkipSimplifiedNorm: skip_simplified_norm(n); break;
         case Contrib::kNone: continue;
@@ -309,23 +335,23 @@ class Expander {
   // The rotary width the cos table [positions, rotary_dim / 2] gives, within the head.
   int64_t table_rotary_dim(const nf::Node& n, const std::string& cos_cache, int64_t head_dim) {
     auto cos_type = get_value_type(g_, cos_cache);
-    if (!cos_type || !cos_type->dims || cos_type->dims->size() != 2 || (*cos_type->dims)[1] <= 0)
-      refuse(n, "its rotary needs a cos_cache of known shape [positions, rotary_dim / 2]");
-    const int64_t rotary_dim = 2 * (*cos_type->dims)[1];
+    if (!cos_type || !cos_type->dims || cos_type->dims->size() < 2 || cos_type->dims->back() <= 0)
+      refuse(n, "its rotary needs a cos_cache of known width [positions, rotary_dim / 2]");
+    const int64_t rotary_dim = 2 * cos_type->dims->back();
     if (rotary_dim > head_dim) refuse(n, "its rotary tables are wider than the head");
     return rotary_dim;
   }
 
-  // RotaryEmbedding(x, position_ids [b, s], cos_cache, sin_cache): x [b, s, heads x head_dim]
-  // viewed [b, s, heads, head_dim] (or [b, heads, s, head_dim] when typed so), each head's
-  // first rotary_embedding_dim values rotated with the rows gathered at position_ids. Without
-  // num_heads, ONNX Runtime rotates whole heads of the tables' width.
-  void rotary_embedding(nf::Node n) {
+  // RotaryEmbedding of x [b, s, heads x head_dim] viewed [b, s, heads, head_dim] (or [b,
+  // heads, s, head_dim] when typed so): each head's first rotary_embedding_dim values rotated
+  // with the rows gathered at position_ids [b, s] (none: the caches are the rows, [b, s,
+  // rotary_dim / 2]). Without num_heads, whole heads of the tables' width are rotated.
+  void rotary_embedding(nf::Node n, const std::string& x, const std::string& cos_cache, const std::string& sin_cache,
+                        const std::string& positions) {
     label_ = std::string(n.name());
     if (n.attr_int("is_packed_batching", 0) != 0) refuse(n, "packed batching is not expanded");
     if (n.attr_float("scale", 1.f) != 1.f) refuse(n, "a scale other than 1 is not expanded");
-    const std::string x = n.input(0), positions = n.input(1), cos_cache = n.input(2), sin_cache = n.input(3),
-                      out = n.output(0);
+    const std::string out = n.output(0);
     auto pos_type = get_value_type(g_, positions);  // untyped: [b, s] as the builder gives them
     if (pos_type && pos_type->dims && pos_type->dims->size() != 2)
       refuse(n, "its position_ids are not [batch, sequence] (a start offset is not expanded)");
@@ -343,7 +369,11 @@ class Expander {
     const int64_t head_dim = heads_first ? last : heads == 0 ? rotary_dim : last > 0 ? last / heads : -1;
     const bool interleaved = n.attr_int("interleaved", 0) != 0;
     g_.remove_node(n);
-    auto [cos, sin] = rotary_rows(cos_cache, sin_cache, positions, interleaved);  // [b, s, rotary_dim (/ 2)]
+    auto [cos, sin] = positions.empty() ? std::pair{cos_cache, sin_cache} : rotary_rows(cos_cache, sin_cache, positions, interleaved);
+    if (positions.empty() && !interleaved) {  // [b, s, rotary_dim / 2]: each half's rows twice
+      cos = concat_last({cos, cos}, "cos");
+      sin = concat_last({sin, sin}, "sin");
+    }
     const int64_t row_axis = heads_first ? 1 : 2;  // the heads' axis in the rows' view
     std::string view = heads_first ? x
                                    : value("Reshape", {x, ints({0, 0, heads > 0 ? heads : -1, heads > 0 ? -1 : head_dim},
@@ -357,6 +387,75 @@ class Expander {
     }
     value("Reshape", {rotated, value("Shape", {x}, "input_shape")}, "merged", out);
     if (head_dim > 0) rotated_heads_[out] = {rotated, head_dim};
+  }
+
+  // opset 23's Attention; see the file's comment.
+  void attention(nf::Node n) {
+    label_ = std::string(n.name());
+    if (n.attr_int("is_causal", 0) != 0)
+      refuse(n, "is_causal (a causal mask aligned to the cache's start) is not expanded; export with the attention mask");
+    if (!n.input(6).empty()) refuse(n, "its nonpad_kv_seqlen input is not expanded");
+    if (n.output_count() > 3 && !n.output(3).empty() && view_.is_used(n.output(3))) refuse(n, "its qk_matmul_output is read");
+    if (n.input(4).empty() != n.input(5).empty()) refuse(n, "it has a past key without a past value, or the reverse");
+    const std::string q = n.input(0), k = n.input(1), v = n.input(2), mask = n.input(3), past_key = n.input(4),
+                      past_value = n.input(5);
+    auto q_type = get_value_type(g_, q), k_type = get_value_type(g_, k);
+    const size_t rank = q_type && q_type->dims ? q_type->dims->size() : 0;
+    int64_t heads = n.attr_int("q_num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0), head_dim = -1;
+    if (rank == 4) {
+      heads = heads > 0 ? heads : (*q_type->dims)[1];
+      head_dim = (*q_type->dims)[3];
+      if (kv_heads <= 0 && k_type && k_type->dims && k_type->dims->size() == 4) kv_heads = (*k_type->dims)[1];
+    } else if (rank == 3 && heads > 0 && kv_heads > 0 && (*q_type->dims)[2] > 0) {
+      head_dim = (*q_type->dims)[2] / heads;
+    } else {
+      refuse(n, "its query is neither [batch, heads, sequence, head_size] nor [batch, sequence, hidden] with "
+                "q_num_heads and kv_num_heads");
+    }
+    if (heads <= 0 || head_dim <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+      refuse(n, "its heads (" + std::to_string(heads) + " over " + std::to_string(kv_heads) + ") and head size (" +
+                    std::to_string(head_dim) + ") are not known or do not group");
+    float scale = n.attr_float("scale", 0.f);
+    if (scale == 0.f) scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    const float softcap = n.attr_float("softcap", 0.f);
+    std::vector<std::string> outs = n.outputs();
+    outs.resize(3);
+    g_.remove_node(n);
+
+    const std::string q4 = rank == 4 ? q : heads_first(q, heads, head_dim, "q");
+    std::string k4 = rank == 4 ? k : heads_first(k, kv_heads, head_dim, "k");
+    std::string v4 = rank == 4 ? v : heads_first(v, kv_heads, head_dim, "v");
+    auto append = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& what) {
+      if (past.empty()) return out.empty() ? fresh : value("Identity", {fresh}, what, out);
+      nf::Node c = node("Concat", {past, fresh}, what, out);
+      c.set_attr("axis", int64_t{2});
+      return c.output(0);
+    };
+    std::string keys = repeat_heads(append(past_key, k4, outs[1], "present_key"), kv_heads, heads / kv_heads, head_dim,
+                                    "k_repeated");
+    std::string values = repeat_heads(append(past_value, v4, outs[2], "present_value"), kv_heads, heads / kv_heads,
+                                      head_dim, "v_repeated");
+    std::string scores = value("MatMul", {q4, transpose(keys, {0, 1, 3, 2}, "k_transposed")}, "scores");
+    scores = value("Mul", {scores, scalar(NF_DTYPE_FLOAT32, scale, "scale")}, "scaled");
+    if (softcap > 0.f) {
+      std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
+      scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
+    }
+    if (!mask.empty()) {
+      auto mask_type = get_value_type(g_, mask);
+      std::string bias = mask;
+      if (mask_type && mask_type->dtype == NF_DTYPE_BOOL)  // as torch exports SDPA's boolean mask
+        bias = value("Where", {mask, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),
+                               scalar(NF_DTYPE_FLOAT32, std::numeric_limits<float>::lowest(), "closed")},
+                     "mask");
+      scores = value("Add", {scores, bias}, "masked");
+    }
+    nf::Node probs = node("Softmax", {scores}, "Softmax");
+    probs.set_attr("axis", int64_t{-1});
+    std::string context = value("MatMul", {probs.output(0), values}, "context", rank == 4 ? outs[0] : "");
+    if (rank == 3)
+      value("Reshape", {transpose(context, {0, 2, 1, 3}, "rows_first"), ints({0, 0, heads * head_dim}, "merged_shape")},
+            "merged", outs[0]);
   }
 
   void group_query_attention(nf::Node n) {
