@@ -114,9 +114,10 @@ std::vector<const ir::Node*> upstream(const std::map<std::string, const ir::Node
 }
 
 // (output features, fused qkv?) of the query projection, found by what the graph computes:
-// the scores MatMul before a Softmax (through the mask add, scaling, soft cap), its operand
-// that does not come from the KV cache, and the nearest linear layer above it whose output
-// is whole heads. Fused when the key rows come from the same layer. {-1, false} if not found.
+// the query of a fused attention op, or the scores MatMul before a Softmax (through the mask
+// add, scaling, soft cap) and its operand that does not come from the KV cache; then the
+// nearest linear layer above it whose output is whole heads. Fused when the key rows come
+// from the same layer. {-1, false} if not found.
 std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) {
   std::map<std::string, const ir::Node*> producer;
   for (const auto& n : g.nodes)
@@ -138,6 +139,16 @@ std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) 
     }
     return {nullptr, -1};
   };
+  // A fused attention op (ONNX's Attention, ONNX Runtime's) takes the query as its input 0
+  // and the key as input 1 (none: packed with the query).
+  for (const auto& a : g.nodes) {
+    if ((a->op_type != "Attention" && a->op_type != "MultiHeadAttention" && a->op_type != "GroupQueryAttention") ||
+        a->inputs.empty())
+      continue;
+    auto [q, q_out] = projection_above(a->inputs[0]);
+    if (!q) break;
+    return {q_out, a->inputs.size() < 2 || a->inputs[1].empty() || projection_above(a->inputs[1]).first == q};
+  }
   for (const auto& sm : g.nodes) {
     if (sm->op_type != "Softmax" || sm->inputs.empty()) continue;
     // The scores: the nearest MatMul of two activations, one of them from the cache (the
