@@ -10,7 +10,8 @@
 #   families' key names); a figure may also give "precision" ("w4a16", the default, or "w4"),
 #   "kv_bits" (8 unless given) and "context" (the export's context length, 4096 unless
 #   given); "fits" say which figures fit what; "not_simulated" lists what was found and why
-#   it is not costed). A figure the simulators cannot
+#   it is not costed); FITS=none ignores the file's fits and predicts every figure with the
+#   chip and device files as they are. A figure the simulators cannot
 #   cost (a chip without a chip file, or without a figure its estimate needs) is listed as
 #   "not simulated" with the reason; a set without aries figures skips the aries fit, and a
 #   parameter no stated group fits keeps its chip or device file's value.
