@@ -332,6 +332,40 @@ class Expander {
     return value("Reshape", {wide, ints({0, kv_heads * groups, -1, head_dim}, what + "_shape")}, what);
   }
 
+  // present = Concat(past, new) along the rows, into `out` (none given: a fresh name); no past: the new rows.
+  std::string append_rows(const std::string& past, const std::string& fresh, const std::string& out,
+                          const std::string& what) {
+    if (past.empty()) return out.empty() ? fresh : value("Identity", {fresh}, what, out);
+    nf::Node c = node("Concat", {past, fresh}, what, out);
+    c.set_attr("axis", int64_t{2});
+    return c.output(0);
+  }
+
+  // softmax(q K^T * scale [soft-capped] + bias) V with the cache's kv_heads repeated to the
+  // query's heads: the context [b, heads, s, head_dim].
+  std::string attend(const std::string& q4, const std::string& keys, const std::string& values, int64_t heads,
+                     int64_t kv_heads, int64_t head_dim, float scale, float softcap, const std::string& bias,
+                     const std::string& out = "") {
+    const std::string k = repeat_heads(keys, kv_heads, heads / kv_heads, head_dim, "k_repeated");
+    const std::string v = repeat_heads(values, kv_heads, heads / kv_heads, head_dim, "v_repeated");
+    std::string scores = value("MatMul", {q4, transpose(k, {0, 1, 3, 2}, "k_transposed")}, "scores");
+    scores = value("Mul", {scores, scalar(NF_DTYPE_FLOAT32, scale, "scale")}, "scaled");
+    if (softcap > 0.f) {
+      std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
+      scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
+    }
+    if (!bias.empty()) scores = value("Add", {scores, bias}, "masked");
+    nf::Node probs = node("Softmax", {scores}, "Softmax");
+    probs.set_attr("axis", int64_t{-1});
+    return value("MatMul", {probs.output(0), v}, "context", out);
+  }
+
+  // [b, heads, s, head_dim] -> [b, s, heads x head_dim], into `out`.
+  void merge_heads(const std::string& context, int64_t heads, int64_t head_dim, const std::string& out) {
+    value("Reshape", {transpose(context, {0, 2, 1, 3}, "rows_first"), ints({0, 0, heads * head_dim}, "merged_shape")},
+          "merged", out.empty() ? names_.make(label_ + "/output_0") : out);
+  }
+
   // The rotary width the cos table [positions, rotary_dim / 2] gives, within the head.
   int64_t table_rotary_dim(const nf::Node& n, const std::string& cos_cache, int64_t head_dim) {
     auto cos_type = get_value_type(g_, cos_cache);
@@ -423,39 +457,17 @@ class Expander {
     g_.remove_node(n);
 
     const std::string q4 = rank == 4 ? q : heads_first(q, heads, head_dim, "q");
-    std::string k4 = rank == 4 ? k : heads_first(k, kv_heads, head_dim, "k");
-    std::string v4 = rank == 4 ? v : heads_first(v, kv_heads, head_dim, "v");
-    auto append = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& what) {
-      if (past.empty()) return out.empty() ? fresh : value("Identity", {fresh}, what, out);
-      nf::Node c = node("Concat", {past, fresh}, what, out);
-      c.set_attr("axis", int64_t{2});
-      return c.output(0);
-    };
-    std::string keys = repeat_heads(append(past_key, k4, outs[1], "present_key"), kv_heads, heads / kv_heads, head_dim,
-                                    "k_repeated");
-    std::string values = repeat_heads(append(past_value, v4, outs[2], "present_value"), kv_heads, heads / kv_heads,
-                                      head_dim, "v_repeated");
-    std::string scores = value("MatMul", {q4, transpose(keys, {0, 1, 3, 2}, "k_transposed")}, "scores");
-    scores = value("Mul", {scores, scalar(NF_DTYPE_FLOAT32, scale, "scale")}, "scaled");
-    if (softcap > 0.f) {
-      std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
-      scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
-    }
-    if (!mask.empty()) {
-      auto mask_type = get_value_type(g_, mask);
-      std::string bias = mask;
-      if (mask_type && mask_type->dtype == NF_DTYPE_BOOL)  // as torch exports SDPA's boolean mask
-        bias = value("Where", {mask, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),
-                               scalar(NF_DTYPE_FLOAT32, std::numeric_limits<float>::lowest(), "closed")},
-                     "mask");
-      scores = value("Add", {scores, bias}, "masked");
-    }
-    nf::Node probs = node("Softmax", {scores}, "Softmax");
-    probs.set_attr("axis", int64_t{-1});
-    std::string context = value("MatMul", {probs.output(0), values}, "context", rank == 4 ? outs[0] : "");
-    if (rank == 3)
-      value("Reshape", {transpose(context, {0, 2, 1, 3}, "rows_first"), ints({0, 0, heads * head_dim}, "merged_shape")},
-            "merged", outs[0]);
+    const std::string k4 = rank == 4 ? k : heads_first(k, kv_heads, head_dim, "k");
+    const std::string v4 = rank == 4 ? v : heads_first(v, kv_heads, head_dim, "v");
+    std::string bias = mask;
+    if (auto mask_type = get_value_type(g_, mask); !mask.empty() && mask_type && mask_type->dtype == NF_DTYPE_BOOL)
+      bias = value("Where", {mask, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),  // as torch exports SDPA's boolean mask
+                             scalar(NF_DTYPE_FLOAT32, std::numeric_limits<float>::lowest(), "closed")},
+                   "mask");
+    const std::string context = attend(q4, append_rows(past_key, k4, outs[1], "present_key"),
+                                       append_rows(past_value, v4, outs[2], "present_value"), heads, kv_heads,
+                                       head_dim, scale, softcap, bias, rank == 4 ? outs[0] : "");
+    if (rank == 3) merge_heads(context, heads, head_dim, outs[0]);
   }
 
   void group_query_attention(nf::Node n) {
@@ -507,28 +519,10 @@ class Expander {
       q4 = rotate(q4, head_dim, rotary_dim, cos, sin, "q", interleaved);
       k4 = rotate(k4, head_dim, rotary_dim, cos, sin, "k", interleaved);
     }
-    auto append = [&](const std::string& past, const std::string& fresh, const std::string& out, const std::string& what) {
-      nf::Node c = node("Concat", {past, fresh}, what, out);
-      c.set_attr("axis", int64_t{2});
-      return c.output(0);
-    };
-    std::string keys = append(past_key, k4, outs[1], "present_key");
-    std::string values = append(past_value, v4, outs[2], "present_value");
-    const int64_t groups = heads / kv_heads;
-    keys = repeat_heads(keys, kv_heads, groups, head_dim, "k_repeated");
-    values = repeat_heads(values, kv_heads, groups, head_dim, "v_repeated");
-    std::string scores = value("MatMul", {q4, transpose(keys, {0, 1, 3, 2}, "k_transposed")}, "scores");
-    scores = value("Mul", {scores, scalar(NF_DTYPE_FLOAT32, scale, "scale")}, "scaled");
-    if (softcap > 0.f) {
-      std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
-      scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
-    }
-    scores = value("Add", {scores, mask(window, n)}, "masked");
-    nf::Node probs = node("Softmax", {scores}, "Softmax");
-    probs.set_attr("axis", int64_t{-1});
-    std::string context = transpose(value("MatMul", {probs.output(0), values}, "context"), {0, 2, 1, 3}, "rows_first");
-    value("Reshape", {context, ints({0, 0, heads * head_dim}, "merged_shape")}, "merged",
-          outs[0].empty() ? names_.make(label_ + "/output_0") : outs[0]);
+    const std::string context = attend(q4, append_rows(past_key, k4, outs[1], "present_key"),
+                                       append_rows(past_value, v4, outs[2], "present_value"), heads, kv_heads,
+                                       head_dim, scale, softcap, mask(window, n));
+    merge_heads(context, heads, head_dim, outs[0]);
   }
 };
 
