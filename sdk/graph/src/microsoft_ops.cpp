@@ -33,6 +33,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -342,10 +343,11 @@ class Expander {
   }
 
   // softmax(q K^T * scale [soft-capped] + bias) V with the cache's kv_heads repeated to the
-  // query's heads: the context [b, heads, s, head_dim].
+  // query's heads: the context [b, heads, s, head_dim]. `bias` makes the added mask (or "")
+  // when the scores are there, so the nodes keep the order they always had.
   std::string attend(const std::string& q4, const std::string& keys, const std::string& values, int64_t heads,
-                     int64_t kv_heads, int64_t head_dim, float scale, float softcap, const std::string& bias,
-                     const std::string& out = "") {
+                     int64_t kv_heads, int64_t head_dim, float scale, float softcap,
+                     const std::function<std::string()>& bias, const std::string& out = "") {
     const std::string k = repeat_heads(keys, kv_heads, heads / kv_heads, head_dim, "k_repeated");
     const std::string v = repeat_heads(values, kv_heads, heads / kv_heads, head_dim, "v_repeated");
     std::string scores = value("MatMul", {q4, transpose(k, {0, 1, 3, 2}, "k_transposed")}, "scores");
@@ -354,7 +356,7 @@ class Expander {
       std::string cap = scalar(NF_DTYPE_FLOAT32, softcap, "softcap");
       scores = value("Mul", {value("Tanh", {value("Div", {scores, cap}, "capped")}, "Tanh"), cap}, "softcapped");
     }
-    if (!bias.empty()) scores = value("Add", {scores, bias}, "masked");
+    if (const std::string b = bias(); !b.empty()) scores = value("Add", {scores, b}, "masked");
     nf::Node probs = node("Softmax", {scores}, "Softmax");
     probs.set_attr("axis", int64_t{-1});
     return value("MatMul", {probs.output(0), v}, "context", out);
@@ -459,14 +461,17 @@ class Expander {
     const std::string q4 = rank == 4 ? q : heads_first(q, heads, head_dim, "q");
     const std::string k4 = rank == 4 ? k : heads_first(k, kv_heads, head_dim, "k");
     const std::string v4 = rank == 4 ? v : heads_first(v, kv_heads, head_dim, "v");
-    std::string bias = mask;
-    if (auto mask_type = get_value_type(g_, mask); !mask.empty() && mask_type && mask_type->dtype == NF_DTYPE_BOOL)
-      bias = value("Where", {mask, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),  // as torch exports SDPA's boolean mask
+    auto bias = [&]() -> std::string {
+      auto mask_type = get_value_type(g_, mask);
+      if (mask.empty() || !mask_type || mask_type->dtype != NF_DTYPE_BOOL) return mask;
+      return value("Where", {mask, scalar(NF_DTYPE_FLOAT32, 0.0, "open"),  // as torch exports SDPA's boolean mask
                              scalar(NF_DTYPE_FLOAT32, std::numeric_limits<float>::lowest(), "closed")},
                    "mask");
-    const std::string context = attend(q4, append_rows(past_key, k4, outs[1], "present_key"),
-                                       append_rows(past_value, v4, outs[2], "present_value"), heads, kv_heads,
-                                       head_dim, scale, softcap, bias, rank == 4 ? outs[0] : "");
+    };
+    const std::string keys = append_rows(past_key, k4, outs[1], "present_key");  // in this order: node order and names
+    const std::string values = append_rows(past_value, v4, outs[2], "present_value");
+    const std::string context =
+        attend(q4, keys, values, heads, kv_heads, head_dim, scale, softcap, bias, rank == 4 ? outs[0] : "");
     if (rank == 3) merge_heads(context, heads, head_dim, outs[0]);
   }
 
@@ -519,9 +524,10 @@ class Expander {
       q4 = rotate(q4, head_dim, rotary_dim, cos, sin, "q", interleaved);
       k4 = rotate(k4, head_dim, rotary_dim, cos, sin, "k", interleaved);
     }
-    const std::string context = attend(q4, append_rows(past_key, k4, outs[1], "present_key"),
-                                       append_rows(past_value, v4, outs[2], "present_value"), heads, kv_heads,
-                                       head_dim, scale, softcap, mask(window, n));
+    const std::string keys = append_rows(past_key, k4, outs[1], "present_key");  // in this order: node order and names
+    const std::string values = append_rows(past_value, v4, outs[2], "present_value");
+    const std::string context =
+        attend(q4, keys, values, heads, kv_heads, head_dim, scale, softcap, [&] { return mask(window, n); });
     merge_heads(context, heads, head_dim, outs[0]);
   }
 };
