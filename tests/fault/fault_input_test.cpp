@@ -266,6 +266,24 @@ TEST(FaultInput, KvPrefixRowsOtherThanTheGraphsHold) {
   }
 }
 
+// A static package whose context passes LongRoPE's switch reads each row's sequence length;
+// a graph that claims another row count for it than its variant's AR is refused at open.
+TEST(FaultInput, SequenceLengthsOfAnotherRowCount) {
+  fs::path d = scratch("sequence_lengths");
+  write_file(d / "m.toml", "[model]\nonnx = \"" + nf::test::model_dir("legacy/phi3_genai_longrope") +
+                               "/model.onnx\"\n\n[[transform]]\nplugin = \"arcl\"\narn = [1, 4]\n"
+                               "context_length = 512\n\n[targets.cpu]\nbackend = \"cpu\"\n");
+  auto b = run({"build", (d / "m.toml").string(), "--out", (d / "out").string(), "--no-cache", "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  edit_meta(d / "out" / "cpu", [](nlohmann::json& meta) {
+    for (auto& g : meta["graphs"])
+      for (auto& in : g["inputs"])
+        if (in["name"] == "sequence_lengths" && g["name"] == "ar4_cl512") in["shape"] = {1, 3};
+  });
+  expect_one_error_line(run({"run", (d / "out" / "cpu").string(), "--prompt-ids", "1,2", "--max-new-tokens", "2"}, {}, 60),
+                        "variant 'ar4_cl512': sequence_lengths is [1, 3], expected [1, 4]");
+}
+
 // package.json is sealed too: an edit without a new digest is refused, by run and inspect.
 TEST(FaultInput, EditedPackageJsonIsRefused) {
   fs::path d = scratch("meta_edited");
