@@ -113,6 +113,11 @@ std::vector<const ir::Node*> upstream(const std::map<std::string, const ir::Node
   return order;
 }
 
+// ONNX's Attention and ONNX Runtime's fused attention ops.
+bool is_fused_attention(const ir::Node& n) {
+  return n.op_type == "Attention" || n.op_type == "MultiHeadAttention" || n.op_type == "GroupQueryAttention";
+}
+
 // (output features, fused qkv?) of the query projection, found by what the graph computes:
 // the query of a fused attention op, or the scores MatMul before a Softmax (through the mask
 // add, scaling, soft cap) and its operand that does not come from the KV cache; then the
@@ -142,9 +147,7 @@ std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) 
   // A fused attention op (ONNX's Attention, ONNX Runtime's) takes the query as its input 0
   // and the key as input 1 (none: packed with the query).
   for (const auto& a : g.nodes) {
-    if ((a->op_type != "Attention" && a->op_type != "MultiHeadAttention" && a->op_type != "GroupQueryAttention") ||
-        a->inputs.empty())
-      continue;
+    if (!is_fused_attention(*a) || a->inputs.empty()) continue;
     auto [q, q_out] = projection_above(a->inputs[0]);
     if (!q) break;
     return {q_out, a->inputs.size() < 2 || a->inputs[1].empty() || projection_above(a->inputs[1]).first == q};
@@ -171,7 +174,7 @@ std::pair<int64_t, bool> query_projection(const ir::Graph& g, int64_t head_dim) 
 // num_heads of a fused attention op (onnxruntime's contrib ops, ONNX's opset-23 Attention), or -1.
 int64_t attention_op_heads(const ir::Graph& g) {
   for (const auto& n : g.nodes) {
-    if (n->op_type != "Attention" && n->op_type != "MultiHeadAttention" && n->op_type != "GroupQueryAttention") continue;
+    if (!is_fused_attention(*n)) continue;
     for (const char* key : {"num_heads", "q_num_heads"}) {
       auto it = n->attrs.find(key);
       if (it != n->attrs.end() && it->second.i > 0) return it->second.i;

@@ -380,6 +380,14 @@ def to_fp16(m):
     return m
 
 
+def pack_nibbles(codes):
+    """4-bit codes along the last axis, two a byte, the first in the low nibble (an odd count
+    padded with a zero code), as MatMulNBits stores codes and zero points."""
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.zeros(codes.shape[:-1] + (1,), codes.dtype)], axis=-1)
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
 def quantize_int4(w, block=32, scale_dtype=np.float32):
     """w [K, N] -> (codes uint8 [N, K / block, block / 2], scales float32 [N * K / block], the
     dequantized [K, N]) as MatMulNBitsQuantizer's symmetric RTN makes them; scales rounded to
@@ -391,7 +399,7 @@ def quantize_int4(w, block=32, scale_dtype=np.float32):
     inverse = np.where(scale != 0, np.float32(1.0) / np.where(scale != 0, scale, 1), 0).astype(np.float32)
     x = blocks * inverse
     codes = np.clip(np.sign(x) * np.floor(np.abs(x) + 0.5) + 8, 0, 15).astype(np.uint8)  # round half away from 0
-    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    packed = pack_nibbles(codes)
     dequantized = ((codes.astype(np.float32) - 8) * scale).reshape(n, k).T
     return packed, scale.reshape(-1).astype(np.float32), np.ascontiguousarray(dequantized)
 
@@ -413,12 +421,9 @@ def quantize_int4_asymmetric(w, zero_points, block=32):
     if zero_points == "uint8":
         zero = np.clip(np.floor(zero + 0.5), 0, 15).astype(np.float32)
     codes = np.clip(np.floor(blocks / scale + zero + 0.5), 0, 15).astype(np.uint8)
-    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    packed = pack_nibbles(codes)
     if zero_points == "uint8":
-        z = zero.reshape(n, k // block).astype(np.uint8)
-        if z.shape[1] % 2:
-            z = np.concatenate([z, np.zeros((n, 1), np.uint8)], axis=1)
-        stored = (z[:, 0::2] | (z[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+        stored = pack_nibbles(zero.reshape(n, k // block).astype(np.uint8)).reshape(-1)
         dequantized = (codes.astype(np.float32) - zero) * scale
     else:
         stored = zero.reshape(-1).astype(np.float32)
