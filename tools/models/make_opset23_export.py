@@ -69,7 +69,7 @@ def build_graph(model, cfg):
                   "tokens_4d")
     mask = typed_as(node("And", [causal, tokens], "mask"), TensorProto.BOOL, [batch, 1, seq, total])
 
-    def rms_norm(x, weight, name):
+    def rms_norm(x, name):  # the weight is the module's own, `name`.weight
         return node("RMSNormalization", [x, init(f"{name}.weight", sd[f"{name}.weight"])], name.replace(".", "/"),
                     axis=-1, epsilon=float(c.rms_norm_eps), stash_type=1)
 
@@ -83,7 +83,7 @@ def build_graph(model, cfg):
     hidden = node("Gather", [init("model.embed_tokens.weight", sd["model.embed_tokens.weight"]), "input_ids"], "embed_tokens")
     for i in range(layers):
         p = f"model.layers.{i}"
-        x = rms_norm(hidden, None, f"{p}.input_layernorm")
+        x = rms_norm(hidden, f"{p}.input_layernorm")
         q = split_heads(linear(x, f"{p}.self_attn.q_proj"), heads, f"{p}/q")
         k = split_heads(linear(x, f"{p}.self_attn.k_proj"), kv, f"{p}/k")
         v = split_heads(linear(x, f"{p}.self_attn.v_proj"), kv, f"{p}/v")
@@ -96,12 +96,12 @@ def build_graph(model, cfg):
         merged = node("Reshape", [node("Transpose", [attn[0]], f"{p}/attn/Transpose", perm=[0, 2, 1, 3]),
                                   ints(f"{p}/merged_shape", [0, 0, heads * hd])], f"{p}/attn/Reshape")
         hidden = node("Add", [hidden, linear(merged, f"{p}.self_attn.o_proj")], f"{p}/attn_residual")
-        x = rms_norm(hidden, None, f"{p}.post_attention_layernorm")
+        x = rms_norm(hidden, f"{p}.post_attention_layernorm")
         gate = linear(x, f"{p}.mlp.gate_proj")
         act = node("Mul", [gate, node("Sigmoid", [gate], f"{p}/mlp/Sigmoid")], f"{p}/mlp/silu")
         down = linear(node("Mul", [act, linear(x, f"{p}.mlp.up_proj")], f"{p}/mlp/Mul"), f"{p}.mlp.down_proj")
         hidden = node("Add", [hidden, down], f"{p}/mlp_residual")
-    x = rms_norm(hidden, None, "model.norm")
+    x = rms_norm(hidden, "model.norm")
     node("MatMul", [x, init("lm_head.weight.T", sd["lm_head.weight"].T)], "lm_head/MatMul", ["logits"])
     graph = helper.make_graph(nodes, "main_graph", inputs, outputs, inits, value_info=typed)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], producer_name="pytorch")
