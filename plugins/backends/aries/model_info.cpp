@@ -1,11 +1,11 @@
 #include "model_info.h"
 
 #include <npuforge/decoder_io.hpp>
+#include <npuforge/graph/linear_roles.h>
 #include <npuforge/hf_config.hpp>
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <set>
 
 namespace nf::aries {
@@ -49,20 +49,23 @@ int64_t ModelShape::graph_rows_for(int64_t rows) const {
 
 namespace {
 
-// Kind from the exporter's node names (/model/layers.N/self_attn/q_proj/MatMul, ...).
-void classify(Linear& l) {
-  static const std::regex block_re(R"(layers[./_](\d+)[./_])");
-  std::smatch m;
-  std::string key = l.node + " " + l.weight;
-  if (std::regex_search(key, m, block_re)) l.block = std::stoll(m[1]);
-  auto has = [&](const char* s) { return key.find(s) != std::string::npos; };
-  if (has("q_proj")) l.kind = Kind::query;
-  else if (has("k_proj")) l.kind = Kind::key;
-  else if (has("v_proj")) l.kind = Kind::value;
-  else if (has("o_proj")) l.kind = Kind::output;
-  else if (has("gate_proj") || has("up_proj") || has("down_proj") || has("/mlp/")) l.kind = Kind::ffn;
-  else if (has("lm_head")) l.kind = Kind::head;
-  l.ffn_down = has("down_proj");
+// Kind and block from what the linear does in the graph (npuforge::graph::linear_roles),
+// whatever the exporter named it: a fused QKV projection is costed and quantized as the query.
+void classify(Linear& l, const graph::LinearUse& u) {
+  using graph::LinearRole;
+  switch (u.role) {
+    case LinearRole::query:
+    case LinearRole::fused_qkv: l.kind = Kind::query; break;
+    case LinearRole::key: l.kind = Kind::key; break;
+    case LinearRole::value: l.kind = Kind::value; break;
+    case LinearRole::attention_output: l.kind = Kind::output; break;
+    case LinearRole::ffn_input:
+    case LinearRole::ffn_down: l.kind = Kind::ffn; break;
+    case LinearRole::lm_head: l.kind = Kind::head; break;
+    default: l.kind = Kind::other;
+  }
+  l.ffn_down = u.role == LinearRole::ffn_down;
+  l.block = u.block;
 }
 
 int64_t cfg_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
@@ -85,6 +88,7 @@ ModelInfo inspect(ModelSet ms, const std::string& role) {
   const std::vector<Graph> graphs = graphs_of(ms, role);
   if (graphs.empty()) throw Error("aries backend: the model set has no graphs of role '" + role + "'");
   for (const Graph& g : graphs) {
+    const std::map<std::string, graph::LinearUse> roles = graph::linear_roles(g);
     std::set<std::string> inits;
     for (auto& n : g.initializer_names()) inits.insert(n);
     std::map<std::string, Node> producer;
@@ -118,16 +122,7 @@ ModelInfo inspect(ModelSet ms, const std::string& role) {
       l.N = l.nk ? d[0] : d[1];
       if (seen.count(b + (l.via_transpose ? "^T" : ""))) continue;
       seen.insert(b + (l.via_transpose ? "^T" : ""));
-      classify(l);
-      // The linear that feeds `logits` (decoder_io.hpp) is the head.
-      if (l.kind == Kind::other) {
-        auto inputs_of = [&](const std::string& v) {
-          auto it = producer.find(v);
-          return it == producer.end() ? std::vector<std::string>{} : it->second.inputs();
-        };
-        if (!nf::decoder::lm_head_output(inputs_of, [&](const std::string& v) { return v == l.output; }).empty())
-          l.kind = Kind::head;
-      }
+      if (auto r = roles.find(l.output); r != roles.end()) classify(l, r->second);
       info.linears.push_back(l);
     }
   }
@@ -136,9 +131,12 @@ ModelInfo inspect(ModelSet ms, const std::string& role) {
   // Dimensions: the HF config when the set carries it (the target's), else what the weights say.
   nlohmann::json cfg = role.empty() ? ms.metadata("config") : nlohmann::json();
   ModelShape& s = info.shape;
-  int64_t max_block = -1;
-  for (auto& l : info.linears) max_block = std::max(max_block, l.block);
-  s.layers = cfg_int(cfg, "num_hidden_layers", max_block + 1);
+  // Blocks counted, not the highest index: a draft's one block is numbered after the target's
+  // layers (the cache it reads).
+  std::set<int64_t> blocks;
+  for (auto& l : info.linears)
+    if (l.block >= 0) blocks.insert(l.block);
+  s.layers = cfg_int(cfg, "num_hidden_layers", static_cast<int64_t>(blocks.size()));
   for (auto& l : info.linears) {
     if (l.kind == Kind::query && s.hidden == 0) s.hidden = l.K;
     if (l.kind == Kind::ffn && !l.ffn_down && s.intermediate == 0) s.intermediate = l.N;
