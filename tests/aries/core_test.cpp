@@ -342,6 +342,28 @@ TEST(AriesSimulator, CalibrationFiguresWithin20Percent) {
   EXPECT_LT(std::fabs(t8 / 4430.71 - 1), 0.2) << t8;
 }
 
+// Heads stay whole on the 64x64 array: EXAONE-3.5's 80-wide heads take two tiles each, so its
+// q and o projections (2560 = 32 heads x 80) fold like 4096-wide ones, and its decode reads
+// that many more weight tiles than a model of the same widths with 64- or 128-wide heads.
+// Heads of 32 share a tile: no padding.
+TEST(AriesSimulator, HeadsStayWholeOnTheArray) {
+  AriesOptions o = llm_options();  // single core: no head split across cores to skew the count
+  auto step_ms = [&](int64_t heads, int64_t kv_heads, int64_t head_dim) {
+    const nlohmann::json c = {{"num_hidden_layers", 30}, {"hidden_size", 2560}, {"intermediate_size", 7168},
+                              {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
+                              {"head_dim", head_dim}, {"vocab_size", 102400}};
+    return simulate(decoder_from_config(c, o.bits), o, aries(), {240, 245})["decode_ms_per_token"].get<double>();
+  };
+  const double h80 = step_ms(32, 8, 80), h64 = step_ms(40, 10, 64), h32 = step_ms(80, 20, 32), h128 = step_ms(20, 5, 128);
+  // K = 2560 is 40 row tiles: q's 32 heads of 80 take 64 column tiles instead of 40, o's K 64
+  // row tiles instead of 40 over 40 column tiles: 1920 more folds a block over the 64-wide
+  // model's 17440 (q, k, v, o, gate, up, down): about 11% more a token, the head unchanged.
+  EXPECT_GT(h80, 1.08 * h64);
+  EXPECT_LT(h80, 1.15 * h64);
+  EXPECT_NEAR(h32, h64, 0.01 * h64);
+  EXPECT_NEAR(h128, h64, 0.01 * h64);
+}
+
 // HF configs of other families name the same shapes their own way; the simulator reads
 // them under the Llama names (npuforge/hf_config.hpp), so EXAONE's, ChatGLM's or a
 // multimodal config cost the same as their Llama-keyed copy, and a config without a shape

@@ -25,9 +25,20 @@ ModeShape mode_shape(const std::string& mode, const Device& d) {
 
 double act_bytes(bool wide) { return wide ? 2.0 : 1.0; }
 
-// One GEMM of rows x K x N on a core's weight-stationary array, N split over `cores`.
-// Tile utilization: ceil(K / mac_rows) x ceil(N_core / mac_cols) folds, a partly filled
-// tile costs a full one. Each fold first brings its weight tile from DRAM (at the core's
+// Tiles along one side of a weight: heads stay whole on the array (a head never straddles
+// two tiles; heads narrower than a tile share one), so a head_dim that does not divide the
+// tile or is not a multiple of it leaves part of each tile empty (EXAONE-3.5's 80-wide heads
+// take two 64-wide tiles). head_dim 0: a plain width, tiles filled in order.
+int64_t tiles(int64_t width, int64_t side, int64_t head_dim) {
+  if (head_dim <= 0 || width % head_dim != 0) return ceil_div(width, side);
+  const int64_t heads = width / head_dim;
+  return head_dim <= side ? ceil_div(heads, side / head_dim) : heads * ceil_div(head_dim, side);
+}
+
+// One GEMM of rows x K x N on a core's weight-stationary array, N split over `cores` (whole
+// heads each when N is made of heads: head_dim_n > 0; head_dim_k > 0 when K is).
+// Tile utilization: tiles(K) x tiles(N_core) folds, a partly filled tile costs a full one.
+// Each fold first brings its weight tile from DRAM (at the core's
 // share of the bandwidth; the array holds one tile, so fetch and streaming do not overlap),
 // then streams the rows through. The rows' inputs (K wide) and outputs (N_core wide) must
 // sit in the on-chip buffer beside the tile; when they do not, the rows run in blocks that
@@ -37,11 +48,20 @@ struct Gemm {
   int64_t blocks = 1;
 };
 
-Gemm gemm(const Device& d, int64_t rows, int64_t K, int64_t N, int cores, double passes, double a_in, double a_out,
-          int w_bits, double dram_bytes_per_cycle) {
+struct GemmShape {
+  int64_t rows = 0, K = 0, N = 0;
+  int64_t head_dim_k = 0, head_dim_n = 0;
+};
+
+Gemm gemm(const Device& d, const GemmShape& s, int cores, double passes, double a_in, double a_out, int w_bits,
+          double dram_bytes_per_cycle) {
   Gemm g;
-  const int64_t n_core = ceil_div(N, cores);
-  const double folds = static_cast<double>(ceil_div(K, d.mac_rows)) * static_cast<double>(ceil_div(n_core, d.mac_cols));
+  const int64_t rows = s.rows, K = s.K, N = s.N;
+  const int64_t n_core = s.head_dim_n > 0 && N % s.head_dim_n == 0
+                             ? ceil_div(N / s.head_dim_n, cores) * s.head_dim_n
+                             : ceil_div(N, cores);
+  const double folds = static_cast<double>(tiles(K, d.mac_rows, s.head_dim_k)) *
+                       static_cast<double>(tiles(n_core, d.mac_cols, s.head_dim_n));
   const double tile_bytes = static_cast<double>(d.mac_rows) * d.mac_cols * w_bits / 8.0;
   const double fetch = std::max(d.weight_tile_load_cycles, tile_bytes / dram_bytes_per_cycle);
   const double per_row = static_cast<double>(K) * a_in + static_cast<double>(n_core) * a_out;
@@ -98,7 +118,11 @@ PassTime pass_time(const SimModel& m, const AriesOptions& o, const Device& d, in
     // A 16-bit input runs as two 8-bit passes; a 16-bit output (the down projection's input
     // is produced by gate/up) takes twice the buffer.
     bool wide_out = l.kind == Kind::ffn && !l.ffn_down && o.act16("ffn_down");
-    Gemm g = gemm(d, r, l.K, l.N, ms.cores, wide ? passes16 : 1.0, act_bytes(wide), act_bytes(wide_out), l.bits,
+    // The attention's projections hold whole heads: q / k / v on their outputs, o on its input.
+    GemmShape shape{r, l.K, l.N};
+    if (l.kind == Kind::query || l.kind == Kind::key || l.kind == Kind::value) shape.head_dim_n = s.head_dim;
+    if (l.kind == Kind::output) shape.head_dim_k = s.head_dim;
+    Gemm g = gemm(d, shape, ms.cores, wide ? passes16 : 1.0, act_bytes(wide), act_bytes(wide_out), l.bits,
                   dram_per_cycle);
     fetch += g.fetch_cycles;
     stream += g.stream_cycles;
