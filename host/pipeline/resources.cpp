@@ -119,11 +119,12 @@ BuildNeeds estimate_build(const manifest::Manifest& m, const std::vector<manifes
   // Package: weights as the target stores them. A quantized build keeps ~4-bit blocks plus
   // int8 heads and scales (measured 0.27-0.30 of fp32 at 100M and 1B); an unquantized one
   // fp16 on the NPUs (0.61 at 1B with the graphs and the head) and fp32 on the cpu backend.
-  // A target with pack_weights = false (htp's estimate-only packages) stores its graphs only
-  // (7 MB for an 8B model).
+  // An estimate-only target (htp's pack_weights = false, aries' estimate_only = true) stores
+  // its graphs only (7 MB for an 8B model).
   for (const auto& target : targets) {
-    const nlohmann::json& pack = target.options.contains("pack_weights") ? target.options["pack_weights"] : nlohmann::json(true);
-    const double share = pack == false ? 0.002 : !m.quant.empty() ? 0.3 : target.name == "cpu" ? 1.05 : 0.65;
+    const bool graphs_only = target.options.value("pack_weights", nlohmann::json(true)) == false ||
+                             target.options.value("estimate_only", nlohmann::json(false)) == true;
+    const double share = graphs_only ? 0.002 : !m.quant.empty() ? 0.3 : target.name == "cpu" ? 1.05 : 0.65;
     n.package_bytes += static_cast<uint64_t>(share * n.weight_bytes);
   }
   // New weights go to the scratch file: spinquant's rotated copies of every weight, and
