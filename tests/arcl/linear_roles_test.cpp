@@ -4,6 +4,7 @@
 // query_key_value, Wqkv, out_proj, dense_h_to_4h, ...).
 #include <gtest/gtest.h>
 
+#include <npuforge/decoder_graph.hpp>
 #include <npuforge/graph/linear_roles.h>
 #include <npuforge/hf_config.hpp>
 
@@ -68,6 +69,13 @@ TEST_P(LinearRoles, EveryBlockHasItsAttentionAndMlpProjections) {
     ++per_block[use.block][use.role];
   }
   EXPECT_EQ(heads, 1) << model;
+  // decoder_graph.hpp's head_matmul names the same node, or none for a head that reads its
+  // weight through a Transpose (a tied table): never another linear further back.
+  if (auto head = nf::decoder::head_matmul(set.graph(0))) {
+    auto it = roles.find(head->output(0));
+    ASSERT_NE(it, roles.end()) << model;
+    EXPECT_EQ(it->second.role, LinearRole::lm_head) << model << ": head_matmul gave " << head->name();
+  }
   // Where the exporter used one of HF's unambiguous module names, the role agrees with it.
   static const std::pair<const char*, LinearRole> kNames[] = {
       {"/q_proj/", LinearRole::query},          {"/k_proj/", LinearRole::key},

@@ -35,7 +35,8 @@ inline std::optional<Node> embedding_gather(const Graph& g) {
 }
 
 // The LM head when it is a MatMul by an initializer ([hidden, vocab]) that makes the logits
-// (through the ops lm_head_output walks).
+// (through the ops lm_head_output walks); none when the first MatMul met reads its weight
+// another way (a tied head's Transpose of the embedding table).
 inline std::optional<Node> head_matmul(const Graph& g) {
   const auto producer = producers(g);
   std::optional<Node> head;
@@ -46,10 +47,11 @@ inline std::optional<Node> head_matmul(const Graph& g) {
       },
       [&](const std::string& v) {
         auto p = producer.find(v);
-        if (p == producer.end() || p->second.op_type() != "MatMul" || !g.initializer(p->second.input(1))) return false;
+        if (p == producer.end() || p->second.op_type() != "MatMul") return false;
         head = p->second;
         return true;
       });
+  if (head && !g.initializer(head->input(1))) return std::nullopt;
   return head;
 }
 
