@@ -143,6 +143,48 @@ std::vector<Node> sorted_nodes(const GraphView& view) {
   return order;  // a cycle leaves nodes out: they get no role
 }
 
+// What a walk does after visiting a node: go on through it, end this branch, or end the walk.
+enum class Walk { on, stop, done };
+
+// Visits the producers of the values `start` is computed from, through data inputs only.
+template <class Visit>
+void walk_back(const GraphView& view, const std::string& start, Visit visit) {
+  std::set<std::string> seen;
+  std::vector<std::string> todo{start};
+  while (!todo.empty()) {
+    std::string v = std::move(todo.back());
+    todo.pop_back();
+    if (!seen.insert(v).second) continue;
+    auto p = view.producer(v);
+    if (!p) continue;
+    const Walk w = visit(*p);
+    if (w == Walk::done) return;
+    if (w == Walk::on)
+      for (size_t i : data_inputs(*p)) todo.push_back(p->input(i));
+  }
+}
+
+// Visits the nodes that read `start`'s data and, through them, what is computed from it;
+// `visit(node, value)` is told which value the node reads.
+template <class Visit>
+void walk_forward(const GraphView& view, const std::string& start, Visit visit) {
+  std::set<std::string> seen;
+  std::vector<std::string> todo{start};
+  while (!todo.empty()) {
+    std::string v = std::move(todo.back());
+    todo.pop_back();
+    if (!seen.insert(v).second) continue;
+    for (const Node& n : view.consumers(v)) {
+      const std::vector<size_t> data = data_inputs(n);
+      if (std::none_of(data.begin(), data.end(), [&](size_t i) { return n.input(i) == v; })) continue;
+      const Walk w = visit(n, v);
+      if (w == Walk::done) return;
+      if (w == Walk::on)
+        for (const std::string& out : n.outputs()) todo.push_back(out);
+    }
+  }
+}
+
 }  // namespace
 
 std::map<std::string, LinearUse> linear_roles(Graph g) {
@@ -198,53 +240,31 @@ std::map<std::string, LinearUse> linear_roles(Graph g) {
     return true;
   };
 
-  // The linears behind a value, through data and not through another linear or core.
-  auto linears_behind = [&](const std::string& start) {
-    std::vector<nf_node*> found;
-    std::set<std::string> seen;
-    std::vector<std::string> todo{start};
-    while (!todo.empty()) {
-      std::string v = std::move(todo.back());
-      todo.pop_back();
-      if (!seen.insert(v).second) continue;
-      auto p = view.producer(v);
-      if (!p || core_of.count(p->get())) continue;
-      if (use.count(p->get())) {
-        found.push_back(p->get());
-        continue;
-      }
-      for (size_t i : data_inputs(*p)) todo.push_back(p->input(i));
-    }
-    return found;
-  };
   for (const Core& c : cores) {
+    // The projections behind its query, key and value (one behind several: fused).
     const std::pair<const std::string*, LinearRole> sides[] = {
         {&c.query, LinearRole::query}, {&c.key, LinearRole::key}, {&c.value, LinearRole::value}};
     for (const auto& [value, role] : sides) {
       if (value->empty()) continue;  // a fused op's packed QKV leaves key and value empty
-      for (nf_node* l : linears_behind(*value)) {
-        LinearUse& u = use[l];
+      walk_back(view, *value, [&](const Node& p) {
+        if (core_of.count(p.get())) return Walk::stop;
+        auto it = use.find(p.get());
+        if (it == use.end()) return Walk::on;
+        LinearUse& u = it->second;
         u.role = u.role == LinearRole::other || u.role == role ? role : LinearRole::fused_qkv;
         u.block = c.block;
-      }
+        return Walk::stop;
+      });
     }
-    // The output projection: the first linear that reads the core's output as its input.
-    std::set<std::string> seen;
-    std::vector<std::string> todo{c.output};
-    while (!todo.empty()) {
-      std::string v = std::move(todo.back());
-      todo.pop_back();
-      if (!seen.insert(v).second) continue;
-      for (const Node& n : view.consumers(v)) {
-        if (use.count(n.get())) {
-          if (n.input(0) == v) use[n.get()] = {LinearRole::attention_output, c.block};
-        } else if (!core_of.count(n.get()) && !is_stream_sum(n)) {
-          for (size_t i : data_inputs(n))
-            if (n.input(i) == v)
-              for (const std::string& out : n.outputs()) todo.push_back(out);
-        }
+    // The output projection: the first linear that reads the core's output as its input
+    // (before the residual stream's sum).
+    walk_forward(view, c.output, [&](const Node& n, const std::string& v) {
+      if (auto it = use.find(n.get()); it != use.end()) {
+        if (n.input(0) == v) it->second = {LinearRole::attention_output, c.block};
+        return Walk::stop;
       }
-    }
+      return core_of.count(n.get()) || is_stream_sum(n) ? Walk::stop : Walk::on;
+    });
   }
 
   // The LM head: the first linear met walking back from the logits (decoder_io.hpp).
@@ -269,42 +289,27 @@ std::map<std::string, LinearUse> linear_roles(Graph g) {
   for (auto& [node, u] : use) {
     if (u.role != LinearRole::other) continue;
     bool from_mlp = false, from_attention = false;
-    std::set<std::string> seen;
-    std::vector<std::string> todo{Node(node).input(0)};
-    while (!todo.empty() && !from_attention) {
-      std::string v = std::move(todo.back());
-      todo.pop_back();
-      if (!seen.insert(v).second) continue;
-      auto p = view.producer(v);
-      if (!p) continue;
-      if (core_of.count(p->get())) {
+    walk_back(view, Node(node).input(0), [&](const Node& p) {
+      auto it = use.find(p.get());
+      if (core_of.count(p.get()) || (it != use.end() && !is_mlp(it->second.role))) {
         from_attention = true;
-      } else if (auto it = use.find(p->get()); it != use.end()) {
-        (is_mlp(it->second.role) ? from_mlp : from_attention) = true;
-      } else {
-        for (size_t i : data_inputs(*p)) todo.push_back(p->input(i));
+        return Walk::done;
       }
-    }
+      if (it == use.end()) return Walk::on;
+      from_mlp = true;
+      return Walk::stop;
+    });
     if (from_mlp && !from_attention) u.role = LinearRole::ffn_down;
   }
   for (auto& [node, u] : use) {
     if (u.role != LinearRole::other) continue;
-    std::set<std::string> seen;
-    std::vector<std::string> todo{Node(node).output(0)};
-    while (!todo.empty() && u.role == LinearRole::other) {
-      std::string v = std::move(todo.back());
-      todo.pop_back();
-      if (!seen.insert(v).second) continue;
-      for (const Node& n : view.consumers(v)) {
-        if (auto it = use.find(n.get()); it != use.end()) {
-          if (it->second.role == LinearRole::ffn_down && n.input(0) == v) u.role = LinearRole::ffn_input;
-        } else if (!core_of.count(n.get())) {
-          for (size_t i : data_inputs(n))
-            if (n.input(i) == v)
-              for (const std::string& out : n.outputs()) todo.push_back(out);
-        }
-      }
-    }
+    walk_forward(view, Node(node).output(0), [&](const Node& n, const std::string& v) {
+      auto it = use.find(n.get());
+      if (it == use.end()) return core_of.count(n.get()) ? Walk::stop : Walk::on;
+      if (it->second.role != LinearRole::ffn_down || n.input(0) != v) return Walk::stop;
+      u.role = LinearRole::ffn_input;
+      return Walk::done;
+    });
   }
 
   // Blocks of the rest. An MLP linear: one before the nearest block whose attention it feeds
