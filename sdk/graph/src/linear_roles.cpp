@@ -30,6 +30,7 @@ namespace {
 
 bool is_linear(const GraphView& view, const Node& n) {
   const std::string_view op = n.op_type();
+  if (n.output_count() == 0) return false;
   if (op == "MatMulNBits") return true;
   if ((op != "MatMul" && op != "Gemm") || n.input_count() < 2) return false;
   const std::string w = n.input(1);
@@ -97,12 +98,13 @@ bool attention_core(const GraphView& view, const Node& softmax, Core* core) {
     auto [v, hops] = fwd.front();
     fwd.pop_front();
     for (const Node& c : view.consumers(v)) {
-      if (c.op_type() == "MatMul" && c.input(0) == v && !is_linear(view, c)) {
+      if (c.op_type() == "MatMul" && c.input(0) == v && c.output_count() > 0 && !is_linear(view, c)) {
         mix = c;
         break;
       }
-      if (hops < 4 && (c.op_type() == "Cast" || c.op_type() == "Identity" || c.op_type() == "Dropout" ||
-                       c.op_type() == "Where" || c.op_type() == "Reshape"))
+      if (hops < 4 && c.output_count() > 0 &&
+          (c.op_type() == "Cast" || c.op_type() == "Identity" || c.op_type() == "Dropout" || c.op_type() == "Where" ||
+           c.op_type() == "Reshape"))
         fwd.push_back({c.output(0), hops + 1});
     }
   }
@@ -198,6 +200,7 @@ std::map<std::string, LinearUse> linear_roles(Graph g) {
   std::vector<Core> cores;
   for (const Node& n : order) {
     Core c;
+    if (n.output_count() == 0) continue;
     if (is_fused_attention(n)) {
       c.scores = c.mix = n.get();
       c.query = n.input(0);
