@@ -155,6 +155,9 @@ void expect_compiled_draft(const std::string& backend) {
     };
     const auto with = memory(pkg), without = memory(package(backend, ""));
     EXPECT_DOUBLE_EQ(with["kv_cache_bytes"].get<double>(), without["kv_cache_bytes"].get<double>() * 5 / 4);
+    // The draft is one block, also where its depth loop runs it again within one graph.
+    const auto roles = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "aries.json")).at("roles");
+    for (const char* role : {"draft", "draft_tree"}) EXPECT_EQ(roles.at(role).at("model").at("layers"), 1) << role;
     EXPECT_GT(with["weight_bytes"].get<double>(), without["weight_bytes"].get<double>());
   } else {  // htp stores the draft's own weights at the recipe's 8 bits
     const auto weights = nlohmann::json::parse(std::ifstream(pkg / "artifacts" / "htp.json")).at("weights");

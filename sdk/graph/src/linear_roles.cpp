@@ -315,10 +315,12 @@ std::map<std::string, LinearUse> linear_roles(Graph g) {
     });
   }
 
-  // Blocks of the rest. An MLP linear: one before the nearest block whose attention it feeds
-  // (through the residual stream, which also places a parallel block's MLP), or the graph's
-  // last block when it feeds none. Another linear: the block of the deepest attention before
-  // it (a router), or the block it feeds when none is (EAGLE's fc).
+  // Blocks of the rest. An MLP linear: the block of the deepest attention before it, or one
+  // before the nearest block whose attention it feeds if that is later (a parallel block's MLP
+  // reads the stream its own attention reads); the graph's last block when it feeds none. (A
+  // draft's depth loop unrolled into one graph runs the same block again: the later of the two.)
+  // Another linear: the block of the deepest attention before it (a router), or the block it
+  // feeds when none is (EAGLE's fc).
   int64_t last = -1;
   for (const Core& c : cores) last = std::max(last, c.block);
   constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
@@ -352,15 +354,14 @@ std::map<std::string, LinearUse> linear_roles(Graph g) {
   for (auto& [node, u] : use) {
     if (!is_mlp(u.role)) continue;
     const Node n(node);
-    auto after = block_after.find(n.output(0));
-    const int64_t next = after == block_after.end() ? kNone : after->second;
-    if (u.role != LinearRole::other) {
-      u.block = next == kNone ? last : next - 1;
-    } else if (auto before = block_before.find(n.input(0)); before != block_before.end()) {
-      u.block = before->second;
-    } else {
-      u.block = next == kNone ? last : next;
-    }
+    auto after_it = block_after.find(n.output(0));
+    auto before_it = block_before.find(n.input(0));
+    const int64_t after = after_it == block_after.end() ? kNone : after_it->second;
+    const int64_t before = before_it == block_before.end() ? -1 : before_it->second;
+    if (u.role != LinearRole::other)
+      u.block = after == kNone ? last : std::max(before, after - 1);
+    else
+      u.block = before >= 0 ? before : after == kNone ? last : after;
   }
 
   std::map<std::string, LinearUse> out;
