@@ -1,6 +1,6 @@
 #include "npuforge/graph/linear_roles.h"
 
-#include <npuforge/decoder_graph.hpp>
+#include <npuforge/decoder_io.hpp>
 #include <npuforge/graph/graph_view.h>
 #include <npuforge/graph/kv_layers.h>
 
