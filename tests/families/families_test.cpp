@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 
@@ -342,6 +343,21 @@ TEST_P(FamilyNpu, HtpKeepsTorchGreedyAndAriesDecodes) {
   EXPECT_EQ(got.tokens, want) << "htp";
   const double err = relative_error(got.last_logits, g.at("last_logits").get<std::vector<float>>());
   EXPECT_LT(err, 5e-3) << "htp (fp16 activations)";
+  // aries read every linear's kind and block from the dataflow of the split, per-head graphs:
+  // blocks numbered across the parts, each with its attention and MLP projections.
+  const nlohmann::json compiled = nlohmann::json::parse(slurp(work.path / "out" / "aries" / "artifacts" / "aries.json"));
+  const int64_t layers = compiled.at("model").at("layers");
+  std::map<int64_t, std::map<std::string, int>> kinds;
+  for (const auto& l : compiled.at("linears")) {
+    const int64_t block = l.at("block");
+    if (l.at("kind") == "head") continue;
+    ASSERT_GE(block, 0) << model << ": " << l.dump();
+    ASSERT_LT(block, layers) << model << ": " << l.dump();
+    ++kinds[block][l.at("ffn_down").get<bool>() ? "ffn_down" : l.at("kind").get<std::string>()];
+  }
+  for (int64_t b = 0; b < layers; ++b)
+    for (const char* kind : {"query", "output", "ffn", "ffn_down"})
+      EXPECT_GT(kinds[b][kind], 0) << model << ": block " << b << " has no " << kind;
   std::vector<int32_t> aries = cli_greedy(work.path / "out" / "aries", prompt, want.size());
   ASSERT_EQ(aries.size(), want.size()) << "aries";
   size_t agree = 0;
