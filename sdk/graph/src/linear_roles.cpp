@@ -148,43 +148,46 @@ std::vector<Node> sorted_nodes(const GraphView& view) {
 // What a walk does after visiting a node: go on through it, end this branch, or end the walk.
 enum class Walk { on, stop, done };
 
-// Visits the producers of the values `start` is computed from, through data inputs only.
-template <class Visit>
-void walk_back(const GraphView& view, const std::string& start, Visit visit) {
+// Takes each value once from `start` on: `expand(value, todo)` adds the values to go on to
+// and returns false to end the walk.
+template <class Expand>
+void walk_values(const std::string& start, Expand expand) {
   std::set<std::string> seen;
   std::vector<std::string> todo{start};
   while (!todo.empty()) {
     std::string v = std::move(todo.back());
     todo.pop_back();
-    if (!seen.insert(v).second) continue;
+    if (seen.insert(v).second && !expand(v, todo)) return;
+  }
+}
+
+// Visits the producers of the values `start` is computed from, through data inputs only.
+template <class Visit>
+void walk_back(const GraphView& view, const std::string& start, Visit visit) {
+  walk_values(start, [&](const std::string& v, std::vector<std::string>& todo) {
     auto p = view.producer(v);
-    if (!p) continue;
-    const Walk w = visit(*p);
-    if (w == Walk::done) return;
+    const Walk w = p ? visit(*p) : Walk::stop;
     if (w == Walk::on)
       for (size_t i : data_inputs(*p)) todo.push_back(p->input(i));
-  }
+    return w != Walk::done;
+  });
 }
 
 // Visits the nodes that read `start`'s data and, through them, what is computed from it;
 // `visit(node, value)` is told which value the node reads.
 template <class Visit>
 void walk_forward(const GraphView& view, const std::string& start, Visit visit) {
-  std::set<std::string> seen;
-  std::vector<std::string> todo{start};
-  while (!todo.empty()) {
-    std::string v = std::move(todo.back());
-    todo.pop_back();
-    if (!seen.insert(v).second) continue;
+  walk_values(start, [&](const std::string& v, std::vector<std::string>& todo) {
     for (const Node& n : view.consumers(v)) {
       const std::vector<size_t> data = data_inputs(n);
       if (std::none_of(data.begin(), data.end(), [&](size_t i) { return n.input(i) == v; })) continue;
       const Walk w = visit(n, v);
-      if (w == Walk::done) return;
+      if (w == Walk::done) return false;
       if (w == Walk::on)
         for (const std::string& out : n.outputs()) todo.push_back(out);
     }
-  }
+    return true;
+  });
 }
 
 }  // namespace
