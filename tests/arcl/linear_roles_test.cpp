@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <npuforge/decoder_graph.hpp>
+#include <npuforge/graph/copy_node.h>
+#include <npuforge/graph/graph_view.h>
+#include <npuforge/graph/kv_layers.h>
 #include <npuforge/graph/linear_roles.h>
 #include <npuforge/hf_config.hpp>
 
@@ -102,6 +105,33 @@ TEST_P(LinearRoles, EveryBlockHasItsAttentionAndMlpProjections) {
     EXPECT_GT(r[LinearRole::attention_output], 0) << model << ": block " << b;
     EXPECT_GT(r[LinearRole::ffn_input], 0) << model << ": block " << b;
     EXPECT_GT(r[LinearRole::ffn_down], 0) << model << ": block " << b;
+  }
+}
+
+// The graph's node order plays no part: with its nodes stored last to first, the KV layers of
+// the values and every linear's role and block are the same.
+TEST(LinearRolesOrder, NodesStoredInReverse) {
+  nf::host_api_slot() = host_table();
+  struct Release {
+    void operator()(nf_model_set* m) const { host_table()->model_set_release(m); }
+  };
+  std::unique_ptr<nf_model_set, Release> ms(load_model_set("zoo/gpt2"));
+  nf::Graph g = nf::ModelSet(ms.get()).graph(0);
+  const auto roles = nf::graph::linear_roles(g);
+  const auto layers = nf::graph::kv_layer_of_values(nf::graph::GraphView(g));
+  std::vector<nf::Node> nodes = g.nodes();
+  const std::string first = nodes.front().output(0);
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    nf::graph::copy_node(g, *it, it->inputs(), it->outputs(), std::string(it->name()));  // appended last
+    g.remove_node(*it);
+  }
+  ASSERT_NE(g.nodes().front().output(0), first) << "the order did not change";
+  EXPECT_EQ(nf::graph::kv_layer_of_values(nf::graph::GraphView(g)), layers);
+  const auto again = nf::graph::linear_roles(g);
+  ASSERT_EQ(again.size(), roles.size());
+  for (const auto& [output, use] : roles) {
+    EXPECT_EQ(again.at(output).role, use.role) << output;
+    EXPECT_EQ(again.at(output).block, use.block) << output;
   }
 }
 

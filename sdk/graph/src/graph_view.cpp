@@ -1,6 +1,7 @@
 #include "npuforge/graph/graph_view.h"
 
 #include <algorithm>
+#include <deque>
 
 namespace nf::graph {
 
@@ -22,6 +23,32 @@ void GraphView::refresh() {
   inputs_ = {ins.begin(), ins.end()};
   outputs_ = {outs.begin(), outs.end()};
   initializers_ = {inits.begin(), inits.end()};
+}
+
+std::vector<Node> GraphView::sorted_nodes() const {
+  const std::vector<Node> all = nodes();
+  std::map<nf_node*, size_t> waiting;
+  std::deque<Node> ready;
+  for (const Node& n : all) {
+    size_t k = 0;
+    for (const std::string& in : n.inputs())
+      if (!in.empty() && producer(in)) ++k;
+    waiting[n.get()] = k;
+    if (k == 0) ready.push_back(n);
+  }
+  std::vector<Node> order;
+  while (!ready.empty()) {
+    Node n = ready.front();
+    ready.pop_front();
+    order.push_back(n);
+    for (const std::string& out : n.outputs())
+      for (const Node& c : consumers(out)) {
+        // A node reading one value twice was counted once per read.
+        for (const std::string& in : c.inputs())
+          if (in == out && --waiting[c.get()] == 0) ready.push_back(c);
+      }
+  }
+  return order;
 }
 
 std::optional<Node> GraphView::producer(const std::string& value) const {

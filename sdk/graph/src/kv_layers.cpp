@@ -12,7 +12,7 @@ std::map<std::string, int64_t> kv_layer_of_values(const GraphView& view) {
   std::smatch m;
   for (const std::string& in : view.graph().inputs())
     if (std::regex_match(in, m, kv)) layer[in] = std::stoll(m[1].str());
-  for (const Node& n : view.nodes()) {
+  for (const Node& n : view.sorted_nodes()) {
     if (n.op_type() == "Shape" || n.op_type() == "Size") continue;
     int64_t l = -1;
     for (const std::string& in : n.inputs())

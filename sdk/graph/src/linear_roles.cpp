@@ -118,33 +118,6 @@ bool attention_core(const GraphView& view, const Node& softmax, Core* core) {
   return true;
 }
 
-// Nodes in dataflow order (the graph's own order need not be sorted).
-std::vector<Node> sorted_nodes(const GraphView& view) {
-  std::vector<Node> nodes = view.nodes();
-  std::map<nf_node*, size_t> waiting;
-  std::deque<Node> ready;
-  for (const Node& n : nodes) {
-    size_t k = 0;
-    for (const std::string& in : n.inputs())
-      if (!in.empty() && view.producer(in)) ++k;
-    waiting[n.get()] = k;
-    if (k == 0) ready.push_back(n);
-  }
-  std::vector<Node> order;
-  while (!ready.empty()) {
-    Node n = ready.front();
-    ready.pop_front();
-    order.push_back(n);
-    for (const std::string& out : n.outputs())
-      for (const Node& c : view.consumers(out)) {
-        // A node reading one value twice was counted once per read.
-        for (const std::string& in : c.inputs())
-          if (in == out && --waiting[c.get()] == 0) ready.push_back(c);
-      }
-  }
-  return order;  // a cycle leaves nodes out: they get no role
-}
-
 // What a walk does after visiting a node: go on through it, end this branch, or end the walk.
 enum class Walk { on, stop, done };
 
@@ -194,7 +167,7 @@ void walk_forward(const GraphView& view, const std::string& start, Visit visit) 
 
 std::map<std::string, LinearUse> linear_roles(Graph g) {
   GraphView view(g);
-  const std::vector<Node> order = sorted_nodes(view);
+  const std::vector<Node> order = view.sorted_nodes();
   std::map<nf_node*, LinearUse> use;
   for (const Node& n : order)
     if (is_linear(view, n)) use[n.get()] = {};

@@ -21,6 +21,9 @@ class GraphView {
   void refresh();
 
   std::vector<Node> nodes() const { return g_.nodes(); }
+  // The nodes in an order that computes every value before its readers, whatever the graph's
+  // own order (Kahn's algorithm; the graph is not edited). Nodes on a cycle are left out.
+  std::vector<Node> sorted_nodes() const;
   std::optional<Node> producer(const std::string& value) const;
   // Nodes reading `value` (a node appears once even if it reads the value twice).
   const std::vector<Node>& consumers(const std::string& value) const;

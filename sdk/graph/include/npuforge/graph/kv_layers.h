@@ -13,7 +13,7 @@
 namespace nf::graph {
 
 // Every value computed from some KV cache input through data (not through the shapes it
-// borrows), with its layer. The graph must be sorted.
+// borrows), with its layer (in dataflow order: the graph need not be sorted).
 std::map<std::string, int64_t> kv_layer_of_values(const GraphView& view);
 
 // Where the residual stream begins when the embedding is normalized first (Bloom's
