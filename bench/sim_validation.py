@@ -25,6 +25,8 @@ as groups in sim_figures.json's "fits" (fit_group lists the kinds), write the ch
             3B TTFT; npu_gb_per_s on its 1B decode
   sc8380xp  a16w8 on its 3B and 8B TTFTs with per-op and HVX by the same ratio (no published
             NPU speed-up); npu_gb_per_s on its 3B decode
+  sc8480xp  (the b61a009 and 1db1fe5 files) as sc8380xp: a16w8 with per-op and HVX on its 3B
+            TTFT, npu_gb_per_s on its 3B decode
   sm8650    a16w8, per-op, HVX = sm8750's / 1.45 (published); npu_gb_per_s on its Phi-3.5 decode
   sm8550    sm8650's / 1.98 (published); NPU ceiling of sc8380xp (same v73 generation)
   fp16      sm8750's fp16 rate and weight expansion on its Llama-3.2-1B w4 decode and TTFT;

@@ -171,6 +171,29 @@ TEST(HtpOptions, SocModelAloneSelectsTheChip) {
   EXPECT_EQ(ext["devices"][0]["dsp_arch"], "v75");
 }
 
+// Every chip file installed beside the plugin is a target: the options schema offers its
+// chipset, and its soc_model alone selects it with its arch (a chip file the schema's list
+// leaves out would be refused by name).
+TEST(HtpOptions, EveryChipFileIsATarget) {
+  int chips = 0;
+  for (const auto& e : fs::directory_iterator(test::plugin_dir() / "htp" / "chips")) {
+    if (e.path().extension() != ".json") continue;
+    const auto chip = nlohmann::json::parse(test::slurp(e.path()));
+    const std::string name = e.path().stem().string();
+    const int soc = chip["soc_model"]["value"].get<int>();
+    SCOPED_TRACE(name);
+    auto by_name = build("chip_" + name, kArcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"" + name + "\"\n");
+    ASSERT_EQ(by_name.exit_code, 0) << by_name.err;
+    auto by_soc = build("soc_" + name, kArcl + "[targets.htp]\nbackend = \"htp\"\nsoc_model = " + std::to_string(soc) + "\n");
+    ASSERT_EQ(by_soc.exit_code, 0) << by_soc.err;
+    auto ext = nlohmann::json::parse(test::slurp(package("soc_" + name) / "artifacts/htp/backend_extensions.json"));
+    EXPECT_EQ(ext["devices"][0]["soc_model"], soc);
+    EXPECT_EQ(ext["devices"][0]["dsp_arch"], chip["dsp_arch"]["value"]);
+    ++chips;
+  }
+  EXPECT_GE(chips, 7);  // sm8550, sm8650, sm8750, sm8850, sc8380xp, sc8480xp, sa8295p
+}
+
 TEST(HtpOptions, VtcmAndHvxThreadsWithinTheChip) {
   expect_build_error("vtcm", kArcl + "[targets.htp]\nbackend = \"htp\"\nchipset = \"sm8650\"\nvtcm_size_in_mb = 16\n",
                      "vtcm_size_in_mb 16 is beyond the VTCM of sm8650 (8 MB)");

@@ -9,7 +9,7 @@ const char* const kOptionsSchema = R"json({
   "additionalProperties": false,
   "anyOf": [{"type": "object", "required": ["chipset"]}, {"type": "object", "required": ["soc_model"]}],
   "properties": {
-    "chipset": {"type": "string", "enum": ["", "sm8550", "sm8650", "sm8750", "sm8850", "sc8380xp", "sa8295p"], "default": "",
+    "chipset": {"type": "string", "enum": ["", "sm8550", "sm8650", "sm8750", "sm8850", "sc8380xp", "sc8480xp", "sa8295p"], "default": "",
                 "description": "Required (or soc_model): the target SoC (set_targets chipset), e.g. \"sm8750\"; the chip's data file (htp/chips/<chipset>.json) supplies every hardware figure."},
     "soc_model": {"type": "integer", "minimum": 0, "default": 0,
                   "description": "QNN SoC id (devices.soc_model), e.g. 69 = sm8750; 0 = from chipset. Must match chipset when both are given."},
