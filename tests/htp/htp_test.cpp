@@ -433,19 +433,24 @@ TEST(HtpEstimate, HeadSplitGraphsCostWhatTheirSourceDoes) {
 }
 
 TEST(HtpEstimate, ChipsTimeWithTheirOwnNpu) {
-  // Same model, three chips: the X Elite's v73 NPU draws less from DRAM than the 8 Elite's
+  // Same model, four chips: the X Elite's v73 NPU draws less from DRAM than the 8 Elite's
   // (its SoC peak is higher, but that is not what the NPU gets) and the 8 Elite Gen 5's is
-  // faster still; sa8295p has no published NPU bandwidth: estimate refuses it in one line.
+  // faster still; the X2 Elite's v81 NPU on its wider bus outruns its predecessor; sa8295p has
+  // no published NPU bandwidth: estimate refuses it in one line.
   auto b = build("chips", kArcl + "[targets.e8]\nbackend = \"htp\"\nchipset = \"sm8750\"\n"
                                   "[targets.g5]\nbackend = \"htp\"\nchipset = \"sm8850\"\n"
                                   "[targets.xe]\nbackend = \"htp\"\nchipset = \"sc8380xp\"\n"
+                                  "[targets.x2]\nbackend = \"htp\"\nchipset = \"sc8480xp\"\n"
                                   "[targets.auto]\nbackend = \"htp\"\nchipset = \"sa8295p\"\n");
   ASSERT_EQ(b.exit_code, 0) << b.err;
   auto e8 = estimate(package("chips", "e8")), g5 = estimate(package("chips", "g5")), xe = estimate(package("chips", "xe"));
+  auto x2 = estimate(package("chips", "x2"));
   EXPECT_GT(g5["decode_tokens_per_s"].get<double>(), e8["decode_tokens_per_s"].get<double>());
   EXPECT_GT(e8["decode_tokens_per_s"].get<double>(), xe["decode_tokens_per_s"].get<double>());
+  EXPECT_GT(x2["decode_tokens_per_s"].get<double>(), xe["decode_tokens_per_s"].get<double>());
   EXPECT_LT(g5["ttft_ms"].get<double>(), e8["ttft_ms"].get<double>());
   EXPECT_LT(e8["ttft_ms"].get<double>(), xe["ttft_ms"].get<double>());
+  EXPECT_LT(x2["ttft_ms"].get<double>(), xe["ttft_ms"].get<double>());
   auto r = test::npuforge({"estimate", package("chips", "auto").string()});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("dram.npu_gb_per_s is null"), std::string::npos) << r.err;
